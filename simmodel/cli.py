@@ -1,0 +1,117 @@
+"""The ``simmodel`` command: thin glue from options to load → build → run → export."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from simmodel.config.load import load_scenario
+from simmodel.errors import ScenarioError, SimulationError
+from simmodel.export import check_output_dir, summary_json, write_results
+from simmodel.metrics.summarize import LATENCY_METRICS
+from simmodel.sim import Simulation, check_workload
+
+_LABELS = {
+    "ttft_ms": "Time to first token (ms)", "ttst_ms": "Time to second token (ms)",
+    "tpot_ms": "Time per output token (ms)", "itl_ms": "Inter-token latency (ms)",
+    "e2e_latency_ms": "Request latency (ms)", "queue_ms": "Queue time (ms)",
+}
+_STATS = ("mean", "min", "max", "p99", "p90", "p75", "p50", "std")
+
+
+def format_table(summary: dict) -> str:
+    """An AIPerf-style table: one row per latency metric, then the run's totals."""
+    width = max(len(v) for v in _LABELS.values())
+    lines = [f"{'Metric':<{width}} " + " ".join(f"{s:>10}" for s in _STATS)]
+    for key in LATENCY_METRICS:
+        row = summary[key]
+        cells = " ".join(f"{'-':>10}" if row[s] is None else f"{row[s]:>10.2f}" for s in _STATS)
+        lines.append(f"{_LABELS[key]:<{width}} {cells}")
+    lines.append("")
+    for key, label in (
+        ("output_throughput_tok_s", "Output token throughput (tokens/s)"),
+        ("request_throughput_rps", "Request throughput (requests/s)"),
+        ("mean_output_token_throughput_per_user", "Output token throughput per user (tokens/s)"),
+        ("completed_requests", "Completed requests"), ("incomplete_requests", "Incomplete requests"),
+        ("rejected_requests", "Rejected requests"), ("num_preemptions", "Preemptions"),
+        ("duration_s", "Duration (s)"), ("gpu_count", "GPUs"), ("gpu_hours", "GPU-hours"),
+        ("num_passes", "Passes"), ("wall_time_s", "Wall time (s)"),
+    ):
+        value = summary[key]
+        text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else str(value))
+        lines.append(f"{label:<46} {text}")
+    return "\n".join(lines)
+
+
+class _OneLineErrors(click.Group):
+    """Every failure is one line on stderr: exit 2 for bad input, 1 for a run that cannot go on."""
+
+    def main(self, args=None, prog_name=None, **extra):  # type: ignore[override]
+        try:
+            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo("simmodel: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"simmodel: {exc.format_message()}", err=True)
+            sys.exit(2)
+        except (ScenarioError, FileExistsError) as exc:
+            click.echo(f"simmodel: {exc}", err=True)
+            sys.exit(2)
+        except SimulationError as exc:
+            click.echo(f"simmodel: simulation failed: {exc}", err=True)
+            sys.exit(1)
+
+
+_scenario = click.option("-c", "--config", "scenario", required=True,
+                         type=click.Path(dir_okay=False, path_type=Path), help="Scenario YAML file.")
+_set = click.option("--set", "overrides", multiple=True, metavar="PATH=YAML_VALUE",
+                    help="Override one field, e.g. --set engine.seed=3 (repeatable, applied in order).")
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="simmodel")
+def cli() -> None:
+    """Simulate LLM inference serving deployments without a GPU."""
+
+
+@cli.command()
+@_scenario
+@_set
+def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
+    """Check a scenario file (and its trace) without running it."""
+    loaded = load_scenario(scenario, overrides)
+    try:
+        check_workload(loaded)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{scenario.name}: {exc}") from None
+    click.echo(f"{scenario}: ok")
+
+
+@cli.command()
+@_scenario
+@_set
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write summary.json, requests.csv, passes.csv and events.parquet here.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str) -> None:
+    """Simulate a scenario and print its metrics."""
+    if output_dir is not None:
+        check_output_dir(output_dir, overwrite)
+    sim = Simulation.from_yaml(scenario, overrides)
+    results = sim.run()
+    if output_dir is not None:
+        write_results(results, output_dir, overwrite)
+    click.echo(summary_json(results.summary).rstrip() if fmt == "json" else format_table(results.summary))
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

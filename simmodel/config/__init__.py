@@ -1,0 +1,1 @@
+"""Scenario files: the frozen schema and the loader that validates them."""

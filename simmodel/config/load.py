@@ -1,0 +1,389 @@
+"""YAML scenario → ``Scenario``: every rule, every default, one clear error per bad field.
+
+Errors are ``ScenarioError("engine.workers.aggregated.kv_cache.block_size: must be a positive
+integer, got 0")``: the dotted path of the field, then the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simmodel.config.schema import (
+    CapacitySpec, Engine, KvCacheSpec, LengthSpec, LoadSpec, Parallelism, Scenario, SchedulerSpec,
+    StopSpec, SyntheticSource, TimingSpec, TraceSource, Traffic, WorkerRole,
+)
+from simmodel.engine.kv_cache import cdiv
+from simmodel.errors import ScenarioError
+from simmodel.perf.capacity import default_kv_blocks
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.models import MODELS
+from simmodel.traffic.traces import FORMATS
+
+_MISSING = object()
+
+
+class _Node:
+    """A YAML mapping at a dotted path; reads typed fields and rejects the ones nobody read."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ScenarioError(f"{path}: must be a mapping, got {_show(data)}")
+        self.data, self.path, self._read = data, path, set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self._read.add(key)
+        if key not in self.data or self.data[key] is None:
+            if default is _MISSING:
+                raise ScenarioError(f"{self.at(key)}: required field is missing")
+            return default
+        return self.data[key]
+
+    def node(self, key: str, required: bool = False) -> _Node:
+        return _Node(self.raw(key, _MISSING if required else None), self.at(key))
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise ScenarioError(f"{self.at(key)}: must be {rule}, got {_show(value)}")
+        return value
+
+    def number(self, key: str, default: Any = _MISSING, *, positive: bool = False,
+               maximum: float | None = None) -> float:
+        value = self.raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        ok = ok and (value > 0 if positive else value >= 0) and (maximum is None or value <= maximum)
+        if not ok:
+            rule = "a positive number" if positive else "a non-negative number"
+            if maximum is not None:
+                rule += f" at most {maximum:g}"
+            raise ScenarioError(f"{self.at(key)}: must be {rule}, got {_show(value)}")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise ScenarioError(f"{self.at(key)}: must be true or false, got {_show(value)}")
+        return value
+
+    def choice(self, key: str, choices: Iterable[str], default: Any = _MISSING) -> str:
+        value = self.raw(key, default)
+        choices = tuple(choices)
+        if value not in choices:
+            raise ScenarioError(f"{self.at(key)}: must be one of {', '.join(choices)}, got {_show(value)}")
+        return value
+
+    def done(self) -> None:
+        """Reject every field that no rule read."""
+        for key in self.data:
+            if key not in self._read:
+                allowed = ", ".join(sorted(self._read)) or "none"
+                raise ScenarioError(f"{self.at(str(key))}: unknown field (allowed here: {allowed})")
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    text = text.removesuffix("\n...").strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def read_yaml(path: Path) -> dict:
+    """Parse one YAML document safely (no object construction)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError("scenario file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read the scenario file ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{where}not valid YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"the scenario must be a YAML mapping with traffic and engine, got {_show(data)}")
+    return data
+
+
+def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
+    """Apply ``PATH=YAML_VALUE`` overrides left to right; returns a new mapping."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item}: expected PATH=VALUE")
+        dotted, text = item.split("=", 1)
+        keys = dotted.strip().split(".")
+        if not all(keys):
+            raise ScenarioError(f"--set {item}: PATH must be dotted field names like engine.seed")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ScenarioError(f"--set {item}: the value is not valid YAML") from None
+        target = data
+        for depth, key in enumerate(keys[:-1]):
+            nxt = target.get(key)
+            if nxt is None:
+                nxt = target[key] = {}
+            if not isinstance(nxt, dict):
+                raise ScenarioError(f"--set {item}: {'.'.join(keys[:depth + 1])} is not a mapping")
+            target = nxt
+        target[keys[-1]] = value
+    return data
+
+
+def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file. Errors are prefixed with the file name."""
+    path = Path(path)
+    try:
+        data = apply_overrides(read_yaml(path), overrides)
+        return parse_scenario(data, base_dir=path.resolve().parent, path=path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}") from None
+
+
+def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scenario:
+    """Validate a scenario mapping; relative trace paths resolve against ``base_dir``."""
+    root = _Node(data, "")
+    engine = _engine(root.node("engine", required=True))
+    traffic = _traffic(root.node("traffic", required=True), base_dir)
+    root.done()
+    return Scenario(traffic, engine, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# traffic
+
+
+def _length(node: _Node, key: str) -> LengthSpec:
+    value = node.raw(key)
+    if not isinstance(value, dict):
+        return LengthSpec("fixed", value=node.int(key))
+    spec = _Node(value, node.at(key))
+    kind = spec.choice("distribution", ("uniform", "normal", "lognormal", "choice"))
+    if kind == "uniform":
+        low, high = spec.int("min"), spec.int("max")
+        if high < low:
+            raise ScenarioError(f"{spec.at('max')}: must be >= min ({low}), got {high}")
+        result = LengthSpec(kind, min=low, max=high)
+    elif kind in ("normal", "lognormal"):
+        mean, std = spec.number("mean", positive=True), spec.number("std")
+        low, high = spec.int("min", 1), spec.int("max", None)
+        if high is not None and high < low:
+            raise ScenarioError(f"{spec.at('max')}: must be >= min ({low}), got {high}")
+        result = LengthSpec(kind, mean=mean, std=std, min=low, max=high)
+    else:
+        values = spec.raw("values")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise ScenarioError(f"{spec.at('values')}: must be a non-empty list of positive integers")
+        weights = spec.raw("weights", None)
+        if weights is not None:
+            if (not isinstance(weights, list) or len(weights) != len(values) or not all(
+                    isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
+                    for w in weights) or sum(weights) <= 0):
+                raise ScenarioError(f"{spec.at('weights')}: must be {len(values)} non-negative numbers "
+                                    f"with a positive sum")
+            weights = tuple(float(w) for w in weights)
+        result = LengthSpec(kind, values=tuple(values), weights=weights)
+    spec.done()
+    return result
+
+
+def _traffic(node: _Node, base_dir: Path) -> Traffic:
+    src = node.node("source", required=True)
+    kind = src.choice("type", ("synthetic", "trace"))
+    if kind == "synthetic":
+        source: SyntheticSource | TraceSource = SyntheticSource(_length(src, "input_tokens"),
+                                                                _length(src, "output_tokens"))
+    else:
+        raw_path = src.raw("path")
+        if not isinstance(raw_path, str) or not raw_path:
+            raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
+        path = Path(raw_path)
+        source = TraceSource(path if path.is_absolute() else base_dir / path, src.choice("format", FORMATS))
+    src.done()
+
+    loads = ("concurrency", "poisson", "constant_rate", "trace_timestamps")
+    ld = node.node("load", required=kind == "synthetic")
+    load_type = ld.choice("type", loads, "trace_timestamps" if kind == "trace" else _MISSING)
+    if load_type == "concurrency":
+        load = LoadSpec(load_type, concurrency=ld.int("concurrency"))
+    elif load_type == "poisson":
+        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True),
+                        seed=ld.int("seed", None, minimum=0))
+    elif load_type == "constant_rate":
+        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True))
+    else:
+        if kind != "trace":
+            raise ScenarioError(f"{ld.at('type')}: trace_timestamps needs traffic.source.type: trace")
+        load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True))
+    ld.done()
+
+    st = node.node("stop")
+    stop = StopSpec(st.int("requests", None),
+                    st.number("max_virtual_time_seconds", None, positive=True))
+    st.done()
+    if kind == "synthetic" and stop.requests is None and stop.max_virtual_time_seconds is None:
+        raise ScenarioError(f"{st.path}: synthetic traffic needs requests or max_virtual_time_seconds")
+    node.done()
+    return Traffic(source, load, stop)
+
+
+# ----------------------------------------------------------------------------------------------
+# engine
+
+
+def _not_yet(node: _Node, key: str, value: Any, default: Any, issue: str) -> None:
+    if value != default:
+        raise ScenarioError(f"{node.at(key)}: {_show(value)} is not yet supported ({issue}); "
+                            f"only {_show(default)} is implemented")
+
+
+def _engine(node: _Node) -> Engine:
+    mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
+    _not_yet(node, "mode", mode, "aggregated", "disaggregated serving comes with P/D KV transfers")
+    model_id = node.raw("model")
+    if model_id not in MODELS:
+        raise ScenarioError(f"{node.at('model')}: unknown model {_show(model_id)} "
+                            f"(known: {', '.join(sorted(MODELS))})")
+    hardware = node.raw("hardware")
+    if hardware not in HARDWARE:
+        raise ScenarioError(f"{node.at('hardware')}: unknown system {_show(hardware)} "
+                            f"(known: {', '.join(sorted(HARDWARE))})")
+    backend = node.choice("backend", ("vllm", "sglang"), "vllm")
+    _not_yet(node, "backend", backend, "vllm", "the SGLang backend is a later issue")
+    model = MODELS[model_id]
+    context_length = node.int("context_length", model.max_position_embeddings, minimum=2)
+    chunked = node.bool("enable_chunked_prefill", True)
+    seed = node.int("seed", 0, minimum=0)
+    workers = node.node("workers", required=True)
+    role = _worker(workers.node("aggregated", required=True), model_id, hardware, context_length, chunked)
+    workers.done()
+    node.done()
+    return Engine(mode, model_id, hardware, backend, role.context_length, chunked, seed, {"aggregated": role})
+
+
+def _parallelism(node: _Node, model_id: str) -> Parallelism:
+    p = Parallelism(**{f: node.int(f, 1) for f in Parallelism.__dataclass_fields__})
+    node.done()
+    model = MODELS[model_id]
+    if p.pipeline != 1:
+        raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}")
+    if model.num_attention_heads % p.tensor:
+        raise ScenarioError(f"{node.at('tensor')}: must divide the {model.num_attention_heads} attention "
+                            f"heads of {model_id}, got {p.tensor}")
+    if p.tensor % p.decode_context:
+        raise ScenarioError(f"{node.at('decode_context')}: must divide tensor ({p.tensor}), "
+                            f"got {p.decode_context}")
+    if p.prefill_context > 1 and p.decode_context > 1:
+        raise ScenarioError(f"{node.path}: at most one of prefill_context and decode_context may be above 1")
+    for key in ("moe_tensor", "moe_expert"):
+        if getattr(p, key) != 1 and not model.num_experts:
+            raise ScenarioError(f"{node.at(key)}: {model_id} has no MoE experts; must be 1")
+    return p
+
+
+def _worker(node: _Node, model_id: str, hardware: str, engine_context: int, chunked: bool) -> WorkerRole:
+    startup = node.number("startup_seconds", 0.0)
+    if startup:
+        raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
+                            f"this version does not model (worker counts are fixed); must be 0")
+    context_length = node.int("context_length", engine_context, minimum=2)
+    parallelism = _parallelism(node.node("parallelism"), model_id)
+    scheduler = _scheduler(node.node("scheduler"), context_length, chunked)
+    kv_cache = _kv_cache(node.node("kv_cache"))
+    timing = _timing(node.node("timing"))
+    node.done()
+    blocks = _kv_blocks(node, kv_cache, parallelism, model_id, hardware)
+    needed = cdiv(context_length, kv_cache.block_size)
+    if blocks < needed:
+        raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {blocks} KV blocks of "
+                            f"{kv_cache.block_size} tokens but one request at context_length {context_length} "
+                            f"needs {needed}; lower context_length or give the rank more KV")
+    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks)
+
+
+def _scheduler(node: _Node, context_length: int, chunked: bool) -> SchedulerSpec:
+    spec = SchedulerSpec(
+        max_batched_tokens=node.int("max_batched_tokens", 8192),
+        max_sequences=node.int("max_sequences", 256),
+        long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
+        async_scheduling=node.bool("async_scheduling", False),
+        reserve_full_isl=node.bool("reserve_full_isl", True),
+    )
+    _not_yet(node, "async_scheduling", spec.async_scheduling, False, "comes with the vLLM-fidelity issue")
+    node.done()
+    if spec.max_batched_tokens < spec.max_sequences:
+        raise ScenarioError(f"{node.at('max_batched_tokens')}: must be >= max_sequences "
+                            f"({spec.max_sequences}), as vLLM requires; got {spec.max_batched_tokens}")
+    if not chunked and spec.max_batched_tokens < context_length:
+        raise ScenarioError(f"{node.at('max_batched_tokens')}: with enable_chunked_prefill false a whole "
+                            f"prompt must fit one pass, so vLLM requires it >= context_length "
+                            f"({context_length}); got {spec.max_batched_tokens}")
+    return spec
+
+
+def _kv_cache(node: _Node) -> KvCacheSpec:
+    block_size = node.int("block_size", 16)
+    prefix = node.bool("prefix_caching", False)
+    _not_yet(node, "prefix_caching", prefix, False, "comes with the vLLM-fidelity issue")
+    cap = node.node("capacity")
+    kind = cap.choice("type", ("default", "fixed"), "default")
+    if kind == "default":
+        capacity = CapacitySpec(kind, memory_fraction=cap.number("memory_fraction", 0.9, positive=True,
+                                                                 maximum=1.0))
+    else:
+        capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
+    cap.done()
+    node.done()
+    return KvCacheSpec(block_size, prefix, capacity)
+
+
+def _timing(node: _Node) -> TimingSpec:
+    kind = node.choice("type", ("fixed", "polynomial"), "polynomial")
+    if kind == "fixed":
+        spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
+    else:
+        spec = TimingSpec(kind)
+    node.done()
+    return spec
+
+
+def _kv_blocks(node: _Node, kv: KvCacheSpec, p: Parallelism, model_id: str, hardware: str) -> int:
+    if kv.capacity.type == "fixed":
+        return kv.capacity.blocks
+    model, hw = MODELS[model_id], HARDWARE[hardware]
+    blocks = default_kv_blocks(model, hw, memory_fraction=kv.capacity.memory_fraction,
+                               block_size=kv.block_size, tensor=p.tensor,
+                               decode_context=p.decode_context, prefill_context=p.prefill_context)
+    if blocks <= 0:
+        raise ScenarioError(
+            f"{node.at('kv_cache.capacity')}: {model_id} needs {model.weight_bytes / p.tensor / 1e9:.1f} GB of "
+            f"weights per GPU at tensor {p.tensor}, leaving no KV memory on {hardware} at memory_fraction "
+            f"{kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU")
+    return blocks

@@ -1,0 +1,145 @@
+"""A scenario as frozen dataclasses: ``traffic`` (what arrives) and ``engine`` (what serves it).
+
+Every default below is the documented default of ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class LengthSpec:
+    """A token count: fixed (``distribution == "fixed"``) or drawn per request from the run's RNG."""
+
+    distribution: str
+    value: int = 0
+    min: int = 1
+    max: int | None = None
+    mean: float = 0.0
+    std: float = 0.0
+    values: tuple[int, ...] = ()
+    weights: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticSource:
+    input_tokens: LengthSpec
+    output_tokens: LengthSpec
+    type: str = "synthetic"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSource:
+    path: Path
+    format: str
+    type: str = "trace"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """``concurrency`` (closed loop), ``poisson``, ``constant_rate`` or ``trace_timestamps``."""
+
+    type: str
+    concurrency: int = 0
+    requests_per_second: float = 0.0
+    seed: int | None = None
+    speedup: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StopSpec:
+    requests: int | None = None
+    max_virtual_time_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    source: SyntheticSource | TraceSource
+    load: LoadSpec
+    stop: StopSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    replicas: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    attention_data: int = 1
+    moe_tensor: int = 1
+    moe_expert: int = 1
+    prefill_context: int = 1
+    decode_context: int = 1
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """``tensor × attention_data × prefill_context`` (pipeline is 1 in engine replay)."""
+        return self.pipeline * self.tensor * self.attention_data * self.prefill_context
+
+    @property
+    def gpu_count(self) -> int:
+        """``replicas × pipeline × tensor × attention_data × prefill_context``."""
+        return self.replicas * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSpec:
+    max_batched_tokens: int = 8192
+    max_sequences: int = 256
+    long_prefill_token_threshold: int = 0
+    async_scheduling: bool = False
+    reserve_full_isl: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySpec:
+    type: str = "default"
+    memory_fraction: float = 0.9
+    blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheSpec:
+    block_size: int = 16
+    prefix_caching: bool = False
+    capacity: CapacitySpec = field(default_factory=CapacitySpec)
+
+
+@dataclass(frozen=True, slots=True)
+class TimingSpec:
+    type: str = "polynomial"
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    """One pool of identical workers (``workers.aggregated``)."""
+
+    parallelism: Parallelism
+    scheduler: SchedulerSpec
+    kv_cache: KvCacheSpec
+    timing: TimingSpec
+    context_length: int
+    num_kv_blocks: int
+    """Usable KV blocks per attention-DP rank, resolved from ``kv_cache.capacity``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    mode: str
+    model: str
+    hardware: str
+    backend: str
+    context_length: int
+    enable_chunked_prefill: bool
+    seed: int
+    workers: dict[str, WorkerRole]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    traffic: Traffic
+    engine: Engine
+    path: Path | None = None

@@ -1,0 +1,116 @@
+"""An attention-DP rank: its own scheduler and KV pool, planning one pass per barrier round."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from simmodel.engine.request import Request
+from simmodel.engine.scheduler.base import Scheduler, SchedulerOutput
+from simmodel.metrics.records import EventKind, PassRecord, Recorder
+
+if TYPE_CHECKING:
+    from simmodel.engine.worker import Worker
+
+
+class Rank:
+    """One attention-DP rank of a worker.
+
+    Its process plans a batch with the rank's scheduler (bookkeeping only, no time passes), hands the
+    plan to the worker's pass barrier, and waits there until every rank of the worker has finished
+    the pass. The barrier applies the pass outcome (``finish_pass``) before it releases the ranks.
+    """
+
+    def __init__(self, env: simpy.Environment, worker: Worker, rank_id: int, scheduler: Scheduler,
+                 recorder: Recorder) -> None:
+        self.env, self.worker, self.rank_id = env, worker, rank_id
+        self.scheduler, self.recorder = scheduler, recorder
+        self.num_passes = 0
+        self._blocks_in_pass = 0
+
+    @property
+    def pool(self):
+        return self.scheduler.pool
+
+    @property
+    def running(self) -> list[Request]:
+        return self.scheduler.running
+
+    @property
+    def waiting(self):
+        return self.scheduler.waiting
+
+    def add_request(self, request: Request) -> None:
+        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self.scheduler.add_request(request)
+
+    def has_requests(self) -> bool:
+        return self.scheduler.has_requests()
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        while True:
+            plan = self.scheduler.schedule()
+            self._blocks_in_pass = self.pool.num_used_blocks
+            if not plan.is_empty:
+                self._record_plan(plan)
+            yield self.worker.submit(self.rank_id, plan)
+
+    def _record_plan(self, plan: SchedulerOutput) -> None:
+        now, w, r, rec = self.env.now, self.worker.worker_id, self.rank_id, self.recorder
+        for request in plan.preempted:
+            rec.event(now, EventKind.PREEMPTION, w, r, request.request_id, request.num_tokens)
+        if plan.admitted or plan.resumed:
+            index = {id(q): i for i, q in enumerate(plan.requests)}
+            for request in plan.admitted:
+                request.first_admitted_at = now
+                rec.event(now, EventKind.ADMISSION, w, r, request.request_id,
+                          plan.num_new_tokens[index[id(request)]])
+            for request in plan.resumed:
+                rec.event(now, EventKind.RESUME, w, r, request.request_id,
+                          plan.num_new_tokens[index[id(request)]])
+
+    def begin_pass(self, plan: SchedulerOutput, start_s: float) -> None:
+        self.recorder.event(start_s, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
+                            plan.total_num_scheduled_tokens)
+
+    def finish_pass(self, plan: SchedulerOutput, start_s: float, end_s: float, busy_s: float) -> None:
+        """Apply the pass outcome at its end: sample tokens, retire finished requests, record the pass."""
+        pass_index = self.num_passes
+        self.num_passes += 1
+        sampled, finished = self.scheduler.update_from_output(plan)
+        w, r, rec = self.worker.worker_id, self.rank_id, self.recorder
+        consecutive = 0
+        for request in sampled:
+            n = request.num_output_tokens
+            if request.first_token_at is None:
+                request.first_token_at = end_s
+                rec.event(end_s, EventKind.FIRST_TOKEN, w, r, request.request_id, 1)
+            elif request.last_token_pass == pass_index - 1:
+                consecutive += 1
+            else:
+                rec.intervals(end_s - request.last_token_at, 1)
+            if n == 2 and request.second_token_at is None:
+                request.second_token_at = end_s
+            request.last_token_at = end_s
+            request.last_token_pass = pass_index
+        rec.intervals(end_s - start_s, consecutive)
+        for request in finished:
+            request.finished_at = end_s
+            rec.event(end_s, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens)
+            if request.on_finish is not None:
+                request.on_finish(request)
+        self._record_pass(plan, pass_index, start_s, end_s, busy_s, len(sampled))
+
+    def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_s: float, end_s: float,
+                     busy_s: float, num_sampled: int) -> None:
+        num_decode = sum(plan.is_decode)
+        prefill_tokens = sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
+        total = plan.total_num_scheduled_tokens
+        w, r = self.worker.worker_id, self.rank_id
+        self.recorder.passes.append(PassRecord(
+            w, r, pass_index, start_s, end_s, total, prefill_tokens, len(plan.requests) - num_decode,
+            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_s))
+        self.recorder.event(end_s, EventKind.PASS_END, w, r, -1, total)
+

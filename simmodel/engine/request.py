@@ -1,0 +1,66 @@
+"""A request as one engine rank sees it: prompt, outputs so far, KV blocks held, and its milestones."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestStatus(IntEnum):
+    """Lifecycle states, ordered so that ``status > PREEMPTED`` means the request is over."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+    REJECTED = 4
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+
+class Request:
+    """One client request: ``num_prompt_tokens`` in, at most ``max_tokens`` out.
+
+    Mirrors the fields vLLM's v1 scheduler reads (``num_computed_tokens``, ``num_tokens``,
+    ``num_output_tokens``); the ``*_at`` fields are simulated times in seconds, ``None`` until reached.
+    """
+
+    __slots__ = (
+        "request_id", "arrived_at", "num_prompt_tokens", "max_tokens", "num_output_tokens",
+        "num_computed_tokens", "num_blocks", "status", "num_preemptions", "worker", "dp_rank",
+        "dp_rank_hint", "first_admitted_at", "first_token_at", "second_token_at", "last_token_at",
+        "finished_at", "last_token_pass", "on_finish", "hash_ids",
+    )
+
+    def __init__(self, request_id: int, arrived_at: float, num_prompt_tokens: int, max_tokens: int,
+                 dp_rank_hint: int | None = None, hash_ids: tuple[int, ...] | None = None) -> None:
+        self.request_id = request_id
+        self.arrived_at = arrived_at
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_tokens = max_tokens
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_blocks = 0
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self.worker = -1
+        self.dp_rank = -1
+        self.dp_rank_hint = dp_rank_hint
+        self.hash_ids = hash_ids
+        self.first_admitted_at: float | None = None
+        self.first_token_at: float | None = None
+        self.second_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.last_token_pass = -2
+        self.on_finish = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus the output tokens sampled so far (vLLM's ``num_tokens``)."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id}, {self.status.name}, prompt={self.num_prompt_tokens}, "
+                f"out={self.num_output_tokens}/{self.max_tokens}, computed={self.num_computed_tokens})")

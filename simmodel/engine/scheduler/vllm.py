@@ -1,0 +1,156 @@
+"""vLLM v1's scheduler (0.32.0, ``vllm/v1/core/sched/scheduler.py``) for one attention-DP rank.
+
+Reproduced in sync mode without prefix caching: running requests first, then FCFS admission
+with strict head-of-line blocking, chunked prefill, recompute preemption of the last running
+request, full-sequence KV reservation at admission (``scheduler_reserve_full_isl``) and the
+``max_model_len`` limits. Checked pass by pass against the real scheduler by
+``tests/unit/test_vllm_golden.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from simmodel.engine.kv_cache import BlockPool, cdiv
+from simmodel.engine.request import Request, RequestStatus
+from simmodel.engine.scheduler.base import SchedulerOutput
+
+
+@dataclass(frozen=True, slots=True)
+class VllmSchedulerConfig:
+    """The knobs of vLLM's ``SchedulerConfig`` and ``CacheConfig`` the scheduler reads."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+    reserve_full_isl: bool = True
+
+
+class VllmScheduler:
+    """Per-rank vLLM v1 scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
+
+    def __init__(self, config: VllmSchedulerConfig, pool: BlockPool) -> None:
+        self.config = config
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add_request(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_requests(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def schedule(self) -> SchedulerOutput:
+        """Plan one pass. Mirrors ``Scheduler.schedule()``: RUNNING first, then WAITING."""
+        cfg, pool, out = self.config, self.pool, SchedulerOutput()
+        token_budget = cfg.max_num_batched_tokens
+        # vLLM lets a lone request use the whole budget: the threshold only stops starvation.
+        eligible = len(self.running) + len(self.waiting)
+        threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
+
+        # Phase 1: running requests in order (decodes and partial prefills alike).
+        req_index = 0
+        while req_index < len(self.running) and token_budget > 0:
+            request = self.running[req_index]
+            computed = request.num_computed_tokens
+            num_new = request.num_tokens - computed
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, token_budget, cfg.max_model_len - computed - 1)
+            if num_new <= 0:
+                req_index += 1
+                continue
+            num_needed = cdiv(computed + num_new, self.block_size) - request.num_blocks
+            while num_needed > pool.num_free_blocks:
+                victim = self.running.pop()
+                self._preempt(victim, out)
+                if victim is request:
+                    break
+            if request.status is RequestStatus.PREEMPTED:
+                break
+            self._schedule(request, num_new, num_needed, out)
+            token_budget -= num_new
+            req_index += 1
+
+        # Phase 2: admissions, only in a pass that preempted nothing.
+        if not out.preempted:
+            self._admit_waiting(token_budget, threshold, out)
+        return out
+
+    def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput) -> None:
+        """FCFS admission; the first request that does not fit blocks everything behind it."""
+        cfg, pool = self.config, self.pool
+        while self.waiting and token_budget > 0 and len(self.running) < cfg.max_num_seqs:
+            request = self.waiting[0]
+            num_new = request.num_tokens  # resumed requests recompute prompt and outputs
+            if 0 < threshold < num_new:
+                num_new = threshold
+            if not cfg.enable_chunked_prefill and num_new > token_budget:
+                break
+            num_new = min(num_new, token_budget)
+            if cfg.reserve_full_isl:
+                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size)
+                if full > pool.num_free_blocks:
+                    break
+            num_needed = cdiv(min(num_new, cfg.max_model_len), self.block_size)
+            if num_needed > pool.num_free_blocks:
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
+            request.status = RequestStatus.RUNNING
+            self._schedule(request, num_new, num_needed, out)
+            token_budget -= num_new
+
+    def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
+        """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
+        self.pool.allocate(num_blocks)
+        request.num_blocks += num_blocks
+        computed = request.num_computed_tokens
+        out.requests.append(request)
+        out.num_new_tokens.append(num_new)
+        out.num_context_tokens.append(computed)
+        out.is_decode.append(request.num_output_tokens > 0 and computed == request.num_tokens - 1)
+        request.num_computed_tokens = computed + num_new
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        """Recompute preemption: free every block and put the request at the front of the queue."""
+        self.pool.free(request.num_blocks)
+        request.num_blocks = 0
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.PREEMPTED
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+        out.preempted.append(request)
+
+    def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:
+        """Append one sampled token to every request whose chunk reached its end; retire the done.
+
+        Returns the requests that sampled and those that finished, in pass order. Mirrors
+        ``update_from_output()`` and ``check_stop()``: a request stops at ``max_tokens`` outputs or
+        once ``num_tokens`` reaches ``max_model_len``; its blocks are freed at once (sync engine).
+        """
+        max_model_len = self.config.max_model_len
+        sampled: list[Request] = []
+        finished: list[Request] = []
+        for request in output.requests:
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            if request.num_computed_tokens < request.num_tokens:
+                continue  # a partial prefill chunk samples nothing
+            request.num_output_tokens += 1
+            sampled.append(request)
+            if (request.num_output_tokens >= request.max_tokens
+                    or request.num_tokens >= max_model_len):
+                request.status = RequestStatus.FINISHED
+                self.pool.free(request.num_blocks)
+                request.num_blocks = 0
+                finished.append(request)
+        if finished:
+            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        return sampled, finished

@@ -1,0 +1,137 @@
+"""A worker: its attention-DP ranks run their passes in lockstep behind one pass barrier."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+from simpy.events import Event
+
+from simmodel.engine.rank import Rank
+from simmodel.engine.request import Request
+from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.errors import SimulationError
+from simmodel.perf.timing import PassBatch, PassTiming
+
+# SimPy processes same-time events by (priority, insertion order); URGENT is 0 and NORMAL 1.
+# Pass ends and wake-ups use a lower priority so that every arrival at the same instant is
+# already queued when the ranks plan the next pass (an arrival at a pass end joins the next pass).
+LATE = 2
+
+
+class Late(Event):
+    """An event that fires ``delay`` seconds from now, after all normal events of that instant."""
+
+    def __init__(self, env: simpy.Environment, delay: float = 0.0, value: Any = None) -> None:
+        super().__init__(env)
+        self._ok, self._value = True, value
+        env.schedule(self, LATE, delay)
+
+
+class Worker:
+    """One engine instance (a vLLM server) with ``attention_data`` rank schedulers.
+
+    Its process is the pass barrier: it waits until every rank has submitted a plan, prices all
+    plans with one call of the timing model, lets the slowest rank's time pass, applies every
+    rank's outcome at that instant and releases the ranks to plan again. A rank with no work still
+    waits at the barrier. When no rank has work the worker sleeps until a request is placed on it.
+    """
+
+    def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming) -> None:
+        self.env, self.worker_id, self.timing = env, worker_id, timing
+        self.ranks: list[Rank] = []
+        self.num_passes = 0
+        self.busy_s = 0.0
+        self._plans: list[SchedulerOutput | None] = []
+        self._num_submitted = 0
+        self._all_submitted = env.event()
+        self._pass_done = env.event()
+        self._wake: Event | None = None
+        self._next_rank = 0
+        self._num_placed = 0
+        self._placed_at_plan = 0
+        self._kv_capacity_tokens = np.zeros(0)
+
+    def add_rank(self, rank: Rank) -> None:
+        self.ranks.append(rank)
+        self._plans.append(None)
+        self._kv_capacity_tokens = np.array(
+            [float(r.pool.num_blocks * r.pool.block_size) for r in self.ranks])
+
+    # -- placement -----------------------------------------------------------------------------
+
+    def place(self, request: Request) -> Rank:
+        """Put a request on the rank its trace names, else the next rank round robin."""
+        if request.dp_rank_hint is not None:
+            rank = self.ranks[request.dp_rank_hint]
+        else:
+            rank = self.ranks[self._next_rank]
+            self._next_rank = (self._next_rank + 1) % len(self.ranks)
+        rank.add_request(request)
+        self._num_placed += 1
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        return rank
+
+    def has_requests(self) -> bool:
+        return any(rank.has_requests() for rank in self.ranks)
+
+    # -- the pass barrier ----------------------------------------------------------------------
+
+    def submit(self, rank_id: int, plan: SchedulerOutput) -> Event:
+        """Hand in one rank's plan; the returned event fires when the pass is over."""
+        if self._num_submitted == 0:
+            self._placed_at_plan = self._num_placed
+        self._plans[rank_id] = plan
+        self._num_submitted += 1
+        if self._num_submitted == len(self.ranks):
+            self._all_submitted.succeed()
+        return self._pass_done
+
+    def run(self) -> Generator[Event, Any, None]:
+        while True:
+            yield self._all_submitted
+            plans = self._plans
+            self._num_submitted = 0
+            self._all_submitted = self.env.event()
+            if all(plan.is_empty for plan in plans):
+                yield from self._sleep_until_work()
+            else:
+                yield from self._run_pass(plans)
+            done, self._pass_done = self._pass_done, self.env.event()
+            done.succeed()
+
+    def _sleep_until_work(self) -> Generator[Event, Any, None]:
+        if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
+            yield Late(self.env)
+            return
+        if self.has_requests():
+            raise SimulationError(f"worker {self.worker_id}: requests are queued but no rank can schedule "
+                                  f"any of them")
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+        yield Late(self.env)
+
+    def _run_pass(self, plans: list[SchedulerOutput]) -> Generator[Event, Any, None]:
+        start = self.env.now
+        busy = self.timing.price(self._batch(plans)).total_s
+        for rank, plan in zip(self.ranks, plans):
+            rank.begin_pass(plan, start)
+        duration = float(busy.max())
+        yield Late(self.env, duration)
+        end = self.env.now
+        self.num_passes += 1
+        self.busy_s += duration
+        for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
+            rank.finish_pass(plan, start, end, rank_busy)
+
+    def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
+        counts = [len(plan.requests) for plan in plans]
+        rank = np.repeat(np.arange(len(plans)), counts)
+        new = np.fromiter((n for p in plans for n in p.num_new_tokens), np.int64, rank.size)
+        ctx = np.fromiter((n for p in plans for n in p.num_context_tokens), np.int64, rank.size)
+        dec = np.fromiter((d for p in plans for d in p.is_decode), bool, rank.size)
+        return PassBatch(len(plans), rank, new, ctx, dec, self._kv_capacity_tokens)

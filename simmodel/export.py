@@ -1,0 +1,76 @@
+"""Write a run's results to a folder, all or nothing.
+
+Files are written into a temporary sibling folder and moved into place only when all of them are
+complete, so a failed run never leaves half-written output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from simmodel.sim import Results
+
+
+def has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_output_dir(path: Path, overwrite: bool) -> None:
+    """Refuse a non-empty folder without ``overwrite``, or a path that is a file."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--output-dir {path}: exists and is not a folder")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"--output-dir {path}: folder is not empty (use --overwrite to replace it)")
+
+
+def _clean(value):
+    """JSON has no NaN: write ``null`` instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+def summary_json(summary: dict) -> str:
+    return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
+
+
+def write_events(frame: pd.DataFrame, folder: Path) -> str:
+    if has_pyarrow():
+        name = "events.parquet"
+        frame.to_parquet(folder / name, index=False)
+    else:
+        name = "events.csv"
+        frame.to_csv(folder / name, index=False)
+    return name
+
+
+def write_results(results: Results, path: Path, overwrite: bool) -> list[str]:
+    """Write summary.json, requests.csv, passes.csv and events.parquet (or events.csv) to ``path``."""
+    check_output_dir(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        (staging / "summary.json").write_text(summary_json(results.summary), encoding="utf-8")
+        results.requests.to_csv(staging / "requests.csv", index=False)
+        results.passes.to_csv(staging / "passes.csv", index=False)
+        names = ["summary.json", "requests.csv", "passes.csv", write_events(results.events, staging)]
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return names

@@ -1,0 +1,78 @@
+"""Append-only rows written while the simulation runs; no pandas here (the engine imports this)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class EventKind(IntEnum):
+    """Request lifecycle milestones and pass boundaries, in the event log's ``kind`` column."""
+
+    ARRIVAL = 0
+    PLACEMENT = 1
+    REJECTION = 2
+    ADMISSION = 3
+    PREEMPTION = 4
+    RESUME = 5
+    FIRST_TOKEN = 6
+    FINISH = 7
+    PASS_BEGIN = 8
+    PASS_END = 9
+
+
+class Event(NamedTuple):
+    """One row of the event log. ``request_id`` is -1 on pass rows; ``num_tokens`` is the tokens the
+    event concerns (prompt at arrival, scheduled chunk at admission/resume, output at finish,
+    scheduled tokens of the rank's pass)."""
+
+    time_s: float
+    kind: EventKind
+    worker: int
+    dp_rank: int
+    request_id: int
+    num_tokens: int
+
+
+class PassRecord(NamedTuple):
+    """One rank's share of one worker pass."""
+
+    worker: int
+    dp_rank: int
+    pass_index: int
+    start_s: float
+    end_s: float
+    num_scheduled_tokens: int
+    num_prefill_tokens: int
+    num_prefill_seqs: int
+    num_decode_seqs: int
+    num_sampled: int
+    kv_blocks_used: int
+    num_preempted: int
+    rank_busy_s: float
+
+
+class Recorder:
+    """Collects event rows, pass rows and inter-token intervals.
+
+    Inter-token latency is kept compactly: for each rank pass, the interval every request that also
+    sampled in the previous pass of that rank saw (one value, a count), plus the few other intervals
+    (after a preemption or a skipped pass) one by one.
+    """
+
+    def __init__(self, keep_events: bool = True) -> None:
+        self.keep_events = keep_events
+        self.events: list[Event] = []
+        self.passes: list[PassRecord] = []
+        self.itl_values: list[float] = []
+        self.itl_counts: list[int] = []
+
+    def event(self, time_s: float, kind: EventKind, worker: int, dp_rank: int, request_id: int,
+              num_tokens: int) -> None:
+        if self.keep_events:
+            self.events.append(Event(time_s, kind, worker, dp_rank, request_id, num_tokens))
+
+    def intervals(self, value_s: float, count: int) -> None:
+        if count:
+            self.itl_values.append(value_s)
+            self.itl_counts.append(count)

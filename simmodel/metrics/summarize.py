@@ -1,0 +1,142 @@
+"""Tables and statistics of a run, built once from the recorded rows.
+
+Definitions follow the reference: TTFT and E2E start at arrival; queue time ends at the start of the
+first pass that schedules the request; TTST is the gap from the first to the second token; TPOT is a
+request's (last − first token) / (outputs − 1); ITL pools every gap between successive tokens of
+every request; percentiles interpolate linearly; ``std`` is the population standard deviation.
+Output throughput divides all emitted tokens by the time from the first arrival to the last token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simmodel.engine.request import Request, RequestStatus
+from simmodel.metrics.records import Event, EventKind, PassRecord, Recorder
+
+PERCENTILES = (50, 75, 90, 99)
+LATENCY_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms")
+
+
+def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float | None]:
+    """Statistics of the multiset where ``values[i]`` occurs ``counts[i]`` times.
+
+    Equal to computing them on the expanded array (numpy's linear percentile), without expanding it.
+    """
+    keys = ["mean", "min", "max", *(f"p{q}" for q in PERCENTILES), "std"]
+    counts = counts.astype(np.int64)
+    keep = counts > 0
+    values, counts = values[keep].astype(np.float64), counts[keep]
+    n = int(counts.sum())
+    if n == 0:
+        return dict.fromkeys(keys)
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    ends = np.cumsum(counts)  # expanded index i has value values[searchsorted(ends, i, 'right')]
+    mean = float(np.dot(values, counts) / n)
+    out: dict[str, float | None] = {"mean": mean, "min": float(values[0]), "max": float(values[-1])}
+    for q in PERCENTILES:
+        pos = q / 100 * (n - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, n - 1)
+        v_lo = values[np.searchsorted(ends, lo, side="right")]
+        v_hi = values[np.searchsorted(ends, hi, side="right")]
+        out[f"p{q}"] = float(v_lo + (v_hi - v_lo) * (pos - lo))
+    out["std"] = float(np.sqrt(np.dot((values - mean) ** 2, counts) / n))
+    return out
+
+
+def stats(values: np.ndarray) -> dict[str, float | None]:
+    values = np.asarray(values, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    return weighted_stats(values, np.ones(len(values), dtype=np.int64))
+
+
+REQUEST_COLUMNS = (
+    "request_id", "status", "arrival_s", "first_admit_s", "first_token_s", "finish_s", "input_tokens",
+    "output_tokens", "requested_output_tokens", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "queue_ms",
+    "preemptions", "worker", "dp_rank",
+)
+
+
+def _status(request: Request) -> str:
+    if request.status is RequestStatus.FINISHED:
+        return "completed"
+    if request.status is RequestStatus.REJECTED:
+        return "rejected"
+    return "incomplete"
+
+
+def requests_frame(requests: list[Request]) -> pd.DataFrame:
+    """One row per request, times in seconds (``*_s``) and latencies in milliseconds (``*_ms``)."""
+    nan = float("nan")
+
+    def t(x: float | None) -> float:
+        return nan if x is None else x
+
+    rows = []
+    for r in requests:
+        first, last, n = t(r.first_token_at), t(r.last_token_at), r.num_output_tokens
+        done = r.status is RequestStatus.FINISHED
+        rows.append((
+            r.request_id, _status(r), r.arrived_at, t(r.first_admitted_at), first,
+            t(r.finished_at) if r.status.is_finished else nan, r.num_prompt_tokens, n, r.max_tokens,
+            (first - r.arrived_at) * 1e3, (t(r.second_token_at) - first) * 1e3,
+            (last - first) / (n - 1) * 1e3 if done and n > 1 else nan,
+            (t(r.finished_at) - r.arrived_at) * 1e3 if done else nan,
+            (t(r.first_admitted_at) - r.arrived_at) * 1e3,
+            r.num_preemptions, r.worker, r.dp_rank,
+        ))
+    return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+
+
+def passes_frame(passes: list[PassRecord]) -> pd.DataFrame:
+    return pd.DataFrame.from_records(passes, columns=list(PassRecord._fields))
+
+
+def events_frame(events: list[Event]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
+    names = [k.name.lower() for k in EventKind]
+    frame["kind"] = pd.Categorical.from_codes(frame["kind"].to_numpy(dtype=np.int64), categories=names)
+    return frame
+
+
+def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpus_per_worker: int,
+              num_workers: int, num_passes: int, end_s: float, wall_time_s: float,
+              num_kv_blocks_per_rank: int) -> dict:
+    """The summary.json mapping."""
+    done = requests[requests["status"] == "completed"]
+    total_out = int(requests["output_tokens"].sum())
+    arrivals = requests["arrival_s"]
+    last_token = requests["finish_s"].where(requests["status"] == "completed").max()
+    duration = float(last_token - arrivals.min()) if len(done) else 0.0
+    tpot = done["tpot_ms"].to_numpy()
+    per_user = 1000.0 / tpot[np.isfinite(tpot) & (tpot > 0)]
+    worker_seconds = num_workers * end_s
+    summary = {
+        "num_requests": int(len(requests)),
+        "completed_requests": int(len(done)),
+        "incomplete_requests": int((requests["status"] == "incomplete").sum()),
+        "rejected_requests": int((requests["status"] == "rejected").sum()),
+        "total_input_tokens": int(done["input_tokens"].sum()),
+        "total_output_tokens": total_out,
+        "duration_s": duration,
+        "end_time_s": float(end_s),
+        "wall_time_s": float(wall_time_s),
+        "request_throughput_rps": len(done) / duration if duration > 0 else None,
+        "output_throughput_tok_s": total_out / duration if duration > 0 else None,
+        "mean_output_token_throughput_per_user": float(per_user.mean()) if len(per_user) else None,
+        "gpu_count": int(gpu_count),
+        "gpu_hours": worker_seconds * gpus_per_worker / 3600.0,
+        "num_passes": int(num_passes),
+        "num_preemptions": int(requests["preemptions"].sum()),
+        "kv_blocks_per_rank": int(num_kv_blocks_per_rank),
+    }
+    summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
+    summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())
+    summary["tpot_ms"] = stats(tpot)
+    summary["itl_ms"] = weighted_stats(np.asarray(recorder.itl_values) * 1e3, np.asarray(recorder.itl_counts))
+    summary["e2e_latency_ms"] = stats(done["e2e_ms"].to_numpy())
+    summary["queue_ms"] = stats(requests["queue_ms"].to_numpy())
+    return summary

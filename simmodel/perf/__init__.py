@@ -1,0 +1,1 @@
+"""Hardware and model registries, KV capacity and the pass timing models."""

@@ -1,0 +1,37 @@
+"""Request lengths drawn from a ``LengthSpec``. Pure: the RNG is passed in."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simmodel.config.schema import LengthSpec
+
+
+def sample_lengths(spec: LengthSpec, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draw ``n`` token counts (int64, each at least ``spec.min`` and at most ``spec.max`` if set)."""
+    kind = spec.distribution
+    if kind == "fixed":
+        return np.full(n, spec.value, dtype=np.int64)
+    if kind == "uniform":
+        return rng.integers(spec.min, spec.max + 1, size=n, dtype=np.int64)
+    if kind == "choice":
+        p = None if spec.weights is None else np.asarray(spec.weights) / sum(spec.weights)
+        return rng.choice(np.asarray(spec.values, dtype=np.int64), size=n, p=p)
+    if kind == "normal":
+        raw = rng.normal(spec.mean, spec.std, size=n)
+    else:  # lognormal with the given mean and std of the lengths themselves
+        sigma2 = math.log1p((spec.std / spec.mean) ** 2)
+        raw = rng.lognormal(math.log(spec.mean) - sigma2 / 2, math.sqrt(sigma2), size=n)
+    high = spec.max if spec.max is not None else np.iinfo(np.int64).max // 4
+    return np.clip(np.rint(raw), spec.min, high).astype(np.int64)
+
+
+def smallest_length(spec: LengthSpec) -> int:
+    """The least length the spec can produce."""
+    if spec.distribution == "fixed":
+        return spec.value
+    if spec.distribution == "choice":
+        return min(v for v, w in zip(spec.values, spec.weights or [1] * len(spec.values)) if w > 0)
+    return spec.min

@@ -1,0 +1,155 @@
+"""Readers for request traces: Mooncake JSONL, Azure LLM inference CSV, and a plain CSV.
+
+Each returns a ``TraceData`` whose arrivals are shifted so the first one is at 0 s. Bad rows raise
+``ScenarioError`` naming the file, the line and the rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simmodel.errors import ScenarioError
+
+FORMATS = ("mooncake", "azure", "csv")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceData:
+    """One row per request, in file order."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    dp_rank: np.ndarray
+    """Attention-DP rank hint per row, -1 where the row names none."""
+    hash_ids: list[tuple[int, ...] | None]
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
+    """Read and validate a trace file of format ``fmt`` (one of ``FORMATS``)."""
+    if not path.is_file():
+        raise ScenarioError(f"{path}: trace file not found")
+    reader = {"mooncake": _read_mooncake, "azure": _read_azure, "csv": _read_csv}[fmt]
+    arrival, isl, osl, dp_rank, hash_ids = reader(path)
+    if len(arrival) == 0:
+        raise ScenarioError(f"{path}: trace has no requests")
+    _check_rows(path, arrival, isl, osl, dp_rank, require_monotone)
+    return TraceData(arrival - arrival[0] if require_monotone else arrival - arrival.min(),
+                     isl, osl, dp_rank, hash_ids)
+
+
+def _line_of(path: Path, row: int, header: bool) -> str:
+    return f"{path}:{row + (2 if header else 1)}"
+
+
+def _check_rows(path: Path, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray,
+                dp_rank: np.ndarray, require_monotone: bool) -> None:
+    header = path.suffix.lower() == ".csv"
+    checks = (
+        (~np.isfinite(arrival), "arrival time must be a finite number"),
+        (isl < 1, "input length must be a positive integer"),
+        (osl < 1, "output length must be a positive integer"),
+        (dp_rank < -1, "dp_rank must be a non-negative integer"),
+    )
+    for bad, rule in checks:
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ScenarioError(f"{_line_of(path, row, header)}: {rule}")
+    if require_monotone and len(arrival) > 1:
+        back = np.diff(arrival) < 0
+        if back.any():
+            row = int(np.argmax(back)) + 1
+            raise ScenarioError(f"{_line_of(path, row, header)}: timestamps must not decrease "
+                                f"({arrival[row - 1]:g} then {arrival[row]:g})")
+
+
+def _int_field(obj: dict, key: str, where: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        raise ScenarioError(f"{where}: missing field '{key}'")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ScenarioError(f"{where}: '{key}' must be an integer, got {value!r}")
+    return int(value)
+
+
+def _read_mooncake(path: Path):
+    arrival, isl, osl, dp_rank, hash_ids = [], [], [], [], []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ScenarioError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise ScenarioError(f"{where}: each line must be a JSON object")
+            ts = obj.get("timestamp")
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+                raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {ts!r}")
+            arrival.append(float(ts) / 1000.0)
+            isl.append(_int_field(obj, "input_length", where))
+            osl.append(_int_field(obj, "output_length", where))
+            dp_rank.append(_int_field(obj, "dp_rank", where) if "dp_rank" in obj else -1)
+            hashes = obj.get("hash_ids")
+            if hashes is not None and (not isinstance(hashes, list)
+                                       or not all(isinstance(h, int) for h in hashes)):
+                raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
+            hash_ids.append(tuple(hashes) if hashes is not None else None)
+    return (np.array(arrival, dtype=np.float64), np.array(isl, dtype=np.int64),
+            np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64), hash_ids)
+
+
+def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: not a readable CSV file ({exc})") from None
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ScenarioError(f"{path}: missing column(s) {', '.join(missing)} "
+                            f"(found {', '.join(map(str, frame.columns))})")
+    return frame
+
+
+def _int_column(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ScenarioError(f"{_line_of(path, row, True)}: column {column} must be an integer, "
+                            f"got {frame[column].iloc[row]!r}")
+    return values.astype(np.int64)
+
+
+def _read_azure(path: Path):
+    frame = _read_table(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    # The 2023 traces carry 7 fractional digits; datetime parsing takes at most 6.
+    stamps = pd.to_datetime(frame["TIMESTAMP"].astype(str).str.slice(0, 26), format="ISO8601", errors="coerce")
+    if stamps.isna().any():
+        row = int(np.argmax(stamps.isna().to_numpy()))
+        raise ScenarioError(f"{_line_of(path, row, True)}: TIMESTAMP {frame['TIMESTAMP'].iloc[row]!r} "
+                            f"is not a date and time")
+    arrival = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+    n = len(frame)
+    return (arrival, _int_column(path, frame, "ContextTokens"), _int_column(path, frame, "GeneratedTokens"),
+            np.full(n, -1, dtype=np.int64), [None] * n)
+
+
+def _read_csv(path: Path):
+    frame = _read_table(path, ("arrival_s", "input_tokens", "output_tokens"))
+    arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
+    n = len(frame)
+    dp_rank = (_int_column(path, frame, "dp_rank") if "dp_rank" in frame.columns
+               else np.full(n, -1, dtype=np.int64))
+    return (arrival, _int_column(path, frame, "input_tokens"), _int_column(path, frame, "output_tokens"),
+            dp_rank, [None] * n)
