@@ -13,6 +13,7 @@ import simpy
 
 from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
+from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import BlockPool
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
@@ -108,7 +109,8 @@ class Simulation:
         load = scenario.traffic.load
         self.source = TrafficSource(self.env, RequestStream(scenario, trace), self._place, self.recorder,
                                     role.context_length, load.concurrency if load.type == "concurrency" else 0)
-        self.stop_at = scenario.traffic.stop.max_virtual_time_seconds
+        cutoff = scenario.traffic.stop.max_virtual_time_seconds
+        self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
         self.wall_time_s = 0.0
         for worker in self.workers:
             self.env.process(worker.run())
@@ -137,7 +139,8 @@ class Simulation:
 
     @property
     def now(self) -> float:
-        return self.env.now
+        """Simulated time in seconds."""
+        return self.env.now / NS_PER_S
 
     @property
     def finished(self) -> bool:
@@ -160,12 +163,14 @@ class Simulation:
 
     def run(self, until: float | None = None) -> Results:
         """Run to ``until`` seconds of simulated time (or to the end) and return the results so far."""
-        limit = self.stop_at if until is None else (until if self.stop_at is None else min(until, self.stop_at))
+        limit = self.stop_at
+        if until is not None:
+            limit = to_ns(until) if limit is None else min(to_ns(until), limit)
         started = time.perf_counter()
         if limit is None:
             self.env.run()
-        elif limit > self.env.now:
-            self.env.run(until=limit)
+        elif limit >= self.env.now:
+            self.env.run(until=limit + 1)  # events at the limit itself still happen
         self.wall_time_s += time.perf_counter() - started
         return self.results()
 
@@ -178,10 +183,10 @@ class Simulation:
     def end_time(self) -> float:
         """When the run ended: the last pass end once drained, else the current time."""
         if self.finished and not any(not r.status.is_finished for r in self.requests):
-            ends = [p.end_s for p in self.recorder.passes] or [0.0]
-            arrivals = [r.arrived_at for r in self.requests] or [0.0]
-            return max(max(ends), max(arrivals))
-        return float(self.env.now)
+            ends = [p.end_ns for p in self.recorder.passes] or [0]
+            arrivals = [r.arrived_at for r in self.requests] or [0]
+            return max(max(ends), max(arrivals)) / NS_PER_S
+        return min(self.env.now, self.stop_at if self.stop_at is not None else self.env.now) / NS_PER_S
 
     def results(self) -> Results:
         requests = requests_frame(self.requests)

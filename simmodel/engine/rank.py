@@ -71,11 +71,11 @@ class Rank:
                 rec.event(now, EventKind.RESUME, w, r, request.request_id,
                           plan.num_new_tokens[index[id(request)]])
 
-    def begin_pass(self, plan: SchedulerOutput, start_s: float) -> None:
-        self.recorder.event(start_s, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
+    def begin_pass(self, plan: SchedulerOutput, start_ns: int) -> None:
+        self.recorder.event(start_ns, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
                             plan.total_num_scheduled_tokens)
 
-    def finish_pass(self, plan: SchedulerOutput, start_s: float, end_s: float, busy_s: float) -> None:
+    def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int) -> None:
         """Apply the pass outcome at its end: sample tokens, retire finished requests, record the pass."""
         pass_index = self.num_passes
         self.num_passes += 1
@@ -85,32 +85,32 @@ class Rank:
         for request in sampled:
             n = request.num_output_tokens
             if request.first_token_at is None:
-                request.first_token_at = end_s
-                rec.event(end_s, EventKind.FIRST_TOKEN, w, r, request.request_id, 1)
+                request.first_token_at = end_ns
+                rec.event(end_ns, EventKind.FIRST_TOKEN, w, r, request.request_id, 1)
             elif request.last_token_pass == pass_index - 1:
                 consecutive += 1
             else:
-                rec.intervals(end_s - request.last_token_at, 1)
+                rec.intervals(end_ns - request.last_token_at, 1)
             if n == 2 and request.second_token_at is None:
-                request.second_token_at = end_s
-            request.last_token_at = end_s
+                request.second_token_at = end_ns
+            request.last_token_at = end_ns
             request.last_token_pass = pass_index
-        rec.intervals(end_s - start_s, consecutive)
+        rec.intervals(end_ns - start_ns, consecutive)
         for request in finished:
-            request.finished_at = end_s
-            rec.event(end_s, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens)
+            request.finished_at = end_ns
+            rec.event(end_ns, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens)
             if request.on_finish is not None:
                 request.on_finish(request)
-        self._record_pass(plan, pass_index, start_s, end_s, busy_s, len(sampled))
+        self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled))
 
-    def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_s: float, end_s: float,
-                     busy_s: float, num_sampled: int) -> None:
+    def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,
+                     busy_ns: int, num_sampled: int) -> None:
         num_decode = sum(plan.is_decode)
         prefill_tokens = sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
         total = plan.total_num_scheduled_tokens
         w, r = self.worker.worker_id, self.rank_id
         self.recorder.passes.append(PassRecord(
-            w, r, pass_index, start_s, end_s, total, prefill_tokens, len(plan.requests) - num_decode,
-            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_s))
-        self.recorder.event(end_s, EventKind.PASS_END, w, r, -1, total)
+            w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
+            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_ns))
+        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total)
 

@@ -23,7 +23,8 @@ class Request:
     """One client request: ``num_prompt_tokens`` in, at most ``max_tokens`` out.
 
     Mirrors the fields vLLM's v1 scheduler reads (``num_computed_tokens``, ``num_tokens``,
-    ``num_output_tokens``); the ``*_at`` fields are simulated times in seconds, ``None`` until reached.
+    ``num_output_tokens``); the ``*_at`` fields are simulated times in integer nanoseconds (see
+    ``simmodel.engine.clock``), ``None`` until reached.
     """
 
     __slots__ = (
@@ -33,7 +34,7 @@ class Request:
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
     )
 
-    def __init__(self, request_id: int, arrived_at: float, num_prompt_tokens: int, max_tokens: int,
+    def __init__(self, request_id: int, arrived_at: int, num_prompt_tokens: int, max_tokens: int,
                  dp_rank_hint: int | None = None, hash_ids: tuple[int, ...] | None = None) -> None:
         self.request_id = request_id
         self.arrived_at = arrived_at
@@ -48,11 +49,11 @@ class Request:
         self.dp_rank = -1
         self.dp_rank_hint = dp_rank_hint
         self.hash_ids = hash_ids
-        self.first_admitted_at: float | None = None
-        self.first_token_at: float | None = None
-        self.second_token_at: float | None = None
-        self.last_token_at: float | None = None
-        self.finished_at: float | None = None
+        self.first_admitted_at: int | None = None
+        self.first_token_at: int | None = None
+        self.second_token_at: int | None = None
+        self.last_token_at: int | None = None
+        self.finished_at: int | None = None
         self.last_token_pass = -2
         self.on_finish = None
 

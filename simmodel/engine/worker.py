@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
+from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -24,7 +25,7 @@ LATE = 2
 class Late(Event):
     """An event that fires ``delay`` seconds from now, after all normal events of that instant."""
 
-    def __init__(self, env: simpy.Environment, delay: float = 0.0, value: Any = None) -> None:
+    def __init__(self, env: simpy.Environment, delay: int = 0, value: Any = None) -> None:
         super().__init__(env)
         self._ok, self._value = True, value
         env.schedule(self, LATE, delay)
@@ -43,7 +44,7 @@ class Worker:
         self.env, self.worker_id, self.timing = env, worker_id, timing
         self.ranks: list[Rank] = []
         self.num_passes = 0
-        self.busy_s = 0.0
+        self.busy_ns = 0
         self._plans: list[SchedulerOutput | None] = []
         self._num_submitted = 0
         self._all_submitted = env.event()
@@ -117,14 +118,14 @@ class Worker:
 
     def _run_pass(self, plans: list[SchedulerOutput]) -> Generator[Event, Any, None]:
         start = self.env.now
-        busy = self.timing.price(self._batch(plans)).total_s
+        busy = np.rint(self.timing.price(self._batch(plans)).total_s * NS_PER_S).astype(np.int64)
         for rank, plan in zip(self.ranks, plans):
             rank.begin_pass(plan, start)
-        duration = float(busy.max())
+        duration = int(busy.max())
         yield Late(self.env, duration)
         end = self.env.now
         self.num_passes += 1
-        self.busy_s += duration
+        self.busy_ns += duration
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
             rank.finish_pass(plan, start, end, rank_busy)
 

@@ -26,7 +26,7 @@ class Event(NamedTuple):
     event concerns (prompt at arrival, scheduled chunk at admission/resume, output at finish,
     scheduled tokens of the rank's pass)."""
 
-    time_s: float
+    time_ns: int
     kind: EventKind
     worker: int
     dp_rank: int
@@ -40,8 +40,8 @@ class PassRecord(NamedTuple):
     worker: int
     dp_rank: int
     pass_index: int
-    start_s: float
-    end_s: float
+    start_ns: int
+    end_ns: int
     num_scheduled_tokens: int
     num_prefill_tokens: int
     num_prefill_seqs: int
@@ -49,7 +49,7 @@ class PassRecord(NamedTuple):
     num_sampled: int
     kv_blocks_used: int
     num_preempted: int
-    rank_busy_s: float
+    rank_busy_ns: int
 
 
 class Recorder:
@@ -64,15 +64,15 @@ class Recorder:
         self.keep_events = keep_events
         self.events: list[Event] = []
         self.passes: list[PassRecord] = []
-        self.itl_values: list[float] = []
+        self.itl_values: list[int] = []
         self.itl_counts: list[int] = []
 
-    def event(self, time_s: float, kind: EventKind, worker: int, dp_rank: int, request_id: int,
+    def event(self, time_ns: int, kind: EventKind, worker: int, dp_rank: int, request_id: int,
               num_tokens: int) -> None:
         if self.keep_events:
-            self.events.append(Event(time_s, kind, worker, dp_rank, request_id, num_tokens))
+            self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens))
 
-    def intervals(self, value_s: float, count: int) -> None:
+    def intervals(self, value_ns: int, count: int) -> None:
         if count:
-            self.itl_values.append(value_s)
+            self.itl_values.append(value_ns)
             self.itl_counts.append(count)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import Event, EventKind, PassRecord, Recorder
 
@@ -72,31 +73,37 @@ def requests_frame(requests: list[Request]) -> pd.DataFrame:
     """One row per request, times in seconds (``*_s``) and latencies in milliseconds (``*_ms``)."""
     nan = float("nan")
 
-    def t(x: float | None) -> float:
-        return nan if x is None else x
+    def t(x: int | None) -> float:
+        return nan if x is None else x / NS_PER_S
 
     rows = []
     for r in requests:
         first, last, n = t(r.first_token_at), t(r.last_token_at), r.num_output_tokens
         done = r.status is RequestStatus.FINISHED
         rows.append((
-            r.request_id, _status(r), r.arrived_at, t(r.first_admitted_at), first,
+            r.request_id, _status(r), t(r.arrived_at), t(r.first_admitted_at), first,
             t(r.finished_at) if r.status.is_finished else nan, r.num_prompt_tokens, n, r.max_tokens,
-            (first - r.arrived_at) * 1e3, (t(r.second_token_at) - first) * 1e3,
+            (first - t(r.arrived_at)) * 1e3, (t(r.second_token_at) - first) * 1e3,
             (last - first) / (n - 1) * 1e3 if done and n > 1 else nan,
-            (t(r.finished_at) - r.arrived_at) * 1e3 if done else nan,
-            (t(r.first_admitted_at) - r.arrived_at) * 1e3,
+            (t(r.finished_at) - t(r.arrived_at)) * 1e3 if done else nan,
+            (t(r.first_admitted_at) - t(r.arrived_at)) * 1e3,
             r.num_preemptions, r.worker, r.dp_rank,
         ))
     return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
 
 
 def passes_frame(passes: list[PassRecord]) -> pd.DataFrame:
-    return pd.DataFrame.from_records(passes, columns=list(PassRecord._fields))
+    """One row per pass and rank; times in seconds, the rank's own forward time in ms."""
+    frame = pd.DataFrame.from_records(passes, columns=list(PassRecord._fields))
+    frame.insert(3, "start_s", frame.pop("start_ns") / NS_PER_S)
+    frame.insert(4, "end_s", frame.pop("end_ns") / NS_PER_S)
+    frame["rank_busy_ms"] = frame.pop("rank_busy_ns") / 1e6
+    return frame
 
 
 def events_frame(events: list[Event]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
+    frame.insert(0, "time_s", frame.pop("time_ns") / NS_PER_S)
     names = [k.name.lower() for k in EventKind]
     frame["kind"] = pd.Categorical.from_codes(frame["kind"].to_numpy(dtype=np.int64), categories=names)
     return frame
@@ -136,7 +143,7 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
     summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
     summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())
     summary["tpot_ms"] = stats(tpot)
-    summary["itl_ms"] = weighted_stats(np.asarray(recorder.itl_values) * 1e3, np.asarray(recorder.itl_counts))
+    summary["itl_ms"] = weighted_stats(np.asarray(recorder.itl_values, dtype=np.float64) / 1e6, np.asarray(recorder.itl_counts))
     summary["e2e_latency_ms"] = stats(done["e2e_ms"].to_numpy())
     summary["queue_ms"] = stats(requests["queue_ms"].to_numpy())
     return summary

@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 
 from simmodel.config.schema import Scenario, SyntheticSource
+from simmodel.engine.clock import to_ns
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
 from simmodel.traffic.arrivals import gaps
@@ -92,7 +93,7 @@ class TrafficSource:
                 self._inject()
             return
         while self._has_next():
-            at = self.stream.arrival(len(self.requests))
+            at = to_ns(self.stream.arrival(len(self.requests)))
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
             self._inject()

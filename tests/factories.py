@@ -1,0 +1,65 @@
+"""Small scenario builders with overridable defaults, and a one-call runner."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from simmodel.config.load import parse_scenario
+from simmodel.sim import Results, Simulation
+
+SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    for key, value in extra.items():
+        # A mapping that names a new ``type`` replaces the variant instead of merging into it.
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and "type" not in value:
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def make_scenario(**overrides) -> dict:
+    """Llama-3.1-8B on H100, one worker, fixed 20 ms prefill / 10 ms decode, 4 requests of 100→5.
+
+    Keyword arguments are nested dicts merged into the mapping, e.g.
+    ``make_scenario(engine={"workers": {"aggregated": {"parallelism": {"replicas": 2}}}})``.
+    """
+    base = {
+        "traffic": {
+            "source": {"type": "synthetic", "input_tokens": 100, "output_tokens": 5},
+            "load": {"type": "concurrency", "concurrency": 1},
+            "stop": {"requests": 4},
+        },
+        "engine": {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "hardware": "h100_sxm",
+            "context_length": 4096,
+            "workers": {"aggregated": {
+                "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1000}},
+                "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
+            }},
+        },
+    }
+    return _merge(copy.deepcopy(base), overrides)
+
+
+def write_csv_trace(path: Path, rows: list[tuple[float, int, int]] | list[tuple[float, int, int, int]]) -> Path:
+    """A plain CSV trace: (arrival_s, input_tokens, output_tokens[, dp_rank]) per row."""
+    header = "arrival_s,input_tokens,output_tokens" + (",dp_rank" if rows and len(rows[0]) == 4 else "")
+    path.write_text(header + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    return path
+
+
+def trace_scenario(trace: Path, **overrides) -> dict:
+    """``make_scenario`` fed by a CSV trace at its own timestamps."""
+    scenario = make_scenario(**overrides)
+    scenario["traffic"] = _merge({"source": {"type": "trace", "path": str(trace), "format": "csv"},
+                                  "load": {"type": "trace_timestamps"}}, overrides.get("traffic", {}))
+    return scenario
+
+
+def run_scenario(data: dict, base_dir: Path = Path(".")) -> Results:
+    return Simulation(parse_scenario(data, base_dir)).run()
