@@ -75,8 +75,8 @@ class PolynomialTiming:
     - P(T) = 4.209989e-07·T² + 1.518344e-02·T + 16.50142 ms, where with n prefilling sequences
       T = n·(⌊Σ(context + chunk)/n⌋ − ⌊Σ context/n⌋) (Dynamo batches by floored means, so T can
       differ from the plain token sum by less than n);
-    - D(u) = max(1, −25.74·u² + 54.01·u + 5.74) ms, u = min(1, Σ decode contexts / KV capacity in
-      tokens).
+    - D(u) = max(1, −25.74·u² + 54.01·u + 5.74) ms, u = min(1, Σ decode sequence lengths / KV
+      capacity in tokens), a decoding sequence's length being its prompt plus every token sampled so far.
     """
 
     PREFILL = (4.209989e-07, 1.518344e-02, 1.650142e01)
@@ -94,7 +94,7 @@ class PolynomialTiming:
         a, b, c = self.PREFILL
         prefill_ms = np.where(n > 0, (a * tokens + b) * tokens + c, 0.0)
         has_decode = _per_rank(batch, decode.astype(np.float64)) > 0
-        u = np.minimum(1.0, _per_rank(batch, np.where(decode, ctx, 0.0)) / batch.kv_capacity_tokens)
+        u = np.minimum(1.0, _per_rank(batch, np.where(decode, ctx + batch.num_new_tokens, 0.0)) / batch.kv_capacity_tokens)
         d, e, f = self.DECODE
         decode_ms = np.where(has_decode, np.maximum(1.0, (d * u + e) * u + f), 0.0)
         return PassCost(prefill_ms / 1000.0, decode_ms / 1000.0)

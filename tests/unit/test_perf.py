@@ -1,0 +1,77 @@
+"""KV capacity and the two simple timing models, against hand arithmetic and Dynamo's measured points."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simmodel.perf.capacity import default_kv_blocks
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.models import MODELS
+from simmodel.perf.timing import FixedTiming, PassBatch, PolynomialTiming
+
+LLAMA8 = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+LLAMA70 = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
+
+
+def test_llama_8b_parameters_and_kv_bytes():
+    """Published size 8.03 B: 2·128256·4096 (untied embeddings) + 32·(2·4096² + 2·4096·1024
+    + 3·4096·14336 + 2·4096) + 4096 = 8,030,261,248. KV: 2·32·8·128·2 = 131,072 B/token."""
+    assert LLAMA8.num_parameters == 8_030_261_248
+    assert LLAMA8.kv_bytes_per_token == 131_072
+
+
+def test_kv_blocks_llama_8b_one_h100_at_0_9():
+    """(80e9·0.9 − 16,060,522,496 − 2^30) / (16·131072) = 54,865,735,680 / 2,097,152 = 26,162.2 → 26,162."""
+    assert default_kv_blocks(LLAMA8, HARDWARE["h100_sxm"], memory_fraction=0.9, block_size=16, tensor=1) == 26162
+
+
+def test_kv_blocks_llama_70b_tensor_4_h200():
+    """70B: 70,553,706,496 params → 141,107,412,992 B, /4 = 35,276,853,248 per GPU. KV per GPU:
+    2·80·(8/4)·128·2 = 81,920 B/token. (141e9·0.9 − 35,276,853,248 − 2^30) / (16·81,920)
+    = 90,549,404,928 / 1,310,720 = 69,083.4 → 69,083."""
+    assert LLAMA70.num_parameters == 70_553_706_496
+    assert default_kv_blocks(LLAMA70, HARDWARE["h200_sxm"], memory_fraction=0.9, block_size=16, tensor=4) == 69083
+
+
+def test_kv_heads_replicate_beyond_tensor_and_decode_context_spreads_them():
+    """8 KV heads on tensor 16: each GPU still holds one head, so per-GPU KV/token is 2·80·1·128·2 = 40,960;
+    decode_context 2 splits tokens over the replicas: 40,960 / 2 = 20,480 (twice the blocks, minus rounding)."""
+    h200 = HARDWARE["h200_sxm"]
+    plain = default_kv_blocks(LLAMA70, h200, memory_fraction=0.9, block_size=16, tensor=16)
+    dcp = default_kv_blocks(LLAMA70, h200, memory_fraction=0.9, block_size=16, tensor=16, decode_context=2)
+    free = 141e9 * 0.9 - 141_107_412_992 / 16 - 2**30
+    assert plain == int(free // (16 * 40_960)) and dcp == int(free // (16 * 20_480))
+
+
+def batch(rank, new, ctx, decode, num_ranks=1, capacity=1600.0) -> PassBatch:
+    return PassBatch(num_ranks, np.array(rank), np.array(new), np.array(ctx), np.array(decode, dtype=bool),
+                     np.full(num_ranks, capacity))
+
+
+def test_fixed_timing_adds_prefill_and_decode_per_rank():
+    """Rank 0 mixed (20 + 10 ms), rank 1 decode only (10 ms), rank 2 idle (0)."""
+    cost = FixedTiming(20, 10).price(batch([0, 0, 1], [100, 1, 1], [0, 50, 70], [False, True, True], num_ranks=3))
+    assert cost.total_s.tolist() == pytest.approx([0.030, 0.010, 0.0])
+
+
+@pytest.mark.parametrize("isl, ms", [(1, 16.516604), (100, 18.023974), (1000, 32.105859), (8192, 169.136918)])
+def test_polynomial_prefill_matches_dynamo(isl, ms):
+    """TTFT of one lone request in Dynamo mocker 1.6.1 (measured, ../shared/oracles/peers.md §2.3)."""
+    cost = PolynomialTiming().price(batch([0], [isl], [0], [False]))
+    assert cost.total_s[0] * 1e3 == pytest.approx(ms, abs=1e-5)
+
+
+def test_polynomial_prefill_uses_floored_means():
+    """Three prompts of 1000, 1000, 1001: T = 3·⌊3001/3⌋ = 3000, measured 65.840730 ms."""
+    cost = PolynomialTiming().price(batch([0, 0, 0], [1000, 1000, 1001], [0, 0, 0], [False] * 3))
+    assert cost.total_s[0] * 1e3 == pytest.approx(65.840730, abs=1e-5)
+
+
+def test_polynomial_decode_depends_on_kv_occupancy():
+    """First decode after a 1000-token prefill: length 1001 of capacity 1600, D(1001/1600) = 29.455199 ms,
+    measured in Dynamo mocker 1.6.1 (a 1000→2 request ends at 32.105859 + 29.455199 = 61.561058)."""
+    cost = PolynomialTiming().price(batch([0], [1], [1000], [True]))
+    assert cost.total_s[0] * 1e3 == pytest.approx(29.455199, abs=1e-5)
+    full = PolynomialTiming().price(batch([0], [1], [5000], [True]))  # u clamps at 1: 34.01 ms
+    assert full.total_s[0] * 1e3 == pytest.approx(34.01)
