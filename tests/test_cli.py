@@ -1,0 +1,103 @@
+"""The ``simmodel`` command as a user runs it: outputs, exit codes, one-line errors, determinism."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from factories import make_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def simmodel(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simmodel.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture
+def scenario(tmp_path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario(traffic={"load": {"concurrency": 2}, "stop": {"requests": 6}})))
+    return path
+
+
+def test_run_writes_the_four_outputs(scenario, tmp_path):
+    out = tmp_path / "out"
+    proc = simmodel("run", "-c", str(scenario), "--output-dir", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    for key in ("num_requests", "completed_requests", "incomplete_requests", "total_output_tokens", "duration_s",
+                "wall_time_s", "request_throughput_rps", "output_throughput_tok_s",
+                "mean_output_token_throughput_per_user", "gpu_count", "gpu_hours", "num_passes", "num_preemptions"):
+        assert key in summary
+    for key in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms"):
+        assert set(summary[key]) == {"mean", "min", "max", "p50", "p75", "p90", "p99", "std"}
+    requests = pd.read_csv(out / "requests.csv")
+    assert len(requests) == 6 and (requests.status == "completed").all()
+    passes = pd.read_csv(out / "passes.csv")
+    assert {"worker", "dp_rank", "pass_index", "start_s", "end_s", "num_scheduled_tokens", "num_prefill_seqs",
+            "num_decode_seqs", "kv_blocks_used", "num_preempted"} <= set(passes.columns)
+    events = pd.read_parquet(out / "events.parquet")
+    # 6 requests × (arrival, placement, admission, first token, finish) + 2 rows per pass, no token rows
+    assert len(events) == 6 * 5 + 2 * summary["num_passes"]
+
+
+def test_same_seed_same_bytes(scenario, tmp_path):
+    """Two runs of one scenario give identical files (summary.json apart from its wall time)."""
+    for name in ("a", "b"):
+        assert simmodel("run", "-c", str(scenario), "--output-dir", str(tmp_path / name),
+                        "--set", "traffic.load={type: poisson, requests_per_second: 30}").returncode == 0
+    for name in ("requests.csv", "passes.csv", "events.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    a, b = (json.loads((tmp_path / n / "summary.json").read_text()) for n in "ab")
+    a.pop("wall_time_s"), b.pop("wall_time_s")
+    assert a == b
+
+
+def test_non_empty_output_dir_is_refused(scenario, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    proc = simmodel("run", "-c", str(scenario), "--output-dir", str(out))
+    assert proc.returncode == 2 and "folder is not empty (use --overwrite" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert simmodel("run", "-c", str(scenario), "--output-dir", str(out), "--overwrite").returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "passes.csv", "requests.csv", "summary.json"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "engine.workers.aggregated.kv_cache.block_size=0"],
+     "s.yaml: engine.workers.aggregated.kv_cache.block_size: must be a positive integer, got 0"),
+    (["--set", "traffic.source={type: trace, path: nope.csv, format: csv}",
+      "--set", "traffic.load={type: trace_timestamps}"], "traffic.source.path:"),
+    (["--format", "xml"], "Invalid value for '--format'"),
+    (["--bogus"], "No such option '--bogus'"),
+])
+def test_bad_input_is_one_line_and_exit_2(scenario, tmp_path, args, message):
+    out = tmp_path / "out"
+    proc = simmodel("run", "-c", str(scenario), "--output-dir", str(out), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_validate(scenario):
+    ok = simmodel("validate", "-c", str(scenario))
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    bad = simmodel("validate", "-c", str(scenario), "--set", "engine.seed=-1")
+    assert bad.returncode == 2 and "engine.seed: must be an integer >= 0, got -1" in bad.stderr
+    missing = simmodel("validate", "-c", "nope.yaml")
+    assert missing.returncode == 2 and "nope.yaml: scenario file not found" in missing.stderr
+
+
+def test_quickstart_table():
+    proc = simmodel("run", "-c", "scenarios/quickstart.yaml", "--set", "traffic.stop.requests=40")
+    assert proc.returncode == 0, proc.stderr
+    assert "Time to first token (ms)" in proc.stdout and "Completed requests" in proc.stdout
