@@ -55,7 +55,7 @@ def stats(values: np.ndarray) -> dict[str, float | None]:
 
 
 REQUEST_COLUMNS = (
-    "request_id", "status", "arrival_s", "first_admit_s", "first_token_s", "finish_s", "input_tokens",
+    "request_id", "status", "arrival_s", "first_admit_s", "first_token_s", "last_token_s", "finish_s", "input_tokens",
     "output_tokens", "requested_output_tokens", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "queue_ms",
     "preemptions", "worker", "dp_rank",
 )
@@ -81,7 +81,7 @@ def requests_frame(requests: list[Request]) -> pd.DataFrame:
         first, last, n = t(r.first_token_at), t(r.last_token_at), r.num_output_tokens
         done = r.status is RequestStatus.FINISHED
         rows.append((
-            r.request_id, _status(r), t(r.arrived_at), t(r.first_admitted_at), first,
+            r.request_id, _status(r), t(r.arrived_at), t(r.first_admitted_at), first, last,
             t(r.finished_at) if r.status.is_finished else nan, r.num_prompt_tokens, n, r.max_tokens,
             (first - t(r.arrived_at)) * 1e3, (t(r.second_token_at) - first) * 1e3,
             (last - first) / (n - 1) * 1e3 if done and n > 1 else nan,
