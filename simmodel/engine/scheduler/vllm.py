@@ -54,18 +54,21 @@ class VllmScheduler:
         threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
 
         # Phase 1: running requests in order (decodes and partial prefills alike).
+        block_size, max_model_len = self.block_size, cfg.max_model_len
+        reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
         req_index = 0
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
             computed = request.num_computed_tokens
-            num_new = request.num_tokens - computed
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            num_new = num_tokens - computed
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = min(num_new, token_budget, cfg.max_model_len - computed - 1)
+            num_new = min(num_new, token_budget, max_model_len - computed - 1)
             if num_new <= 0:
                 req_index += 1
                 continue
-            num_needed = cdiv(computed + num_new, self.block_size) - request.num_blocks
+            num_needed = -(-(computed + num_new) // block_size) - request.num_blocks
             while num_needed > pool.num_free_blocks:
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -73,7 +76,14 @@ class VllmScheduler:
                     break
             if request.status is RequestStatus.PREEMPTED:
                 break
-            self._schedule(request, num_new, num_needed, out)
+            # Inlined _schedule(): this loop runs once per running request per pass.
+            pool.num_free_blocks -= num_needed
+            request.num_blocks += num_needed
+            reqs.append(request)
+            news.append(num_new)
+            ctxs.append(computed)
+            decs.append(request.num_output_tokens > 0 and computed == num_tokens - 1)
+            request.num_computed_tokens = computed + num_new
             token_budget -= num_new
             req_index += 1
 
@@ -136,21 +146,22 @@ class VllmScheduler:
         once ``num_tokens`` reaches ``max_model_len``; its blocks are freed at once (sync engine).
         """
         max_model_len = self.config.max_model_len
+        running = RequestStatus.RUNNING
         sampled: list[Request] = []
         finished: list[Request] = []
         for request in output.requests:
-            if request.status is not RequestStatus.RUNNING:
+            if request.status is not running:
                 continue
-            if request.num_computed_tokens < request.num_tokens:
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            if request.num_computed_tokens < num_tokens:
                 continue  # a partial prefill chunk samples nothing
             request.num_output_tokens += 1
             sampled.append(request)
-            if (request.num_output_tokens >= request.max_tokens
-                    or request.num_tokens >= max_model_len):
+            if request.num_output_tokens >= request.max_tokens or num_tokens + 1 >= max_model_len:
                 request.status = RequestStatus.FINISHED
                 self.pool.free(request.num_blocks)
                 request.num_blocks = 0
                 finished.append(request)
         if finished:
-            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+            self.running = [r for r in self.running if r.status is running]
         return sampled, finished
