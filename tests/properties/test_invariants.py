@@ -1,0 +1,77 @@
+"""Invariants over randomly generated small scenarios (fixed timing, tight and loose KV, DP 1–3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from factories import make_scenario
+from simmodel import Simulation
+from simmodel.config.load import parse_scenario
+
+
+@st.composite
+def scenarios(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    block = draw(st.sampled_from([1, 4, 16]))
+    context = draw(st.integers(64, 512))
+    blocks = draw(st.integers(-(-context // block), 4 * -(-context // block)))
+    max_seqs = draw(st.integers(1, 8))
+    budget = draw(st.integers(max(max_seqs, 8), 256))
+    load = draw(st.sampled_from([
+        {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
+        {"type": "poisson", "requests_per_second": draw(st.floats(1, 200))},
+        {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 200))},
+    ]))
+    return make_scenario(
+        traffic={"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
+                            "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}},
+                 "load": load, "stop": {"requests": draw(st.integers(1, 25))}},
+        engine={"seed": seed, "context_length": context, "workers": {"aggregated": {
+            "parallelism": {"attention_data": draw(st.integers(1, 3)), "replicas": draw(st.integers(1, 2))},
+            "scheduler": {"max_sequences": max_seqs, "max_batched_tokens": budget,
+                          "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16]))},
+            "kv_cache": {"block_size": block, "capacity": {"type": "fixed", "blocks": blocks}},
+            "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 5, 20])), "decode_ms": 3}}}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_every_request_ends_once_and_resources_come_back(data):
+    sim = Simulation(parse_scenario(data, Path(".")))
+    res = sim.run()
+    req, passes = res.requests, res.passes
+    role = data["engine"]["workers"]["aggregated"]
+    context = data["engine"]["context_length"]
+    assert len(req) == data["traffic"]["stop"]["requests"]
+    served = req[req.status == "completed"]
+    assert set(req.status) <= {"completed", "rejected"}
+    assert (req.status == "rejected").tolist() == (req.input_tokens >= context).tolist()
+    # exactly its output tokens, or fewer when the context limit stops it
+    expected = np.minimum(served.requested_output_tokens, context - served.input_tokens)
+    assert served.output_tokens.tolist() == expected.tolist()
+    assert (served.arrival_s <= served.first_admit_s).all()
+    assert (served.first_admit_s <= served.first_token_s).all() and (served.first_token_s <= served.finish_s).all()
+    assert (passes.num_scheduled_tokens <= role["scheduler"]["max_batched_tokens"]).all()
+    assert (passes.num_prefill_seqs + passes.num_decode_seqs <= role["scheduler"]["max_sequences"]).all()
+    assert (passes.kv_blocks_used <= role["kv_cache"]["capacity"]["blocks"]).all()
+    finishes = res.events[res.events.kind == "finish"].request_id
+    assert sorted(finishes) == sorted(served.request_id)
+    for worker in sim.workers:
+        for rank in worker.ranks:
+            assert rank.pool.num_free_blocks == rank.pool.num_blocks and not rank.running and not rank.waiting
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4))
+def test_unlimited_capacity_means_no_queueing(seed, concurrency):
+    """Concurrency below max_sequences, ample KV and budget: every request is admitted on arrival."""
+    data = make_scenario(traffic={"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": 500}},
+                                  "load": {"type": "concurrency", "concurrency": concurrency},
+                                  "stop": {"requests": 12}},
+                         engine={"seed": seed})
+    res = Simulation(parse_scenario(data, Path("."))).run()
+    assert (res.requests.queue_ms == 0).all()
