@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from factories import SHARED_TRACES, make_scenario
+
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from factories import make_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,20 @@ from typing import Any
 import yaml
 
 from simmodel.config.schema import (
-    CapacitySpec, Engine, KvCacheSpec, LengthSpec, LoadSpec, Parallelism, Scenario, SchedulerSpec,
-    StopSpec, SyntheticSource, TimingSpec, TraceSource, Traffic, WorkerRole,
+    CapacitySpec,
+    Engine,
+    KvCacheSpec,
+    LengthSpec,
+    LoadSpec,
+    Parallelism,
+    Scenario,
+    SchedulerSpec,
+    StopSpec,
+    SyntheticSource,
+    TimingSpec,
+    TraceSource,
+    Traffic,
+    WorkerRole,
 )
 from simmodel.engine.kv_cache import cdiv
 from simmodel.errors import ScenarioError

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from factories import make_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from factories import make_scenario
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
 

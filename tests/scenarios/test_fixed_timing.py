@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
 
 

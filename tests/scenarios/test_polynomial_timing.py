@@ -5,7 +5,6 @@ Each expectation is also the sum of P() and D() terms written out in the docstri
 from __future__ import annotations
 
 import pytest
-
 from factories import run_scenario, trace_scenario, write_csv_trace
 
 POLY = {"engine": {"context_length": 1600, "workers": {"aggregated": {

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from factories import make_scenario
+
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
 from simmodel.errors import ScenarioError
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from factories import SHARED_TRACES
+
 from simmodel.errors import ScenarioError
 from simmodel.traffic.traces import read_trace
 

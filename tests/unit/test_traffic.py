@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
+
 from simmodel.config.schema import LengthSpec, LoadSpec
 from simmodel.traffic.arrivals import gaps
 from simmodel.traffic.lengths import sample_lengths

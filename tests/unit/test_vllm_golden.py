@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from stepdriver import run_steps
 
 from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
-from stepdriver import run_steps
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "vllm"
 GOLDEN_FILES = sorted(GOLDEN_DIR.glob("*.json"))

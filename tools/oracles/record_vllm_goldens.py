@@ -278,8 +278,8 @@ def dump(golden: dict) -> str:
 
 def main() -> None:
     sys.path.insert(0, str(ORACLE_DIR))
-    from vllm_sched_oracle import run  # noqa: PLC0415  (needs the vLLM venv)
     import vllm  # noqa: PLC0415
+    from vllm_sched_oracle import run  # noqa: PLC0415  (needs the vLLM venv)
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     total_bytes = total_steps = total_preempt = 0
