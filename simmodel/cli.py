@@ -87,7 +87,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         check_workload(loaded)
     except ScenarioError as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
-    click.echo(f"{scenario}: ok")
+    role = loaded.engine.workers["aggregated"]
+    p = role.parallelism
+    click.echo(f"{scenario}: ok ({p.replicas} worker(s) × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
+               f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
+               f"context_length {role.context_length})")
 
 
 @cli.command()
