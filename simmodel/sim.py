@@ -170,7 +170,9 @@ class Simulation:
         if limit is None:
             self.env.run()
         elif limit >= self.env.now:
-            self.env.run(until=limit + 1)  # events at the limit itself still happen
+            self.env.run(until=limit)
+            while self.env.peek() <= limit:  # events at the limit itself still happen
+                self.env.step()
         self.wall_time_s += time.perf_counter() - started
         return self.results()
 
@@ -186,7 +188,7 @@ class Simulation:
             ends = [p.end_ns for p in self.recorder.passes] or [0]
             arrivals = [r.arrived_at for r in self.requests] or [0]
             return max(max(ends), max(arrivals)) / NS_PER_S
-        return min(self.env.now, self.stop_at if self.stop_at is not None else self.env.now) / NS_PER_S
+        return self.env.now / NS_PER_S
 
     def results(self) -> Results:
         requests = requests_frame(self.requests)

@@ -290,7 +290,7 @@ def _engine(node: _Node) -> Engine:
     backend = node.choice("backend", ("vllm", "sglang"), "vllm")
     _not_yet(node, "backend", backend, "vllm", "the SGLang backend is a later issue")
     model = MODELS[model_id]
-    context_length = node.int("context_length", model.max_position_embeddings, minimum=2)
+    context_length = _context_length(node, model_id, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
     seed = node.int("seed", 0, minimum=0)
     workers = node.node("workers", required=True)
@@ -298,6 +298,15 @@ def _engine(node: _Node) -> Engine:
     workers.done()
     node.done()
     return Engine(mode, model_id, hardware, backend, role.context_length, chunked, seed, {"aggregated": role})
+
+
+def _context_length(node: _Node, model_id: str, limit: int, default: int | None = None) -> int:
+    """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces."""
+    value = node.int("context_length", limit if default is None else default, minimum=2)
+    if value > limit:
+        raise ScenarioError(f"{node.at('context_length')}: {model_id} supports at most {limit} tokens "
+                            f"(max_position_embeddings), got {value}")
+    return value
 
 
 def _parallelism(node: _Node, model_id: str) -> Parallelism:
@@ -325,7 +334,7 @@ def _worker(node: _Node, model_id: str, hardware: str, engine_context: int, chun
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
                             f"this version does not model (worker counts are fixed); must be 0")
-    context_length = node.int("context_length", engine_context, minimum=2)
+    context_length = _context_length(node, model_id, MODELS[model_id].max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model_id)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked)
     kv_cache = _kv_cache(node.node("kv_cache"))

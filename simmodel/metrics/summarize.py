@@ -116,8 +116,8 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
     done = requests[requests["status"] == "completed"]
     total_out = int(requests["output_tokens"].sum())
     arrivals = requests["arrival_s"]
-    last_token = requests["finish_s"].where(requests["status"] == "completed").max()
-    duration = float(last_token - arrivals.min()) if len(done) else 0.0
+    last_token = requests["last_token_s"].max()
+    duration = float(last_token - arrivals.min()) if np.isfinite(last_token) else 0.0
     tpot = done["tpot_ms"].to_numpy()
     per_user = 1000.0 / tpot[np.isfinite(tpot) & (tpot > 0)]
     worker_seconds = num_workers * end_s
@@ -126,7 +126,7 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
         "completed_requests": int(len(done)),
         "incomplete_requests": int((requests["status"] == "incomplete").sum()),
         "rejected_requests": int((requests["status"] == "rejected").sum()),
-        "total_input_tokens": int(done["input_tokens"].sum()),
+        "total_input_tokens": int(requests["input_tokens"][requests["status"] != "rejected"].sum()),
         "total_output_tokens": total_out,
         "duration_s": duration,
         "end_time_s": float(end_s),

@@ -38,21 +38,21 @@ def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
     if not path.is_file():
         raise ScenarioError(f"{path}: trace file not found")
     reader = {"mooncake": _read_mooncake, "azure": _read_azure, "csv": _read_csv}[fmt]
-    arrival, isl, osl, dp_rank, hash_ids = reader(path)
+    arrival, isl, osl, dp_rank, hash_ids, lines = reader(path)
     if len(arrival) == 0:
         raise ScenarioError(f"{path}: trace has no requests")
-    _check_rows(path, arrival, isl, osl, dp_rank, require_monotone)
+    _check_rows(path, lines, arrival, isl, osl, dp_rank, require_monotone)
     return TraceData(arrival - arrival[0] if require_monotone else arrival - arrival.min(),
                      isl, osl, dp_rank, hash_ids)
 
 
-def _line_of(path: Path, row: int, header: bool) -> str:
-    return f"{path}:{row + (2 if header else 1)}"
+def _csv_lines(n: int) -> list[int]:
+    """File line of each data row of a CSV with one header line."""
+    return list(range(2, n + 2))
 
 
-def _check_rows(path: Path, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray,
+def _check_rows(path: Path, lines: list[int], arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray,
                 dp_rank: np.ndarray, require_monotone: bool) -> None:
-    header = path.suffix.lower() == ".csv"
     checks = (
         (~np.isfinite(arrival), "arrival time must be a finite number"),
         (isl < 1, "input length must be a positive integer"),
@@ -62,12 +62,12 @@ def _check_rows(path: Path, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarra
     for bad, rule in checks:
         if bad.any():
             row = int(np.argmax(bad))
-            raise ScenarioError(f"{_line_of(path, row, header)}: {rule}")
+            raise ScenarioError(f"{path}:{lines[row]}: {rule}")
     if require_monotone and len(arrival) > 1:
         back = np.diff(arrival) < 0
         if back.any():
             row = int(np.argmax(back)) + 1
-            raise ScenarioError(f"{_line_of(path, row, header)}: timestamps must not decrease "
+            raise ScenarioError(f"{path}:{lines[row]}: timestamps must not decrease "
                                 f"({arrival[row - 1]:g} then {arrival[row]:g})")
 
 
@@ -81,12 +81,13 @@ def _int_field(obj: dict, key: str, where: str) -> int:
 
 
 def _read_mooncake(path: Path):
-    arrival, isl, osl, dp_rank, hash_ids = [], [], [], [], []
+    arrival, isl, osl, dp_rank, hash_ids, lines = [], [], [], [], [], []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
+            lines.append(lineno)
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -106,7 +107,7 @@ def _read_mooncake(path: Path):
                 raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
             hash_ids.append(tuple(hashes) if hashes is not None else None)
     return (np.array(arrival, dtype=np.float64), np.array(isl, dtype=np.int64),
-            np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64), hash_ids)
+            np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64), hash_ids, lines)
 
 
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -121,13 +122,18 @@ def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
-def _int_column(path: Path, frame: pd.DataFrame, column: str) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+def _int_column(path: Path, frame: pd.DataFrame, column: str, blank: int | None = None) -> np.ndarray:
+    """An integer column; empty cells become ``blank`` where that is allowed."""
+    cells = frame[column]
+    values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
+    if blank is not None:
+        values = np.where(cells.isna().to_numpy(), float(blank), values)
     bad = ~np.isfinite(values) | (values != np.round(values))
     if bad.any():
         row = int(np.argmax(bad))
-        raise ScenarioError(f"{_line_of(path, row, True)}: column {column} must be an integer, "
-                            f"got {frame[column].iloc[row]!r}")
+        cell = cells.iloc[row]
+        shown = "an empty cell" if pd.isna(cell) else repr(str(cell))
+        raise ScenarioError(f"{path}:{row + 2}: column {column} must be an integer, got {shown}")
     return values.astype(np.int64)
 
 
@@ -137,19 +143,19 @@ def _read_azure(path: Path):
     stamps = pd.to_datetime(frame["TIMESTAMP"].astype(str).str.slice(0, 26), format="ISO8601", errors="coerce")
     if stamps.isna().any():
         row = int(np.argmax(stamps.isna().to_numpy()))
-        raise ScenarioError(f"{_line_of(path, row, True)}: TIMESTAMP {frame['TIMESTAMP'].iloc[row]!r} "
+        raise ScenarioError(f"{path}:{row + 2}: TIMESTAMP {frame['TIMESTAMP'].iloc[row]!r} "
                             f"is not a date and time")
     arrival = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     n = len(frame)
     return (arrival, _int_column(path, frame, "ContextTokens"), _int_column(path, frame, "GeneratedTokens"),
-            np.full(n, -1, dtype=np.int64), [None] * n)
+            np.full(n, -1, dtype=np.int64), [None] * n, _csv_lines(n))
 
 
 def _read_csv(path: Path):
     frame = _read_table(path, ("arrival_s", "input_tokens", "output_tokens"))
     arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
     n = len(frame)
-    dp_rank = (_int_column(path, frame, "dp_rank") if "dp_rank" in frame.columns
+    dp_rank = (_int_column(path, frame, "dp_rank", blank=-1) if "dp_rank" in frame.columns
                else np.full(n, -1, dtype=np.int64))
     return (arrival, _int_column(path, frame, "input_tokens"), _int_column(path, frame, "output_tokens"),
-            dp_rank, [None] * n)
+            dp_rank, [None] * n, _csv_lines(n))

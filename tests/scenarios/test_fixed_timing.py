@@ -145,6 +145,9 @@ def test_time_cutoff_reports_in_flight_requests_as_incomplete():
     assert res.summary["incomplete_requests"] == 1 and res.summary["completed_requests"] == 0
     assert res.requests.output_tokens.tolist() == [4]
     assert res.summary["total_output_tokens"] == 4
+    # throughput runs to the last token emitted (50 ms), not only to completions
+    assert res.summary["duration_s"] == pytest.approx(0.05)
+    assert res.summary["output_throughput_tok_s"] == pytest.approx(4 / 0.05)
 
 
 def test_constant_rate_arrivals():

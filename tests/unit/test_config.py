@@ -46,6 +46,8 @@ def worker(**fields) -> dict:
     (worker(timing={"type": "roofline"}), f"{AGG}.timing.type: must be one of fixed, polynomial"),
     (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers added during a run"),
     (worker(scheduler={"max_sequences": True}), f"{AGG}.scheduler.max_sequences: must be a positive integer, got true"),
+    ({"engine": {"context_length": 200000}},
+     "engine.context_length: meta-llama/Llama-3.1-8B-Instruct supports at most 131072 tokens"),
     ({"engine": {"model": "acme/unknown"}}, "engine.model: unknown model 'acme/unknown'"),
     ({"engine": {"hardware": "h900"}}, "engine.hardware: unknown system 'h900'"),
     ({"engine": {"backend": "sglang"}}, "engine.backend: 'sglang' is not yet supported"),

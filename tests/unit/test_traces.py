@@ -45,6 +45,11 @@ def test_azure_timestamps_are_seconds_from_the_first_row():
     ("t.csv", "arrival_s,input_tokens,output_tokens\n0,5.5,2\n", "csv", "t.csv:2: column input_tokens must be an integer"),
     ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,2\n", "azure", "t.csv:2: TIMESTAMP 'yesterday'"),
     ("t.csv", "", "csv", "t.csv: not a readable CSV file"),
+    ("t.jsonl", '{"timestamp": 10, "input_length": 5, "output_length": 2}\n\n'
+                '{"timestamp": 5, "input_length": 5, "output_length": 2}\n', "mooncake",
+     "t.jsonl:3: timestamps must not decrease"),  # blank lines still count in the line number
+    ("t.csv", "arrival_s,input_tokens,output_tokens,dp_rank\n0,5,2,\n0,5,2,x\n", "csv",
+     "t.csv:3: column dp_rank must be an integer, got 'x'"),
 ])
 def test_bad_traces_fail_with_one_line(tmp_path, name, text, fmt, message):
     path = tmp_path / name
@@ -52,6 +57,12 @@ def test_bad_traces_fail_with_one_line(tmp_path, name, text, fmt, message):
     with pytest.raises(ScenarioError) as info:
         read_trace(path, fmt, require_monotone=True)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_blank_dp_rank_means_no_hint(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens,dp_rank\n0,5,2,\n0,5,2,1\n")
+    assert read_trace(path, "csv", require_monotone=True).dp_rank.tolist() == [-1, 1]
 
 
 def test_unordered_rows_are_fine_when_timestamps_are_not_used(tmp_path):
