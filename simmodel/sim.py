@@ -22,7 +22,8 @@ from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError
 from simmodel.metrics.records import Recorder
 from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, summarize
-from simmodel.perf.timing import TIMINGS, FixedTiming, PassTiming
+from simmodel.perf.roofline import RooflineTiming
+from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource
 from simmodel.traffic.traces import TraceData, read_trace
@@ -42,7 +43,9 @@ def make_timing(role: WorkerRole) -> PassTiming:
     spec = role.timing
     if spec.type == "fixed":
         return FixedTiming(spec.prefill_ms, spec.decode_ms)
-    return TIMINGS[spec.type]()
+    if spec.type == "default":
+        return RooflineTiming(role.deployment, spec.efficiency, spec.host)
+    return PolynomialTiming()
 
 
 def load_trace(scenario: Scenario) -> TraceData | None:
@@ -190,11 +193,19 @@ class Simulation:
             return max(max(ends), max(arrivals)) / NS_PER_S
         return self.env.now / NS_PER_S
 
+    def _provenance_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for worker in self.workers:
+            for label, n in worker.provenance_counts.items():
+                counts[label] = counts.get(label, 0) + n
+        return counts
+
     def results(self) -> Results:
         requests = requests_frame(self.requests)
         p = self.role.parallelism
         summary = summarize(
             requests, self.recorder, gpu_count=p.gpu_count, gpus_per_worker=p.gpus_per_worker,
             num_workers=p.replicas, num_passes=sum(w.num_passes for w in self.workers),
-            end_s=self.end_time(), wall_time_s=self.wall_time_s, num_kv_blocks_per_rank=self.role.num_kv_blocks)
+            end_s=self.end_time(), wall_time_s=self.wall_time_s, num_kv_blocks_per_rank=self.role.num_kv_blocks,
+            block_size=self.role.kv_cache.block_size, provenance_counts=self._provenance_counts())
         return Results(summary, requests, passes_frame(self.recorder.passes), self.events)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,10 @@ from simmodel.config.schema import (
 from simmodel.engine.kv_cache import cdiv
 from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
-from simmodel.perf.hardware import HARDWARE
-from simmodel.perf.models import MODELS
+from simmodel.perf.deployment import DTYPE_BYTES, Deployment
+from simmodel.perf.hardware import HARDWARE, HardwareSpec
+from simmodel.perf.models import MODELS, ModelSpec
+from simmodel.perf.roofline import Efficiency, HostOverhead
 from simmodel.traffic.traces import FORMATS
 
 _MISSING = object()
@@ -181,7 +184,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
 def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scenario:
     """Validate a scenario mapping; relative trace paths resolve against ``base_dir``."""
     root = _Node(data, "")
-    engine = _engine(root.node("engine", required=True))
+    engine = _engine(root.node("engine", required=True), base_dir)
     traffic = _traffic(root.node("traffic", required=True), base_dir)
     root.done()
     return Scenario(traffic, engine, path)
@@ -276,77 +279,132 @@ def _not_yet(node: _Node, key: str, value: Any, default: Any, issue: str) -> Non
                             f"only {_show(default)} is implemented")
 
 
-def _engine(node: _Node) -> Engine:
+def _model(node: _Node, base_dir: Path) -> tuple[str, ModelSpec]:
+    """A registry id, or a local Hugging Face ``config.json`` (the file or its folder)."""
+    value = node.raw("model")
+    if isinstance(value, str) and value in MODELS:
+        return value, MODELS[value]
+    path = Path(value) if isinstance(value, str) else None
+    if path is not None and not path.is_absolute():
+        path = base_dir / path
+    if path is not None and (path.suffix == ".json" or path.is_dir()) and path.exists():
+        from simmodel.perf.hf_config import model_from_hf_config
+
+        try:
+            return value, model_from_hf_config(path)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{node.at('model')}: {exc}") from None
+    raise ScenarioError(f"{node.at('model')}: unknown model {_show(value)}: give a registry id "
+                        f"({', '.join(sorted(MODELS))}) or the path of a local config.json")
+
+
+def _hardware(node: _Node, base_dir: Path) -> tuple[str, HardwareSpec]:
+    """A registry system id, or a YAML system file."""
+    value = node.raw("hardware")
+    if isinstance(value, str) and value in HARDWARE:
+        return value, HARDWARE[value]
+    if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+        from simmodel.perf.hardware import hardware_from_yaml
+
+        path = Path(value) if Path(value).is_absolute() else base_dir / value
+        try:
+            return value, hardware_from_yaml(path)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{node.at('hardware')}: {exc}") from None
+    raise ScenarioError(f"{node.at('hardware')}: unknown system {_show(value)}: give a system id "
+                        f"({', '.join(sorted(HARDWARE))}) or the path of a system .yaml file")
+
+
+def _engine(node: _Node, base_dir: Path) -> Engine:
     mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
     _not_yet(node, "mode", mode, "aggregated", "disaggregated serving comes with P/D KV transfers")
-    model_id = node.raw("model")
-    if model_id not in MODELS:
-        raise ScenarioError(f"{node.at('model')}: unknown model {_show(model_id)} "
-                            f"(known: {', '.join(sorted(MODELS))})")
-    hardware = node.raw("hardware")
-    if hardware not in HARDWARE:
-        raise ScenarioError(f"{node.at('hardware')}: unknown system {_show(hardware)} "
-                            f"(known: {', '.join(sorted(HARDWARE))})")
+    model_id, model = _model(node, base_dir)
+    hardware_id, hardware = _hardware(node, base_dir)
     backend = node.choice("backend", ("vllm", "sglang"), "vllm")
     _not_yet(node, "backend", backend, "vllm", "the SGLang backend is a later issue")
-    model = MODELS[model_id]
-    context_length = _context_length(node, model_id, model.max_position_embeddings)
+    dtype = node.choice("dtype", tuple(DTYPE_BYTES), "bf16")
+    context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
     seed = node.int("seed", 0, minimum=0)
     workers = node.node("workers", required=True)
-    role = _worker(workers.node("aggregated", required=True), model_id, hardware, context_length, chunked)
+    role = _worker(workers.node("aggregated", required=True), model, hardware, dtype, context_length, chunked)
     workers.done()
     node.done()
-    return Engine(mode, model_id, hardware, backend, role.context_length, chunked, seed, {"aggregated": role})
+    return Engine(mode, model_id, hardware_id, backend, role.context_length, chunked, seed, {"aggregated": role},
+                  dtype)
 
 
-def _context_length(node: _Node, model_id: str, limit: int, default: int | None = None) -> int:
+def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
     """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces."""
     value = node.int("context_length", limit if default is None else default, minimum=2)
     if value > limit:
-        raise ScenarioError(f"{node.at('context_length')}: {model_id} supports at most {limit} tokens "
+        raise ScenarioError(f"{node.at('context_length')}: {model.model_id} supports at most {limit} tokens "
                             f"(max_position_embeddings), got {value}")
     return value
 
 
-def _parallelism(node: _Node, model_id: str) -> Parallelism:
+def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     p = Parallelism(**{f: node.int(f, 1) for f in Parallelism.__dataclass_fields__})
     node.done()
-    model = MODELS[model_id]
+    name = model.model_id
     if p.pipeline != 1:
         raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}")
     if model.num_attention_heads % p.tensor:
         raise ScenarioError(f"{node.at('tensor')}: must divide the {model.num_attention_heads} attention "
-                            f"heads of {model_id}, got {p.tensor}")
+                            f"heads of {name}, got {p.tensor}")
+    if not model.is_mla and model.num_kv_heads % p.tensor and p.tensor % model.num_kv_heads:
+        raise ScenarioError(f"{node.at('tensor')}: must divide or be a multiple of the {model.num_kv_heads} "
+                            f"KV heads of {name}, got {p.tensor}")
     if p.tensor % p.decode_context:
         raise ScenarioError(f"{node.at('decode_context')}: must divide tensor ({p.tensor}), "
                             f"got {p.decode_context}")
     if p.prefill_context > 1 and p.decode_context > 1:
         raise ScenarioError(f"{node.path}: at most one of prefill_context and decode_context may be above 1")
-    for key in ("moe_tensor", "moe_expert"):
-        if getattr(p, key) != 1 and not model.num_experts:
-            raise ScenarioError(f"{node.at(key)}: {model_id} has no MoE experts; must be 1")
+    if not model.is_moe:
+        for key in ("moe_tensor", "moe_expert"):
+            if getattr(p, key) != 1:
+                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1")
+        return p
+    # vLLM lays experts over the worker's tensor × attention_data GPUs; unset, they are tensor-sharded.
+    gpus = p.tensor * p.attention_data
+    if p.moe_tensor == 1 and p.moe_expert == 1:
+        p = replace(p, moe_tensor=gpus)
+    elif p.moe_tensor * p.moe_expert != gpus:
+        raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
+                            f"tensor × attention_data ({gpus}), the GPUs the experts are spread over")
+    if model.num_experts % p.moe_expert:
+        raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
+                            f"got {p.moe_expert}")
     return p
 
 
-def _worker(node: _Node, model_id: str, hardware: str, engine_context: int, chunked: bool) -> WorkerRole:
+def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
+            chunked: bool) -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
                             f"this version does not model (worker counts are fixed); must be 0")
-    context_length = _context_length(node, model_id, MODELS[model_id].max_position_embeddings, engine_context)
-    parallelism = _parallelism(node.node("parallelism"), model_id)
+    context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
+    parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked)
     kv_cache = _kv_cache(node.node("kv_cache"))
     timing = _timing(node.node("timing"))
     node.done()
-    blocks = _kv_blocks(node, kv_cache, parallelism, model_id, hardware)
+    if timing.type == "default" and parallelism.prefill_context > 1:
+        raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
+                            f"modeled by the default timing; use timing fixed or polynomial, or set it to 1")
+    p = parallelism
+    kv_dtype = dtype if kv_cache.dtype == "auto" else kv_cache.dtype
+    deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
+                            p.prefill_context, p.decode_context, weight_bytes=DTYPE_BYTES[dtype],
+                            kv_bytes=DTYPE_BYTES[kv_dtype] if kv_cache.dtype != "auto" else 2)
+    blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {blocks} KV blocks of "
                             f"{kv_cache.block_size} tokens but one request at context_length {context_length} "
                             f"needs {needed}; lower context_length or give the rank more KV")
-    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks)
+    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment)
 
 
 def _scheduler(node: _Node, context_length: int, chunked: bool) -> SchedulerSpec:
@@ -373,6 +431,7 @@ def _kv_cache(node: _Node) -> KvCacheSpec:
     block_size = node.int("block_size", 16)
     prefix = node.bool("prefix_caching", False)
     _not_yet(node, "prefix_caching", prefix, False, "comes with the vLLM-fidelity issue")
+    dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")
     if kind == "default":
@@ -382,29 +441,41 @@ def _kv_cache(node: _Node) -> KvCacheSpec:
         capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
     cap.done()
     node.done()
-    return KvCacheSpec(block_size, prefix, capacity)
+    return KvCacheSpec(block_size, prefix, capacity, dtype)
+
+
+def _fraction(node: _Node, key: str, default: float) -> float:
+    return node.number(key, default, positive=True, maximum=1.0)
 
 
 def _timing(node: _Node) -> TimingSpec:
-    kind = node.choice("type", ("fixed", "polynomial"), "polynomial")
+    kind = node.choice("type", ("default", "fixed", "polynomial"), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
+    elif kind == "default":
+        host = node.node("host_overhead_ms")
+        base = HostOverhead()
+        overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
+                                host.number("mixed", base.mixed_ms))
+        host.done()
+        eff = Efficiency()
+        spec = TimingSpec(kind, efficiency=Efficiency(
+            _fraction(node, "compute_efficiency", eff.compute), _fraction(node, "memory_efficiency", eff.memory),
+            _fraction(node, "link_efficiency", eff.link)), host=overhead)
     else:
         spec = TimingSpec(kind)
     node.done()
     return spec
 
 
-def _kv_blocks(node: _Node, kv: KvCacheSpec, p: Parallelism, model_id: str, hardware: str) -> int:
+def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:
     if kv.capacity.type == "fixed":
         return kv.capacity.blocks
-    model, hw = MODELS[model_id], HARDWARE[hardware]
-    blocks = default_kv_blocks(model, hw, memory_fraction=kv.capacity.memory_fraction,
-                               block_size=kv.block_size, tensor=p.tensor,
-                               decode_context=p.decode_context, prefill_context=p.prefill_context)
+    blocks = default_kv_blocks(deployment, memory_fraction=kv.capacity.memory_fraction, block_size=kv.block_size)
     if blocks <= 0:
+        d = deployment
         raise ScenarioError(
-            f"{node.at('kv_cache.capacity')}: {model_id} needs {model.weight_bytes / p.tensor / 1e9:.1f} GB of "
-            f"weights per GPU at tensor {p.tensor}, leaving no KV memory on {hardware} at memory_fraction "
-            f"{kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU")
+            f"{node.at('kv_cache.capacity')}: {d.model.model_id} needs {d.weight_bytes_per_gpu / 1e9:.1f} GB of "
+            f"weights per GPU at tensor {d.tensor}, leaving no KV memory on {d.hardware.system_id} at "
+            f"memory_fraction {kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU")
     return blocks

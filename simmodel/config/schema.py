@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simmodel.perf.deployment import Deployment
+from simmodel.perf.roofline import Efficiency, HostOverhead
+
 
 @dataclass(frozen=True, slots=True)
 class LengthSpec:
@@ -104,13 +107,18 @@ class KvCacheSpec:
     block_size: int = 16
     prefix_caching: bool = False
     capacity: CapacitySpec = field(default_factory=CapacitySpec)
+    dtype: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
 class TimingSpec:
-    type: str = "polynomial"
+    """``default`` (the roofline performance model), ``fixed`` or ``polynomial``."""
+
+    type: str = "default"
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    host: HostOverhead = field(default_factory=HostOverhead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,8 @@ class WorkerRole:
     context_length: int
     num_kv_blocks: int
     """Usable KV blocks per attention-DP rank, resolved from ``kv_cache.capacity``."""
+    deployment: Deployment
+    """Model, GPU, parallelism and dtypes as the performance model sees them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +146,7 @@ class Engine:
     enable_chunked_prefill: bool
     seed: int
     workers: dict[str, WorkerRole]
+    dtype: str = "bf16"
 
 
 @dataclass(frozen=True, slots=True)

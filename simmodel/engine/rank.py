@@ -75,7 +75,8 @@ class Rank:
         self.recorder.event(start_ns, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
                             plan.total_num_scheduled_tokens)
 
-    def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int) -> None:
+    def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int,
+                    provenance: str = "") -> None:
         """Apply the pass outcome at its end: sample tokens, retire finished requests, record the pass."""
         pass_index = self.num_passes
         self.num_passes += 1
@@ -101,16 +102,16 @@ class Rank:
             rec.event(end_ns, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens)
             if request.on_finish is not None:
                 request.on_finish(request)
-        self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled))
+        self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled), provenance)
 
     def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,
-                     busy_ns: int, num_sampled: int) -> None:
+                     busy_ns: int, num_sampled: int, provenance: str) -> None:
         num_decode = sum(plan.is_decode)
         prefill_tokens = sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
         total = plan.total_num_scheduled_tokens
         w, r = self.worker.worker_id, self.rank_id
         self.recorder.passes.append(PassRecord(
             w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
-            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_ns))
+            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_ns, provenance))
         self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total)
 

@@ -45,6 +45,7 @@ class Worker:
         self.ranks: list[Rank] = []
         self.num_passes = 0
         self.busy_ns = 0
+        self.provenance_counts: dict[str, int] = {}
         self._plans: list[SchedulerOutput | None] = []
         self._num_submitted = 0
         self._all_submitted = env.event()
@@ -118,7 +119,11 @@ class Worker:
 
     def _run_pass(self, plans: list[SchedulerOutput]) -> Generator[Event, Any, None]:
         start = self.env.now
-        busy = np.rint(self.timing.price(self._batch(plans)).total_s * NS_PER_S).astype(np.int64)
+        cost = self.timing.price(self._batch(plans))
+        busy = np.rint(cost.total_s * NS_PER_S).astype(np.int64)
+        for label in cost.provenance:
+            self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
+        provenance = "+".join(cost.provenance)
         for rank, plan in zip(self.ranks, plans):
             rank.begin_pass(plan, start)
         duration = int(busy.max())
@@ -127,7 +132,7 @@ class Worker:
         self.num_passes += 1
         self.busy_ns += duration
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
-            rank.finish_pass(plan, start, end, rank_busy)
+            rank.finish_pass(plan, start, end, rank_busy, provenance)
 
     def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
         counts = [len(plan.requests) for plan in plans]
@@ -135,4 +140,5 @@ class Worker:
         new = np.fromiter((n for p in plans for n in p.num_new_tokens), np.int64, rank.size)
         ctx = np.fromiter((n for p in plans for n in p.num_context_tokens), np.int64, rank.size)
         dec = np.fromiter((d for p in plans for d in p.is_decode), bool, rank.size)
-        return PassBatch(len(plans), rank, new, ctx, dec, self._kv_capacity_tokens)
+        smp = np.fromiter((s for p in plans for s in p.samples), bool, rank.size)
+        return PassBatch(len(plans), rank, new, ctx, dec, smp, self._kv_capacity_tokens)

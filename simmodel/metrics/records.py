@@ -50,6 +50,8 @@ class PassRecord(NamedTuple):
     kv_blocks_used: int
     num_preempted: int
     rank_busy_ns: int
+    provenance: str
+    """Where the pass time came from, labels joined by "+" (e.g. ``extrapolated:roofline+assumed-host``)."""
 
 
 class Recorder:

@@ -111,7 +111,7 @@ def events_frame(events: list[Event]) -> pd.DataFrame:
 
 def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpus_per_worker: int,
               num_workers: int, num_passes: int, end_s: float, wall_time_s: float,
-              num_kv_blocks_per_rank: int) -> dict:
+              num_kv_blocks_per_rank: int, block_size: int, provenance_counts: dict[str, int]) -> dict:
     """The summary.json mapping."""
     done = requests[requests["status"] == "completed"]
     total_out = int(requests["output_tokens"].sum())
@@ -139,6 +139,8 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
         "num_passes": int(num_passes),
         "num_preemptions": int(requests["preemptions"].sum()),
         "kv_blocks_per_rank": int(num_kv_blocks_per_rank),
+        "kv_capacity_tokens_per_rank": int(num_kv_blocks_per_rank * block_size),
+        "provenance_counts": dict(sorted(provenance_counts.items())),
     }
     summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
     summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())

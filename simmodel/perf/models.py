@@ -1,13 +1,29 @@
-"""Model shapes by Hugging Face id, from each model's published ``config.json``."""
+"""Model shapes by Hugging Face id, from each model's published ``config.json``.
+
+A ``ModelSpec`` describes what the model really computes and stores: gated (SwiGLU) or plain MLPs,
+grouped-query or multi-head latent attention (MLA), dense or mixture-of-experts layers. Weight and KV
+byte counts take the serving dtype as an argument, so one shape serves BF16 and FP8 deployments.
+
+Parameter counts cover every matrix (embeddings, LM head unless tied, attention, MLPs, experts,
+routers) and the RMSNorm weights. Small extras a few families add are left out: Qwen3's per-head q/k
+norms (2 × head_dim per layer), MLA's two latent norms and DeepSeek's router bias, and OPT's biases,
+LayerNorm biases and learned position table (1.3% of OPT-125m, far less elsewhere).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """The shape of a dense decoder-only transformer (gated MLP, GQA attention)."""
+    """The shape of a decoder-only transformer.
+
+    Dense models leave the MoE fields at 0; MoE layers replace the dense MLP in all but the first
+    ``first_dense_layers`` layers. MLA models (DeepSeek-V3) set ``kv_lora_rank`` and the MLA head dims;
+    their KV cache stores one latent of ``kv_lora_rank + qk_rope_head_dim`` values per token and layer.
+    """
 
     model_id: str
     num_layers: int
@@ -20,45 +36,172 @@ class ModelSpec:
     tie_word_embeddings: bool
     max_position_embeddings: int
     dtype_bytes: int = 2
+    gated_mlp: bool = True
+    # Mixture of experts
     num_experts: int = 0
+    num_experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    # Multi-head latent attention
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    # -- structure ------------------------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query·key dot product."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    # -- parameters per layer ------------------------------------------------------------------
+
+    @property
+    def attention_params(self) -> int:
+        """q, k, v and output projections of one layer (MLA: its low-rank down/up projections)."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        if self.is_mla:
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * self.qk_head_dim if self.q_lora_rank
+                 else h * heads * self.qk_head_dim)
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * heads * (
+                self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + heads * self.v_head_dim * h
+        q_dim, kv_dim = heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return 2 * h * q_dim + 2 * h * kv_dim
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert (a gated MLP of ``moe_intermediate_size``)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def moe_layer_params(self) -> int:
+        """All routed experts, the shared experts and the router of one MoE layer."""
+        return ((self.num_experts + self.num_shared_experts) * self.expert_params
+                + self.hidden_size * self.num_experts)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
 
     @property
     def num_parameters(self) -> int:
-        """Every weight: embeddings, LM head unless tied, q/k/v/o, the three MLP projections, norms."""
-        h, q_dim, kv_dim = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        attention = h * q_dim + 2 * h * kv_dim + q_dim * h
-        mlp = 3 * h * self.intermediate_size
-        per_layer = attention + mlp + 2 * h
-        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embeddings + h
+        """Every weight: embeddings, LM head unless tied, attention, MLPs or experts, norms."""
+        norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_params
+        return (self.num_layers * self.attention_params + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.moe_layer_params + self.embedding_params + lm_head + norms)
 
     @property
-    def weight_bytes(self) -> int:
-        return self.num_parameters * self.dtype_bytes
+    def num_active_parameters(self) -> int:
+        """Parameters one token runs through (routed experts: only its ``num_experts_per_token``)."""
+        active_moe = ((self.num_experts_per_token + self.num_shared_experts) * self.expert_params
+                      + self.hidden_size * self.num_experts)
+        norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_params
+        return (self.num_layers * self.attention_params + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * active_moe + self.embedding_params + lm_head + norms)
+
+    def weight_bytes(self, dtype_bytes: float | None = None) -> float:
+        return self.num_parameters * (self.dtype_bytes if dtype_bytes is None else dtype_bytes)
+
+    # -- KV cache ----------------------------------------------------------------------------------
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of every layer for one token, all KV heads: 2 × layers × KV heads × head dim × bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+    def kv_values_per_token_per_layer(self) -> int:
+        """Values one token stores per layer: K and V of every KV head, or MLA's one latent."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, dtype_bytes: float | None = None) -> float:
+        """KV bytes of one token over all layers: 2 × layers × KV heads × head dim × bytes (GQA)."""
+        return self.num_layers * self.kv_values_per_token_per_layer * (
+            self.dtype_bytes if dtype_bytes is None else dtype_bytes)
 
 
-# Llama-3.1 shapes: meta-llama/Llama-3.1-{8B,70B}-Instruct config.json; Qwen3-8B: Qwen/Qwen3-8B config.json.
-_LLAMA_31_8B = dict(num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8, head_dim=128,
-                    intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False,
-                    max_position_embeddings=131072)
-_LLAMA_31_70B = dict(num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8, head_dim=128,
-                     intermediate_size=28672, vocab_size=128256, tie_word_embeddings=False,
-                     max_position_embeddings=131072)
-_QWEN3_8B = dict(num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8, head_dim=128,
-                 intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
-                 max_position_embeddings=40960)
+# -- the registry ------------------------------------------------------------------------------
+# One row per distinct config.json: the Hub ids that publish it (base and instruct variants share a
+# shape), then the ModelSpec fields after model_id, positionally:
+#   layers, hidden, heads, kv heads, head dim, intermediate, vocab, tied embeddings, max positions, dtype bytes
+# and the MoE / MLA fields by keyword. head_dim is the config's, else hidden / heads. Every number is
+# read off the config.json named in the row's comment; "aic" is the copy aiconfigurator-core ships in
+# aiconfigurator_core/model_configs/<org>--<name>_config.json.
+_L31 = "meta-llama/Llama-3.1"
+_ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
+    # meta-llama/Llama-3.1-8B config.json (aic meta-llama--Meta-Llama-3.1-8B); -Instruct has the same shape
+    ((f"{_L31}-8B", f"{_L31}-8B-Instruct"), (32, 4096, 32, 8, 128, 14336, 128256, False, 131072, 2), {}),
+    # meta-llama/Llama-3.1-70B config.json (aic meta-llama--Meta-Llama-3.1-70B)
+    ((f"{_L31}-70B", f"{_L31}-70B-Instruct"), (80, 8192, 64, 8, 128, 28672, 128256, False, 131072, 2), {}),
+    # meta-llama/Llama-3.1-405B config.json (aic meta-llama--Meta-Llama-3.1-405B)
+    ((f"{_L31}-405B", f"{_L31}-405B-Instruct"), (126, 16384, 128, 8, 128, 53248, 128256, False, 131072, 2), {}),
+    # meta-llama/Llama-2-7b-hf config.json (torch_dtype float16; MHA: 32 KV heads)
+    (("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf"),
+     (32, 4096, 32, 32, 128, 11008, 32000, False, 4096, 2), {}),
+    # meta-llama/Llama-2-70b-hf config.json (torch_dtype float16; GQA: 8 KV heads)
+    (("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf"),
+     (80, 8192, 64, 8, 128, 28672, 32000, False, 4096, 2), {}),
+    # Qwen/Qwen3-8B config.json (aic Qwen--Qwen3-8B)
+    (("Qwen/Qwen3-8B",), (36, 4096, 32, 8, 128, 12288, 151936, False, 40960, 2), {}),
+    # Qwen/Qwen3-8B-Base config.json: the same shape, max_position_embeddings 32768
+    (("Qwen/Qwen3-8B-Base",), (36, 4096, 32, 8, 128, 12288, 151936, False, 32768, 2), {}),
+    # Qwen/Qwen3-32B config.json (aic Qwen--Qwen3-32B); no -Base on the Hub
+    (("Qwen/Qwen3-32B",), (64, 5120, 64, 8, 128, 25600, 151936, False, 40960, 2), {}),
+    # Qwen/Qwen3-30B-A3B config.json (aic Qwen--Qwen3-30B-A3B): decoder_sparse_step 1, no mlp_only_layers
+    (("Qwen/Qwen3-30B-A3B",), (48, 2048, 32, 4, 128, 6144, 151936, False, 40960, 2),
+     dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=768)),
+    # Qwen/Qwen3-30B-A3B-Base config.json: the same shape, max_position_embeddings 32768
+    (("Qwen/Qwen3-30B-A3B-Base",), (48, 2048, 32, 4, 128, 6144, 151936, False, 32768, 2),
+     dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=768)),
+    # Qwen/Qwen3-235B-A22B config.json (aic Qwen--Qwen3-235B-A22B); no -Base on the Hub
+    (("Qwen/Qwen3-235B-A22B",), (94, 4096, 64, 4, 128, 12288, 151936, False, 40960, 2),
+     dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=1536)),
+    # mistralai/Mixtral-8x7B-v0.1 config.json (aic mistralai--Mixtral-8x7B-v0.1): every layer is MoE and
+    # its intermediate_size 14336 is the expert's
+    (("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
+     (32, 4096, 32, 8, 128, 14336, 32000, False, 32768, 2),
+     dict(num_experts=8, num_experts_per_token=2, moe_intermediate_size=14336)),
+    # deepseek-ai/DeepSeek-V3 config.json (aic deepseek-ai--DeepSeek-V3; -R1 identical): weights ship as
+    # block-scaled FP8 e4m3 (quantization_config), so 1 byte; head_dim 7168/128 = 56 is unused under MLA
+    (("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base", "deepseek-ai/DeepSeek-V3-0324",
+      "deepseek-ai/DeepSeek-R1"), (61, 7168, 128, 128, 56, 18432, 129280, False, 163840, 1),
+     dict(num_experts=256, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
+          first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+          v_head_dim=128)),
+    # facebook/opt-125m config.json (torch_dtype float16): ffn_dim 3072, ReLU two-projection MLP, lm_head
+    # tied to the token embedding
+    (("facebook/opt-125m",), (12, 768, 12, 12, 64, 3072, 50272, True, 2048, 2), dict(gated_mlp=False)),
+)
 
 MODELS: dict[str, ModelSpec] = {
-    name: ModelSpec(name, **shape)
-    for names, shape in (
-        (("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"), _LLAMA_31_8B),
-        (("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"), _LLAMA_31_70B),
-        (("Qwen/Qwen3-8B",), _QWEN3_8B),
-    )
+    name: ModelSpec(name, *columns, **extra)
+    for names, columns, extra in _ROWS
     for name in names
 }

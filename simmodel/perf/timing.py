@@ -17,8 +17,9 @@ import numpy as np
 class PassBatch:
     """Every sequence scheduled in one pass of one worker, and each rank's KV occupancy.
 
-    ``rank``, ``num_new_tokens``, ``num_context_tokens`` (tokens already in KV) and ``is_decode``
-    have one entry per scheduled sequence; ``kv_capacity_tokens`` (usable blocks × block size) has
+    ``rank``, ``num_new_tokens``, ``num_context_tokens`` (tokens already in KV), ``is_decode`` and
+    ``samples`` (the chunk reaches the end of the sequence, so it samples a token) have one entry per
+    scheduled sequence; ``kv_capacity_tokens`` (usable blocks × block size) has
     one per rank.
     """
 
@@ -27,19 +28,16 @@ class PassBatch:
     num_new_tokens: np.ndarray
     num_context_tokens: np.ndarray
     is_decode: np.ndarray
+    samples: np.ndarray
     kv_capacity_tokens: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
 class PassCost:
-    """Seconds each rank's forward takes; ``prefill_s`` and ``decode_s`` are its two parts."""
+    """Seconds each rank's forward takes, and the provenance labels of that price."""
 
-    prefill_s: np.ndarray
-    decode_s: np.ndarray
-
-    @property
-    def total_s(self) -> np.ndarray:
-        return self.prefill_s + self.decode_s
+    total_s: np.ndarray
+    provenance: tuple[str, ...]
 
 
 class PassTiming(Protocol):
@@ -63,7 +61,8 @@ class FixedTiming:
         decode = batch.is_decode.astype(np.float64)
         has_decode = _per_rank(batch, decode) > 0
         has_prefill = _per_rank(batch, 1.0 - decode) > 0
-        return PassCost(np.where(has_prefill, self.prefill_s, 0.0), np.where(has_decode, self.decode_s, 0.0))
+        return PassCost(np.where(has_prefill, self.prefill_s, 0.0) + np.where(has_decode, self.decode_s, 0.0),
+                        ("fixed",))
 
 
 class PolynomialTiming:
@@ -97,7 +96,5 @@ class PolynomialTiming:
         u = np.minimum(1.0, _per_rank(batch, np.where(decode, ctx + batch.num_new_tokens, 0.0)) / batch.kv_capacity_tokens)
         d, e, f = self.DECODE
         decode_ms = np.where(has_decode, np.maximum(1.0, (d * u + e) * u + f), 0.0)
-        return PassCost(prefill_ms / 1000.0, decode_ms / 1000.0)
+        return PassCost((prefill_ms + decode_ms) / 1000.0, ("polynomial",))
 
-
-TIMINGS = {"fixed": FixedTiming, "polynomial": PolynomialTiming}

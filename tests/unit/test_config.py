@@ -43,7 +43,7 @@ def worker(**fields) -> dict:
      f"{AGG}.kv_cache.capacity.memory_fraction: must be a positive number at most 1"),
     (worker(timing={"type": "fixed", "prefill_ms": -1, "decode_ms": 1}),
      f"{AGG}.timing.prefill_ms: must be a non-negative number, got -1"),
-    (worker(timing={"type": "roofline"}), f"{AGG}.timing.type: must be one of fixed, polynomial"),
+    (worker(timing={"type": "roofline"}), f"{AGG}.timing.type: must be one of default, fixed, polynomial"),
     (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers added during a run"),
     (worker(scheduler={"max_sequences": True}), f"{AGG}.scheduler.max_sequences: must be a positive integer, got true"),
     ({"engine": {"context_length": 200000}},
@@ -86,7 +86,8 @@ def test_defaults_are_the_documented_ones():
     assert scenario.engine.context_length == 131072  # Llama-3.1's max_position_embeddings
     assert (role.scheduler.max_batched_tokens, role.scheduler.max_sequences) == (8192, 256)
     assert (role.kv_cache.block_size, role.kv_cache.capacity.memory_fraction) == (16, 0.9)
-    assert role.timing.type == "polynomial" and role.parallelism.gpu_count == 1
+    assert role.timing.type == "default" and role.parallelism.gpu_count == 1
+    assert (role.timing.efficiency.compute, role.timing.efficiency.memory) == (0.7, 0.8)
     assert scenario.engine.enable_chunked_prefill and role.scheduler.reserve_full_isl
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simmodel.perf.capacity import default_kv_blocks
+from simmodel.perf.capacity import default_kv_blocks as _blocks
+from simmodel.perf.deployment import Deployment
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
 from simmodel.perf.timing import FixedTiming, PassBatch, PolynomialTiming
@@ -14,11 +15,15 @@ LLAMA8 = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
 LLAMA70 = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
 
 
+def default_kv_blocks(model, hw, *, memory_fraction, block_size, **parallel):
+    return _blocks(Deployment(model, hw, **parallel), memory_fraction=memory_fraction, block_size=block_size)
+
+
 def test_llama_8b_parameters_and_kv_bytes():
     """Published size 8.03 B: 2·128256·4096 (untied embeddings) + 32·(2·4096² + 2·4096·1024
     + 3·4096·14336 + 2·4096) + 4096 = 8,030,261,248. KV: 2·32·8·128·2 = 131,072 B/token."""
     assert LLAMA8.num_parameters == 8_030_261_248
-    assert LLAMA8.kv_bytes_per_token == 131_072
+    assert LLAMA8.kv_bytes_per_token() == 131_072
 
 
 def test_kv_blocks_llama_8b_one_h100_at_0_9():
@@ -27,11 +32,12 @@ def test_kv_blocks_llama_8b_one_h100_at_0_9():
 
 
 def test_kv_blocks_llama_70b_tensor_4_h200():
-    """70B: 70,553,706,496 params → 141,107,412,992 B, /4 = 35,276,853,248 per GPU. KV per GPU:
-    2·80·(8/4)·128·2 = 81,920 B/token. (141e9·0.9 − 35,276,853,248 − 2^30) / (16·81,920)
-    = 90,549,404,928 / 1,310,720 = 69,083.4 → 69,083."""
+    """70B: 70,553,706,496 params, of which the 2·8192·80 + 8192 = 1,318,912 norm weights are replicated
+    on every GPU and the rest split over 4: 17,638,096,896 + 1,318,912 = 17,639,415,808 params =
+    35,278,831,616 B per GPU. KV per GPU: 2·80·(8/4)·128·2 = 81,920 B/token.
+    (141e9·0.9 − 35,278,831,616 − 2^30) / (16·81,920) = 90,547,426,560 / 1,310,720 = 69,082.2 → 69,082."""
     assert LLAMA70.num_parameters == 70_553_706_496
-    assert default_kv_blocks(LLAMA70, HARDWARE["h200_sxm"], memory_fraction=0.9, block_size=16, tensor=4) == 69083
+    assert default_kv_blocks(LLAMA70, HARDWARE["h200_sxm"], memory_fraction=0.9, block_size=16, tensor=4) == 69082
 
 
 def test_kv_heads_replicate_beyond_tensor_and_decode_context_spreads_them():
@@ -40,13 +46,14 @@ def test_kv_heads_replicate_beyond_tensor_and_decode_context_spreads_them():
     h200 = HARDWARE["h200_sxm"]
     plain = default_kv_blocks(LLAMA70, h200, memory_fraction=0.9, block_size=16, tensor=16)
     dcp = default_kv_blocks(LLAMA70, h200, memory_fraction=0.9, block_size=16, tensor=16, decode_context=2)
-    free = 141e9 * 0.9 - 141_107_412_992 / 16 - 2**30
+    norms = 1_318_912
+    free = 141e9 * 0.9 - ((70_553_706_496 - norms) / 16 + norms) * 2 - 2**30
     assert plain == int(free // (16 * 40_960)) and dcp == int(free // (16 * 20_480))
 
 
 def batch(rank, new, ctx, decode, num_ranks=1, capacity=1600.0) -> PassBatch:
     return PassBatch(num_ranks, np.array(rank), np.array(new), np.array(ctx), np.array(decode, dtype=bool),
-                     np.full(num_ranks, capacity))
+                     np.ones(len(rank), dtype=bool), np.full(num_ranks, capacity))
 
 
 def test_fixed_timing_adds_prefill_and_decode_per_rank():

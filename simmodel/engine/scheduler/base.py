@@ -13,13 +13,15 @@ class SchedulerOutput:
     """One rank's plan for one pass: who runs, with how many new tokens each.
 
     ``num_context_tokens[i]`` is the number of tokens of ``requests[i]`` already in KV before
-    this pass; ``is_decode[i]`` marks a one-token step of a request that has already sampled.
+    this pass; ``is_decode[i]`` marks a one-token step of a request that has already sampled;
+    ``samples[i]`` marks a chunk that reaches the end of its sequence and so samples a token.
     """
 
     requests: list[Request] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     num_context_tokens: list[int] = field(default_factory=list)
     is_decode: list[bool] = field(default_factory=list)
+    samples: list[bool] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
     resumed: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)

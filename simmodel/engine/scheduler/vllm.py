@@ -56,6 +56,7 @@ class VllmScheduler:
         # Phase 1: running requests in order (decodes and partial prefills alike).
         block_size, max_model_len = self.block_size, cfg.max_model_len
         reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
+        samples = out.samples
         req_index = 0
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
@@ -83,6 +84,7 @@ class VllmScheduler:
             news.append(num_new)
             ctxs.append(computed)
             decs.append(request.num_output_tokens > 0 and computed == num_tokens - 1)
+            samples.append(computed + num_new >= num_tokens)
             request.num_computed_tokens = computed + num_new
             token_budget -= num_new
             req_index += 1
@@ -126,6 +128,7 @@ class VllmScheduler:
         out.num_new_tokens.append(num_new)
         out.num_context_tokens.append(computed)
         out.is_decode.append(request.num_output_tokens > 0 and computed == request.num_tokens - 1)
+        out.samples.append(computed + num_new >= request.num_tokens)
         request.num_computed_tokens = computed + num_new
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:

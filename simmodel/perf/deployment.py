@@ -1,0 +1,68 @@
+"""One worker's shape as the performance model sees it: model, GPU, parallelism and dtypes.
+
+Where each byte lives: attention, dense MLPs, embeddings and the LM head are sharded over the rank's
+``tensor`` GPUs (each attention-DP rank holds its own copy); routed and shared experts are partitioned
+over the worker's ``moe_tensor × moe_expert`` GPUs. GQA KV heads are sharded over ``tensor`` (and
+replicated when there are fewer KV heads than GPUs); MLA's latent KV is replicated on every GPU of the
+rank, as vLLM stores it. Context parallelism splits tokens: ``decode_context`` over the replicas of
+the KV heads, ``prefill_context`` over its own GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.models import ModelSpec
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    model: ModelSpec
+    hardware: HardwareSpec
+    tensor: int = 1
+    attention_data: int = 1
+    moe_tensor: int = 1
+    moe_expert: int = 1
+    prefill_context: int = 1
+    decode_context: int = 1
+    weight_bytes: float = 2
+    """Bytes per weight (``engine.dtype``): 2 for BF16, 1 for FP8."""
+    kv_bytes: float = 2
+    """Bytes per cached K/V value (``kv_cache.dtype``)."""
+    activation_bytes: float = 2
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tensor * self.attention_data * self.prefill_context
+
+    @property
+    def dense_params_per_gpu(self) -> float:
+        """Attention, dense MLPs, embeddings, LM head and norms of one GPU of a rank."""
+        m = self.model
+        lm_head = 0 if m.tie_word_embeddings else m.embedding_params
+        dense = (m.num_layers * m.attention_params + m.num_dense_layers * m.dense_mlp_params
+                 + m.embedding_params + lm_head)
+        return dense / self.tensor + 2 * m.hidden_size * m.num_layers + m.hidden_size
+
+    @property
+    def expert_params_per_gpu(self) -> float:
+        m = self.model
+        return m.num_moe_layers * m.moe_layer_params / (self.moe_tensor * self.moe_expert)
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return (self.dense_params_per_gpu + self.expert_params_per_gpu) * self.weight_bytes
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """KV bytes one GPU stores for one token of context, all layers."""
+        m = self.model
+        if m.is_mla:
+            per_gpu = m.kv_bytes_per_token(self.kv_bytes)
+        else:
+            heads = max(1.0, m.num_kv_heads * self.decode_context / self.tensor)
+            per_gpu = m.num_layers * 2 * heads * m.head_dim * self.kv_bytes
+        return per_gpu / (self.decode_context * self.prefill_context)
