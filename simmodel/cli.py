@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -110,6 +111,46 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
     if output_dir is not None:
         write_results(results, output_dir, overwrite)
     click.echo(summary_json(results.summary).rstrip() if fmt == "json" else format_table(results.summary))
+
+
+@cli.command()
+@click.option("--model", required=True, help="Registry id (e.g. meta-llama/Llama-3.1-8B-Instruct) or a config.json path.")
+@click.option("--hardware", required=True, help="System id (e.g. h100_sxm) or a system .yaml path.")
+@click.option("--tensor", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--backend", type=click.Choice(["vllm"]), default="vllm", show_default=True)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--context-length", type=click.IntRange(min=2), help="max_model_len; default the model's maximum.")
+@click.option("--max-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True)
+@click.option("--input-tokens", type=click.IntRange(min=1), help="Price one request alone: its prompt...")
+@click.option("--output-tokens", type=click.IntRange(min=1), help="...and its output tokens.")
+@click.option("--decode-batch", type=click.IntRange(min=1), help="Price one decode pass of this many sequences...")
+@click.option("--context", type=click.IntRange(min=0), help="...each with this many tokens already in KV.")
+@click.option("--prefill-tokens", type=click.IntRange(min=1), help="Price one prefill pass of a prompt this long.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, context_length: int | None,
+             max_batched_tokens: int, input_tokens: int | None, output_tokens: int | None,
+             decode_batch: int | None, context: int | None, prefill_tokens: int | None, fmt: str) -> None:
+    """Price one request served alone, or one pass, with the default performance model."""
+    from simmodel.perf.estimate import estimate_from_options
+
+    modes = [input_tokens is not None or output_tokens is not None, decode_batch is not None or context is not None,
+             prefill_tokens is not None]
+    if sum(modes) != 1:
+        raise click.UsageError("give one of: --input-tokens with --output-tokens; --decode-batch with --context; "
+                               "--prefill-tokens")
+    if modes[0] and (input_tokens is None or output_tokens is None):
+        raise click.UsageError("--input-tokens and --output-tokens go together")
+    if modes[1] and (decode_batch is None or context is None):
+        raise click.UsageError("--decode-batch and --context go together")
+    result = estimate_from_options(
+        model=model, hardware=hardware, tensor=tensor, backend=backend, dtype=dtype, context_length=context_length,
+        max_batched_tokens=max_batched_tokens, input_tokens=input_tokens, output_tokens=output_tokens,
+        decode_batch=decode_batch, context=context, prefill_tokens=prefill_tokens)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            click.echo(f"{key:<14} {'-' if value is None else f'{value:.4f}'}")
 
 
 def main() -> None:

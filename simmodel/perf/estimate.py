@@ -64,3 +64,39 @@ def prefill_pass_ms(timing: PassTiming, tokens: int, capacity_tokens: float, bat
     batch = _batch(np.full(batch_size, tokens), np.zeros(batch_size), np.zeros(batch_size, bool),
                    np.ones(batch_size, bool), capacity_tokens, rank=np.zeros(batch_size, dtype=np.int64), num_ranks=1)
     return float(pass_times_ms(timing, batch)[0])
+
+
+def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: str, dtype: str,
+                          context_length: int | None, max_batched_tokens: int, input_tokens: int | None,
+                          output_tokens: int | None, decode_batch: int | None, context: int | None,
+                          prefill_tokens: int | None) -> dict[str, float | None]:
+    """What ``simmodel estimate`` prints: a one-worker scenario validated like any other, then priced."""
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.errors import ScenarioError
+    from simmodel.sim import make_timing
+
+    engine: dict = {"model": model, "hardware": hardware, "backend": backend, "dtype": dtype, "workers": {
+        "aggregated": {"parallelism": {"tensor": tensor},
+                       "scheduler": {"max_batched_tokens": max_batched_tokens,
+                                     "max_sequences": min(256, max_batched_tokens)}}}}
+    if context_length is not None:
+        engine["context_length"] = context_length
+    data = {"engine": engine, "traffic": {"source": {"type": "synthetic", "input_tokens": 1, "output_tokens": 1},
+                                          "load": {"type": "concurrency", "concurrency": 1}, "stop": {"requests": 1}}}
+    role = parse_scenario(data, Path.cwd()).engine.workers["aggregated"]
+    timing = make_timing(role)
+    capacity = float(role.num_kv_blocks * role.kv_cache.block_size)
+    limit = role.context_length
+    if input_tokens is not None and output_tokens is not None:
+        if input_tokens >= limit:
+            raise ScenarioError(f"--input-tokens: {input_tokens} is at or above context_length {limit}; "
+                                f"vLLM would reject the request")
+        est = request_estimate(timing, input_tokens, output_tokens, max_batched_tokens=max_batched_tokens,
+                               max_model_len=limit, capacity_tokens=capacity)
+        return {"ttft_ms": est.ttft_ms, "mean_itl_ms": est.mean_itl_ms, "e2e_ms": est.e2e_ms}
+    if decode_batch is not None and context is not None:
+        return {"pass_ms": decode_pass_ms(timing, decode_batch, context, capacity)}
+    assert prefill_tokens is not None
+    return {"pass_ms": prefill_pass_ms(timing, prefill_tokens, capacity)}

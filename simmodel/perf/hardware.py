@@ -1,16 +1,38 @@
 """GPU systems by id: the datasheet figures the performance model prices and sizes KV with.
 
-Peaks are dense (no sparsity) and decimal (1 TB/s = 1e12 B/s), per GPU, from the vendors' datasheets:
-NVIDIA A100 (80 GB SXM), H100 SXM5, H200 SXM, HGX/DGX B200, GB200 NVL72 and L40S product briefs; AMD
-Instinct MI300X data sheet. Link bandwidths are per GPU and per direction (NVLink 4: 900 GB/s both ways
-→ 450 GB/s each way). A100 has no FP8 units, so FP8 runs at its BF16 rate there.
+Peaks are dense (no sparsity) and decimal (1 TB/s = 1e12 B/s), per GPU. Link bandwidths are per GPU and
+per direction (NVLink 4: 900 GB/s both ways → 450 GB/s each way; PCIe Gen5 x16: 128 → 64 GB/s). Sources:
 
-A system file (``engine.hardware: ./my_gpu.yaml``) gives the same fields; see docs/configuration.md.
+- ``a100_sxm``: NVIDIA A100 datasheet (80 GB SXM): 312 TF BF16, 2,039 GB/s, NVLink 3 600 GB/s, PCIe Gen4.
+  A100 has no FP8 units, so FP8 runs at its BF16 rate.
+- ``h100_sxm`` / ``h200_sxm``: NVIDIA H100 and H200 product briefs (SXM): 989 TF BF16, 1,979 TF FP8;
+  80 GB at 3.35 TB/s and 141 GB at 4.8 TB/s; NVLink 4 900 GB/s; PCIe Gen5.
+- ``b200_sxm``: NVIDIA HGX B200 specifications, per GPU: 4.5 PF FP16/BF16 and 9 PF FP8 *with sparsity*
+  (2.25 and 4.5 PF dense), 180 GB HBM3e at 7.7 TB/s (62 TB/s for 8 GPUs; the earlier DGX B200
+  datasheet's 64 TB/s would give 8 TB/s), NVLink 5 1.8 TB/s.
+- ``gb200``: NVIDIA GB200 NVL72 specifications, per GPU: 5 PF BF16 and 10 PF FP8 with sparsity (2.5 and
+  5 PF dense), 186 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s across the 72-GPU NVLink domain.
+- ``l40s``: NVIDIA L40S datasheet: 362 TF BF16 and 733 TF FP8 dense (733 / 1,466 with sparsity), 48 GB
+  GDDR6 at 864 GB/s; no NVLink, so GPUs talk over PCIe Gen4 x16 (64 GB/s both ways).
+- ``mi300x``: AMD Instinct MI300X data sheet: 1,307 TF BF16 and 2,615 TF FP8 dense, 192 GB HBM3 at
+  5.3 TB/s; Infinity Fabric (xGMI) 7 peer links × 128 GB/s both ways = 896 → 448 GB/s each way.
+
+NIC bandwidth is one 400 Gb/s ConnectX-7 per GPU (200 Gb/s HDR on A100 and L40S systems), as in the DGX
+reference designs. Link latencies are assumptions, not datasheet values.
+
+A system file (``engine.hardware: ./my_gpu.yaml``) gives the same fields; see ``hardware_from_yaml``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simmodel.errors import ScenarioError
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +60,71 @@ class HardwareSpec:
 HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec))
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
-# NVLink collectives pay a few microseconds per step (NCCL's low-latency protocol on one node).
-_NVLINK_LATENCY_S = 3e-6
-_PCIE_LATENCY_S = 10e-6
+# Assumed, not datasheet values: NVLink / xGMI collectives pay a few microseconds per step (NCCL/RCCL
+# low-latency protocol on one node); PCIe peer-to-peer more.
+_LINK_S, _PCIE_S = 3e-6, 10e-6
 
 HARDWARE: dict[str, HardwareSpec] = {h.system_id: h for h in (
-    HardwareSpec("a100_sxm", 80 * _GB, 312 * _TF, 312 * _TF, 2.039 * _TB, 300 * _GB, _NVLINK_LATENCY_S,
-                 32 * _GB, 25 * _GB, 8),
-    HardwareSpec("h100_sxm", 80 * _GB, 989 * _TF, 1979 * _TF, 3.35 * _TB, 450 * _GB, _NVLINK_LATENCY_S,
-                 64 * _GB, 50 * _GB, 8),
-    HardwareSpec("h200_sxm", 141 * _GB, 989 * _TF, 1979 * _TF, 4.8 * _TB, 450 * _GB, _NVLINK_LATENCY_S,
-                 64 * _GB, 50 * _GB, 8),
-    HardwareSpec("b200_sxm", 180 * _GB, 2250 * _TF, 4500 * _TF, 8.0 * _TB, 900 * _GB, _NVLINK_LATENCY_S,
-                 64 * _GB, 50 * _GB, 8),
-    HardwareSpec("gb200", 186 * _GB, 2500 * _TF, 5000 * _TF, 8.0 * _TB, 900 * _GB, _NVLINK_LATENCY_S,
-                 64 * _GB, 50 * _GB, 72),
-    HardwareSpec("l40s", 48 * _GB, 362 * _TF, 733 * _TF, 0.864 * _TB, 32 * _GB, _PCIE_LATENCY_S,
-                 32 * _GB, 25 * _GB, 8),
-    HardwareSpec("mi300x", 192 * _GB, 1307 * _TF, 2615 * _TF, 5.3 * _TB, 448 * _GB, _NVLINK_LATENCY_S,
-                 64 * _GB, 50 * _GB, 8),
+    #            id          memory     BF16        FP8         HBM          GPU link   latency  PCIe      NIC      GPUs
+    HardwareSpec("a100_sxm", 80 * _GB,  312 * _TF,  312 * _TF,  2.039 * _TB, 300 * _GB, _LINK_S, 32 * _GB, 25 * _GB, 8),
+    HardwareSpec("h100_sxm", 80 * _GB,  989 * _TF,  1979 * _TF, 3.35 * _TB,  450 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
+    HardwareSpec("h200_sxm", 141 * _GB, 989 * _TF,  1979 * _TF, 4.8 * _TB,   450 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
+    HardwareSpec("b200_sxm", 180 * _GB, 2250 * _TF, 4500 * _TF, 7.7 * _TB,   900 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
+    HardwareSpec("gb200",    186 * _GB, 2500 * _TF, 5000 * _TF, 8 * _TB,     900 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 72),
+    HardwareSpec("l40s",     48 * _GB,  362 * _TF,  733 * _TF,  0.864 * _TB, 32 * _GB,  _PCIE_S, 32 * _GB, 25 * _GB, 8),
+    HardwareSpec("mi300x",   192 * _GB, 1307 * _TF, 2615 * _TF, 5.3 * _TB,   448 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
 )}
+
+
+def hardware_from_yaml(path: Path) -> HardwareSpec:
+    """Read a user system file: a YAML mapping of every ``HardwareSpec`` field.
+
+    Units are the dataclass's: bytes, FLOP/s, bytes/s, seconds. ``system_id`` is optional (default: the
+    file's stem). Numbers must be positive; ``gpus_per_node`` an integer. A number YAML reads as text
+    (``989e12``, which YAML 1.1 does not take for a float) is accepted.
+
+    Raises:
+        ScenarioError: one line naming the file and the field at fault.
+    """
+    where = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{where}: system file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{where}: cannot read the system file ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{where}: not valid YAML{line}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: a system file must be a YAML mapping of {', '.join(HARDWARE_FIELDS)}")
+    unknown = sorted(str(k) for k in data if k not in HARDWARE_FIELDS)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown field {unknown[0]} (fields: {', '.join(HARDWARE_FIELDS)})")
+    system_id = data.get("system_id", path.stem)
+    if not isinstance(system_id, str) or not system_id:
+        raise ScenarioError(f"{where}: system_id must be a non-empty string, got {system_id!r}")
+    values: dict[str, Any] = {"system_id": system_id}
+    for name in HARDWARE_FIELDS[1:]:
+        if name not in data:
+            raise ScenarioError(f"{where}: missing {name}")
+        values[name] = _positive(where, name, data[name], integer=name == "gpus_per_node")
+    return HardwareSpec(**values)
+
+
+def _positive(where: str, name: str, value: Any, *, integer: bool) -> float | int:
+    """Check one field: a positive, finite number (an integer for counts)."""
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScenarioError(f"{where}: {name} must be a positive integer, got {value!r}")
+        return value
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0:
+        raise ScenarioError(f"{where}: {name} must be a positive number, got {value!r}")
+    return float(number)

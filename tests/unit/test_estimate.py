@@ -1,0 +1,63 @@
+"""``simmodel estimate`` against the full simulator, and its CLI surface."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from factories import make_scenario, run_scenario
+from simmodel.perf.estimate import estimate_from_options
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("model, hardware, tensor, isl, osl", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", 1, 1000, 50),
+    ("meta-llama/Llama-3.1-70B-Instruct", "h200_sxm", 4, 20000, 8),  # three prefill chunks
+    ("Qwen/Qwen3-8B", "h200_sxm", 2, 7, 1),
+])
+def test_single_request_through_the_simulator_agrees_with_estimate(model, hardware, tensor, isl, osl):
+    est = estimate_from_options(model=model, hardware=hardware, tensor=tensor, backend="vllm", dtype="bf16",
+                                context_length=32768, max_batched_tokens=8192, input_tokens=isl, output_tokens=osl,
+                                decode_batch=None, context=None, prefill_tokens=None)
+    data = make_scenario(
+        traffic={"source": {"input_tokens": isl, "output_tokens": osl}, "stop": {"requests": 1}},
+        engine={"model": model, "hardware": hardware, "context_length": 32768, "workers": {"aggregated": {
+            "parallelism": {"tensor": tensor}, "kv_cache": {"capacity": {"type": "default"}},
+            "timing": {"type": "default"}}}})
+    row = run_scenario(data).requests.iloc[0]
+    assert row.ttft_ms == pytest.approx(est["ttft_ms"], rel=1e-6)
+    assert row.e2e_ms == pytest.approx(est["e2e_ms"], rel=1e-6)
+    if osl > 1:
+        assert row.tpot_ms == pytest.approx(est["mean_itl_ms"], rel=1e-6)
+    else:
+        assert est["mean_itl_ms"] is None
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simmodel.cli", "estimate", *args], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def test_estimate_cli_json_keys():
+    base = ["--model", "Qwen/Qwen3-8B", "--hardware", "h200_sxm", "--format", "json"]
+    req = json.loads(cli(*base, "--input-tokens", "100", "--output-tokens", "10").stdout)
+    assert set(req) == {"ttft_ms", "mean_itl_ms", "e2e_ms"}
+    assert req["e2e_ms"] == pytest.approx(req["ttft_ms"] + 9 * req["mean_itl_ms"])
+    decode = json.loads(cli(*base, "--decode-batch", "8", "--context", "512").stdout)
+    prefill = json.loads(cli(*base, "--prefill-tokens", "512").stdout)
+    assert set(decode) == set(prefill) == {"pass_ms"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prefill-tokens", "3", "--context", "5"], "give one of"),
+    (["--input-tokens", "3"], "--input-tokens and --output-tokens go together"),
+    (["--input-tokens", "50000", "--output-tokens", "1"], "at or above context_length 40960"),
+])
+def test_estimate_bad_options(args, message):
+    proc = cli("--model", "Qwen/Qwen3-8B", "--hardware", "h200_sxm", *args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
