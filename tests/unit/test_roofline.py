@@ -1,0 +1,134 @@
+"""The roofline performance model: each kernel group by hand on a toy model, then against the loop reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roofline_reference import price_pass_reference
+from simmodel.perf.deployment import Deployment
+from simmodel.perf.hardware import HARDWARE, HardwareSpec
+from simmodel.perf.models import MODELS, ModelSpec
+from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
+from simmodel.perf.timing import PassBatch
+
+# A toy model and GPU with round numbers: 2 layers, hidden 64, 4 heads of 16, 2 KV heads, MLP 128,
+# vocabulary 1000; 1e12 FLOP/s, 1e12 B/s HBM, 1e11 B/s link, 1 µs per collective step; efficiencies 1.
+TOY = ModelSpec("toy", num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, head_dim=16,
+                intermediate_size=128, vocab_size=1000, tie_word_embeddings=False, max_position_embeddings=4096)
+GPU = HardwareSpec("toy_gpu", 1e12, 1e12, 2e12, 1e12, 1e11, 1e-6, 1e10, 1e10, 8)
+ONE = Efficiency(1.0, 1.0, 1.0)
+HOST = HostOverhead(prefill_ms=1.0, decode_ms=0.5, mixed_ms=1.5)
+
+
+def make_batch(seqs_by_rank: list[list[tuple]]) -> PassBatch:
+    rank = [r for r, seqs in enumerate(seqs_by_rank) for _ in seqs]
+    flat = [s for seqs in seqs_by_rank for s in seqs]
+    col = lambda i, t: np.array([s[i] for s in flat], dtype=t)  # noqa: E731
+    return PassBatch(len(seqs_by_rank), np.array(rank, dtype=np.int64), col(0, np.int64), col(1, np.int64),
+                     col(2, bool), col(3, bool), np.full(len(seqs_by_rank), 1e6))
+
+
+def groups(seqs, **deploy) -> dict[str, float]:
+    timing = RooflineTiming(Deployment(TOY, GPU, **deploy), ONE, HOST)
+    return {k: float(v[0]) for k, v in timing.breakdown(make_batch([seqs])).items()}
+
+
+def test_prefill_of_ten_tokens_group_by_group():
+    """One fresh 10-token prompt that samples, tensor 1.
+
+    Linear params/layer: q,o 2·64·64 + k,v 2·64·32 = 12,288; MLP 3·64·128 = 24,576; ×2 layers = 73,728.
+    linear: FLOPs 2·73,728·10 = 1,474,560 → 1.47456 µs; bytes 147,456 + 10·8·2·64·2 = 167,936 → compute-bound.
+    attention: causal pairs 1+…+10 = 55; FLOPs/pair 2·2·4·(16+16) = 512 → 28,160 FLOPs = 28.16 ns;
+      bytes 10·256 (KV: 2 layers·2·2 heads·16·2 B) + 10·512 (queries and outputs) = 7,680 → 7.68 ns.
+    kv_write 10·256 B = 2.56 ns; lm_head max(128,000 FLOPs, 128,000 + 4,000 B) = 132 ns;
+    sampler 3·1000·4 B = 12 ns; elementwise 10·16·2·64·2 B = 40.96 ns; no collectives; host 1 ms (prefill).
+    """
+    g = groups([(10, 0, False, True)])
+    assert g["linear"] == pytest.approx(1.47456e-6)
+    assert g["attention"] == pytest.approx(28.16e-9)
+    assert g["kv_write"] == pytest.approx(2.56e-9)
+    assert g["lm_head"] == pytest.approx(132e-9)
+    assert g["sampler"] == pytest.approx(12e-9)
+    assert g["elementwise"] == pytest.approx(40.96e-9)
+    assert g["communication"] == 0.0 and g["host"] == pytest.approx(1e-3)
+
+
+def test_decode_reads_weights_and_kv_and_tensor_parallel_adds_all_reduces():
+    """Two decodes at context 100 and 300, tensor 2 (heads and weights halved, KV heads 2/2 = 1 per GPU).
+
+    linear: bytes 73,728/2·2 + 2·8·2·64·2 = 73,728 + 4,096 = 77,824 → 77.824 ns (FLOPs 147,456 → 0.147 µs
+      > bytes time? 2·36,864·2 = 147,456 FLOPs = 147.456 ns: compute-bound at this toy size).
+    attention: pairs 101 + 301 = 402; FLOPs 2·2·2·32·402 = 102,912 → 102.912 ns; bytes (101+301)·128 + 2·256
+      = 51,968 → 51.968 ns.
+    communication: 2·2 all-reduces, each 2·1·1 µs + 2 tokens·64·2 B·(2·1/2) / 1e11 = 2 µs + 2.56 ns.
+    host: 0.5 ms (decode only).
+    """
+    g = groups([(1, 100, True, True), (1, 300, True, True)], tensor=2)
+    assert g["linear"] == pytest.approx(147.456e-9)
+    assert g["attention"] == pytest.approx(102.912e-9)
+    assert g["communication"] == pytest.approx(4 * (2e-6 + 2.56e-9))
+    assert g["host"] == pytest.approx(0.5e-3)
+
+
+def test_intermediate_prefill_chunk_pays_no_lm_head_or_sampler():
+    g = groups([(10, 0, False, False)])
+    assert g["lm_head"] == 0.0 and g["sampler"] == 0.0
+
+
+def test_mixed_pass_uses_mixed_host_overhead_and_idle_rank_costs_nothing():
+    timing = RooflineTiming(Deployment(TOY, GPU, attention_data=2), ONE, HOST)
+    cost = timing.price(make_batch([[(5, 0, False, True), (1, 50, True, True)], []]))
+    assert cost.total_s[1] == 0.0
+    assert timing.breakdown(make_batch([[(5, 0, False, True), (1, 50, True, True)], []]))["host"][0] == 1.5e-3
+    assert cost.provenance == ("extrapolated:roofline", "assumed-host")
+
+
+def test_moe_touches_the_experts_the_batch_routes_to():
+    """Mixtral-8x7B (8 experts, 2 per token): 1 token touches 8·(1 − 6/8) = 2 experts; 64 tokens nearly all 8
+    (8·(1 − 0.75^64) = 7.99999...). The expert weight bytes read grow accordingly."""
+    mixtral = MODELS["mistralai/Mixtral-8x7B-v0.1"]
+    t = RooflineTiming(Deployment(mixtral, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
+    expert_bytes = mixtral.num_moe_layers * mixtral.expert_params / 2 * 2
+    assert t.experts_per_gpu * -np.expm1(1 * np.log1p(-t.route_fraction)) == pytest.approx(2.0)
+    one = t.breakdown(make_batch([[(1, 100, True, True)]]))["linear"][0]
+    many = t.breakdown(make_batch([[(1, 100, True, True)] * 64]))["linear"][0]
+    assert many - one == pytest.approx(6 * expert_bytes / t.hbm, rel=0.02)
+
+
+def random_ranks(rng: np.random.Generator, num_ranks: int) -> list[list[tuple]]:
+    ranks = []
+    for _ in range(num_ranks):
+        seqs = []
+        for _ in range(int(rng.integers(0, 6))):
+            decode = bool(rng.random() < 0.5)
+            q = 1 if decode else int(rng.integers(1, 300))
+            seqs.append((q, int(rng.integers(0, 2000)), decode, decode or bool(rng.random() < 0.5)))
+        ranks.append(seqs)
+    return ranks
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([
+    ("meta-llama/Llama-3.1-8B-Instruct", dict(tensor=1)),
+    ("meta-llama/Llama-3.1-70B-Instruct", dict(tensor=4, attention_data=2)),
+    ("Qwen/Qwen3-30B-A3B", dict(tensor=2, attention_data=2, moe_expert=4)),
+    ("deepseek-ai/DeepSeek-V3", dict(tensor=8, moe_expert=8, weight_bytes=1, kv_bytes=1)),
+    ("facebook/opt-125m", dict(tensor=1, decode_context=1)),
+]))
+def test_vectorized_equals_loop_reference(seed, case):
+    model_id, deploy = case
+    d = Deployment(MODELS[model_id], HARDWARE["h200_sxm"], **deploy)
+    ranks = random_ranks(np.random.default_rng(seed), d.attention_data)
+    eff, host = Efficiency(0.6, 0.75, 0.7), HostOverhead(2.0, 1.0, 3.0)
+    got = RooflineTiming(d, eff, host).price(make_batch(ranks)).total_s
+    assert got.tolist() == pytest.approx(price_pass_reference(d, eff, host, ranks), rel=1e-9, abs=1e-15)
+
+
+def test_more_tokens_never_cost_less():
+    t = RooflineTiming(Deployment(MODELS["Qwen/Qwen3-8B"], HARDWARE["h100_sxm"]))
+    prefill = [t.price(make_batch([[(n, 0, False, True)]])).total_s[0] for n in (1, 10, 100, 1000, 10000)]
+    decode = [t.price(make_batch([[(1, 500, True, True)] * b])).total_s[0] for b in (1, 4, 16, 64, 256)]
+    assert prefill == sorted(prefill) and decode == sorted(decode)
