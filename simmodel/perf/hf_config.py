@@ -1,0 +1,206 @@
+"""Read a model's shape from a local Hugging Face ``config.json``; nothing is ever downloaded.
+
+Reads the keys the Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (and
+Kimi-K2) and OPT configs use (``transformers``' names, with its defaults where a key is absent):
+
+- every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
+  ``max_position_embeddings``, ``intermediate_size`` (OPT: ``ffn_dim``); ``num_key_value_heads``
+  (default: the attention heads), ``head_dim`` (default: hidden / heads), ``tie_word_embeddings``
+  (default false, OPT true), ``torch_dtype`` or ``dtype`` (default bf16) — FP8 checkpoints
+  (``quantization_config.quant_method: fp8``, DeepSeek-V3) weigh 1 byte;
+- MoE: the expert count (``num_local_experts`` / ``num_experts`` / ``n_routed_experts``),
+  ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: its ``intermediate_size``), shared
+  experts (``n_shared_experts``, or Qwen2-MoE's ``shared_expert_intermediate_size`` as that many
+  expert widths), ``first_k_dense_replace``;
+- MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
+
+Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
+(Nemotron-H's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
+a ``ModelSpec`` cannot express (MoE on every n-th layer, dense layers between MoE ones, OPT's projected
+embeddings) and checkpoints quantized below 8 bits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simmodel.errors import ScenarioError
+from simmodel.perf.models import ModelSpec
+
+# model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
+            "deepseek_v3", "kimi_k2", "opt")
+# Two-projection ReLU MLP (fc1, fc2) instead of gate/up/down.
+_UNGATED = ("opt",)
+# transformers' OPTConfig keeps PretrainedConfig's tie_word_embeddings=True; the others default to False.
+_TIED_BY_DEFAULT = ("opt",)
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1,
+                "float8_e5m2": 1}
+_FP8_METHODS = ("fp8", "fbgemm_fp8")
+_MISSING = object()
+
+
+def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
+    """Build a ``ModelSpec`` from a local ``config.json`` (the file, or the folder holding it).
+
+    Args:
+        path: the ``config.json`` file or its folder; read from disk only.
+        model_id: the name the spec carries; default: ``path`` as given.
+
+    Raises:
+        ScenarioError: one line naming the file and the key at fault, e.g.
+            ``models/x/config.json: missing num_hidden_layers``.
+    """
+    file = path / "config.json" if path.is_dir() else path
+    cfg = _Config(_read(file), str(file))
+    family = cfg.family
+    if family not in FAMILIES:
+        shown = "missing model_type" if not family else f"model_type {family!r} is not modeled"
+        cfg.fail(f"{shown}; the families read here are {', '.join(FAMILIES)}")
+    layers, hidden, heads = cfg.int("num_hidden_layers"), cfg.int("hidden_size"), cfg.int("num_attention_heads")
+    kv_heads = cfg.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        cfg.fail(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}")
+    if family == "opt" and cfg.int("word_embed_proj_dim", hidden) != hidden:
+        cfg.fail("word_embed_proj_dim differs from hidden_size (projected embeddings are not modeled)")
+    intermediate = cfg.int("ffn_dim" if family == "opt" else "intermediate_size")
+    return ModelSpec(
+        model_id=str(path) if model_id is None else model_id,
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_kv_heads=kv_heads, head_dim=_head_dim(cfg, hidden, heads), intermediate_size=intermediate,
+        vocab_size=cfg.int("vocab_size"),
+        tie_word_embeddings=cfg.bool("tie_word_embeddings", family in _TIED_BY_DEFAULT),
+        max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
+        gated_mlp=family not in _UNGATED, **_moe(cfg, intermediate), **_mla(cfg))
+
+
+class _Config:
+    """A parsed config.json and the file name every error names."""
+
+    def __init__(self, data: dict[str, Any], where: str) -> None:
+        self.data, self.where = data, where
+        model_type = data.get("model_type")
+        self.family = model_type if isinstance(model_type, str) else ""
+
+    def fail(self, message: str) -> None:
+        raise ScenarioError(f"{self.where}: {message}")
+
+    def get(self, key: str) -> Any:
+        """The value, or ``None`` where absent (a JSON ``null`` reads as absent, as in transformers)."""
+        return self.data.get(key)
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+        value = self.get(key)
+        if value is None:
+            if default is _MISSING:
+                self.fail(f"missing {key}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+            self.fail(f"{key} must be {kind}, got {json.dumps(value)}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(f"{key} must be true or false, got {json.dumps(value)}")
+        return value
+
+
+def _read(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{file}: no such config.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{file}: cannot read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{file}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{file}: a config.json must be a JSON object")
+    architectures = data.get("architectures")
+    if isinstance(architectures, list) and architectures and not any(
+            isinstance(a, str) and a.endswith("ForCausalLM") for a in architectures):
+        raise ScenarioError(f"{file}: architectures {architectures} has no *ForCausalLM decoder")
+    return data
+
+
+def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
+    if cfg.get("head_dim") is None and hidden % heads:
+        cfg.fail(f"missing head_dim, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    return cfg.int("head_dim", hidden // heads)
+
+
+def _dtype_bytes(cfg: _Config) -> int:
+    """Bytes per weight: 1 for an FP8 checkpoint, else from torch_dtype (bf16 where absent)."""
+    quant = cfg.get("quantization_config")
+    if quant is not None:
+        if _is_fp8(quant):
+            return 1
+        method = quant.get("quant_method", quant.get("quant_algo")) if isinstance(quant, dict) else quant
+        cfg.fail(f"quantization_config {json.dumps(method)} is not modeled (only FP8 weights); "
+                 f"point at the unquantized config and set engine.dtype")
+    key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    name = cfg.get(key)
+    if name is None:
+        return 2
+    if name not in _DTYPE_BYTES:
+        cfg.fail(f"{key} must be one of {', '.join(_DTYPE_BYTES)}, got {json.dumps(name)}")
+    return _DTYPE_BYTES[name]
+
+
+def _is_fp8(quant: Any) -> bool:
+    """FP8 weights: ``quant_method: fp8`` (DeepSeek-V3, Qwen3-*-FP8), ModelOpt's ``quant_algo: FP8``, or
+    compressed-tensors groups whose weights are all 8-bit floats."""
+    if not isinstance(quant, dict):
+        return False
+    if quant.get("quant_method") in _FP8_METHODS or quant.get("quant_algo") == "FP8":
+        return True
+    groups = quant.get("config_groups")
+    weights = [g.get("weights") for g in groups.values()] if isinstance(groups, dict) and groups else [None]
+    return all(isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float" for w in weights)
+
+
+def _moe(cfg: _Config, intermediate: int) -> dict[str, int]:
+    """The MoE fields, or none for a dense model."""
+    key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k) is not None),
+               "num_experts")
+    num_experts = cfg.int(key, 0, minimum=0)
+    if num_experts == 0:
+        return {}
+    for step_key in ("decoder_sparse_step", "moe_layer_freq"):
+        if cfg.int(step_key, 1) != 1:
+            cfg.fail(f"{step_key} {cfg.get(step_key)} (MoE on every n-th layer) is not modeled; only 1")
+    if cfg.get("mlp_only_layers"):
+        cfg.fail("mlp_only_layers (dense layers between MoE layers) is not modeled; only first_k_dense_replace")
+    per_token = cfg.int("num_experts_per_tok")
+    if per_token > num_experts:
+        cfg.fail(f"num_experts_per_tok {per_token} exceeds the {num_experts} experts ({key})")
+    expert = cfg.int("moe_intermediate_size", intermediate)
+    return dict(num_experts=num_experts, num_experts_per_token=per_token, moe_intermediate_size=expert,
+                num_shared_experts=_shared_experts(cfg, expert),
+                first_dense_layers=cfg.int("first_k_dense_replace", 0, minimum=0))
+
+
+def _shared_experts(cfg: _Config, expert: int) -> int:
+    """DeepSeek counts shared experts; Qwen2-MoE gives one shared MLP k expert widths wide (same weights)."""
+    if cfg.get("n_shared_experts") is not None:
+        return cfg.int("n_shared_experts", 0, minimum=0)
+    width = cfg.int("shared_expert_intermediate_size", 0, minimum=0)
+    if width % expert:
+        cfg.fail(f"shared_expert_intermediate_size {width} is not a multiple of moe_intermediate_size {expert}")
+    return width // expert
+
+
+def _mla(cfg: _Config) -> dict[str, int]:
+    """The multi-head latent attention fields, or none for GQA/MHA."""
+    if cfg.get("kv_lora_rank") is None:
+        return {}
+    # A null q_lora_rank (DeepSeek-V2-Lite) means queries are projected without a low-rank step.
+    return dict(q_lora_rank=cfg.int("q_lora_rank", 0, minimum=0), kv_lora_rank=cfg.int("kv_lora_rank"),
+                qk_nope_head_dim=cfg.int("qk_nope_head_dim"), qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+                v_head_dim=cfg.int("v_head_dim"))
