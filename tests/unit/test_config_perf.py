@@ -1,0 +1,88 @@
+"""Scenario fields of the performance model: dtypes, model and system files, MoE layout, timing knobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from factories import make_scenario
+from simmodel.config.load import parse_scenario
+from simmodel.errors import ScenarioError
+
+AGG = "engine.workers.aggregated"
+
+
+def role_of(data: dict, base: Path = Path(".")):
+    return parse_scenario(data, base).engine.workers["aggregated"]
+
+
+def default_capacity(**engine):
+    workers = engine.pop("workers", {})
+    agg = {"kv_cache": {"capacity": {"type": "default"}}}
+    agg.update(workers)
+    return make_scenario(engine={**engine, "workers": {"aggregated": agg}})
+
+
+def test_fp8_kv_doubles_the_blocks_and_fp8_weights_free_memory():
+    """Llama-3.1-8B on H100 at 0.9. BF16: 26,162 blocks (see test_perf). FP8 KV: 65,536 B/token, so
+    54,865,735,680 / (16·65,536) = 52,324.7 → 52,324. FP8 weights too: weights 8,030,261,248 B,
+    (72e9 − 8,030,261,248 − 2^30) / 1,048,576 = 62,895,996,928 / 1,048,576 = 59,982.3 → 59,982."""
+    assert role_of(default_capacity()).num_kv_blocks == 26162
+    assert role_of(default_capacity(workers={"kv_cache": {"dtype": "fp8", "capacity": {"type": "default"}}})
+                   ).num_kv_blocks == 52324
+    assert role_of(default_capacity(dtype="fp8", workers={
+        "kv_cache": {"dtype": "fp8", "capacity": {"type": "default"}}})).num_kv_blocks == 59982
+
+
+def test_moe_experts_default_to_tensor_sharding_and_must_cover_the_gpus():
+    data = make_scenario(engine={"model": "Qwen/Qwen3-30B-A3B", "workers": {"aggregated": {
+        "parallelism": {"tensor": 2, "attention_data": 2}}}})
+    p = role_of(data).parallelism
+    assert (p.moe_tensor, p.moe_expert) == (4, 1)
+    data["engine"]["workers"]["aggregated"]["parallelism"]["moe_expert"] = 2
+    with pytest.raises(ScenarioError, match=r"moe_tensor × moe_expert \(1 × 2\) must equal tensor × attention_data \(4\)"):
+        role_of(data)
+    data["engine"]["workers"]["aggregated"]["parallelism"]["moe_expert"] = 4
+    assert role_of(data).deployment.moe_expert == 4
+
+
+def test_prefill_context_is_not_modeled_by_the_default_timing():
+    data = make_scenario(engine={"workers": {"aggregated": {"parallelism": {"prefill_context": 2},
+                                                            "timing": {"type": "default"}}}})
+    with pytest.raises(ScenarioError, match="prefill context parallelism is not modeled by the default timing"):
+        role_of(data)
+
+
+def test_timing_knobs_reach_the_model():
+    data = make_scenario(engine={"workers": {"aggregated": {"timing": {
+        "type": "default", "compute_efficiency": 0.5, "host_overhead_ms": {"decode": 0.25}}}}})
+    timing = role_of(data).timing
+    assert timing.efficiency.compute == 0.5 and timing.efficiency.memory == 0.8
+    assert (timing.host.decode_ms, timing.host.prefill_ms) == (0.25, 2.0)
+    bad = make_scenario(engine={"workers": {"aggregated": {"timing": {"type": "default", "memory_efficiency": 0}}}})
+    with pytest.raises(ScenarioError, match=f"{AGG}.timing.memory_efficiency: must be a positive number at most 1"):
+        role_of(bad)
+    bad = make_scenario(engine={"workers": {"aggregated": {"timing": {"type": "fixed", "prefill_ms": 1,
+                                                                      "decode_ms": 1, "compute_efficiency": 1}}}})
+    with pytest.raises(ScenarioError, match=f"{AGG}.timing.compute_efficiency: unknown field"):
+        role_of(bad)
+
+
+def test_model_from_a_local_config_and_system_from_a_yaml_file(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}))
+    (tmp_path / "gpu.yaml").write_text(
+        "memory_bytes: 80e9\nbf16_flops: 989e12\nfp8_flops: 1979e12\nhbm_bytes_per_s: 3.35e12\n"
+        "intra_node_bytes_per_s: 450e9\nintra_node_latency_s: 3e-6\npcie_bytes_per_s: 64e9\n"
+        "nic_bytes_per_s: 50e9\ngpus_per_node: 8\n")
+    role = role_of(default_capacity(model="m", hardware="gpu.yaml"), tmp_path)
+    assert role.num_kv_blocks == 26162  # the same shape and GPU as the registry's Llama-3.1-8B on H100
+    with pytest.raises(ScenarioError, match="engine.hardware: .*missing.yaml"):
+        role_of(default_capacity(hardware="missing.yaml"), tmp_path)
+    with pytest.raises(ScenarioError, match="engine.model: unknown model 'nowhere'"):
+        role_of(default_capacity(model="nowhere"), tmp_path)
