@@ -20,6 +20,7 @@ Pure and vectorized: arrays in, arrays out, no Python loop over sequences.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,58 +103,60 @@ class RooflineTiming:
         self.all_to_all_bytes_per_token = m.num_experts_per_token * h * act * (ep - 1) / ep
         self.all_to_all_latency_s = (ep - 1) * hw.intra_node_latency_s
 
-    def _roof(self, flops: np.ndarray | float, nbytes: np.ndarray, peak: float) -> np.ndarray:
-        return np.maximum(np.asarray(flops) / peak, nbytes / self.hbm)
+    def _per_rank_sums(self, batch: PassBatch) -> np.ndarray:
+        """Per rank: new tokens, causal query·key pairs, KV span, sampling, decode and prefill sequences."""
+        q = batch.num_new_tokens.astype(np.float64)
+        c = batch.num_context_tokens.astype(np.float64)
+        decode = batch.is_decode.astype(np.float64)
+        cols = np.stack([q, q * c + q * (q + 1) / 2, c + q, batch.samples.astype(np.float64), decode, 1.0 - decode])
+        if batch.num_ranks == 1:
+            return cols.sum(axis=1)[None, :]
+        onehot = np.zeros((len(q), batch.num_ranks))
+        onehot[np.arange(len(q)), batch.rank] = 1.0
+        return (cols @ onehot).T
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
-        n, rank = batch.num_ranks, batch.rank
-        q = batch.num_new_tokens.astype(np.float64)
-        c = batch.num_context_tokens.astype(np.float64)
+        table = self._table(batch)
+        return {name: table[:, i] for i, name in enumerate(GROUPS)}
 
-        def per_rank(values) -> np.ndarray:
-            return np.bincount(rank, weights=values, minlength=n)
+    def _table(self, batch: PassBatch) -> np.ndarray:
+        """Seconds, one row per rank and one column per group of ``GROUPS``.
 
-        tokens = per_rank(q)
-        samples = per_rank(batch.samples.astype(np.float64))
-        busy = (tokens > 0).astype(np.float64)
-        pairs = per_rank(q * c + q * (q + 1) / 2)  # causal: new token j sees c + j keys
-        span = per_rank(c + q)
-
-        linear_flops = tokens * self.dense_flops_per_token
-        linear_bytes = busy * self.dense_weight_bytes + tokens * self.activation_bytes_per_token
-        if self.moe_flops_per_token and tokens.sum() > 0:
+        Per-sequence work is summed per rank with numpy; the few formulas per rank then run on floats.
+        """
+        sums = self._per_rank_sums(batch)
+        worker_tokens = float(sums[:, 0].sum())
+        moe_flops = moe_bytes = 0.0
+        if self.moe_flops_per_token and worker_tokens > 0:
             # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so even a
             # rank with no sequences of its own runs its share; expected distinct experts hit among this
             # GPU's: E_gpu · (1 − (1 − k/E)^tokens).
-            worker_tokens = tokens.sum()
-            linear_flops = linear_flops + worker_tokens * self.moe_flops_per_token / self.moe_gpus
-            touched = self.experts_per_gpu * -np.expm1(worker_tokens * np.log1p(-self.route_fraction))
-            linear_bytes = linear_bytes + touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
-        groups = {
-            "linear": self._roof(linear_flops, linear_bytes, self.linear_peak),
-            "attention": self._roof(pairs * self.attention_flops_per_pair,
-                                    span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token,
-                                    self.attention_peak),
-            "kv_write": tokens * self.kv_bytes_per_token / self.hbm,
-            "lm_head": self._roof(samples * self.lm_head_flops_per_seq,
-                                  (samples > 0) * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq,
-                                  self.linear_peak),
-            "sampler": samples * self.sampler_bytes_per_seq / self.hbm,
-            "elementwise": tokens * self.elementwise_bytes_per_token / self.hbm,
-        }
-        comm = self.num_all_reduces * (busy * self.all_reduce_latency_s
-                                       + tokens * self.all_reduce_bytes_per_token / self.link)
-        if self.num_all_to_alls:
-            comm = comm + self.num_all_to_alls * (busy * self.all_to_all_latency_s
-                                                  + tokens * self.all_to_all_bytes_per_token / self.link)
-        groups["communication"] = comm
-        decode = per_rank(batch.is_decode.astype(np.float64))
-        prefill = per_rank((~batch.is_decode).astype(np.float64))
-        host = np.where(prefill > 0, np.where(decode > 0, self.host.mixed_ms, self.host.prefill_ms), self.host.decode_ms)
-        groups["host"] = busy * host / 1000.0
-        return groups
+            moe_flops = worker_tokens * self.moe_flops_per_token / self.moe_gpus
+            touched = self.experts_per_gpu * -math.expm1(worker_tokens * math.log1p(-self.route_fraction))
+            moe_bytes = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
+        hbm, lin_peak = self.hbm, self.linear_peak
+        rows = []
+        for tokens, pairs, span, samples, decodes, prefills in sums.tolist():
+            busy = tokens > 0
+            linear = max((tokens * self.dense_flops_per_token + moe_flops) / lin_peak,
+                          ((self.dense_weight_bytes if busy else 0.0) + tokens * self.activation_bytes_per_token
+                           + moe_bytes) / hbm)
+            attention = max(pairs * self.attention_flops_per_pair / self.attention_peak,
+                            (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
+            lm_head = max(samples * self.lm_head_flops_per_seq / lin_peak,
+                          ((self.lm_head_weight_bytes if samples else 0.0) + samples * self.logit_bytes_per_seq) / hbm)
+            comm = 0.0
+            if busy:
+                comm = self.num_all_reduces * (self.all_reduce_latency_s + tokens * self.all_reduce_bytes_per_token
+                                               / self.link)
+                comm += self.num_all_to_alls * (self.all_to_all_latency_s + tokens * self.all_to_all_bytes_per_token
+                                                / self.link)
+            host_ms = (self.host.mixed_ms if decodes else self.host.prefill_ms) if prefills else self.host.decode_ms
+            rows.append((linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
+                         samples * self.sampler_bytes_per_seq / hbm, tokens * self.elementwise_bytes_per_token / hbm,
+                         comm, host_ms / 1000.0 if busy else 0.0))
+        return np.array(rows, dtype=np.float64).reshape(len(rows), len(GROUPS))
 
     def price(self, batch: PassBatch) -> PassCost:
-        groups = self.breakdown(batch)
-        return PassCost(sum(groups.values()), PROVENANCE)
+        return PassCost(self._table(batch).sum(axis=1), PROVENANCE)
