@@ -56,7 +56,7 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
         total += T * 16 * L * h * act / hbm
         if tp > 1 and T:
             for _ in range(2 * L):
-                total += 2 * (tp - 1) * hw.intra_node_latency_s + T * h * act * 2 * (tp - 1) / tp / link
+                total += hw.intra_node_latency_s + T * h * act * 2 * (tp - 1) / tp / link
         ep = d.moe_expert
         if m.is_moe and ep > 1 and T:
             for _ in range(2 * m.num_moe_layers):
@@ -64,7 +64,7 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
         if T:
             kinds = {bool(s[2]) for s in seqs}
             ms = host.mixed_ms if kinds == {True, False} else (host.decode_ms if kinds == {True} else host.prefill_ms)
-            total += ms / 1000
+            total += ms / 1000 + L * host.per_layer_us * 1e-6
         out.append(total)
     assert all(math.isfinite(x) for x in out)
     return out

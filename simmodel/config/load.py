@@ -456,7 +456,7 @@ def _timing(node: _Node) -> TimingSpec:
         host = node.node("host_overhead_ms")
         base = HostOverhead()
         overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
-                                host.number("mixed", base.mixed_ms))
+                                host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us))
         host.done()
         eff = Efficiency()
         spec = TimingSpec(kind, efficiency=Efficiency(

@@ -60,9 +60,10 @@ class HardwareSpec:
 HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec))
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
-# Assumed, not datasheet values: NVLink / xGMI collectives pay a few microseconds per step (NCCL/RCCL
-# low-latency protocol on one node); PCIe peer-to-peer more.
-_LINK_S, _PCIE_S = 3e-6, 10e-6
+# Not datasheet values: an all-reduce over NVLink / xGMI costs about 5 µs whatever its size up to a few
+# hundred kB (vLLM's custom all-reduce, 4.4–5.1 µs at TP 2–8 in aiconfigurator's H100/H200 kernel
+# tables); PCIe peer-to-peer more (assumed).
+_LINK_S, _PCIE_S = 5e-6, 10e-6
 
 HARDWARE: dict[str, HardwareSpec] = {h.system_id: h for h in (
     #            id          memory     BF16        FP8         HBM          GPU link   latency  PCIe      NIC      GPUs

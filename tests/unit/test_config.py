@@ -9,6 +9,7 @@ from factories import make_scenario
 
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
 from simmodel.errors import ScenarioError
+from simmodel.perf.roofline import Efficiency, HostOverhead
 
 AGG = "engine.workers.aggregated"
 
@@ -87,7 +88,7 @@ def test_defaults_are_the_documented_ones():
     assert (role.scheduler.max_batched_tokens, role.scheduler.max_sequences) == (8192, 256)
     assert (role.kv_cache.block_size, role.kv_cache.capacity.memory_fraction) == (16, 0.9)
     assert role.timing.type == "default" and role.parallelism.gpu_count == 1
-    assert (role.timing.efficiency.compute, role.timing.efficiency.memory) == (0.7, 0.8)
+    assert role.timing.efficiency == Efficiency() and role.timing.host == HostOverhead()
     assert scenario.engine.enable_chunked_prefill and role.scheduler.reserve_full_isl
 
 

@@ -10,6 +10,7 @@ import pytest
 from factories import make_scenario
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
+from simmodel.perf.roofline import Efficiency, HostOverhead
 
 AGG = "engine.workers.aggregated"
 
@@ -59,8 +60,8 @@ def test_timing_knobs_reach_the_model():
     data = make_scenario(engine={"workers": {"aggregated": {"timing": {
         "type": "default", "compute_efficiency": 0.5, "host_overhead_ms": {"decode": 0.25}}}}})
     timing = role_of(data).timing
-    assert timing.efficiency.compute == 0.5 and timing.efficiency.memory == 0.8
-    assert (timing.host.decode_ms, timing.host.prefill_ms) == (0.25, 2.0)
+    assert timing.efficiency.compute == 0.5 and timing.efficiency.memory == Efficiency().memory
+    assert (timing.host.decode_ms, timing.host.prefill_ms) == (0.25, HostOverhead().prefill_ms)
     bad = make_scenario(engine={"workers": {"aggregated": {"timing": {"type": "default", "memory_efficiency": 0}}}})
     with pytest.raises(ScenarioError, match=f"{AGG}.timing.memory_efficiency: must be a positive number at most 1"):
         role_of(bad)

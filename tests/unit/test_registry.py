@@ -234,7 +234,7 @@ bf16_flops: 989e12            # YAML 1.1 reads this as text; accepted as a numbe
 fp8_flops: 1979e12
 hbm_bytes_per_s: 3.35e+12
 intra_node_bytes_per_s: 450.0e+9
-intra_node_latency_s: 3.0e-6
+intra_node_latency_s: 5.0e-6
 pcie_bytes_per_s: 64000000000
 nic_bytes_per_s: 50000000000
 gpus_per_node: 8
@@ -252,7 +252,7 @@ def test_system_file_reads_every_field(tmp_path):
     (lambda t: t.replace("gpus_per_node: 8\n", ""), "gpu.yaml: missing gpus_per_node"),
     (lambda t: t + "hbm_bw: 3\n", "gpu.yaml: unknown field hbm_bw (fields: system_id, memory_bytes"),
     (lambda t: t.replace("3.35e+12", "0"), "gpu.yaml: hbm_bytes_per_s must be a positive number, got 0"),
-    (lambda t: t.replace("3.0e-6", "-1.0e-6"), "gpu.yaml: intra_node_latency_s must be a positive number, got -1e-06"),
+    (lambda t: t.replace("5.0e-6", "-1.0e-6"), "gpu.yaml: intra_node_latency_s must be a positive number, got -1e-06"),
     (lambda t: t.replace("80.0e+9", "lots"), "gpu.yaml: memory_bytes must be a positive number, got 'lots'"),
     (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 8.5"), "gpu.yaml: gpus_per_node must be a positive integer"),
     (lambda t: "- a list\n", "gpu.yaml: a system file must be a YAML mapping"),

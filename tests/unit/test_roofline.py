@@ -54,6 +54,9 @@ def test_prefill_of_ten_tokens_group_by_group():
     assert g["sampler"] == pytest.approx(12e-9)
     assert g["elementwise"] == pytest.approx(40.96e-9)
     assert g["communication"] == 0.0 and g["host"] == pytest.approx(1e-3)
+    assert g["layer_overhead"] == 0.0  # HOST sets no per-layer floor
+    floored = RooflineTiming(Deployment(TOY, GPU), ONE, HostOverhead(1.0, 0.5, 1.5, per_layer_us=4.0))
+    assert floored.breakdown(make_batch([[(10, 0, False, True)]]))["layer_overhead"][0] == pytest.approx(2 * 4e-6)
 
 
 def test_decode_reads_weights_and_kv_and_tensor_parallel_adds_all_reduces():
@@ -63,13 +66,13 @@ def test_decode_reads_weights_and_kv_and_tensor_parallel_adds_all_reduces():
       > bytes time? 2·36,864·2 = 147,456 FLOPs = 147.456 ns: compute-bound at this toy size).
     attention: pairs 101 + 301 = 402; FLOPs 2·2·2·32·402 = 102,912 → 102.912 ns; bytes (101+301)·128 + 2·256
       = 51,968 → 51.968 ns.
-    communication: 2·2 all-reduces, each 2·1·1 µs + 2 tokens·64·2 B·(2·1/2) / 1e11 = 2 µs + 2.56 ns.
+    communication: 2·2 all-reduces, each one link latency 1 µs + 2 tokens·64·2 B·(2·1/2) / 1e11 = 1 µs + 2.56 ns.
     host: 0.5 ms (decode only).
     """
     g = groups([(1, 100, True, True), (1, 300, True, True)], tensor=2)
     assert g["linear"] == pytest.approx(147.456e-9)
     assert g["attention"] == pytest.approx(102.912e-9)
-    assert g["communication"] == pytest.approx(4 * (2e-6 + 2.56e-9))
+    assert g["communication"] == pytest.approx(4 * (1e-6 + 2.56e-9))
     assert g["host"] == pytest.approx(0.5e-3)
 
 
@@ -122,7 +125,7 @@ def test_vectorized_equals_loop_reference(seed, case):
     model_id, deploy = case
     d = Deployment(MODELS[model_id], HARDWARE["h200_sxm"], **deploy)
     ranks = random_ranks(np.random.default_rng(seed), d.attention_data)
-    eff, host = Efficiency(0.6, 0.75, 0.7), HostOverhead(2.0, 1.0, 3.0)
+    eff, host = Efficiency(0.6, 0.75, 0.7), HostOverhead(2.0, 1.0, 3.0, per_layer_us=7.0)
     got = RooflineTiming(d, eff, host).price(make_batch(ranks)).total_s
     assert got.tolist() == pytest.approx(price_pass_reference(d, eff, host, ranks), rel=1e-9, abs=1e-15)
 

@@ -1,0 +1,575 @@
+"""Price AIConfigurator's measured-kernel grid with our default (roofline) model and write docs/accuracy.md.
+
+    python3 benchmarks/accuracy_report.py [--csv benchmarks/data/aic_grid.csv] [--out docs/accuracy.md]
+                                          [--no-write] [--no-stability]
+
+Reads ``benchmarks/data/aic_grid.csv`` (recorded by ``tools/oracles/record_aic_grid.py`` from NVIDIA
+AIConfigurator's vLLM tables; this script needs no AIConfigurator), prices every point with
+``RooflineTiming`` through ``simmodel.perf.estimate.prefill_pass_ms`` / ``decode_pass_ms``, and reports
+two constant sets side by side:
+
+* **current defaults** — whatever ``Efficiency()``, ``HostOverhead()`` and ``HARDWARE[system].
+  intra_node_latency_s`` hold in the code right now;
+* **fitted** — the named constants (compute, memory and link efficiencies, prefill and decode host
+  overhead, the NVLink collective-step latency) fitted on the FIT split only, by robust least squares on
+  log(ours / AIC) (soft-L1 loss, scale 0.05; scipy if present, else a coordinate grid search), with
+  efficiencies in [0.05, 1], overheads in [0, 20] ms and the latency in [0, 20] µs, then rounded to the
+  precision proposed for the code (0.01 for efficiencies and ms, 0.1 µs). The rounded values are the
+  ones evaluated, so once they are the code's defaults, "current defaults" reproduces "fitted".
+
+The FIT / HELD-OUT split is fixed up front: FIT = h100_sxm points on even grid positions (prefill: even
+ISL index; decode: even batch index + context index, a checkerboard), every model and TP; HELD-OUT =
+every h200_sxm point (a GPU the fit never sees) plus the h100_sxm points on odd positions.
+
+It prints the fitted constants and the headline numbers; ``docs/accuracy.md`` holds the full report.
+"""
+
+# ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from simmodel.perf.deployment import Deployment
+from simmodel.perf.estimate import decode_pass_ms, prefill_pass_ms
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.models import MODELS
+from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CSV = REPO / "benchmarks" / "data" / "aic_grid.csv"
+DEFAULT_OUT = REPO / "docs" / "accuracy.md"
+CAPACITY_TOKENS = 1e9  # only the polynomial model reads KV capacity
+WITHIN = 0.25
+TARGET_WITHIN_SHARE = 0.90
+TARGET_MEDIAN = 0.12
+FIT_SYSTEM = "h100_sxm"
+SOFT_L1_SCALE = 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    model: str
+    system: str
+    tp: int
+    kind: str  # prefill | decode
+    batch: int
+    context: int  # prefill: ISL; decode: tokens already in KV
+    aic_ms: float
+    fit: bool
+
+
+def load(path: Path) -> tuple[list[Point], list[dict], dict]:
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    grid = {
+        "prefill_isl": sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "prefill"}),
+        "decode_batch": sorted({int(r["batch"]) for r in rows if r["kind"] == "decode"}),
+        "decode_context": sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "decode"}),
+        "versions": sorted({r["aic_version"] for r in rows}),
+    }
+    points, skipped = [], []
+    for r in rows:
+        if not r["aic_ms"]:
+            skipped.append(r)
+            continue
+        p = Point(r["model"], r["system"], int(r["tp"]), r["kind"], int(r["batch"]), int(r["context_or_isl"]),
+                  float(r["aic_ms"]), False)
+        points.append(replace(p, fit=p.system == FIT_SYSTEM and _even(p, grid)))
+    return points, skipped, grid
+
+
+def _even(p: Point, grid: dict) -> bool:
+    """The point sits on an even grid position: prefill ISL index even; decode batch + context index even."""
+    if p.kind == "prefill":
+        return grid["prefill_isl"].index(p.context) % 2 == 0
+    return (grid["decode_batch"].index(p.batch) + grid["decode_context"].index(p.context)) % 2 == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants and pricing
+# ---------------------------------------------------------------------------------------------
+
+PARAMS = ("compute", "memory", "link", "host_prefill_ms", "host_decode_ms", "link_latency_us")
+LOWER = np.array([0.05, 0.05, 0.05, 0.0, 0.0, 0.0])
+UPPER = np.array([1.0, 1.0, 1.0, 20.0, 20.0, 20.0])
+DECIMALS = (2, 2, 2, 2, 2, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Constants:
+    compute: float
+    memory: float
+    link: float
+    host_prefill_ms: float
+    host_decode_ms: float
+    link_latency_us: float | None
+    """None: each system's ``intra_node_latency_s`` from the hardware registry."""
+
+    def vector(self, systems) -> np.ndarray:
+        lat = self.link_latency_us if self.link_latency_us is not None else _registry_latency_us(systems)
+        return np.array([getattr(self, f.name) for f in fields(self)][:-1] + [lat], dtype=float)
+
+
+def _registry_latency_us(systems) -> float:
+    lats = {HARDWARE[s].intra_node_latency_s * 1e6 for s in systems}
+    return lats.pop() if len(lats) == 1 else float("nan")
+
+
+def current_defaults() -> Constants:
+    eff, host = Efficiency(), HostOverhead()
+    return Constants(eff.compute, eff.memory, eff.link, host.prefill_ms, host.decode_ms, None)
+
+
+def from_vector(x) -> Constants:
+    return Constants(*(float(v) for v in x))
+
+
+def rounded(c: Constants) -> Constants:
+    return from_vector([round(v, d) for v, d in zip(c.vector(()), DECIMALS, strict=True)])
+
+
+class OneStepAllReduce(RooflineTiming):
+    """What-if (not the shipped model): every tensor-parallel all-reduce pays ONE link latency whatever the
+    TP size, as vLLM's one-shot custom all-reduce does for small messages, instead of the ring's 2(tp−1)."""
+
+    def __init__(self, deployment, efficiency, host) -> None:
+        super().__init__(deployment, efficiency, host)
+        if getattr(self, "num_all_reduces", 0):
+            self.all_reduce_latency_s = deployment.hardware.intra_node_latency_s
+
+
+def price(points: list[Point], c: Constants, timing_cls=RooflineTiming) -> np.ndarray:
+    """Our model's milliseconds for every point, with constants ``c``."""
+    eff = Efficiency(compute=c.compute, memory=c.memory, link=c.link)
+    host = HostOverhead(prefill_ms=c.host_prefill_ms, decode_ms=c.host_decode_ms, mixed_ms=HostOverhead().mixed_ms)
+    timings: dict[tuple[str, str, int], RooflineTiming] = {}
+    out = np.empty(len(points))
+    for i, p in enumerate(points):
+        key = (p.model, p.system, p.tp)
+        t = timings.get(key)
+        if t is None:
+            hw = HARDWARE[p.system]
+            if c.link_latency_us is not None:
+                hw = replace(hw, intra_node_latency_s=c.link_latency_us / 1e6)
+            t = timings[key] = timing_cls(Deployment(MODELS[p.model], hw, tensor=p.tp), eff, host)
+        if p.kind == "prefill":
+            out[i] = prefill_pass_ms(t, p.context, CAPACITY_TOKENS, batch_size=p.batch)
+        else:
+            out[i] = decode_pass_ms(t, p.batch, p.context, CAPACITY_TOKENS)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting
+# ---------------------------------------------------------------------------------------------
+
+def _soft_l1(r: np.ndarray) -> float:
+    z = (r / SOFT_L1_SCALE) ** 2
+    return float(np.sum(2 * (np.sqrt(1 + z) - 1)))
+
+
+def fit(points: list[Point], start: Constants, timing_cls=RooflineTiming) -> tuple[Constants, str]:
+    aic = np.log(np.array([p.aic_ms for p in points]))
+
+    def residual(x):
+        return np.log(price(points, from_vector(x), timing_cls)) - aic
+
+    x0 = np.clip(start.vector({p.system for p in points}), LOWER + 1e-6, UPPER - 1e-6)
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        return from_vector(_grid_search(residual, x0)), "coordinate grid search (scipy not installed)"
+    best = None
+    for x_start in (x0, np.array([0.5, 0.7, 0.7, 1.0, 1.0, 3.0])):
+        res = least_squares(residual, x_start, bounds=(LOWER, UPPER), loss="soft_l1", f_scale=SOFT_L1_SCALE,
+                            x_scale=np.array([0.1, 0.1, 0.1, 0.5, 0.5, 1.0]), diff_step=1e-3)
+        if best is None or res.cost < best.cost:
+            best = res
+    return from_vector(best.x), "scipy.optimize.least_squares (soft_l1, two starts)"
+
+
+def _grid_search(residual, x0: np.ndarray, rounds: int = 6) -> np.ndarray:
+    x, best = x0.copy(), _soft_l1(residual(x0))
+    step = (UPPER - LOWER) / 4
+    for _ in range(rounds):
+        for k in range(len(x)):
+            for v in np.linspace(max(LOWER[k], x[k] - step[k]), min(UPPER[k], x[k] + step[k]), 9):
+                trial = x.copy()
+                trial[k] = v
+                loss = _soft_l1(residual(trial))
+                if loss < best:
+                    x, best = trial, loss
+        step = step / 3
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics and tables
+# ---------------------------------------------------------------------------------------------
+
+def stats(err: np.ndarray) -> dict:
+    a = np.abs(err)
+    if not len(a):
+        return {"n": 0, "within": float("nan"), "median": float("nan"), "p90": float("nan"), "worst": float("nan"),
+                "bias": float("nan")}
+    return {"n": len(a), "within": float(np.mean(a <= WITHIN)), "median": float(np.median(a)),
+            "p90": float(np.quantile(a, 0.9)), "worst": float(err[np.argmax(a)]), "bias": float(np.median(err))}
+
+
+def pct(x: float, signed: bool = False) -> str:
+    if x != x:
+        return "–"
+    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
+
+
+def met(s: dict) -> str:
+    ok = s["within"] >= TARGET_WITHIN_SHARE and s["median"] <= TARGET_MEDIAN
+    return "**yes**" if ok else "no"
+
+
+def table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def short(model: str) -> str:
+    return model.split("/")[-1]
+
+
+def fmt_constants(c: Constants, systems) -> list[str]:
+    lat = c.link_latency_us
+    if lat is None:
+        lats = sorted({(HARDWARE[s].intra_node_latency_s * 1e6) for s in systems})
+        lat_s = "/".join(f"{v:g}" for v in lats) + " (registry)"
+    else:
+        lat_s = f"{lat:g}"
+    return [f"{c.compute:g}", f"{c.memory:g}", f"{c.link:g}", f"{c.host_prefill_ms:g}", f"{c.host_decode_ms:g}", lat_s]
+
+
+def cell(p: Point) -> str:
+    what = f"ISL {p.context}" if p.kind == "prefill" else f"batch {p.batch} @ ctx {p.context}"
+    return f"{short(p.model)} {p.system} TP{p.tp} {p.kind} {what}"
+
+
+def worst_table(points, ours, err, mask, n=12) -> str:
+    idx = [i for i in np.argsort(-np.abs(np.log1p(err))) if mask[i]][:n]
+    return table(["point", "split", "AIC ms", "ours ms", "error"],
+                 [[cell(points[i]), "fit" if points[i].fit else "held-out", f"{points[i].aic_ms:.3f}",
+                   f"{ours[i]:.3f}", pct(err[i], True)] for i in idx], "lllrr")
+
+
+def pivot(points, err, kind, row_key, col_key, row_vals, col_vals, fmt=lambda v: str(v)) -> str:
+    rows = []
+    for rv in row_vals:
+        line = [fmt(rv)]
+        for cv in col_vals:
+            sel = [e for p, e in zip(points, err, strict=True) if p.kind == kind and row_key(p) == rv and col_key(p) == cv]
+            line.append(pct(float(np.median(sel)), True) if sel else "–")
+        rows.append(line)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--no-write", action="store_true", help="print the constants and headline only")
+    ap.add_argument("--no-stability", action="store_true", help="skip the leave-one-model-out refits")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+
+    points, skipped, grid = load(args.csv)
+    systems = sorted({p.system for p in points})
+    fit_mask = np.array([p.fit for p in points])
+    held = ~fit_mask
+    aic = np.array([p.aic_ms for p in points])
+    fit_pts = [p for p in points if p.fit]
+
+    defaults = current_defaults()
+    fitted_raw, method = fit(fit_pts, defaults)
+    fitted = rounded(fitted_raw)
+    sets = {"current defaults": defaults, "fitted (rounded)": fitted}
+    ours = {name: price(points, c) for name, c in sets.items()}
+    err = {name: o / aic - 1 for name, o in ours.items()}
+
+    # What-if: the same six constants fitted with a one-step all-reduce latency.
+    whatif_raw, _ = fit(fit_pts, fitted, OneStepAllReduce)
+    whatif = rounded(whatif_raw)
+    err_whatif = price(points, whatif, OneStepAllReduce) / aic - 1
+
+    headline = {(name, split): stats(e[m]) for name, e in err.items()
+                for split, m in (("held-out", held), ("fit", fit_mask), ("all", np.ones_like(held)))}
+
+    print(f"{len(points)} priced points ({int(fit_mask.sum())} fit, {int(held.sum())} held-out), "
+          f"{len(skipped)} skipped by AIC; fit by {method}")
+    print(f"{'':18s} " + " ".join(f"{n:>16s}" for n in PARAMS))
+    for name, c in (("current defaults", defaults), ("fitted (raw)", fitted_raw), ("fitted (rounded)", fitted),
+                    ("what-if 1-step AR", whatif)):
+        print(f"{name:18s} " + " ".join(f"{v:>16s}" for v in fmt_constants(c, systems)))
+    for (name, split), s in headline.items():
+        print(f"{name:18s} {split:9s} n={s['n']:4d} within±25%={pct(s['within']):>6s} median|err|={pct(s['median']):>6s}"
+              f" targets met: {met(s).strip('*')}")
+
+    if args.no_write:
+        return 0
+
+    # -- leave-one-model-out stability -----------------------------------------------------------
+    stability_rows = []
+    if not args.no_stability:
+        other = [p for p in points if p.system != FIT_SYSTEM]
+        other_fit = [p for p in other if _even(p, grid)]
+        for system in sorted({p.system for p in other}):
+            sys_fit = [replace(p, fit=True) for p in other_fit if p.system == system]
+            c = rounded(fit(sys_fit, fitted)[0])
+            test = np.array([p.system == FIT_SYSTEM for p in points])
+            s = stats(price([p for p in points if p.system == FIT_SYSTEM], c) / aic[test] - 1)
+            stability_rows.append([f"pattern on {system}, scored on all {FIT_SYSTEM}"] + fmt_constants(c, systems)
+                                  + [str(s["n"]), pct(s["within"]), pct(s["median"])])
+        for model in sorted({p.model for p in points}):
+            sub_fit = [p for p in fit_pts if p.model != model]
+            c = rounded(fit(sub_fit, fitted)[0])
+            test = np.array([p.model == model for p in points])
+            test_pts = [p for p in points if p.model == model]
+            s = stats(price(test_pts, c) / aic[test] - 1)
+            stability_rows.append([f"leave out {short(model)}"] + fmt_constants(c, systems)
+                                  + [str(s["n"]), pct(s["within"]), pct(s["median"])])
+
+    # -- the document ------------------------------------------------------------------------------
+    D, F = "current defaults", "fitted (rounded)"
+    models = sorted({p.model for p in points}, key=lambda m: (m.split("/")[0], MODELS[m].num_parameters))
+    configs = sorted({(p.model, p.system, p.tp) for p in points}, key=lambda k: (models.index(k[0]), k[1], k[2]))
+    lines: list[str] = []
+    w = lines.append
+    w("# Accuracy of the default performance model against measured kernel data")
+    w("")
+    w("<!-- Generated by `python3 benchmarks/accuracy_report.py`; do not edit by hand. -->")
+    w("")
+    w("Our default timing model (`timing: {type: default}`, `simmodel/perf/roofline.py`) prices every pass from")
+    w("the model's shape and the GPU's datasheet. This report compares it, pass by pass, with NVIDIA")
+    w("AIConfigurator's model of vLLM, which composes a pass from per-operator latencies measured on real")
+    w("H100 and H200 GPUs. Regenerate it with `python3 benchmarks/accuracy_report.py` (no GPU and no")
+    w("AIConfigurator needed); the reference data is regenerated with")
+    w("`<aic venv>/bin/python tools/oracles/record_aic_grid.py` (see that script's docstring).")
+    w("")
+    w("## Headline")
+    w("")
+    w(f"Targets (issue 3): at least {TARGET_WITHIN_SHARE:.0%} of grid points within ±{WITHIN:.0%} of the reference")
+    w(f"and a median absolute error of at most {TARGET_MEDIAN:.0%}. Error = ours / AIC − 1.")
+    w("")
+    rows = []
+    for name in (D, F):
+        for split in ("held-out", "all", "fit"):
+            s = headline[(name, split)]
+            rows.append([name, split, str(s["n"]), pct(s["within"]), pct(s["median"]), pct(s["p90"]),
+                         pct(s["worst"], True), pct(s["bias"], True), met(s)])
+    w(table(["constants", "points", "n", "within ±25%", "median abs err", "p90 abs err", "worst", "median signed",
+             "targets met"], rows, "llrrrrrrl"))
+    w("")
+    w("\"current defaults\" are the constants in the code when this file was generated (listed below);")
+    w("\"fitted (rounded)\" are the constants fitted on the FIT points only, rounded as proposed for the code.")
+    w("")
+    w("## Constants")
+    w("")
+    w(table(["constants", *PARAMS],
+            [[n, *fmt_constants(c, systems)] for n, c in (("current defaults", defaults),
+                                                          ("fitted (raw)", fitted_raw),
+                                                          ("fitted (rounded)", fitted))], "l" + "r" * 6))
+    w("")
+    w("- `compute`, `memory`, `link`: `Efficiency` (fractions of the datasheet's dense BF16 peak, HBM bandwidth")
+    w("  and per-direction NVLink bandwidth); `host_prefill_ms`, `host_decode_ms`: `HostOverhead` per pass;")
+    w("  `link_latency_us`: `HardwareSpec.intra_node_latency_s` of h100_sxm and h200_sxm (one value for both),")
+    w("  which the model charges 2(tp − 1) times per all-reduce, two all-reduces per layer.")
+    w("- `HostOverhead.mixed_ms` is not exercised by this grid (no mixed passes) and is not fitted.")
+    w(f"- Fit: {method}, minimising the soft-L1 loss (scale {SOFT_L1_SCALE}) of log(ours / AIC) over the FIT")
+    w("  points, bounds: efficiencies in [0.05, 1], overheads in [0, 20] ms, latency in [0, 20] µs; then")
+    w("  rounded (0.01, 0.01 ms, 0.1 µs). Every number in this report under \"fitted\" uses the rounded values.")
+    w("- AIConfigurator prices GPU kernels only: its vLLM step has no host/scheduler term, so the fitted")
+    w("  \"host\" overheads here absorb the fixed per-pass GPU time that a roofline misses (kernel launch")
+    w("  floors of a few µs per kernel, small-message all-reduce), not CPU time; real vLLM host overhead")
+    w("  (scheduling, input preparation, detokenisation not hidden by async scheduling) would come on top.")
+    w("")
+    w("## Reference data and method")
+    w("")
+    w(f"- Reference: `benchmarks/data/aic_grid.csv`, {len(points) + len(skipped)} grid points, AIConfigurator"
+      f" {', '.join(grid['versions'])}")
+    w("  (backend vLLM, the database's \"current\" slot, BF16 weights, KV cache and activations, no prefix")
+    w("  cache, pipeline and attention-DP size 1). Prefill: one pass over one fresh prompt (AIC `static_ctx`")
+    w("  TTFT, batch 1). Decode: ONE step of `batch` sequences each holding `context` tokens in KV plus one")
+    w("  new token (AIC `static_gen`, ISL = context, OSL = 2; equal to `EngineHandle.decode_step_latency(batch,")
+    w("  context, 1)`).")
+    w("- Ours: `RooflineTiming(Deployment(MODELS[model], HARDWARE[system], tensor=tp), Efficiency(...),")
+    w("  HostOverhead(...))` priced through `simmodel.perf.estimate.prefill_pass_ms(timing, isl, capacity,")
+    w("  batch_size=1)` and `decode_pass_ms(timing, batch, context, capacity)` (capacity 1e9 tokens; only")
+    w("  the polynomial model reads it).")
+    w("- Grid: models Llama-3.1-8B and Llama-3.1-70B at TP 1, 2, 4, 8; Qwen3-8B and Qwen3-32B at TP 1, 2, 4;")
+    w(f"  systems {', '.join(systems)}. Prefill ISL {', '.join(map(str, grid['prefill_isl']))}. Decode batch"
+      f" {', '.join(map(str, grid['decode_batch']))}")
+    w(f"  × context {', '.join(map(str, grid['decode_context']))}.")
+    w(f"- Skipped ({len(skipped)} points): AIC flags them as not fitting in GPU memory (weights + activations +")
+    w("  KV for batch × (ISL + OSL) + NCCL + 3.5 GiB against AIC's 80 GiB (H100) / 141 GiB (H200) capacity),")
+    w("  so they have no reference. AIC lets Llama-3.1-70B BF16 run on one H200 at small batch (it counts")
+    w("  141 GiB of memory); a real vLLM could not load it, but the kernel times are still a fair comparison.")
+    reasons: dict[tuple, int] = {}
+    for r in skipped:
+        k = (short(r["model"]), r["system"], r["tp"], r["skip_reason"].split(":")[0])
+        reasons[k] = reasons.get(k, 0) + 1
+    w("")
+    w(table(["model", "system", "TP", "reason", "points skipped"],
+            [[m, s, tp, why, str(n)] for (m, s, tp, why), n in sorted(reasons.items())], "lllll"))
+    w("")
+    w("## Fit / held-out split (fixed before fitting)")
+    w("")
+    w("- **FIT**: h100_sxm points on even grid positions — prefill ISL index even (128, 512, 2048, 8192);")
+    w("  decode (batch index + context index) even, a checkerboard over the batch × context grid — for every")
+    w(f"  model and TP ({int(fit_mask.sum())} points).")
+    w(f"- **HELD-OUT**: everything else ({int(held.sum())} points): every h200_sxm point (a GPU the constants")
+    w("  never saw: same BF16 peak and NVLink, 1.43× the HBM bandwidth) and the h100_sxm points on odd positions.")
+    w("- The split tests transfer to another GPU and interpolation between grid points, not transfer to an")
+    w("  unseen model; the leave-one-model-out refits at the end address that.")
+    w("")
+    w("## Per configuration")
+    w("")
+    w("Within ±25% and median |error| over all points of the configuration, current defaults → fitted;")
+    w("then the fitted constants' median signed error (bias) and worst point.")
+    w("")
+    rows = []
+    for model, system, tp in configs:
+        for kind in ("prefill", "decode"):
+            m = np.array([p.model == model and p.system == system and p.tp == tp and p.kind == kind for p in points])
+            if not m.any():
+                continue
+            sd, sf = stats(err[D][m]), stats(err[F][m])
+            rows.append([short(model), system, str(tp), kind, str(sd["n"]), f"{pct(sd['within'])} → {pct(sf['within'])}",
+                         f"{pct(sd['median'])} → {pct(sf['median'])}", pct(sf["bias"], True), pct(sf["worst"], True)])
+    w(table(["model", "system", "TP", "kind", "n", "within ±25%", "median abs err", "bias (fitted)", "worst (fitted)"],
+            rows, "llrlrrrrr"))
+    w("")
+    w("By kind (all points):")
+    w("")
+    rows = []
+    for kind in ("prefill", "decode"):
+        m = np.array([p.kind == kind for p in points])
+        for name in (D, F):
+            s = stats(err[name][m])
+            rows.append([kind, name, str(s["n"]), pct(s["within"]), pct(s["median"]), pct(s["bias"], True),
+                         pct(s["worst"], True)])
+    w(table(["kind", "constants", "n", "within ±25%", "median abs err", "median signed", "worst"], rows, "llrrrrr"))
+    w("")
+    w("## Worst cases")
+    w("")
+    w("Current defaults, all points:")
+    w("")
+    w(worst_table(points, ours[D], err[D], np.ones(len(points), bool)))
+    w("")
+    w("Fitted constants, held-out points:")
+    w("")
+    w(worst_table(points, ours[F], err[F], held))
+    w("")
+    w("## Where the errors come from (fitted constants, median signed error)")
+    w("")
+    tps = sorted({p.tp for p in points})
+    w("Decode by batch (rows) and TP (columns), all models, systems and contexts:")
+    w("")
+    w(table(["batch", *[f"TP{t}" for t in tps]],
+            pivot(points, err[F], "decode", lambda p: p.batch, lambda p: p.tp, grid["decode_batch"], tps)))
+    w("")
+    w("Decode by context (rows) and batch (columns), TP 1 and 2 only:")
+    w("")
+    low = [p.tp <= 2 for p in points]
+    sub_pts = [p for p, k in zip(points, low, strict=True) if k]
+    sub_err = err[F][np.array(low)]
+    w(table(["context", *[f"b{b}" for b in grid["decode_batch"]]],
+            pivot(sub_pts, sub_err, "decode", lambda p: p.context, lambda p: p.batch, grid["decode_context"],
+                  grid["decode_batch"])))
+    w("")
+    w("Prefill by ISL (rows) and TP (columns):")
+    w("")
+    w(table(["ISL", *[f"TP{t}" for t in tps]],
+            pivot(points, err[F], "prefill", lambda p: p.context, lambda p: p.tp, grid["prefill_isl"], tps)))
+    w("")
+    w("Decode by model (rows) and TP (columns):")
+    w("")
+    w(table(["model", *[f"TP{t}" for t in tps]],
+            pivot(points, err[F], "decode", lambda p: p.model, lambda p: p.tp, models, tps, short)))
+    w("")
+    w("Known structural gaps these tables show (the roofline's shape, not its constants):")
+    w("")
+    w("- **Per-layer kernel floors.** AIC's small kernels have latency floors (decode attention ≈ 11 µs, each")
+    w("  norm/activation ≈ 3 µs, each GEMM several µs per layer on Hopper) that scale with the layer count; the")
+    w("  model has only one per-pass constant, so deep models (Qwen3-32B: 64 layers, Llama-3.1-70B: 80) at")
+    w("  high TP and small batch come out low, and prefill of 128–256 tokens (context attention ≈ 27 µs per")
+    w("  layer for 32 heads in AIC) comes out low.")
+    w("- **The ridge corner.** Where a GEMM's FLOP time and byte time are close (≈ 250–300 tokens per pass")
+    w("  on H100 BF16), measured kernels reach neither peak and max(compute, memory) is too optimistic:")
+    w("  decode at batch 256 with short context and prefill of 256 tokens come out low.")
+    w("- **Attention KV streaming** at long context and large batch runs closer to the HBM peak than the one")
+    w("  shared memory efficiency allows, so those decode points come out high.")
+    w("- **All-reduce latency** grows as 2(tp − 1) steps in the model but is nearly flat in AIC (see below).")
+    w("")
+    w("## What-if: one link latency per all-reduce (not the shipped model)")
+    w("")
+    w("AIC's per-operator breakdown (`EngineHandle.decode_step_per_op`, Llama-3.1-8B on h100_sxm, batch 1)")
+    w("prices each of vLLM's custom all-reduces at 4.4, 4.8 and 5.1 µs at TP 2, 4 and 8 — nearly flat in TP")
+    w("(one-shot all-reduce over NVLink) — while the model charges 2(tp − 1) latency steps per all-reduce:")
+    w("6, 18 and 42 µs at the registry's 3 µs, two all-reduces per layer. That is why the default constants")
+    w("miss TP 4 and 8 decode, and why the fit above drives the step latency down to an unphysical value that")
+    w("is only right on average over TP 2–8. Refitting the same six constants with ONE latency per")
+    w("all-reduce (`all_reduce_latency_s = intra_node_latency_s`, everything else unchanged; same FIT split):")
+    w("")
+    w(table(["constants", *PARAMS], [["what-if fitted (rounded)", *fmt_constants(whatif, systems)]], "l" + "r" * 6))
+    w("")
+    w("The refitted latency comes out above AIC's 4–5 µs because, in this variant, the all-reduce is the")
+    w("model's only per-layer fixed cost: it also absorbs the per-layer kernel floors (small GEMMs, norms,")
+    w("attention launch) that weigh more as TP shrinks each GPU's work; the decode \"host\" term drops to match.")
+    w("")
+    rows = []
+    for split, m in (("held-out", held), ("all", np.ones_like(held))):
+        s = stats(err_whatif[m])
+        rows.append([split, str(s["n"]), pct(s["within"]), pct(s["median"]), pct(s["p90"]), pct(s["worst"], True), met(s)])
+    w(table(["points", "n", "within ±25%", "median abs err", "p90 abs err", "worst", "targets met"], rows, "lrrrrrl"))
+    w("")
+    rows = []
+    for t in tps:
+        for kind in ("prefill", "decode"):
+            m = np.array([p.tp == t and p.kind == kind for p in points])
+            a, b = stats(err[F][m]), stats(err_whatif[m])
+            rows.append([str(t), kind, str(a["n"]), f"{pct(a['within'])} → {pct(b['within'])}",
+                         f"{pct(a['median'])} → {pct(b['median'])}", f"{pct(a['bias'], True)} → {pct(b['bias'], True)}"])
+    w(table(["TP", "kind", "n", "within ±25% (fitted → what-if)", "median abs err", "median signed"], rows, "rlrrrr"))
+    w("")
+    if stability_rows:
+        w("## Stability: refits on other subsets")
+        w("")
+        w("The same fit (rounded) on other subsets, scored on points it did not see: the even-position pattern")
+        w(f"taken on the other GPU instead (scored on every {FIT_SYSTEM} point), and the FIT points of three")
+        w("models (scored on every point of the fourth, both GPUs). Similar constants mean the calibration is")
+        w("not tuned to one GPU or one model.")
+        w("")
+        w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * 9))
+        w("")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

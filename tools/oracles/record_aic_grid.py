@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Record NVIDIA AIConfigurator's measured-kernel latencies on the accuracy-report grid.
+
+Regenerate (from the repo root, /work/main), with a Python that has ``aiconfigurator==0.12.0`` and
+``aiconfigurator-core==0.12.0`` installed (on this machine: /work/venv-aic):
+
+    /work/venv-aic/bin/python tools/oracles/record_aic_grid.py          # writes benchmarks/data/aic_grid.csv
+    /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --out /tmp/x.csv --systems h200_sxm
+
+It takes about 15 seconds, is deterministic (two runs give byte-identical files) and needs no GPU: AIC
+composes a forward pass from per-operator latencies (GEMM, context/generation attention, custom
+all-reduce, ...) interpolated from tables that NVIDIA measured on real H100/H200 GPUs under vLLM (per-op
+source "silicon"), plus empirical formulas for the small elementwise ops (norms, activation, embedding;
+source "empirical"). For every point of this grid ``EngineHandle.last_provenance()`` is None, i.e. no
+op fell back to a coarser estimate tier. ``benchmarks/accuracy_report.py`` reads the CSV with
+the ordinary python and needs no AIC.
+
+What is queried (backend ``vllm``, AIC's "current" database slot, BF16 weights/KV/activations,
+no prefix, pp = attention-DP = 1), through ``aiconfigurator.sdk.inference_session.InferenceSession.
+run_static`` — the path ``aiconfigurator.cli.api.cli_estimate(mode="static_ctx"|"static_gen")`` runs —
+and cross-checked against the compiled fast path ``aiconfigurator_core.sdk.engine.EngineHandle``:
+
+* ``kind=prefill``, ``batch=1``, ``context_or_isl=ISL``: one prefill pass of one fresh ISL-token prompt
+  (no cached prefix). ``static_ctx`` TTFT == ``EngineHandle.predict_prefill_latency(1, ISL, 0)``; it
+  includes the LM head for the last token and no encoder.
+* ``kind=decode``, ``batch=B``, ``context_or_isl=C``: ONE decode step (not a total) of B sequences, each
+  with C tokens already in its KV cache and one new token (attention span C + 1). ``static_gen`` with
+  ``isl=C, osl=2`` runs exactly one generation step, at ``s = isl + 1``; it equals
+  ``EngineHandle.decode_step_latency(B, C, 1)``. (``decode_step_latency(gen_tokens, isl, osl)`` prices
+  one step at ``s = isl + osl // 2 + 1`` — the mid-point of an OSL-long decode — so ``osl = 1`` or
+  ``2`` is needed for the step at context C; ``predict_decode_latency(B, isl, osl)`` is the TOTAL of the
+  ``osl - 1`` steps at the fixed ``s = isl + 1``.)
+* All latencies are GPU time in ms from AIC's kernel tables; AIC's vLLM decode/prefill step has no
+  host/scheduler overhead term.
+
+Points AIC flags are kept as rows with an empty ``aic_ms`` and a ``skip_reason``:
+``aic-oom: <total> GiB >= <capacity> GiB`` when AIC's memory estimate for the point (weights +
+activations + KV for batch × (ISL + OSL) + NCCL + AIC's 3.5 GiB "others") reaches the GPU's memory
+(``InferenceSummary.check_oom()``, the flag behind cli_estimate's "OOM" warning), or
+``aic-error: <message>`` when AIC raises. Columns:
+
+    model           our registry id (simmodel.perf.models.MODELS), e.g. meta-llama/Llama-3.1-8B
+    system          AIC / our hardware id: h100_sxm, h200_sxm
+    tp              tensor-parallel size
+    kind            prefill | decode
+    batch           sequences in the pass
+    context_or_isl  prefill: prompt tokens; decode: tokens already in KV per sequence
+    aic_ms          AIC latency of the pass, ms (empty when skipped)
+    aic_version     aiconfigurator-core version / backend database version, e.g. aic0.12.0/vllm0.24.0
+    skip_reason     empty, or why AIC gave no usable number
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import logging
+import math
+import sys
+from importlib.metadata import version as pkg_version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO / "benchmarks" / "data" / "aic_grid.csv"
+
+BACKEND = "vllm"
+SYSTEMS = ("h100_sxm", "h200_sxm")
+# (our registry id, AIC's bundled model id, tensor-parallel sizes)
+MODELS = (
+    ("meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B", (1, 2, 4, 8)),
+    ("meta-llama/Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B", (1, 2, 4, 8)),
+    ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B", (1, 2, 4)),
+    ("Qwen/Qwen3-32B", "Qwen/Qwen3-32B", (1, 2, 4)),
+)
+PREFILL_ISL = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DECODE_CONTEXT = (128, 512, 1024, 2048, 4096, 8192)
+COLUMNS = ("model", "system", "tp", "kind", "batch", "context_or_isl", "aic_ms", "aic_version", "skip_reason")
+FAST_PATH_RTOL = 1e-9
+
+
+class Config:
+    """One (model, system, TP): the SDK session (latency + OOM) and the compiled fast-path handle."""
+
+    def __init__(self, aic_model: str, system: str, tp: int) -> None:
+        from aiconfigurator.sdk.backends.factory import get_backend
+        from aiconfigurator.sdk.config_builders import build_model_config
+        from aiconfigurator.sdk.inference_session import InferenceSession
+        from aiconfigurator.sdk.models import get_model
+        from aiconfigurator.sdk.perf_database import get_database_view, get_latest_database_version
+        from aiconfigurator_core.sdk.engine import EngineHandle
+
+        # Exactly what cli_estimate resolves for backend_version=None (the "current" slot), BF16.
+        self.db_version = get_latest_database_version(system=system, backend=BACKEND)
+        database = get_database_view(system, BACKEND, self.db_version, allow_missing_data=True,
+                                     database_mode=None, transfer_policy=None)
+        model_config = build_model_config(
+            tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
+            gemm_quant_mode=None, kvcache_quant_mode=None, fmha_quant_mode=None, moe_quant_mode=None,
+            comm_quant_mode=None)
+        model = get_model(aic_model, model_config, BACKEND)  # infers the quant modes from the model config
+        for field in ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode"):
+            name = getattr(getattr(model_config, field), "name", None)
+            if name != "bfloat16":
+                raise SystemExit(f"{aic_model} on {system}: AIC resolved {field}={name}, expected bfloat16")
+        self.session = InferenceSession(model, database, get_backend(BACKEND))
+        self.handle = EngineHandle.compile(aic_model, system, BACKEND, tp_size=tp, backend_version=self.db_version)
+
+    def _run(self, mode: str, batch: int, isl: int) -> tuple[float | None, str]:
+        from aiconfigurator.sdk.config import RuntimeConfig
+
+        try:
+            summary = self.session.run_static(runtime_config=RuntimeConfig(batch_size=batch, isl=isl, osl=2),
+                                              mode=mode, stride=32)
+        except Exception as exc:  # AIC raises for shapes it cannot price
+            return None, f"aic-error: {type(exc).__name__}: {exc}".replace("\n", " ")[:200]
+        result = summary.get_result_dict()
+        ms = float(result["ttft"] if mode == "static_ctx" else result["tpot"])
+        if summary.check_oom():
+            mem = summary.get_memory()["total"]
+            cap = summary.get_mem_capacity_bytes() / (1 << 30)
+            return None, f"aic-oom: {mem:.1f} GiB >= {cap:.1f} GiB"
+        if not math.isfinite(ms) or ms <= 0:
+            return None, f"aic-error: non-positive latency {ms!r}"
+        return ms, ""
+
+    def prefill(self, isl: int) -> tuple[float | None, str]:
+        ms, why = self._run("static_ctx", 1, isl)
+        if ms is not None:
+            _same(ms, self.handle.predict_prefill_latency(1, isl, 0), "prefill", isl)
+        return ms, why
+
+    def decode(self, batch: int, context: int) -> tuple[float | None, str]:
+        ms, why = self._run("static_gen", batch, context)
+        if ms is not None:
+            _same(ms, self.handle.decode_step_latency(batch, context, 1), "decode", batch, context)
+        return ms, why
+
+
+def _same(a: float, b: float, *where) -> None:
+    if abs(a - b) > FAST_PATH_RTOL * max(abs(a), abs(b)):
+        raise SystemExit(f"SDK session and EngineHandle disagree at {where}: {a!r} vs {b!r}")
+
+
+def record(systems: tuple[str, ...]) -> tuple[list[dict], str]:
+    aic = pkg_version("aiconfigurator-core")
+    rows = []
+    for ours, aic_model, tps in MODELS:
+        for system in systems:
+            for tp in tps:
+                cfg = Config(aic_model, system, tp)
+                tag = f"aic{aic}/{BACKEND}{cfg.db_version}"
+                base = {"model": ours, "system": system, "tp": tp, "aic_version": tag}
+                for isl in PREFILL_ISL:
+                    ms, why = cfg.prefill(isl)
+                    rows.append({**base, "kind": "prefill", "batch": 1, "context_or_isl": isl, "aic_ms": ms,
+                                 "skip_reason": why})
+                for context in DECODE_CONTEXT:
+                    for batch in DECODE_BATCH:
+                        ms, why = cfg.decode(batch, context)
+                        rows.append({**base, "kind": "decode", "batch": batch, "context_or_isl": context,
+                                     "aic_ms": ms, "skip_reason": why})
+                done = [r for r in rows if r["model"] == ours and r["system"] == system and r["tp"] == tp]
+                print(f"{ours:28s} {system} tp{tp}: {sum(r['aic_ms'] is not None for r in done)}/{len(done)} priced",
+                      file=sys.stderr)
+    return rows, aic
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({**r, "aic_ms": "" if r["aic_ms"] is None else f"{r['aic_ms']:.6g}"})
+    return buf.getvalue()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    args = p.parse_args(argv)
+    logging.disable(logging.WARNING)  # AIC logs data-fallback notes at WARNING
+    rows, _ = record(tuple(s for s in args.systems.split(",") if s))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(to_csv(rows))
+    priced = sum(r["aic_ms"] is not None for r in rows)
+    print(f"wrote {args.out}: {len(rows)} points, {priced} priced, {len(rows) - priced} skipped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
