@@ -12,7 +12,7 @@ from simmodel.config.load import load_scenario
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.export import check_output_dir, summary_json, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
-from simmodel.sim import Simulation, check_workload
+from simmodel.sim import Simulation, check_workload, make_timing
 
 _LABELS = {
     "ttft_ms": "Time to first token (ms)", "ttst_ms": "Time to second token (ms)",
@@ -86,6 +86,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     loaded = load_scenario(scenario, overrides)
     try:
         check_workload(loaded)
+        make_timing(loaded.engine.workers["aggregated"], loaded.engine.backend)
     except ScenarioError as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
     role = loaded.engine.workers["aggregated"]

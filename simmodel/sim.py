@@ -39,12 +39,23 @@ class Results:
     events: pd.DataFrame
 
 
-def make_timing(role: WorkerRole) -> PassTiming:
+def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
+    """The role's pass timing model. ``measured`` queries aiconfigurator once here (a few seconds)."""
     spec = role.timing
     if spec.type == "fixed":
         return FixedTiming(spec.prefill_ms, spec.decode_ms)
     if spec.type == "default":
         return RooflineTiming(role.deployment, spec.efficiency, spec.host)
+    if spec.type == "measured":
+        from simmodel.perf.measured import MeasuredTiming
+
+        try:
+            return MeasuredTiming(role.deployment, backend, backend_version=spec.backend_version,
+                                  context_length=role.context_length,
+                                  max_batched_tokens=role.scheduler.max_batched_tokens,
+                                  max_sequences=role.scheduler.max_sequences)
+        except ScenarioError as exc:
+            raise ScenarioError(f"engine.workers.aggregated.timing: {exc}") from None
     return PolynomialTiming()
 
 
@@ -92,7 +103,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.recorder = Recorder(keep_events)
         self.role = role = scenario.engine.workers["aggregated"]
-        timing = make_timing(role)
+        timing = make_timing(role, scenario.engine.backend)
         sched_cfg = VllmSchedulerConfig(
             max_num_seqs=role.scheduler.max_sequences,
             max_num_batched_tokens=role.scheduler.max_batched_tokens,

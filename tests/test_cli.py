@@ -100,3 +100,16 @@ def test_quickstart_table():
     proc = simmodel("run", "-c", "scenarios/quickstart.yaml", "--set", "traffic.stop.requests=40")
     assert proc.returncode == 0, proc.stderr
     assert "Time to first token (ms)" in proc.stdout and "Completed requests" in proc.stdout
+
+
+def test_measured_timing_without_its_extra_is_one_clear_line(scenario):
+    pytest.importorskip("simmodel")  # keeps the import order stable
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("aiconfigurator-core is installed here")
+    proc = simmodel("validate", "-c", str(scenario), "--set", "engine.workers.aggregated.timing={type: measured}")
+    assert proc.returncode == 2
+    assert "timing.type measured needs the optional extra: pip install 'simmodel[measured]'" in proc.stderr

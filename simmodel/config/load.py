@@ -449,7 +449,7 @@ def _fraction(node: _Node, key: str, default: float) -> float:
 
 
 def _timing(node: _Node) -> TimingSpec:
-    kind = node.choice("type", ("default", "fixed", "polynomial"), "default")
+    kind = node.choice("type", ("default", "fixed", "polynomial", "measured"), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
     elif kind == "default":
@@ -462,6 +462,12 @@ def _timing(node: _Node) -> TimingSpec:
         spec = TimingSpec(kind, efficiency=Efficiency(
             _fraction(node, "compute_efficiency", eff.compute), _fraction(node, "memory_efficiency", eff.memory),
             _fraction(node, "link_efficiency", eff.link)), host=overhead)
+    elif kind == "measured":
+        version = node.raw("backend_version", None)
+        if version is not None and not isinstance(version, str):
+            raise ScenarioError(f"{node.at('backend_version')}: must be a version string such as '0.24.0', "
+                                f"got {_show(version)}")
+        spec = TimingSpec(kind, backend_version=version)
     else:
         spec = TimingSpec(kind)
     node.done()

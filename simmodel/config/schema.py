@@ -112,13 +112,15 @@ class KvCacheSpec:
 
 @dataclass(frozen=True, slots=True)
 class TimingSpec:
-    """``default`` (the roofline performance model), ``fixed`` or ``polynomial``."""
+    """``default`` (the roofline performance model), ``measured`` (aiconfigurator's kernel tables),
+    ``fixed`` or ``polynomial``."""
 
     type: str = "default"
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
     efficiency: Efficiency = field(default_factory=Efficiency)
     host: HostOverhead = field(default_factory=HostOverhead)
+    backend_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,19 +45,19 @@ class Efficiency:
     """Fractions of datasheet peaks that kernels reach. Named assumptions, overridable in the scenario
     (``timing: {type: default, compute_efficiency, memory_efficiency, ...}``)."""
 
-    compute: float = 0.75
-    memory: float = 0.8
-    link: float = 0.75
+    compute: float = 0.76
+    memory: float = 0.86
+    link: float = 0.72
 
 
 @dataclass(frozen=True, slots=True)
 class HostOverhead:
     """CPU time per pass (scheduling, input preparation, launches, output processing), by pass kind."""
 
-    prefill_ms: float = 1.61
-    decode_ms: float = 0.66
-    mixed_ms: float = 1.61
-    per_layer_us: float = 0.0
+    prefill_ms: float = 0.86
+    decode_ms: float = 0.0
+    mixed_ms: float = 0.86
+    per_layer_us: float = 35.4
     """Fixed GPU time each layer adds to a pass (small-kernel latency floors)."""
 
 
