@@ -52,7 +52,12 @@ class Efficiency:
 
 @dataclass(frozen=True, slots=True)
 class HostOverhead:
-    """CPU time per pass (scheduling, input preparation, launches, output processing), by pass kind."""
+    """Fixed time per pass, by pass kind, and per layer; marked ``assumed-host`` in provenance.
+
+    Calibrated against aiconfigurator's measured kernel tables (docs/accuracy.md), which price GPU
+    kernels only: these constants are the fixed GPU time of a pass (launch and small-kernel floors).
+    A deployment whose CPU adds time between passes sets its own values in ``timing.host_overhead_ms``.
+    """
 
     prefill_ms: float = 0.86
     decode_ms: float = 0.0

@@ -20,7 +20,7 @@ TOY = ModelSpec("toy", num_layers=2, hidden_size=64, num_attention_heads=4, num_
                 intermediate_size=128, vocab_size=1000, tie_word_embeddings=False, max_position_embeddings=4096)
 GPU = HardwareSpec("toy_gpu", 1e12, 1e12, 2e12, 1e12, 1e11, 1e-6, 1e10, 1e10, 8)
 ONE = Efficiency(1.0, 1.0, 1.0)
-HOST = HostOverhead(prefill_ms=1.0, decode_ms=0.5, mixed_ms=1.5)
+HOST = HostOverhead(prefill_ms=1.0, decode_ms=0.5, mixed_ms=1.5, per_layer_us=0.0)
 
 
 def make_batch(seqs_by_rank: list[list[tuple]]) -> PassBatch:
