@@ -119,7 +119,8 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
 @click.option("--hardware", required=True, help="System id (e.g. h100_sxm) or a system .yaml path.")
 @click.option("--tensor", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--backend", type=click.Choice(["vllm"]), default="vllm", show_default=True)
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
+              help="Weight dtype; auto is the checkpoint's.")
 @click.option("--context-length", type=click.IntRange(min=2), help="max_model_len; default the model's maximum.")
 @click.option("--max-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True)
 @click.option("--input-tokens", type=click.IntRange(min=1), help="Price one request alone: its prompt...")

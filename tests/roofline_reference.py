@@ -19,7 +19,13 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
     hbm = eff.memory * hw.hbm_bytes_per_s
     peak_lin = eff.compute * (hw.fp8_flops if wb <= 1 else hw.bf16_flops)
     peak_att = eff.compute * hw.bf16_flops
-    link = eff.link * hw.intra_node_bytes_per_s
+    eb = max(wb, act)  # embeddings and LM head stay 16-bit under FP8 weights
+    peak_head = eff.compute * (hw.fp8_flops if eb <= 1 else hw.bf16_flops)
+
+    def link(group):
+        if group <= hw.gpus_per_node:
+            return eff.link * hw.intra_node_bytes_per_s, hw.intra_node_latency_s
+        return eff.link * hw.nic_bytes_per_s, 10e-6
     worker_tokens = sum(q for seqs in ranks for q, *_ in seqs)
     out = []
     for seqs in ranks:
@@ -44,23 +50,29 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
         heads = m.num_attention_heads / tp
         width = m.qk_head_dim + m.value_head_dim
         att_flops = att_bytes = 0.0
-        for q, c, _, _ in seqs:
+        for q, c, decode, _ in seqs:
             pairs = sum(c + j for j in range(1, q + 1))
-            att_flops += 2 * L * heads * width * pairs
+            w = 2 * m.kv_lora_rank + m.qk_rope_head_dim if (m.is_mla and decode) else width
+            att_flops += 2 * L * heads * w * pairs
             att_bytes += (c + q) * d.kv_bytes_per_token_per_gpu + q * L * heads * width * act
         total += max(att_flops / peak_att, att_bytes / hbm)
         total += T * d.kv_bytes_per_token_per_gpu / hbm
         if S:
-            total += max(2 * h * V / tp * S / peak_lin, (h * V / tp * wb + S * V / tp * 4) / hbm)
+            total += max(2 * h * V / tp * S / peak_head, (h * V / tp * eb + S * V / tp * 4) / hbm)
             total += S * 3 * V * 4 / hbm
         total += T * 16 * L * h * act / hbm
         if tp > 1 and T:
+            bw, lat = link(tp)
             for _ in range(2 * L):
-                total += hw.intra_node_latency_s + T * h * act * 2 * (tp - 1) / tp / link
-        ep = d.moe_expert
-        if m.is_moe and ep > 1 and T:
+                total += lat + T * h * act * 2 * (tp - 1) / tp / bw
+        ep, dp = d.moe_expert, d.attention_data
+        if m.is_moe and worker_tokens and (ep > 1 or dp > 1):
+            bw, lat = link(tp * dp)
             for _ in range(2 * m.num_moe_layers):
-                total += (ep - 1) * hw.intra_node_latency_s + T * m.num_experts_per_token * h * act * (ep - 1) / ep / link
+                if ep > 1:
+                    total += lat + T * m.num_experts_per_token * h * act * (ep - 1) / ep / bw
+                else:
+                    total += lat + worker_tokens * h * act * (dp - 1) / dp / bw
         if T:
             kinds = {bool(s[2]) for s in seqs}
             ms = host.mixed_ms if kinds == {True, False} else (host.decode_ms if kinds == {True} else host.prefill_ms)

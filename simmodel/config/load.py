@@ -322,7 +322,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     hardware_id, hardware = _hardware(node, base_dir)
     backend = node.choice("backend", ("vllm", "sglang"), "vllm")
     _not_yet(node, "backend", backend, "vllm", "the SGLang backend is a later issue")
-    dtype = node.choice("dtype", tuple(DTYPE_BYTES), "bf16")
+    dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
     seed = node.int("seed", 0, minimum=0)
@@ -394,10 +394,12 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
                             f"modeled by the default timing; use timing fixed or polynomial, or set it to 1")
     p = parallelism
-    kv_dtype = dtype if kv_cache.dtype == "auto" else kv_cache.dtype
+    # "auto" weights are the checkpoint's own dtype (FP8 for DeepSeek-V3); "auto" KV is the 16-bit
+    # activation dtype, as vLLM's kv_cache_dtype "auto" is.
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
-                            p.prefill_context, p.decode_context, weight_bytes=DTYPE_BYTES[dtype],
-                            kv_bytes=DTYPE_BYTES[kv_dtype] if kv_cache.dtype != "auto" else 2)
+                            p.prefill_context, p.decode_context,
+                            weight_bytes=model.dtype_bytes if dtype == "auto" else DTYPE_BYTES[dtype],
+                            kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype])
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:

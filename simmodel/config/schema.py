@@ -148,7 +148,7 @@ class Engine:
     enable_chunked_prefill: bool
     seed: int
     workers: dict[str, WorkerRole]
-    dtype: str = "bf16"
+    dtype: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

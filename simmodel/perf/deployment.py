@@ -35,6 +35,11 @@ class Deployment:
     activation_bytes: float = 2
 
     @property
+    def embedding_bytes(self) -> float:
+        """Bytes per embedding / LM-head weight: FP8 checkpoints keep these in 16 bits."""
+        return max(self.weight_bytes, self.activation_bytes)
+
+    @property
     def gpus_per_worker(self) -> int:
         return self.tensor * self.attention_data * self.prefill_context
 
@@ -54,7 +59,10 @@ class Deployment:
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        return (self.dense_params_per_gpu + self.expert_params_per_gpu) * self.weight_bytes
+        m = self.model
+        embeddings = (1 if m.tie_word_embeddings else 2) * m.embedding_params / self.tensor
+        body = self.dense_params_per_gpu - embeddings + self.expert_params_per_gpu
+        return body * self.weight_bytes + embeddings * self.embedding_bytes
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:

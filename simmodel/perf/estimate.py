@@ -97,6 +97,17 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
                                max_model_len=limit, capacity_tokens=capacity)
         return {"ttft_ms": est.ttft_ms, "mean_itl_ms": est.mean_itl_ms, "e2e_ms": est.e2e_ms}
     if decode_batch is not None and context is not None:
+        max_seqs = role.scheduler.max_sequences
+        if decode_batch > max_seqs:
+            raise ScenarioError(f"--decode-batch: {decode_batch} sequences exceed max_sequences {max_seqs}")
+        if context + 1 >= limit:
+            raise ScenarioError(f"--context: {context} + 1 decoded token reaches context_length {limit}")
+        if decode_batch * (context + 1) > capacity:
+            raise ScenarioError(f"--decode-batch/--context: {decode_batch} × {context + 1} tokens exceed the "
+                                f"rank's KV capacity of {int(capacity)} tokens")
         return {"pass_ms": decode_pass_ms(timing, decode_batch, context, capacity)}
     assert prefill_tokens is not None
+    if prefill_tokens > max_batched_tokens or prefill_tokens >= limit:
+        raise ScenarioError(f"--prefill-tokens: one pass holds at most {min(max_batched_tokens, limit - 1)} "
+                            f"prompt tokens (max_batched_tokens {max_batched_tokens}, context_length {limit})")
     return {"pass_ms": prefill_pass_ms(timing, prefill_tokens, capacity)}

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from factories import make_scenario
+
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
 from simmodel.perf.roofline import Efficiency, HostOverhead
@@ -28,13 +28,15 @@ def default_capacity(**engine):
 
 def test_fp8_kv_doubles_the_blocks_and_fp8_weights_free_memory():
     """Llama-3.1-8B on H100 at 0.9. BF16: 26,162 blocks (see test_perf). FP8 KV: 65,536 B/token, so
-    54,865,735,680 / (16·65,536) = 52,324.7 → 52,324. FP8 weights too: weights 8,030,261,248 B,
-    (72e9 − 8,030,261,248 − 2^30) / 1,048,576 = 62,895,996,928 / 1,048,576 = 59,982.3 → 59,982."""
+    54,865,735,680 / (16·65,536) = 52,324.7 → 52,324. FP8 weights too (embeddings and LM head stay
+    16-bit): 2·128,256·4,096 = 1,050,673,152 of them at 2 B and 6,979,588,096 other weights at 1 B =
+    9,080,934,400 B; (72e9 − 9,080,934,400 − 2^30) / 1,048,576 = 61,845,323,776 / 1,048,576 = 58,980.3
+    → 58,980."""
     assert role_of(default_capacity()).num_kv_blocks == 26162
     assert role_of(default_capacity(workers={"kv_cache": {"dtype": "fp8", "capacity": {"type": "default"}}})
                    ).num_kv_blocks == 52324
     assert role_of(default_capacity(dtype="fp8", workers={
-        "kv_cache": {"dtype": "fp8", "capacity": {"type": "default"}}})).num_kv_blocks == 59982
+        "kv_cache": {"dtype": "fp8", "capacity": {"type": "default"}}})).num_kv_blocks == 58980
 
 
 def test_moe_experts_default_to_tensor_sharding_and_must_cover_the_gpus():
@@ -87,3 +89,11 @@ def test_model_from_a_local_config_and_system_from_a_yaml_file(tmp_path):
         role_of(default_capacity(hardware="missing.yaml"), tmp_path)
     with pytest.raises(ScenarioError, match="engine.model: unknown model 'nowhere'"):
         role_of(default_capacity(model="nowhere"), tmp_path)
+
+
+def test_auto_dtype_is_the_checkpoints():
+    """DeepSeek-V3 ships FP8 weights: auto sizes them at 1 byte; Llama at 2."""
+    ds = make_scenario(engine={"model": "deepseek-ai/DeepSeek-V3", "hardware": "h200_sxm", "workers": {
+        "aggregated": {"parallelism": {"tensor": 8}, "kv_cache": {"capacity": {"type": "default"}}}}})
+    assert role_of(ds).deployment.weight_bytes == 1
+    assert role_of(make_scenario()).deployment.weight_bytes == 2

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from factories import make_scenario, run_scenario
+
 from simmodel.perf.estimate import estimate_from_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
     ("Qwen/Qwen3-8B", "h200_sxm", 2, 7, 1),
 ])
 def test_single_request_through_the_simulator_agrees_with_estimate(model, hardware, tensor, isl, osl):
-    est = estimate_from_options(model=model, hardware=hardware, tensor=tensor, backend="vllm", dtype="bf16",
+    est = estimate_from_options(model=model, hardware=hardware, tensor=tensor, backend="vllm", dtype="auto",
                                 context_length=32768, max_batched_tokens=8192, input_tokens=isl, output_tokens=osl,
                                 decode_batch=None, context=None, prefill_tokens=None)
     data = make_scenario(
@@ -57,6 +57,9 @@ def test_estimate_cli_json_keys():
     (["--prefill-tokens", "3", "--context", "5"], "give one of"),
     (["--input-tokens", "3"], "--input-tokens and --output-tokens go together"),
     (["--input-tokens", "50000", "--output-tokens", "1"], "at or above context_length 40960"),
+    (["--prefill-tokens", "9000"], "one pass holds at most 8192 prompt tokens"),
+    (["--decode-batch", "300", "--context", "10"], "300 sequences exceed max_sequences 256"),
+    (["--decode-batch", "256", "--context", "40000"], "exceed the rank's KV capacity"),
 ])
 def test_estimate_bad_options(args, message):
     proc = cli("--model", "Qwen/Qwen3-8B", "--hardware", "h200_sxm", *args)

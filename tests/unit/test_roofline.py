@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from roofline_reference import price_pass_reference
+
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.hardware import HARDWARE, HardwareSpec
 from simmodel.perf.models import MODELS, ModelSpec
