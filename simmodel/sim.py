@@ -21,12 +21,13 @@ from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError
 from simmodel.metrics.records import Recorder
-from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, summarize
+from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, role_summary, summarize
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource
 from simmodel.traffic.traces import TraceData, read_trace
+from simmodel.transfer.kv_transfer import KvTransfer
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
 
 
 def load_trace(scenario: Scenario) -> TraceData | None:
-    """Read the scenario's trace, if any, and check it against the deployment."""
+    """Read the scenario's trace, if any, and check its rank hints against the deployment."""
     source = scenario.traffic.source
     if not isinstance(source, TraceSource):
         return None
@@ -69,32 +70,48 @@ def load_trace(scenario: Scenario) -> TraceData | None:
                            require_monotone=scenario.traffic.load.type == "trace_timestamps")
     except ScenarioError as exc:
         raise ScenarioError(f"traffic.source.path: {exc}") from None
-    ranks = scenario.engine.workers["aggregated"].parallelism.attention_data
-    bad = trace.dp_rank >= ranks
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise ScenarioError(f"traffic.source.path: {source.path}: row {row + 1} names dp_rank "
-                            f"{trace.dp_rank[row]} but workers have attention_data {ranks}")
+    workers = scenario.engine.workers
+    first, last = next(iter(workers.values())), list(workers.values())[-1]
+    for column, hints, role in (("dp_rank", trace.dp_rank, last), ("prefill_dp_rank", trace.prefill_dp_rank, first)):
+        ranks = role.parallelism.attention_data
+        bad = hints >= ranks
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ScenarioError(f"traffic.source.path: {source.path}: row {row + 1} names {column} "
+                                f"{hints[row]} but {role.name} workers have attention_data {ranks}")
     return trace
+
+
+def serving_context_length(scenario: Scenario) -> int:
+    """The longest prompt plus one that every role accepts (vLLM refuses a prompt at its limit)."""
+    return min(role.context_length for role in scenario.engine.workers.values())
 
 
 def check_workload(scenario: Scenario) -> TraceData | None:
     """Validation that needs the workload: the trace file, and traffic that could never be served."""
     trace = load_trace(scenario)
     source = scenario.traffic.source
-    context = scenario.engine.workers["aggregated"].context_length
+    context = serving_context_length(scenario)
     if trace is None and smallest_length(source.input_tokens) >= context:
         raise ScenarioError(f"traffic.source.input_tokens: every prompt would be at or above "
                             f"context_length ({context}) and rejected")
     return trace
 
 
+def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
+    """``bytes_per_token: auto``: the KV one prefill GPU sends per token (its shard, in the KV dtype)."""
+    spec = scenario.engine.kv_transfer
+    if spec is not None and spec.bytes_per_token is not None:
+        return spec.bytes_per_token
+    return scenario.engine.workers["prefill"].deployment.kv_bytes_per_token_per_gpu
+
+
 class Simulation:
     """A deployment and its traffic as SimPy processes on one ``simpy.Environment``.
 
     Step through it with ``step()`` (one event) or ``run(until=...)``; while paused, ``workers`` give
-    each worker's ranks with their ``running`` and ``waiting`` queues and KV ``pool``, and ``events``
-    is the event log so far.
+    each worker's ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by
+    role in disaggregated mode), and ``events`` is the event log so far.
     """
 
     def __init__(self, scenario: Scenario, keep_events: bool = True) -> None:
@@ -102,27 +119,19 @@ class Simulation:
         self.scenario = scenario
         self.env = simpy.Environment()
         self.recorder = Recorder(keep_events)
-        self.role = role = scenario.engine.workers["aggregated"]
-        timing = make_timing(role, scenario.engine.backend)
-        sched_cfg = VllmSchedulerConfig(
-            max_num_seqs=role.scheduler.max_sequences,
-            max_num_batched_tokens=role.scheduler.max_batched_tokens,
-            max_model_len=role.context_length,
-            long_prefill_token_threshold=role.scheduler.long_prefill_token_threshold,
-            enable_chunked_prefill=scenario.engine.enable_chunked_prefill,
-            reserve_full_isl=role.scheduler.reserve_full_isl,
-        )
-        self.workers: list[Worker] = []
-        for w in range(role.parallelism.replicas):
-            worker = Worker(self.env, w, timing)
-            for r in range(role.parallelism.attention_data):
-                pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size)
-                worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))
-            self.workers.append(worker)
-        self._next_worker = 0
+        engine = scenario.engine
+        self.pools: dict[str, list[Worker]] = {name: self._build_pool(role) for name, role in engine.workers.items()}
+        self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
+        self._next_worker = dict.fromkeys(self.pools, 0)
+        self.transfer: KvTransfer | None = None
+        if engine.mode == "disaggregated":
+            assert engine.kv_transfer is not None
+            self.transfer = KvTransfer(self.env, engine.kv_transfer, kv_transfer_bytes_per_token(scenario),
+                                       self.pools["prefill"], self.pools["decode"], self._pick_decode, self.recorder)
         load = scenario.traffic.load
         self.source = TrafficSource(self.env, RequestStream(scenario, trace), self._place, self.recorder,
-                                    role.context_length, load.concurrency if load.type == "concurrency" else 0)
+                                    serving_context_length(scenario),
+                                    load.concurrency if load.type == "concurrency" else 0)
         cutoff = scenario.traffic.stop.max_virtual_time_seconds
         self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
         self.wall_time_s = 0.0
@@ -131,6 +140,27 @@ class Simulation:
             for rank in worker.ranks:
                 self.env.process(rank.run())
         self.env.process(self.source.run())
+
+    def _build_pool(self, role: WorkerRole) -> list[Worker]:
+        """``replicas`` workers of ``attention_data`` ranks, each rank with its own scheduler and KV pool."""
+        engine = self.scenario.engine
+        timing = make_timing(role, engine.backend)
+        sched_cfg = VllmSchedulerConfig(
+            max_num_seqs=role.scheduler.max_sequences,
+            max_num_batched_tokens=role.scheduler.max_batched_tokens,
+            max_model_len=role.context_length,
+            long_prefill_token_threshold=role.scheduler.long_prefill_token_threshold,
+            enable_chunked_prefill=engine.enable_chunked_prefill,
+            reserve_full_isl=role.scheduler.reserve_full_isl,
+        )
+        workers = []
+        for w in range(role.parallelism.replicas):
+            worker = Worker(self.env, w, timing, role.name)
+            for r in range(role.parallelism.attention_data):
+                pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size)
+                worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))
+            workers.append(worker)
+        return workers
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True) -> Simulation:
@@ -143,11 +173,30 @@ class Simulation:
 
     # -- placement -----------------------------------------------------------------------------
 
-    def _place(self, request: Request) -> None:
-        """Round robin across workers; the worker then picks the rank."""
-        worker = self.workers[self._next_worker]
-        self._next_worker = (self._next_worker + 1) % len(self.workers)
-        worker.place(request)
+    def _next_in(self, role: str) -> Worker:
+        """Round robin across a role's workers."""
+        pool = self.pools[role]
+        worker = pool[self._next_worker[role]]
+        self._next_worker[role] = (self._next_worker[role] + 1) % len(pool)
+        return worker
+
+    def _place(self, request: Request) -> Rank:
+        """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool."""
+        if self.transfer is None:
+            return self._next_in("aggregated").place(request)
+        leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
+                      request.prefill_dp_rank_hint)
+        leg.bootstrap, leg.client = True, request
+        leg.on_finish = self._handoff
+        request.kv_transferred = True
+        return self._next_in("prefill").place(leg)
+
+    def _handoff(self, leg: Request) -> None:
+        assert self.transfer is not None
+        self.transfer.start(self.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
+
+    def _pick_decode(self, request: Request) -> Rank:
+        return self._next_in("decode").pick_rank(request.dp_rank_hint)
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -212,11 +261,17 @@ class Simulation:
         return counts
 
     def results(self) -> Results:
-        requests = requests_frame(self.requests)
-        p = self.role.parallelism
-        summary = summarize(
-            requests, self.recorder, gpu_count=p.gpu_count, gpus_per_worker=p.gpus_per_worker,
-            num_workers=p.replicas, num_passes=sum(w.num_passes for w in self.workers),
-            end_s=self.end_time(), wall_time_s=self.wall_time_s, num_kv_blocks_per_rank=self.role.num_kv_blocks,
-            block_size=self.role.kv_cache.block_size, provenance_counts=self._provenance_counts())
+        disaggregated = self.transfer is not None
+        requests = requests_frame(self.requests, disaggregated)
+        roles = {}
+        for name, role in self.scenario.engine.workers.items():
+            p = role.parallelism
+            roles[name] = role_summary(p.gpu_count, p.gpus_per_worker, p.replicas, self.end_time(),
+                                       sum(w.num_passes for w in self.pools[name]), role.num_kv_blocks,
+                                       role.kv_cache.block_size)
+        summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
+                            end_s=self.end_time(), provenance_counts=self._provenance_counts())
+        if disaggregated:
+            assert self.transfer is not None
+            summary["num_kv_transfers"] = self.transfer.num_transfers
         return Results(summary, requests, passes_frame(self.recorder.passes), self.events)

@@ -18,6 +18,7 @@ from simmodel.config.schema import (
     CapacitySpec,
     Engine,
     KvCacheSpec,
+    KvTransferSpec,
     LengthSpec,
     LoadSpec,
     Parallelism,
@@ -317,7 +318,6 @@ def _hardware(node: _Node, base_dir: Path) -> tuple[str, HardwareSpec]:
 
 def _engine(node: _Node, base_dir: Path) -> Engine:
     mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
-    _not_yet(node, "mode", mode, "aggregated", "disaggregated serving comes with P/D KV transfers")
     model_id, model = _model(node, base_dir)
     hardware_id, hardware = _hardware(node, base_dir)
     backend = node.choice("backend", ("vllm", "sglang"), "vllm")
@@ -327,11 +327,42 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     chunked = node.bool("enable_chunked_prefill", True)
     seed = node.int("seed", 0, minimum=0)
     workers = node.node("workers", required=True)
-    role = _worker(workers.node("aggregated", required=True), model, hardware, dtype, context_length, chunked)
+    names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
+    roles = {}
+    for name in names:
+        role_node = workers.node(name, required=True)
+        role_hardware = hardware
+        if mode == "disaggregated" and role_node.has("hardware"):
+            role_hardware = _role_hardware(role_node, base_dir)
+        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name)
     workers.done()
+    if mode == "aggregated" and node.has("kv_transfer"):
+        raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
+    transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
     node.done()
-    return Engine(mode, model_id, hardware_id, backend, role.context_length, chunked, seed, {"aggregated": role},
-                  dtype)
+    return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
+                  dtype, transfer)
+
+
+def _role_hardware(node: _Node, base_dir: Path) -> HardwareSpec:
+    """A role's own ``hardware``: one concrete system (``auto`` is a search choice, not a system)."""
+    if node.raw("hardware") == "auto":
+        raise ScenarioError(f"{node.at('hardware')}: must name one concrete system; auto is not accepted")
+    return _hardware(node, base_dir)[1]
+
+
+def _kv_transfer(node: _Node) -> KvTransferSpec:
+    bandwidth = node.number("bandwidth_gb_per_second", None, positive=True)
+    latency = node.number("latency_ms", 0.0)
+    per_token = node.raw("bytes_per_token", "auto")
+    if per_token != "auto":
+        per_token = node.number("bytes_per_token", positive=True)
+    mode = node.choice("timing_mode", ("full_prompt", "destination_missing"), "full_prompt")
+    _not_yet(node, "timing_mode", mode, "full_prompt",
+             "destination_missing sends only the blocks the decode worker lacks, which needs prefix caching")
+    contention = node.choice("contention", ("none", "shared_link"), "none")
+    node.done()
+    return KvTransferSpec(bandwidth, latency, None if per_token == "auto" else per_token, mode, contention)
 
 
 def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
@@ -379,14 +410,15 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 
 
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
-            chunked: bool) -> WorkerRole:
+            chunked: bool, name: str = "aggregated") -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
                             f"this version does not model (worker counts are fixed); must be 0")
     context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model)
-    scheduler = _scheduler(node.node("scheduler"), context_length, chunked)
+    scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
+                           max_sequences=1 if name == "prefill" else 256)
     kv_cache = _kv_cache(node.node("kv_cache"))
     timing = _timing(node.node("timing"))
     node.done()
@@ -406,13 +438,13 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {blocks} KV blocks of "
                             f"{kv_cache.block_size} tokens but one request at context_length {context_length} "
                             f"needs {needed}; lower context_length or give the rank more KV")
-    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment)
+    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name)
 
 
-def _scheduler(node: _Node, context_length: int, chunked: bool) -> SchedulerSpec:
+def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256) -> SchedulerSpec:
     spec = SchedulerSpec(
         max_batched_tokens=node.int("max_batched_tokens", 8192),
-        max_sequences=node.int("max_sequences", 256),
+        max_sequences=node.int("max_sequences", max_sequences),
         long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
         async_scheduling=node.bool("async_scheduling", False),
         reserve_full_isl=node.bool("reserve_full_isl", True),

@@ -124,8 +124,25 @@ class TimingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class KvTransferSpec:
+    """``engine.kv_transfer``: how a prefill worker's KV reaches a decode worker.
+
+    A transfer takes ``latency_ms`` plus the prompt's KV bytes over ``bandwidth_gb_per_second``
+    (none when the bandwidth is omitted). ``shared_link`` queues the transfers out of one prefill
+    worker, and into one decode worker, on one link each.
+    """
+
+    bandwidth_gb_per_second: float | None = None
+    latency_ms: float = 0.0
+    bytes_per_token: float | None = None
+    """None: ``auto``, the prefill role's KV bytes per token per GPU."""
+    timing_mode: str = "full_prompt"
+    contention: str = "none"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerRole:
-    """One pool of identical workers (``workers.aggregated``)."""
+    """One pool of identical workers (``workers.aggregated``, ``.prefill`` or ``.decode``)."""
 
     parallelism: Parallelism
     scheduler: SchedulerSpec
@@ -136,6 +153,7 @@ class WorkerRole:
     """Usable KV blocks per attention-DP rank, resolved from ``kv_cache.capacity``."""
     deployment: Deployment
     """Model, GPU, parallelism and dtypes as the performance model sees them."""
+    name: str = "aggregated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +167,12 @@ class Engine:
     seed: int
     workers: dict[str, WorkerRole]
     dtype: str = "auto"
+    kv_transfer: KvTransferSpec | None = None
+    """Disaggregated mode only."""
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.workers)
 
 
 @dataclass(frozen=True, slots=True)

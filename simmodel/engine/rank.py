@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,10 @@ class Rank:
                  recorder: Recorder) -> None:
         self.env, self.worker, self.rank_id = env, worker, rank_id
         self.scheduler, self.recorder = scheduler, recorder
+        self.role = worker.role
         self.num_passes = 0
         self._blocks_in_pass = 0
+        self._reservations: deque[tuple[int, simpy.Event]] = deque()
 
     @property
     def pool(self):
@@ -46,6 +49,35 @@ class Rank:
         request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
         self.scheduler.add_request(request)
 
+    # -- P/D handoffs ----------------------------------------------------------------------------
+
+    def reserve(self, num_blocks: int) -> simpy.Event:
+        """Take ``num_blocks`` KV blocks for an incoming transfer; the event fires once they are taken.
+
+        Reservations are granted first come, first served, as blocks free up on this rank.
+        """
+        granted = self.env.event()
+        self._reservations.append((num_blocks, granted))
+        self._grant_reservations()
+        return granted
+
+    def _grant_reservations(self) -> None:
+        pool = self.pool
+        while self._reservations and self._reservations[0][0] <= pool.num_free_blocks:
+            num_blocks, granted = self._reservations.popleft()
+            pool.allocate(num_blocks)
+            granted.succeed(num_blocks)
+
+    def add_handoff(self, request: Request) -> None:
+        """A request whose KV has arrived joins this rank (its blocks were reserved at transfer start)."""
+        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self.scheduler.add_handoff(request)
+
+    def release(self, request: Request) -> None:
+        """Free the KV a prefill leg held for its transfer."""
+        self.scheduler.release(request)
+        self._grant_reservations()
+
     def has_requests(self) -> bool:
         return self.scheduler.has_requests()
 
@@ -55,25 +87,30 @@ class Rank:
             self._blocks_in_pass = self.pool.num_used_blocks
             if not plan.is_empty:
                 self._record_plan(plan)
+                if plan.preempted:
+                    self._grant_reservations()
             yield self.worker.submit(self.rank_id, plan)
 
     def _record_plan(self, plan: SchedulerOutput) -> None:
-        now, w, r, rec = self.env.now, self.worker.worker_id, self.rank_id, self.recorder
+        now, w, r, rec, role = self.env.now, self.worker.worker_id, self.rank_id, self.recorder, self.role
         for request in plan.preempted:
-            rec.event(now, EventKind.PREEMPTION, w, r, request.request_id, request.num_tokens)
+            rec.event(now, EventKind.PREEMPTION, w, r, request.request_id, request.num_tokens, role)
         if plan.admitted or plan.resumed:
             index = {id(q): i for i, q in enumerate(plan.requests)}
             for request in plan.admitted:
-                request.first_admitted_at = now
+                if request.kv_transferred:
+                    request.decode_admitted_at = now
+                else:
+                    request.first_admitted_at = now
                 rec.event(now, EventKind.ADMISSION, w, r, request.request_id,
-                          plan.num_new_tokens[index[id(request)]])
+                          plan.num_new_tokens[index[id(request)]], role)
             for request in plan.resumed:
                 rec.event(now, EventKind.RESUME, w, r, request.request_id,
-                          plan.num_new_tokens[index[id(request)]])
+                          plan.num_new_tokens[index[id(request)]], role)
 
     def begin_pass(self, plan: SchedulerOutput, start_ns: int) -> None:
         self.recorder.event(start_ns, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
-                            plan.total_num_scheduled_tokens)
+                            plan.total_num_scheduled_tokens, self.role)
 
     def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int,
                     provenance: str = "") -> None:
@@ -81,13 +118,15 @@ class Rank:
         pass_index = self.num_passes
         self.num_passes += 1
         sampled, finished = self.scheduler.update_from_output(plan)
-        w, r, rec = self.worker.worker_id, self.rank_id, self.recorder
+        w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
         consecutive = 0
         for request in sampled:
+            if request.bootstrap:
+                continue  # the prefill leg's token never reaches the client
             n = request.num_output_tokens
             if request.first_token_at is None:
                 request.first_token_at = end_ns
-                rec.event(end_ns, EventKind.FIRST_TOKEN, w, r, request.request_id, 1)
+                rec.event(end_ns, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, role)
             elif request.last_token_pass == pass_index - 1:
                 consecutive += 1
             else:
@@ -99,9 +138,12 @@ class Rank:
         rec.intervals(end_ns - start_ns, consecutive)
         for request in finished:
             request.finished_at = end_ns
-            rec.event(end_ns, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens)
+            kind = EventKind.PREFILL_DONE if request.bootstrap else EventKind.FINISH
+            rec.event(end_ns, kind, w, r, request.request_id, request.num_output_tokens, role)
             if request.on_finish is not None:
                 request.on_finish(request)
+        if finished and self._reservations:
+            self._grant_reservations()
         self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled), provenance)
 
     def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,
@@ -111,7 +153,7 @@ class Rank:
         total = plan.total_num_scheduled_tokens
         w, r = self.worker.worker_id, self.rank_id
         self.recorder.passes.append(PassRecord(
-            w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
+            self.role, w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
             num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_ns, provenance))
-        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total)
+        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role)
 

@@ -32,6 +32,9 @@ class Request:
         "num_computed_tokens", "num_blocks", "status", "num_preemptions", "worker", "dp_rank",
         "dp_rank_hint", "first_admitted_at", "first_token_at", "second_token_at", "last_token_at",
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
+        # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
+        "bootstrap", "kv_transferred", "client", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
+        "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
 
     def __init__(self, request_id: int, arrived_at: int, num_prompt_tokens: int, max_tokens: int,
@@ -56,6 +59,19 @@ class Request:
         self.finished_at: int | None = None
         self.last_token_pass = -2
         self.on_finish = None
+        self.bootstrap = False
+        """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""
+        self.kv_transferred = False
+        """A decode worker's leg whose prompt KV arrived from a prefill worker."""
+        self.client: Request | None = None
+        self.prefill_worker = -1
+        self.prefill_dp_rank = -1
+        self.prefill_dp_rank_hint: int | None = None
+        self.prefill_done_at: int | None = None
+        self.transfer_start_at: int | None = None
+        self.transfer_end_at: int | None = None
+        self.decode_admitted_at: int | None = None
+        self.source_released_at: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -40,8 +40,8 @@ class Worker:
     waits at the barrier. When no rank has work the worker sleeps until a request is placed on it.
     """
 
-    def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming) -> None:
-        self.env, self.worker_id, self.timing = env, worker_id, timing
+    def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated") -> None:
+        self.env, self.worker_id, self.timing, self.role = env, worker_id, timing, role
         self.ranks: list[Rank] = []
         self.num_passes = 0
         self.busy_ns = 0
@@ -64,18 +64,26 @@ class Worker:
 
     # -- placement -----------------------------------------------------------------------------
 
+    def pick_rank(self, hint: int | None) -> Rank:
+        """The rank a trace names, else the next rank round robin."""
+        if hint is not None:
+            return self.ranks[hint]
+        rank = self.ranks[self._next_rank]
+        self._next_rank = (self._next_rank + 1) % len(self.ranks)
+        return rank
+
     def place(self, request: Request) -> Rank:
-        """Put a request on the rank its trace names, else the next rank round robin."""
-        if request.dp_rank_hint is not None:
-            rank = self.ranks[request.dp_rank_hint]
-        else:
-            rank = self.ranks[self._next_rank]
-            self._next_rank = (self._next_rank + 1) % len(self.ranks)
+        """Put a new request on a rank (see ``pick_rank``)."""
+        rank = self.pick_rank(request.dp_rank_hint)
         rank.add_request(request)
+        self.notify()
+        return rank
+
+    def notify(self) -> None:
+        """New work is on a rank: wake the barrier if the worker sleeps."""
         self._num_placed += 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
-        return rank
 
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
@@ -109,9 +117,12 @@ class Worker:
         if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
             yield Late(self.env)
             return
-        if self.has_requests():
-            raise SimulationError(f"worker {self.worker_id}: requests are queued but no rank can schedule "
-                                  f"any of them")
+        # Queued work with no pass to run is fine only while KV blocks are held outside the ranks' running
+        # requests (a prefill leg awaiting its transfer, a reservation for an incoming one): their release
+        # wakes the worker. With no block held at all, nothing could ever change: fail instead of hanging.
+        if self.has_requests() and not any(rank.pool.num_used_blocks for rank in self.ranks):
+            raise SimulationError(f"{self.role} worker {self.worker_id}: requests are queued but no rank can "
+                                  f"schedule any of them")
         self._wake = self.env.event()
         yield self._wake
         self._wake = None

@@ -19,6 +19,10 @@ class EventKind(IntEnum):
     FINISH = 7
     PASS_BEGIN = 8
     PASS_END = 9
+    PREFILL_DONE = 10
+    TRANSFER_START = 11
+    TRANSFER_END = 12
+    SOURCE_RELEASED = 13
 
 
 class Event(NamedTuple):
@@ -32,11 +36,13 @@ class Event(NamedTuple):
     dp_rank: int
     request_id: int
     num_tokens: int
+    role: str
 
 
 class PassRecord(NamedTuple):
     """One rank's share of one worker pass."""
 
+    role: str
     worker: int
     dp_rank: int
     pass_index: int
@@ -70,9 +76,9 @@ class Recorder:
         self.itl_counts: list[int] = []
 
     def event(self, time_ns: int, kind: EventKind, worker: int, dp_rank: int, request_id: int,
-              num_tokens: int) -> None:
+              num_tokens: int, role: str = "aggregated") -> None:
         if self.keep_events:
-            self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens))
+            self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
 
     def intervals(self, value_ns: int, count: int) -> None:
         if count:

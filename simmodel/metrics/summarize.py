@@ -54,6 +54,11 @@ def stats(values: np.ndarray) -> dict[str, float | None]:
     return weighted_stats(values, np.ones(len(values), dtype=np.int64))
 
 
+DISAGG_COLUMNS = (
+    "prefill_worker", "prefill_dp_rank", "prefill_done_s", "transfer_start_s", "transfer_end_s", "decode_admit_s",
+    "source_released_s",
+)
+
 REQUEST_COLUMNS = (
     "request_id", "status", "arrival_s", "first_admit_s", "first_token_s", "last_token_s", "finish_s", "input_tokens",
     "output_tokens", "requested_output_tokens", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "queue_ms",
@@ -69,8 +74,11 @@ def _status(request: Request) -> str:
     return "incomplete"
 
 
-def requests_frame(requests: list[Request]) -> pd.DataFrame:
-    """One row per request, times in seconds (``*_s``) and latencies in milliseconds (``*_ms``)."""
+def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.DataFrame:
+    """One row per request, times in seconds (``*_s``) and latencies in milliseconds (``*_ms``).
+
+    Disaggregated runs add the handoff milestones and the prefill worker and rank (``worker`` and
+    ``dp_rank`` are then the decode side's)."""
     nan = float("nan")
 
     def t(x: int | None) -> float:
@@ -89,7 +97,15 @@ def requests_frame(requests: list[Request]) -> pd.DataFrame:
             (t(r.first_admitted_at) - t(r.arrived_at)) * 1e3,
             r.num_preemptions, r.worker, r.dp_rank,
         ))
-    return pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+    frame = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+    if disaggregated:
+        frame["prefill_worker"] = [r.prefill_worker for r in requests]
+        frame["prefill_dp_rank"] = [r.prefill_dp_rank for r in requests]
+        for column, attr in (("prefill_done_s", "prefill_done_at"), ("transfer_start_s", "transfer_start_at"),
+                             ("transfer_end_s", "transfer_end_at"), ("decode_admit_s", "decode_admitted_at"),
+                             ("source_released_s", "source_released_at")):
+            frame[column] = [t(getattr(r, attr)) for r in requests]
+    return frame
 
 
 def passes_frame(passes: list[PassRecord]) -> pd.DataFrame:
@@ -109,10 +125,22 @@ def events_frame(events: list[Event]) -> pd.DataFrame:
     return frame
 
 
-def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpus_per_worker: int,
-              num_workers: int, num_passes: int, end_s: float, wall_time_s: float,
-              num_kv_blocks_per_rank: int, block_size: int, provenance_counts: dict[str, int]) -> dict:
-    """The summary.json mapping."""
+def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: float, num_passes: int,
+                 num_kv_blocks_per_rank: int, block_size: int) -> dict:
+    """One role's GPUs and work: GPU-hours are its workers' seconds (the whole run) × GPUs per worker."""
+    return {
+        "gpu_count": int(gpu_count),
+        "gpu_hours": num_workers * end_s * gpus_per_worker / 3600.0,
+        "num_passes": int(num_passes),
+        "kv_blocks_per_rank": int(num_kv_blocks_per_rank),
+        "kv_capacity_tokens_per_rank": int(num_kv_blocks_per_rank * block_size),
+    }
+
+
+def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
+              end_s: float, provenance_counts: dict[str, int]) -> dict:
+    """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
+    top level are the last role's (decode) and ``roles`` has each one."""
     done = requests[requests["status"] == "completed"]
     total_out = int(requests["output_tokens"].sum())
     arrivals = requests["arrival_s"]
@@ -120,7 +148,7 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
     duration = float(last_token - arrivals.min()) if np.isfinite(last_token) else 0.0
     tpot = done["tpot_ms"].to_numpy()
     per_user = 1000.0 / tpot[np.isfinite(tpot) & (tpot > 0)]
-    worker_seconds = num_workers * end_s
+    last_role = list(roles.values())[-1]
     summary = {
         "num_requests": int(len(requests)),
         "completed_requests": int(len(done)),
@@ -134,13 +162,14 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, *, gpu_count: int, gpu
         "request_throughput_rps": len(done) / duration if duration > 0 else None,
         "output_throughput_tok_s": total_out / duration if duration > 0 else None,
         "mean_output_token_throughput_per_user": float(per_user.mean()) if len(per_user) else None,
-        "gpu_count": int(gpu_count),
-        "gpu_hours": worker_seconds * gpus_per_worker / 3600.0,
-        "num_passes": int(num_passes),
+        "gpu_count": sum(r["gpu_count"] for r in roles.values()),
+        "gpu_hours": sum(r["gpu_hours"] for r in roles.values()),
+        "num_passes": sum(r["num_passes"] for r in roles.values()),
         "num_preemptions": int(requests["preemptions"].sum()),
-        "kv_blocks_per_rank": int(num_kv_blocks_per_rank),
-        "kv_capacity_tokens_per_rank": int(num_kv_blocks_per_rank * block_size),
+        "kv_blocks_per_rank": last_role["kv_blocks_per_rank"],
+        "kv_capacity_tokens_per_rank": last_role["kv_capacity_tokens_per_rank"],
         "provenance_counts": dict(sorted(provenance_counts.items())),
+        "roles": roles,
     }
     summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
     summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())

@@ -10,6 +10,7 @@ import simpy
 
 from simmodel.config.schema import Scenario, SyntheticSource
 from simmodel.engine.clock import to_ns
+from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
 from simmodel.traffic.arrivals import gaps
@@ -55,6 +56,12 @@ class RequestStream:
         hint = int(self.trace.dp_rank[i])
         return int(self._isl[i]), int(self._osl[i]), (hint if hint >= 0 else None), self.trace.hash_ids[i]
 
+    def prefill_hint(self, i: int) -> int | None:
+        """The prefill rank a trace row names (disaggregated serving), if any."""
+        if self.trace is None or self.trace.prefill_dp_rank[i] < 0:
+            return None
+        return int(self.trace.prefill_dp_rank[i])
+
     def arrival(self, i: int) -> float:
         """Arrival time of request ``i`` in seconds (open-loop loads only)."""
         while i >= len(self._arrival):
@@ -74,7 +81,7 @@ class TrafficSource:
     request the moment the previous one finishes (or is rejected), until the request limit.
     """
 
-    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], None],
+    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], Rank],
                  recorder: Recorder, context_length: int, concurrency: int = 0) -> None:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
@@ -105,18 +112,20 @@ class TrafficSource:
             i = len(self.requests)
             isl, osl, hint, hashes = self.stream.request(i)
             request = Request(i, self.env.now, isl, osl, hint, hashes)
+            request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
             self.requests.append(request)
-            self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl)
+            self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl, "client")
             if self.concurrency:
                 request.on_finish = self._on_finish
             if isl < self.context_length:
-                self.place(request)
-                self.recorder.event(self.env.now, EventKind.PLACEMENT, request.worker, request.dp_rank, i, isl)
+                rank = self.place(request)
+                self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i, isl,
+                                    rank.role)
                 return
             # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
             request.status = RequestStatus.REJECTED
             request.finished_at = self.env.now
-            self.recorder.event(self.env.now, EventKind.REJECTION, -1, -1, i, isl)
+            self.recorder.event(self.env.now, EventKind.REJECTION, -1, -1, i, isl, "client")
             if not (self.concurrency and self._has_next()):
                 return
 

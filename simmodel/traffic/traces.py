@@ -26,7 +26,9 @@ class TraceData:
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     dp_rank: np.ndarray
-    """Attention-DP rank hint per row, -1 where the row names none."""
+    """Attention-DP rank hint per row (the decode rank when disaggregated), -1 where the row names none."""
+    prefill_dp_rank: np.ndarray
+    """Prefill-worker rank hint per row (disaggregated serving), -1 where the row names none."""
     hash_ids: list[tuple[int, ...] | None]
 
     def __len__(self) -> int:
@@ -38,12 +40,13 @@ def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
     if not path.is_file():
         raise ScenarioError(f"{path}: trace file not found")
     reader = {"mooncake": _read_mooncake, "azure": _read_azure, "csv": _read_csv}[fmt]
-    arrival, isl, osl, dp_rank, hash_ids, lines = reader(path)
+    arrival, isl, osl, dp_rank, prefill_dp_rank, hash_ids, lines = reader(path)
     if len(arrival) == 0:
         raise ScenarioError(f"{path}: trace has no requests")
     _check_rows(path, lines, arrival, isl, osl, dp_rank, require_monotone)
+    _check_rows(path, lines, arrival, isl, osl, prefill_dp_rank, False, "prefill_dp_rank")
     return TraceData(arrival - arrival[0] if require_monotone else arrival - arrival.min(),
-                     isl, osl, dp_rank, hash_ids)
+                     isl, osl, dp_rank, prefill_dp_rank, hash_ids)
 
 
 def _csv_lines(n: int) -> list[int]:
@@ -52,12 +55,12 @@ def _csv_lines(n: int) -> list[int]:
 
 
 def _check_rows(path: Path, lines: list[int], arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray,
-                dp_rank: np.ndarray, require_monotone: bool) -> None:
+                dp_rank: np.ndarray, require_monotone: bool, rank_column: str = "dp_rank") -> None:
     checks = (
         (~np.isfinite(arrival), "arrival time must be a finite number"),
         (isl < 1, "input length must be a positive integer"),
         (osl < 1, "output length must be a positive integer"),
-        (dp_rank < -1, "dp_rank must be a non-negative integer"),
+        (dp_rank < -1, f"{rank_column} must be a non-negative integer"),
     )
     for bad, rule in checks:
         if bad.any():
@@ -81,7 +84,7 @@ def _int_field(obj: dict, key: str, where: str) -> int:
 
 
 def _read_mooncake(path: Path):
-    arrival, isl, osl, dp_rank, hash_ids, lines = [], [], [], [], [], []
+    arrival, isl, osl, dp_rank, prefill_dp_rank, hash_ids, lines = [], [], [], [], [], [], []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -101,13 +104,15 @@ def _read_mooncake(path: Path):
             isl.append(_int_field(obj, "input_length", where))
             osl.append(_int_field(obj, "output_length", where))
             dp_rank.append(_int_field(obj, "dp_rank", where) if "dp_rank" in obj else -1)
+            prefill_dp_rank.append(_int_field(obj, "prefill_dp_rank", where) if "prefill_dp_rank" in obj else -1)
             hashes = obj.get("hash_ids")
             if hashes is not None and (not isinstance(hashes, list)
                                        or not all(isinstance(h, int) for h in hashes)):
                 raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
             hash_ids.append(tuple(hashes) if hashes is not None else None)
     return (np.array(arrival, dtype=np.float64), np.array(isl, dtype=np.int64),
-            np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64), hash_ids, lines)
+            np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64),
+            np.array(prefill_dp_rank, dtype=np.int64), hash_ids, lines)
 
 
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -148,14 +153,15 @@ def _read_azure(path: Path):
     arrival = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     n = len(frame)
     return (arrival, _int_column(path, frame, "ContextTokens"), _int_column(path, frame, "GeneratedTokens"),
-            np.full(n, -1, dtype=np.int64), [None] * n, _csv_lines(n))
+            np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), [None] * n, _csv_lines(n))
 
 
 def _read_csv(path: Path):
     frame = _read_table(path, ("arrival_s", "input_tokens", "output_tokens"))
     arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
     n = len(frame)
-    dp_rank = (_int_column(path, frame, "dp_rank", blank=-1) if "dp_rank" in frame.columns
-               else np.full(n, -1, dtype=np.int64))
+    dp_rank, prefill_dp_rank = (
+        _int_column(path, frame, column, blank=-1) if column in frame.columns else np.full(n, -1, dtype=np.int64)
+        for column in ("dp_rank", "prefill_dp_rank"))
     return (arrival, _int_column(path, frame, "input_tokens"), _int_column(path, frame, "output_tokens"),
-            dp_rank, [None] * n, _csv_lines(n))
+            dp_rank, prefill_dp_rank, [None] * n, _csv_lines(n))

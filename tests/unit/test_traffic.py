@@ -71,7 +71,7 @@ def test_trace_dp_rank_out_of_range_is_rejected(tmp_path):
     from simmodel.errors import ScenarioError
 
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 50, 2, 3)])
-    with pytest.raises(ScenarioError, match="row 1 names dp_rank 3 but workers have attention_data 2"):
+    with pytest.raises(ScenarioError, match="row 1 names dp_rank 3 but aggregated workers have attention_data 2"):
         run_scenario(trace_scenario(trace, engine={"workers": {"aggregated": {"parallelism": {"attention_data": 2}}}}))
 
 

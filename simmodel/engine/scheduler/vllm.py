@@ -37,20 +37,33 @@ class VllmScheduler:
         self.pool = pool
         self.block_size = pool.block_size
         self.waiting: deque[Request] = deque()
+        self.handoffs: deque[Request] = deque()
+        """Requests whose KV is already here (received P/D handoffs); vLLM's ``kv_holding_waiting``."""
         self.running: list[Request] = []
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
 
+    def add_handoff(self, request: Request) -> None:
+        """Queue a request whose prompt KV has arrived: all but its last prompt token count as computed,
+        and the blocks reserved for it at transfer start are already its own."""
+        request.num_computed_tokens = request.num_prompt_tokens - 1
+        self.handoffs.append(request)
+
+    def release(self, request: Request) -> None:
+        """Free the blocks a finished request held for its KV transfer (the source side of a handoff)."""
+        self.pool.free(request.num_blocks)
+        request.num_blocks = 0
+
     def has_requests(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.handoffs)
 
     def schedule(self) -> SchedulerOutput:
         """Plan one pass. Mirrors ``Scheduler.schedule()``: RUNNING first, then WAITING."""
         cfg, pool, out = self.config, self.pool, SchedulerOutput()
         token_budget = cfg.max_num_batched_tokens
         # vLLM lets a lone request use the whole budget: the threshold only stops starvation.
-        eligible = len(self.running) + len(self.waiting)
+        eligible = len(self.running) + len(self.waiting) + len(self.handoffs)
         threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
 
         # Phase 1: running requests in order (decodes and partial prefills alike).
@@ -83,7 +96,7 @@ class VllmScheduler:
             reqs.append(request)
             news.append(num_new)
             ctxs.append(computed)
-            decs.append(request.num_output_tokens > 0 and computed == num_tokens - 1)
+            decs.append((request.num_output_tokens > 0 or request.kv_transferred) and computed == num_tokens - 1)
             samples.append(computed + num_new >= num_tokens)
             request.num_computed_tokens = computed + num_new
             token_budget -= num_new
@@ -95,24 +108,29 @@ class VllmScheduler:
         return out
 
     def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput) -> None:
-        """FCFS admission; the first request that does not fit blocks everything behind it."""
+        """FCFS admission, received handoffs first; the first request that does not fit blocks everything
+        behind it."""
         cfg, pool = self.config, self.pool
-        while self.waiting and token_budget > 0 and len(self.running) < cfg.max_num_seqs:
-            request = self.waiting[0]
-            num_new = request.num_tokens  # resumed requests recompute prompt and outputs
+        while token_budget > 0 and len(self.running) < cfg.max_num_seqs:
+            queue = self.handoffs or self.waiting
+            if not queue:
+                break
+            request = queue[0]
+            computed = request.num_computed_tokens  # resumed requests recompute prompt and outputs
+            num_new = request.num_tokens - computed
             if 0 < threshold < num_new:
                 num_new = threshold
             if not cfg.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
             if cfg.reserve_full_isl:
-                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size)
+                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size) - request.num_blocks
                 if full > pool.num_free_blocks:
                     break
-            num_needed = cdiv(min(num_new, cfg.max_model_len), self.block_size)
+            num_needed = cdiv(min(computed + num_new, cfg.max_model_len), self.block_size) - request.num_blocks
             if num_needed > pool.num_free_blocks:
                 break
-            self.waiting.popleft()
+            queue.popleft()
             self.running.append(request)
             (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
             request.status = RequestStatus.RUNNING
@@ -127,7 +145,8 @@ class VllmScheduler:
         out.requests.append(request)
         out.num_new_tokens.append(num_new)
         out.num_context_tokens.append(computed)
-        out.is_decode.append(request.num_output_tokens > 0 and computed == request.num_tokens - 1)
+        out.is_decode.append((request.num_output_tokens > 0 or request.kv_transferred)
+                             and computed == request.num_tokens - 1)
         out.samples.append(computed + num_new >= request.num_tokens)
         request.num_computed_tokens = computed + num_new
 
@@ -162,8 +181,9 @@ class VllmScheduler:
             sampled.append(request)
             if request.num_output_tokens >= request.max_tokens or num_tokens + 1 >= max_model_len:
                 request.status = RequestStatus.FINISHED
-                self.pool.free(request.num_blocks)
-                request.num_blocks = 0
+                if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
+                    self.pool.free(request.num_blocks)
+                    request.num_blocks = 0
                 finished.append(request)
         if finished:
             self.running = [r for r in self.running if r.status is running]
