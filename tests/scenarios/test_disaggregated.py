@@ -7,7 +7,6 @@ takes 1000 · 131,072 / 50e9 s = 2.62144 ms on the link.
 from __future__ import annotations
 
 import pytest
-
 from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
 
 FIXED = {"timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
