@@ -426,11 +426,12 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
                             f"modeled by the default timing; use timing fixed or polynomial, or set it to 1")
     p = parallelism
-    # "auto" weights are the checkpoint's own dtype (FP8 for DeepSeek-V3); "auto" KV is the 16-bit
-    # activation dtype, as vLLM's kv_cache_dtype "auto" is.
+    # "auto" weights are the checkpoint's own dtype (FP8 for DeepSeek-V3; a float32 checkpoint is served
+    # in 16 bits, as vLLM's dtype "auto" does); "auto" KV is the 16-bit activation dtype, as vLLM's
+    # kv_cache_dtype "auto" is.
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
                             p.prefill_context, p.decode_context,
-                            weight_bytes=model.dtype_bytes if dtype == "auto" else DTYPE_BYTES[dtype],
+                            weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype])
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)

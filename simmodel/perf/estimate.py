@@ -102,9 +102,10 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
             raise ScenarioError(f"--decode-batch: {decode_batch} sequences exceed max_sequences {max_seqs}")
         if context + 1 >= limit:
             raise ScenarioError(f"--context: {context} + 1 decoded token reaches context_length {limit}")
-        if decode_batch * (context + 1) > capacity:
-            raise ScenarioError(f"--decode-batch/--context: {decode_batch} × {context + 1} tokens exceed the "
-                                f"rank's KV capacity of {int(capacity)} tokens")
+        blocks = -(-(context + 1) // role.kv_cache.block_size)
+        if decode_batch * blocks > role.num_kv_blocks:
+            raise ScenarioError(f"--decode-batch/--context: {decode_batch} sequences × {blocks} KV blocks exceed "
+                                f"the rank's {role.num_kv_blocks} blocks (the rank's KV capacity)")
         return {"pass_ms": decode_pass_ms(timing, decode_batch, context, capacity)}
     assert prefill_tokens is not None
     if prefill_tokens > max_batched_tokens or prefill_tokens >= limit:

@@ -8,11 +8,12 @@ totals alone. Groups (as in the reference's "Kernel groups and roofline floors")
   projections or the active experts' — 2 FLOPs per weight per token; bytes are the weights the GPU
   reads (for MoE, the experts the batch is expected to touch) plus 8 activation passes per layer;
 - ``attention``: QKᵀ and AV over each sequence's causal span, 2·heads·(qk + v head dims) FLOPs per
-  query·key pair per layer; bytes are the KV the sequence reads plus its queries and outputs;
+  query·key pair per layer (MLA decodes in the absorbed form: 2·heads·(2·kv_lora_rank + rope dim));
+  bytes are the KV the sequence reads plus its queries and outputs;
 - ``kv_write``: the new tokens' K and V; ``lm_head`` and ``sampler``: only sequences that sample this
   pass; ``elementwise``: norms, rotary, activations, residuals, 16 passes over the hidden state a layer;
-- ``communication``: tensor parallelism's two all-reduces per layer and expert parallelism's two
-  all-to-alls per MoE layer, priced on the intra-node link;
+- ``communication``: tensor parallelism's two all-reduces per layer and the MoE token exchange (two per
+  MoE layer), priced on the GPU link inside a node and on the NIC for groups larger than a node;
 - ``layer_overhead``: a fixed GPU time per layer and pass: the latency floors of a layer's many small
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing;
 - ``host``: a per-pass overhead by pass kind (prefill, decode, mixed), an assumed constant.

@@ -59,7 +59,7 @@ def test_estimate_cli_json_keys():
     (["--input-tokens", "50000", "--output-tokens", "1"], "at or above context_length 40960"),
     (["--prefill-tokens", "9000"], "one pass holds at most 8192 prompt tokens"),
     (["--decode-batch", "300", "--context", "10"], "300 sequences exceed max_sequences 256"),
-    (["--decode-batch", "256", "--context", "40000"], "exceed the rank's KV capacity"),
+    (["--decode-batch", "256", "--context", "40000"], "KV blocks exceed the rank's"),
 ])
 def test_estimate_bad_options(args, message):
     proc = cli("--model", "Qwen/Qwen3-8B", "--hardware", "h200_sxm", *args)

@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Record disaggregated-serving goldens from NVIDIA Dynamo's mocker (offline replay, vLLM backend).
+
+Regenerate (from the repo root, /work/main; needs the peers venv of ../shared/oracles/peers.md §1):
+
+    /work/venv-peers/bin/python tools/oracles/record_dynamo_disagg.py            # all streams
+    /work/venv-peers/bin/python tools/oracles/record_dynamo_disagg.py --check    # compare, write nothing
+
+It drives every request stream below through ``dynamo.replay.run_trace_replay`` (ai-dynamo 1.6.1,
+round-robin routing, virtual clock) on several topologies (1P1D, 2P1D, 1P2D, 2P2D) and writes
+``tests/golden/dynamo_disagg/<name>.json``. Streams come from fixed seeds and the round-robin replay
+is deterministic, so two runs give byte-identical files (each replay is also run twice and compared).
+The goldens need no Dynamo to be read; our code only talks to the installed package's public API.
+
+Setup shared by every stream (the issue-4 parity setting): vLLM backend on both pools, fixed timing
+(every prefill pass 20 ms, every decode pass 10 ms), prefix caching off, chunked prefill on (budget 8192),
+64-token blocks, 16384 blocks per worker (no KV pressure, no preemption), max_num_seqs 256, KV transfer
+``full_prompt`` over a link of ``bandwidth`` decimal GB/s at ``bytes_per_token`` bytes per prompt token,
+no per-transfer latency and no link contention (the mocker has neither).
+
+The mocker semantics these files pin down (probed by hand; see the issue-4 notes):
+  * transfer_ms = input_tokens * bytes_per_token / (bandwidth * 1e9) * 1e3, unrounded float;
+  * a decode worker only touches handoffs between passes: a handoff that reaches it mid-pass is
+    reserved at a pass end, one reservation per pass end plus one per destination activation applied
+    there (and one per handoff that reaches an idle worker); the transfer starts at reservation; a
+    transfer that ends mid-pass is activated at the next pass end and joins that next pass;
+  * the prefill side holds the prompt's KV until the activation is applied on its own worker
+    (deferred to its next pass end while it runs a pass);
+  * at one instant, pass ends and transfer ends are handled (and new passes started) before
+    arrivals: a request that arrives exactly when its busy prefill worker ends a pass waits for the
+    pass after (it starts at once only if the worker has nothing else to run).
+
+File layout (compact JSON, one record per line):
+    {"name", "description", "peer": {package versions, api, router_mode},
+     "config": {timing, kv_transfer, block_size, num_gpu_blocks, max_num_seqs, max_num_batched_tokens,
+                enable_prefix_caching, enable_chunked_prefill,
+                prefill_engine_args, decode_engine_args (the mocker's normalized configs, every field)},
+     "requests": [{id, arrival_ms, input_tokens, output_tokens, kv_transfer_ms (derived)}, ...],
+     "runs": [{"topology", "num_prefill_workers", "num_decode_workers", "duration_ms",
+               "fields": ["id", "prefill_worker_idx", "decode_worker_idx", "prefill_admit_ms",
+                          "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
+                          "decode_admit_ms", "source_released_ms", "first_token_ms", "last_token_ms",
+                          "ttft_ms", "e2e_ms"],
+               "results": [[one row per request, in "fields" order], ...]}, ...]}
+    (read a row with ``dict(zip(run["fields"], row))``).
+Times are milliseconds from the first arrival (which is 0), rounded to 1e-6 ms. Per result:
+    prefill_admit_ms         first scheduled on its prefill worker
+    source_held_ms           end of the prefill pass that completed the prompt (prefill done)
+    destination_reserved_ms  decode worker reserved the prompt's KV; the transfer starts here
+    destination_activated_ms transfer over and applied on the decode worker (>= reserved + transfer)
+    decode_admit_ms          first scheduled into a decode pass on the decode worker
+    source_released_ms       prefill worker freed the prompt's KV
+    first_token_ms           end of the first decode pass (the client's first token);
+                             ttft_ms = first_token_ms - arrival_ms, e2e_ms = last_token_ms - arrival_ms
+Requests are listed by arrival; requests that arrive together are queued in list order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUT_DIR = REPO / "tests" / "golden" / "dynamo_disagg"
+
+PREFILL_MS = 20.0
+DECODE_MS = 10.0
+BLOCK_SIZE = 64
+NUM_GPU_BLOCKS = 16384
+MAX_NUM_SEQS = 256
+MAX_NUM_BATCHED_TOKENS = 8192
+BYTES_PER_TOKEN = 131072
+TOPOLOGIES = ((1, 1), (2, 1), (1, 2), (2, 2))
+
+RESULT_FIELDS = (
+    ("prefill_worker_idx", "prefill_worker_idx"),
+    ("decode_worker_idx", "decode_worker_idx"),
+    ("prefill_admit_ms", "prefill_admit_ms"),
+    ("source_held_ms", "source_held_ms"),
+    ("destination_reserved_ms", "destination_reserved_ms"),
+    ("destination_activated_ms", "destination_activated_ms"),
+    ("decode_admit_ms", "decode_admit_ms"),
+    ("source_released_ms", "source_released_ms"),
+    ("first_token_ms", "first_token_ms"),
+    ("last_token_ms", "last_token_ms"),
+    ("ttft_ms", "ttft_ms"),
+    ("e2e_ms", "e2e_latency_ms"),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request streams
+# ---------------------------------------------------------------------------------------------
+
+def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int, int],
+                  arrivals: str, span_ms: float = 500.0, bursts: tuple[float, ...] = (0.0,),
+                  grid_ms: float | None = None, osl_one_share: float = 0.0) -> list[dict]:
+    """``n`` requests with uniform prompt/output lengths.
+
+    arrivals: "poisson" (exponential gaps, mean span_ms / n), "spread" (uniform over [0, span_ms)),
+    "bursts" (each request at one of ``bursts``), "sparse" (every span_ms, the system drains in
+    between). ``grid_ms`` snaps arrivals to a grid (so some land exactly on pass ends); otherwise
+    they keep 0.001 ms. ``osl_one_share`` of the requests get a single output token. The first
+    arrival is moved to 0 (the mocker rebases to it) and (arrival, prompt, output) is kept unique so
+    the mocker's records map back to requests without ambiguity.
+    """
+    rng = random.Random(seed)
+    reqs = []
+    seen = set()
+    t = 0.0
+    i = 0
+    while len(reqs) < n:
+        if arrivals == "poisson":
+            t += rng.expovariate(n / span_ms)
+            a = t
+        elif arrivals == "spread":
+            a = rng.uniform(0.0, span_ms)
+        elif arrivals == "bursts":
+            a = rng.choice(bursts)
+        elif arrivals == "sparse":
+            a = i * span_ms
+        else:
+            raise ValueError(arrivals)
+        a = round(a / grid_ms) * grid_ms if grid_ms else round(a, 3)
+        p = rng.randint(*prompt)
+        o = 1 if rng.random() < osl_one_share else rng.randint(*output)
+        i += 1
+        if (a, p, o) in seen:
+            continue
+        seen.add((a, p, o))
+        reqs.append({"arrival_ms": a, "input_tokens": p, "output_tokens": o})
+    reqs.sort(key=lambda r: r["arrival_ms"])  # stable: same-time arrivals keep generation order
+    t0 = reqs[0]["arrival_ms"]
+    for idx, r in enumerate(reqs):
+        r["arrival_ms"] = round(r["arrival_ms"] - t0, 3)
+        r["id"] = idx
+    return reqs
+
+
+STREAMS = [
+    dict(name="spread_small",
+         description="8 requests, Poisson arrivals over ~400 ms, short prompts; light load, idle gaps",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=11, n=8, prompt=(100, 2000), output=(1, 20), arrivals="poisson", span_ms=400)),
+    dict(name="burst_mixed",
+         description="12 requests at t=0, prompts up to 6000: chunked prefill batches on the prefill "
+                     "worker, handoffs bunched at pass ends on the decode worker",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=22, n=12, prompt=(100, 6000), output=(1, 40), arrivals="bursts", bursts=(0.0,))),
+    dict(name="three_bursts",
+         description="20 requests in three bursts (0, 150, 400 ms), long prompts and outputs",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=33, n=20, prompt=(500, 6000), output=(5, 60), arrivals="bursts",
+                       bursts=(0.0, 150.0, 400.0))),
+    dict(name="poisson_40",
+         description="40 requests, Poisson at ~40 req/s, mixed sizes; sustained overlap of transfers "
+                     "and decode passes",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=44, n=40, prompt=(100, 4000), output=(1, 60), arrivals="poisson", span_ms=1000)),
+    dict(name="grid_ties",
+         description="24 requests on a 5 ms grid over 300 ms: arrivals that land exactly on prefill "
+                     "pass ends",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=55, n=24, prompt=(100, 3000), output=(1, 30), arrivals="spread",
+                       span_ms=300, grid_ms=5.0)),
+    dict(name="osl_one_heavy",
+         description="16 requests, half with a single output token (decode produces it), spread arrivals",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=66, n=16, prompt=(100, 6000), output=(1, 8), arrivals="spread", span_ms=250,
+                       osl_one_share=0.5)),
+    dict(name="slow_link_bursts",
+         description="16 requests in two bursts over an 8 GB/s link: transfers of 2-100 ms that span "
+                     "several decode passes and overlap each other",
+         bandwidth_gbps=8.0,
+         requests=dict(seed=77, n=16, prompt=(100, 6000), output=(1, 40), arrivals="bursts",
+                       bursts=(0.0, 60.0))),
+    dict(name="sparse_long",
+         description="6 long prompts (4000-6000) every 120 ms: each request mostly alone, exact "
+                     "single-request arithmetic",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=88, n=6, prompt=(4000, 6000), output=(1, 12), arrivals="sparse", span_ms=120)),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Mocker runs
+# ---------------------------------------------------------------------------------------------
+
+def engine_args(worker_type: str, bandwidth_gbps: float) -> dict:
+    return {
+        "dp_size": 1,
+        "engine": {
+            "backend": "vllm",
+            "block_size": BLOCK_SIZE,
+            "num_gpu_blocks": NUM_GPU_BLOCKS,
+            "max_num_seqs": MAX_NUM_SEQS,
+            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+            "enable_prefix_caching": False,
+            "enable_chunked_prefill": True,
+            "worker_type": worker_type,
+            "kv_transfer_bandwidth": bandwidth_gbps,
+            "kv_transfer_bytes_per_token": BYTES_PER_TOKEN,
+            "kv_transfer_timing_mode": "full_prompt",
+            "timing_model": {"type": "fixed", "prefill_ms": PREFILL_MS, "decode_ms": DECODE_MS},
+        },
+    }
+
+
+def write_mooncake(reqs: list[dict], path: str) -> None:
+    """Mooncake JSONL; hash_ids are required by the replay, so give every block a fresh id."""
+    next_id = 1
+    with open(path, "w") as fh:
+        for r in reqs:
+            nblocks = math.ceil(r["input_tokens"] / BLOCK_SIZE)
+            fh.write(json.dumps({
+                "timestamp": r["arrival_ms"],
+                "input_length": r["input_tokens"],
+                "output_length": r["output_tokens"],
+                "hash_ids": list(range(next_id, next_id + nblocks)),
+            }) + "\n")
+            next_id += nblocks
+
+
+def replay(reqs: list[dict], n_p: int, n_d: int, bandwidth_gbps: float, tmpdir: str) -> tuple[list, float]:
+    from dynamo.replay import run_trace_replay
+
+    path = os.path.join(tmpdir, f"trace_{n_p}p{n_d}d.jsonl")
+    write_mooncake(reqs, path)
+    report = run_trace_replay(
+        path,
+        prefill_engine_args=engine_args("prefill", bandwidth_gbps),
+        decode_engine_args=engine_args("decode", bandwidth_gbps),
+        num_prefill_workers=n_p,
+        num_decode_workers=n_d,
+        router_mode="round_robin",
+        trace_block_size=BLOCK_SIZE,
+        capture_per_request=True,
+    )
+    return report.per_request or [], float(report.summary["duration_ms"])
+
+
+def r6(x):
+    return None if x is None else round(float(x), 6)
+
+
+def match(reqs: list[dict], records: list[dict]) -> list[dict]:
+    """Map the mocker's records (random uuids) back to requests by (arrival, prompt, output)."""
+    by_key = {(r["arrival_ms"], r["input_tokens"], r["output_tokens"]): r["id"] for r in reqs}
+    out = {}
+    for rec in records:
+        key = (round(rec["arrival_time_ms"], 3), rec["input_length"], rec["requested_output_length"])
+        rid = by_key.get(key)
+        if rid is None or rid in out:
+            raise SystemExit(f"cannot match mocker record {key}")
+        if rec["terminal_status"] != "completed" or rec["output_length"] != rec["requested_output_length"]:
+            raise SystemExit(f"request {rid} did not complete: {rec['terminal_status']}")
+        if rec.get("readmission_count"):
+            raise SystemExit(f"request {rid} was preempted; the goldens assume no KV pressure")
+        row = {"id": rid}
+        for ours, theirs in RESULT_FIELDS:
+            v = rec.get(theirs)
+            row[ours] = v if ours.endswith("_idx") else r6(v)
+        out[rid] = row
+    if len(out) != len(reqs):
+        raise SystemExit(f"{len(reqs) - len(out)} requests missing from the mocker's records")
+    return [out[r["id"]] for r in reqs]
+
+
+def record_stream(spec: dict, tmpdir: str) -> dict:
+    from dynamo._core import _normalize_mocker_config
+
+    reqs = make_requests(**spec["requests"])
+    bw = spec["bandwidth_gbps"]
+    requests = [{"id": r["id"], "arrival_ms": r["arrival_ms"], "input_tokens": r["input_tokens"],
+                 "output_tokens": r["output_tokens"],
+                 "kv_transfer_ms": r6(r["input_tokens"] * BYTES_PER_TOKEN / (bw * 1e9) * 1e3)}
+                for r in reqs]
+    runs = []
+    for n_p, n_d in TOPOLOGIES:
+        records, duration = replay(reqs, n_p, n_d, bw, tmpdir)
+        again, duration2 = replay(reqs, n_p, n_d, bw, tmpdir)
+        results = match(reqs, records)
+        if match(reqs, again) != results or duration2 != duration:
+            raise SystemExit(f"{spec['name']} {n_p}P{n_d}D: two replays differ (nondeterministic)")
+        fields = list(results[0])
+        runs.append({"topology": f"{n_p}P{n_d}D", "num_prefill_workers": n_p, "num_decode_workers": n_d,
+                     "duration_ms": r6(duration), "fields": fields,
+                     "results": [[row[f] for f in fields] for row in results]})
+    return {
+        "name": spec["name"],
+        "description": spec["description"],
+        "peer": {**_versions(), "api": "dynamo.replay.run_trace_replay", "router_mode": "round_robin",
+                 "trace_format": "mooncake", "trace_block_size": BLOCK_SIZE},
+        "config": {
+            "timing": {"type": "fixed", "prefill_ms": PREFILL_MS, "decode_ms": DECODE_MS},
+            "kv_transfer": {"bandwidth_gb_per_second": bw, "bytes_per_token": BYTES_PER_TOKEN,
+                            "timing_mode": "full_prompt", "latency_ms": 0.0, "contention": "none"},
+            "block_size": BLOCK_SIZE,
+            "num_gpu_blocks": NUM_GPU_BLOCKS,
+            "max_num_seqs": MAX_NUM_SEQS,
+            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+            "enable_prefix_caching": False,
+            "enable_chunked_prefill": True,
+            "prefill_engine_args": _normalize_mocker_config(engine_args("prefill", bw)),
+            "decode_engine_args": _normalize_mocker_config(engine_args("decode", bw)),
+        },
+        "requests": requests,
+        "runs": runs,
+    }
+
+
+def _versions() -> dict:
+    out = {}
+    for pkg in ("ai-dynamo", "ai-dynamo-runtime"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def dumps(golden: dict) -> str:
+    """Compact JSON with one request / result per line."""
+    d = lambda x: json.dumps(x, separators=(",", ":"), sort_keys=False)  # noqa: E731
+    lines = ["{"]
+    for key in ("name", "description", "peer"):
+        lines.append(f"{d(key)}:{d(golden[key])},")
+    cfg = golden["config"]
+    lines.append('"config":{')
+    items = list(cfg.items())
+    for i, (k, v) in enumerate(items):
+        lines.append(f"{d(k)}:{d(v)}" + ("," if i < len(items) - 1 else ""))
+    lines.append("},")
+    lines.append('"requests":[')
+    lines.append(",\n".join(d(r) for r in golden["requests"]))
+    lines.append("],")
+    lines.append('"runs":[')
+    for i, run in enumerate(golden["runs"]):
+        head = {k: v for k, v in run.items() if k != "results"}
+        lines.append(d(head)[:-1] + ',"results":[')
+        lines.append(",\n".join(d(r) for r in run["results"]))
+        lines.append("]}" + ("," if i < len(golden["runs"]) - 1 else ""))
+    lines.append("]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare with the files on disk, write nothing")
+    ap.add_argument("--only", nargs="*", default=None, help="stream names to record (default: all)")
+    args = ap.parse_args(argv)
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    stale = 0
+    with tempfile.TemporaryDirectory(prefix="dyn_disagg_") as tmpdir:
+        for spec in STREAMS:
+            if args.only and spec["name"] not in args.only:
+                continue
+            text = dumps(record_stream(spec, tmpdir))
+            json.loads(text)  # well-formed
+            path = OUT_DIR / f"{spec['name']}.json"
+            if args.check:
+                same = path.exists() and path.read_text() == text
+                stale += not same
+                print(f"{'ok   ' if same else 'DIFF '} {path.relative_to(REPO)}")
+            else:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(REPO)} ({len(text)} bytes)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
