@@ -193,7 +193,7 @@ class Simulation:
 
     def _handoff(self, leg: Request) -> None:
         assert self.transfer is not None
-        self.transfer.start(self.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
+        self.transfer.prefill_done(self.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
 
     def _pick_decode(self, request: Request) -> Rank:
         return self._next_in("decode").pick_rank(request.dp_rank_hint)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +30,7 @@ class Rank:
         self.role = worker.role
         self.num_passes = 0
         self._blocks_in_pass = 0
-        self._reservations: deque[tuple[int, simpy.Event]] = deque()
+        self._pending_releases: list = []
 
     @property
     def pool(self):
@@ -51,32 +50,27 @@ class Rank:
 
     # -- P/D handoffs ----------------------------------------------------------------------------
 
-    def reserve(self, num_blocks: int) -> simpy.Event:
-        """Take ``num_blocks`` KV blocks for an incoming transfer; the event fires once they are taken.
-
-        Reservations are granted first come, first served, as blocks free up on this rank.
-        """
-        granted = self.env.event()
-        self._reservations.append((num_blocks, granted))
-        self._grant_reservations()
-        return granted
-
-    def _grant_reservations(self) -> None:
-        pool = self.pool
-        while self._reservations and self._reservations[0][0] <= pool.num_free_blocks:
-            num_blocks, granted = self._reservations.popleft()
-            pool.allocate(num_blocks)
-            granted.succeed(num_blocks)
+    def add_remote(self, request: Request) -> None:
+        """A request prefilled elsewhere: it waits here until ``schedule()`` reserves its KV blocks."""
+        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self.scheduler.add_remote(request)
 
     def add_handoff(self, request: Request) -> None:
-        """A request whose KV has arrived joins this rank (its blocks were reserved at transfer start)."""
-        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        """A request whose KV has arrived joins this rank's next pass, ahead of other waiting work."""
         self.scheduler.add_handoff(request)
 
-    def release(self, request: Request) -> None:
-        """Free the KV a prefill leg held for its transfer."""
-        self.scheduler.release(request)
-        self._grant_reservations()
+    def release_when_idle(self, leg: Request, on_release) -> None:
+        """Free a prefill leg's KV once its transfer is over: now if the worker sleeps, else at its pass end
+        (vLLM's prefill side learns of finished sends when it processes a pass's outputs)."""
+        if self.worker.is_idle:
+            self._release(leg, on_release)
+            self.worker.notify()
+        else:
+            self._pending_releases.append((leg, on_release))
+
+    def _release(self, leg: Request, on_release) -> None:
+        self.scheduler.release(leg)
+        on_release(leg)
 
     def has_requests(self) -> bool:
         return self.scheduler.has_requests()
@@ -87,8 +81,6 @@ class Rank:
             self._blocks_in_pass = self.pool.num_used_blocks
             if not plan.is_empty:
                 self._record_plan(plan)
-                if plan.preempted:
-                    self._grant_reservations()
             yield self.worker.submit(self.rank_id, plan)
 
     def _record_plan(self, plan: SchedulerOutput) -> None:
@@ -142,8 +134,10 @@ class Rank:
             rec.event(end_ns, kind, w, r, request.request_id, request.num_output_tokens, role)
             if request.on_finish is not None:
                 request.on_finish(request)
-        if finished and self._reservations:
-            self._grant_reservations()
+        if self._pending_releases:
+            releases, self._pending_releases = self._pending_releases, []
+            for leg, on_release in releases:
+                self._release(leg, on_release)
         self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled), provenance)
 
     def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,

@@ -33,7 +33,7 @@ class Request:
         "dp_rank_hint", "first_admitted_at", "first_token_at", "second_token_at", "last_token_at",
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
-        "bootstrap", "kv_transferred", "client", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
+        "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
 
@@ -63,7 +63,11 @@ class Request:
         """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""
         self.kv_transferred = False
         """A decode worker's leg whose prompt KV arrived from a prefill worker."""
+        self.awaiting_kv = False
+        """A decode leg still waiting for blocks to receive its KV into."""
         self.client: Request | None = None
+        self.source = None
+        """The prefill rank and leg a decode leg's KV comes from."""
         self.prefill_worker = -1
         self.prefill_dp_rank = -1
         self.prefill_dp_rank_hint: int | None = None

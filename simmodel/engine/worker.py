@@ -88,6 +88,11 @@ class Worker:
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
 
+    @property
+    def is_idle(self) -> bool:
+        """True while the worker sleeps between busy periods (no pass in flight)."""
+        return self._wake is not None
+
     # -- the pass barrier ----------------------------------------------------------------------
 
     def submit(self, rank_id: int, plan: SchedulerOutput) -> Event:

@@ -1,11 +1,15 @@
-"""The P/D handoff: one SimPy process per request carries its KV from a prefill to a decode worker.
+"""The P/D handoff: a request's KV moves from a prefill worker to a decode worker.
 
-vLLM hands off source-first: when the prefill pass that completes a prompt ends, the prefill rank keeps
-the request's KV blocks; the decode side picks a worker and rank and reserves blocks for the prompt
-(waiting, first come first served, while that rank's KV is full: a slow decode side back-pressures
-prefill); then the KV crosses the link in ``latency + prompt tokens × bytes per token / bandwidth``;
-then the prefill rank frees its blocks and the decode rank admits the request ahead of new work. Its
-first decode pass produces the client's first token.
+vLLM hands off source-first, and each side acts when its scheduler runs:
+
+1. the prefill pass that completes a prompt ends (its one sampled token is a bootstrap the client never
+   sees); the prefill rank keeps the request's KV blocks, and the request joins the waiting queue of a
+   decode rank chosen round robin;
+2. a later ``schedule()`` of that decode rank reserves blocks for the whole prompt, in queue order (a
+   full decode KV cache holds the request back, and its prefill blocks stay held: back-pressure);
+3. the KV crosses the link: ``latency + prompt tokens × bytes per token / bandwidth``;
+4. the decode rank admits the request at its next pass, ahead of other waiting work; that pass's token
+   is the client's first. The prefill rank frees the blocks at its next pass end (at once if idle).
 
 With ``contention: shared_link`` each prefill worker has one outgoing and each decode worker one
 incoming link (``simpy.Resource`` of capacity 1): concurrent transfers queue on them, and the waiting
@@ -21,7 +25,6 @@ import simpy
 
 from simmodel.config.schema import KvTransferSpec
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.kv_cache import cdiv
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.worker import Worker
@@ -40,6 +43,9 @@ class KvTransfer:
         self.out_links = {id(w): simpy.Resource(env, 1) for w in prefill_workers} if shared else {}
         self.in_links = {id(w): simpy.Resource(env, 1) for w in decode_workers} if shared else {}
         self.num_transfers = 0
+        for worker in decode_workers:
+            for rank in worker.ranks:
+                rank.scheduler.on_kv_reserved = self._reserved_on(rank)
 
     def duration_ns(self, num_tokens: int) -> int:
         """Link latency plus the prompt's KV bytes over the bandwidth (no bandwidth: no transfer time)."""
@@ -48,39 +54,51 @@ class KvTransfer:
             seconds += num_tokens * self.bytes_per_token / (self.spec.bandwidth_gb_per_second * 1e9)
         return int(round(seconds * NS_PER_S))
 
-    def start(self, source: Rank, leg: Request) -> None:
-        """Called when a prefill leg finishes: begin its handoff process."""
-        self.env.process(self.run(source, leg))
-
-    def run(self, source: Rank, leg: Request) -> Generator[simpy.Event, Any, None]:
+    def prefill_done(self, source: Rank, leg: Request) -> None:
+        """A prefill leg finished: queue its client request on a decode rank (step 1)."""
         client = leg.client
         assert client is not None
         client.prefill_done_at = leg.finished_at
         client.first_admitted_at = leg.first_admitted_at
         client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
         client.num_preemptions += leg.num_preemptions
+        client.source = (source, leg)
         target = self.pick_decode(client)
-        yield target.reserve(cdiv(client.num_prompt_tokens, target.pool.block_size))
-        client.num_blocks = cdiv(client.num_prompt_tokens, target.pool.block_size)
+        target.add_remote(client)
+        target.worker.notify()
+
+    def _reserved_on(self, target: Rank) -> Callable[[Request], None]:
+        def reserved(client: Request) -> None:  # step 2, called from the decode rank's schedule()
+            self.env.process(self._transfer(target, client))
+        return reserved
+
+    def _transfer(self, target: Rank, client: Request) -> Generator[simpy.Event, Any, None]:
+        source, leg = client.source
         links = []
         if self.out_links:
             for link in (self.out_links[id(source.worker)], self.in_links[id(target.worker)]):
                 request = link.request()
                 yield request
                 links.append((link, request))
-        self._event(EventKind.TRANSFER_START, source, client)
         client.transfer_start_at = self.env.now
+        self._event(EventKind.TRANSFER_START, source, client)
         yield self.env.timeout(self.duration_ns(client.num_prompt_tokens))
         for link, request in links:
             link.release(request)
-        client.transfer_end_at = client.source_released_at = self.env.now
+        client.transfer_end_at = self.env.now
         self.num_transfers += 1
         self._event(EventKind.TRANSFER_END, target, client)
-        source.release(leg)
-        self._event(EventKind.SOURCE_RELEASED, source, client)
-        source.worker.notify()  # freed prefill blocks may admit the next prompt
         target.add_handoff(client)
         target.worker.notify()
+        source.release_when_idle(leg, self._released)
+
+    def _released(self, leg: Request) -> None:
+        client = leg.client
+        assert client is not None
+        client.source_released_at = self.env.now
+        source = client.source[0]
+        self._event(EventKind.SOURCE_RELEASED, source, client)
+        client.source = None
 
     def _event(self, kind: EventKind, rank: Rank, client: Request) -> None:
         self.recorder.event(self.env.now, kind, rank.worker.worker_id, rank.rank_id, client.request_id,

@@ -106,7 +106,7 @@ def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int,
 
     arrivals: "poisson" (exponential gaps, mean span_ms / n), "spread" (uniform over [0, span_ms)),
     "bursts" (each request at one of ``bursts``), "sparse" (every span_ms, the system drains in
-    between). ``grid_ms`` snaps arrivals to a grid (so some land exactly on pass ends); otherwise
+    between), "paced" (every span_ms ± 5 ms, with many requests decoding at once). ``grid_ms`` snaps arrivals to a grid (so some land exactly on pass ends); otherwise
     they keep 0.001 ms. ``osl_one_share`` of the requests get a single output token. The first
     arrival is moved to 0 (the mocker rebases to it) and (arrival, prompt, output) is kept unique so
     the mocker's records map back to requests without ambiguity.
@@ -126,6 +126,8 @@ def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int,
             a = rng.choice(bursts)
         elif arrivals == "sparse":
             a = i * span_ms
+        elif arrivals == "paced":  # one every span_ms, ±5 ms jitter: prefill finishes land apart
+            a = i * span_ms + rng.uniform(-5.0, 5.0)
         else:
             raise ValueError(arrivals)
         a = round(a / grid_ms) * grid_ms if grid_ms else round(a, 3)
@@ -186,6 +188,28 @@ STREAMS = [
                      "single-request arithmetic",
          bandwidth_gbps=50.0,
          requests=dict(seed=88, n=6, prompt=(4000, 6000), output=(1, 12), arrivals="sparse", span_ms=120)),
+    # Paced streams: at most one prefill finishes between two decode pass ends, so the mocker's
+    # one-reservation-per-pass-boundary simplification never binds (see test_dynamo_disagg_parity.py).
+    dict(name="paced_overlap",
+         description="25 requests every ~31.7 ms, outputs 10-60: many requests decode together",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=101, n=25, prompt=(100, 8000), output=(10, 60), arrivals="paced", span_ms=31.7)),
+    dict(name="paced_osl_mix",
+         description="30 requests every ~27.3 ms, outputs 1-80",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=102, n=30, prompt=(100, 6000), output=(1, 80), arrivals="paced", span_ms=27.3)),
+    dict(name="paced_slow_link",
+         description="20 requests every ~43.1 ms over an 8 GB/s link: transfers overlap decode passes",
+         bandwidth_gbps=8.0,
+         requests=dict(seed=103, n=20, prompt=(100, 8000), output=(5, 50), arrivals="paced", span_ms=43.1)),
+    dict(name="paced_long_outputs",
+         description="20 requests every ~33.3 ms with 50-120 outputs: a deep decode batch",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=104, n=20, prompt=(100, 4000), output=(50, 120), arrivals="paced", span_ms=33.3)),
+    dict(name="paced_chunked",
+         description="12 requests every ~53.9 ms with 9000-15000-token prompts: two prefill chunks each",
+         bandwidth_gbps=50.0,
+         requests=dict(seed=105, n=12, prompt=(9000, 15000), output=(5, 30), arrivals="paced", span_ms=53.9)),
 ]
 
 

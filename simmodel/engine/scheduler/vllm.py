@@ -10,6 +10,7 @@ request, full-sequence KV reservation at admission (``scheduler_reserve_full_isl
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simmodel.engine.kv_cache import BlockPool, cdiv
@@ -40,8 +41,16 @@ class VllmScheduler:
         self.handoffs: deque[Request] = deque()
         """Requests whose KV is already here (received P/D handoffs); vLLM's ``kv_holding_waiting``."""
         self.running: list[Request] = []
+        self.on_kv_reserved: Callable[[Request], None] | None = None
+        """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
 
     def add_request(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def add_remote(self, request: Request) -> None:
+        """Queue a request whose prompt KV sits on a prefill worker. Mirrors vLLM's async KV load: in
+        queue order, ``schedule()`` reserves blocks for the whole prompt, and the transfer may begin."""
+        request.awaiting_kv = True
         self.waiting.append(request)
 
     def add_handoff(self, request: Request) -> None:
@@ -116,6 +125,18 @@ class VllmScheduler:
             if not queue:
                 break
             request = queue[0]
+            if request.awaiting_kv:
+                # vLLM allocates the blocks of an async KV load in the waiting loop (the whole sequence
+                # must fit) and skips on: no budget is spent and the request is not running yet.
+                blocks = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size)
+                if blocks > pool.num_free_blocks:
+                    break
+                queue.popleft()
+                pool.allocate(blocks)
+                request.num_blocks, request.awaiting_kv = blocks, False
+                if self.on_kv_reserved is not None:
+                    self.on_kv_reserved(request)
+                continue
             computed = request.num_computed_tokens  # resumed requests recompute prompt and outputs
             num_new = request.num_tokens - computed
             if 0 < threshold < num_new:
