@@ -80,3 +80,59 @@ def test_tiny_decode_pool_back_pressures_prefill_without_loss(tmp_path):
     # prefill could take only three prompts (190 blocks / 63) until a transfer released blocks
     assert (req.first_admit_s > 0).sum() >= 3
     assert res.summary["num_kv_transfers"] == 6
+
+
+def test_trace_rank_hints_pick_prefill_and_decode_ranks(tmp_path):
+    """Two DP ranks on each side; each row names its prefill and decode rank, and both are kept."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens,prefill_dp_rank,dp_rank\n"
+                    "0.0,100,2,1,0\n0.0,100,2,1,1\n0.0,100,2,0,1\n")
+    data = disagg(path, prefill={"parallelism": {"attention_data": 2}}, decode={"parallelism": {"attention_data": 2}})
+    res = run_scenario(data)
+    assert res.requests.prefill_dp_rank.tolist() == [1, 1, 0]
+    assert res.requests.dp_rank.tolist() == [0, 1, 1]
+
+
+def test_prefill_role_serves_one_sequence_at_a_time_by_default(tmp_path):
+    """Prefill max_sequences defaults to 1: two prompts at 0 finish prefill at 20 and 40."""
+    res = run_scenario(disagg(write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 2), (0.0, 100, 2)])))
+    assert (res.requests.prefill_done_s * 1000).tolist() == pytest.approx([20, 40])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"workers": {"prefill": {"hardware": "auto"}}}, "engine.workers.prefill.hardware: must name one concrete system"),
+    ({"kv_transfer": {"timing_mode": "destination_missing"}}, "engine.kv_transfer.timing_mode: 'destination_missing'"),
+    ({"kv_transfer": {"contention": "fair"}}, "engine.kv_transfer.contention: must be one of none, shared_link"),
+    ({"kv_transfer": {"bytes_per_token": 0}}, "engine.kv_transfer.bytes_per_token: must be a positive number"),
+])
+def test_disaggregated_validation(change, message):
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.errors import ScenarioError
+
+    data = disagg()
+    for key, value in change.items():
+        if key == "workers":
+            for role, fields in value.items():
+                data["engine"]["workers"][role].update(fields)
+        else:
+            data["engine"][key].update(value)
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(")):
+        parse_scenario(data, Path("."))
+
+
+def test_prefill_hardware_override_and_auto_bytes_per_token():
+    """Prefill on H200, decode on H100; bytes_per_token auto = Llama-3.1-8B's KV per token per GPU at
+    tensor 2: 2·32·(8/2)·128·2 = 65,536 B."""
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.sim import kv_transfer_bytes_per_token
+
+    data = disagg(prefill={"hardware": "h200_sxm", "parallelism": {"tensor": 2}})
+    del data["engine"]["kv_transfer"]["bytes_per_token"]
+    scenario = parse_scenario(data, Path("."))
+    assert scenario.engine.workers["prefill"].deployment.hardware.system_id == "h200_sxm"
+    assert scenario.engine.workers["decode"].deployment.hardware.system_id == "h100_sxm"
+    assert kv_transfer_bytes_per_token(scenario) == 65536
