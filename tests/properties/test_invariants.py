@@ -75,3 +75,39 @@ def test_unlimited_capacity_means_no_queueing(seed, concurrency):
                          engine={"seed": seed})
     res = Simulation(parse_scenario(data, Path("."))).run()
     assert (res.requests.queue_ms == 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.data())
+def test_disaggregated_runs_drain_without_loss(seed, data):
+    """Random 1–2 prefill and decode workers, tight KV on either side, shared or free links: every request
+    completes exactly once with its tokens, and every KV block comes back on both sides."""
+    draw = data.draw
+    context = draw(st.integers(64, 400))
+    role = lambda: {  # noqa: E731
+        "parallelism": {"replicas": draw(st.integers(1, 2)), "attention_data": draw(st.integers(1, 2))},
+        "scheduler": {"max_sequences": draw(st.integers(1, 6)), "max_batched_tokens": draw(st.integers(8, 256))},
+        "kv_cache": {"block_size": 16, "capacity": {"type": "fixed",
+                                                     "blocks": draw(st.integers(-(-context // 16), 60))}},
+        "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 7, 20])), "decode_ms": 3}}
+    scenario = make_scenario(
+        traffic={"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": context - 1},
+                            "output_tokens": {"distribution": "uniform", "min": 1, "max": 30}},
+                 "load": {"type": "poisson", "requests_per_second": draw(st.floats(5, 300))},
+                 "stop": {"requests": draw(st.integers(1, 20))}},
+        engine={"seed": seed, "context_length": context, "mode": "disaggregated",
+                "kv_transfer": {"bandwidth_gb_per_second": draw(st.floats(0.01, 100)), "bytes_per_token": 131072,
+                                "contention": draw(st.sampled_from(["none", "shared_link"]))},
+                "workers": {"prefill": role(), "decode": role()}})
+    del scenario["engine"]["workers"]["aggregated"]
+    sim = Simulation(parse_scenario(scenario, Path(".")))
+    res = sim.run()
+    req = res.requests
+    assert (req.status == "completed").all()
+    expected = np.minimum(req.requested_output_tokens, context - req.input_tokens)
+    assert req.output_tokens.tolist() == expected.tolist()
+    assert (req.prefill_done_s <= req.transfer_start_s).all() and (req.transfer_end_s <= req.first_token_s).all()
+    assert res.summary["num_kv_transfers"] == len(req)
+    for worker in sim.workers:
+        for rank in worker.ranks:
+            assert rank.pool.num_free_blocks == rank.pool.num_blocks and not rank.has_requests()
