@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from simmodel.engine.kv_cache import BlockPool
+import zlib
+
+from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 
@@ -17,7 +19,8 @@ from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int,
               block_size: int) -> list[dict]:
     """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted."""
-    pool = BlockPool(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
+    pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool
+    pool = pool_cls(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
     sched = VllmScheduler(config, pool)
     pending = deque(sorted(requests, key=lambda r: int(r["arrival_step"])))
     by_index: dict[int, str] = {}
@@ -30,7 +33,8 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
             step = max(step, int(pending[0]["arrival_step"]))
         while pending and int(pending[0]["arrival_step"]) <= step:
             spec = pending.popleft()
-            req = Request(len(by_index), 0.0, int(spec["prompt_tokens"]), int(spec["output_tokens"]))
+            req = Request(len(by_index), 0, int(spec["prompt_tokens"]), int(spec["output_tokens"]))
+            req.block_keys = BlockKeys(_oracle_tokens(spec, block_size))
             by_index[req.request_id] = str(spec["id"])
             sched.add_request(req)
         out = sched.schedule()
@@ -42,5 +46,22 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
             "emitted": {by_index[r.request_id]: 1 for r in sampled},
             "finished": sorted(by_index[r.request_id] for r in finished),
             "free_blocks_after_schedule": pool.num_free_blocks + sum(r.num_blocks for r in finished),
+            "hits": {by_index[r.request_id]: r.num_computed_tokens - n for r, n in zip(out.requests, out.num_new_tokens)
+                     if r in out.admitted or r in out.resumed},
         })
         step += 1
+
+
+def _oracle_tokens(spec: dict, block_size: int):
+    """Block contents of the oracle's prompt (``prompt_token_ids``, else its crc32 pattern) followed by
+    sampled tokens, all id 7 (the oracle's fake sampler)."""
+    prompt = spec.get("prompt_token_ids")
+    if prompt is None:
+        base = 1000 + (zlib.crc32(str(spec["id"]).encode()) % 20000)
+        prompt = [base + (i % 7) for i in range(int(spec["prompt_tokens"]))]
+    prompt = list(prompt)
+
+    def content(j: int) -> tuple:
+        lo, hi = j * block_size, (j + 1) * block_size
+        return tuple(prompt[i] if i < len(prompt) else 7 for i in range(lo, hi))
+    return content

@@ -18,6 +18,7 @@ class BlockPool:
     """
 
     __slots__ = ("num_blocks", "num_free_blocks", "block_size")
+    caching = False
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -40,3 +41,190 @@ class BlockPool:
         self.num_free_blocks += num_blocks
         if self.num_free_blocks > self.num_blocks:
             raise RuntimeError("freed more KV blocks than the pool holds")
+
+
+class FreeBlockQueue:
+    """Free block ids in eviction order, as a doubly linked list over arrays: O(1) to take the first,
+    append, prepend or remove any block (vLLM's ``FreeKVCacheBlockQueue``)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        head, tail = num_blocks, num_blocks + 1  # sentinels
+        self.head, self.tail = head, tail
+        self.next = list(range(1, num_blocks + 1)) + [0, -1]
+        self.prev = [head] + list(range(num_blocks - 1)) + [-1, 0]
+        self.next[head] = 0 if num_blocks else tail
+        self.prev[tail] = num_blocks - 1 if num_blocks else head
+        if num_blocks:
+            self.next[num_blocks - 1] = tail
+        self.inside = [True] * num_blocks
+        self.size = num_blocks
+
+    def __len__(self) -> int:
+        return self.size
+
+    def first(self) -> int:
+        return self.next[self.head]
+
+    def remove(self, b: int) -> None:
+        p, n = self.prev[b], self.next[b]
+        self.next[p], self.prev[n] = n, p
+        self.inside[b] = False
+        self.size -= 1
+
+    def _insert_after(self, p: int, b: int) -> None:
+        n = self.next[p]
+        self.prev[b], self.next[b] = p, n
+        self.next[p] = self.prev[n] = b
+        self.inside[b] = True
+        self.size += 1
+
+    def append(self, b: int) -> None:
+        self._insert_after(self.prev[self.tail], b)
+
+    def prepend_all(self, blocks: list[int]) -> None:
+        """Put ``blocks`` at the front, keeping their order."""
+        for b in reversed(blocks):
+            self._insert_after(self.head, b)
+
+
+class PrefixCachingBlockPool:
+    """Usable KV blocks of one rank with vLLM's automatic prefix caching (``enable_prefix_caching``).
+
+    Mirrors vLLM 0.32's ``BlockPool`` for one full-attention group: blocks have ids and reference counts;
+    a full block of a request is cached under the chained key of its content when it is allocated; a
+    later request reuses the longest run of cached blocks that starts its prompt. Free blocks wait in an
+    LRU queue: a freed request's blocks enter it tail-first (so its last blocks are evicted first),
+    uncached ones at the front; allocation takes from the front and evicts the cached key of the block
+    it takes. Cached blocks with no reference still count as free.
+    """
+
+    caching = True
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.ref_cnt = [0] * num_blocks
+        self.key_of: list[object | None] = [None] * num_blocks
+        self.blocks_by_key: dict[object, dict[int, None]] = {}
+        self.free_queue = FreeBlockQueue(num_blocks)
+        self.num_queries = 0
+        self.num_hits = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    def find_hits(self, request) -> list[int]:
+        """Cached blocks for the longest prefix of the request's tokens, at most ``num_tokens − 1`` tokens
+        (the last token is always recomputed to get its logits)."""
+        hits: list[int] = []
+        keys = request.block_keys
+        for j in range((request.num_tokens - 1) // self.block_size):
+            holders = self.blocks_by_key.get(keys(j))
+            if not holders:
+                break
+            hits.append(next(iter(holders)))
+        return hits
+
+    def num_evictable(self, block_ids: list[int]) -> int:
+        """Hit blocks that sit in the free queue: touching them takes them out of the free count."""
+        return sum(1 for b in block_ids if self.ref_cnt[b] == 0)
+
+    def touch(self, block_ids: list[int]) -> None:
+        for b in block_ids:
+            if self.ref_cnt[b] == 0:
+                self.free_queue.remove(b)
+            self.ref_cnt[b] += 1
+
+    def allocate_ids(self, num_blocks: int) -> list[int]:
+        if num_blocks > len(self.free_queue):
+            raise RuntimeError(f"allocating {num_blocks} blocks with {len(self.free_queue)} free")
+        taken = []
+        for _ in range(num_blocks):
+            b = self.free_queue.first()
+            self.free_queue.remove(b)
+            key = self.key_of[b]
+            if key is not None:  # evict its cached content
+                holders = self.blocks_by_key[key]
+                del holders[b]
+                if not holders:
+                    del self.blocks_by_key[key]
+                self.key_of[b] = None
+            self.ref_cnt[b] = 1
+            taken.append(b)
+        return taken
+
+    def cache_full_blocks(self, request, num_tokens: int) -> None:
+        """Cache the request's blocks that ``num_tokens`` known tokens fill (from where it left off)."""
+        full = min(num_tokens // self.block_size, len(request.block_ids))
+        keys = request.block_keys
+        for j in range(request.num_cached_blocks, full):
+            b = request.block_ids[j]
+            if self.key_of[b] is None:
+                key = keys(j)
+                self.key_of[b] = key
+                self.blocks_by_key.setdefault(key, {})[b] = None
+        request.num_cached_blocks = max(request.num_cached_blocks, full)
+
+    def free_request(self, request) -> None:
+        """Drop the request's references; blocks reaching zero rejoin the free queue (see class doc)."""
+        first, last = [], []
+        for b in reversed(request.block_ids):
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                (first if self.key_of[b] is None else last).append(b)
+        self.free_queue.prepend_all(first)
+        for b in last:
+            self.free_queue.append(b)
+        request.block_ids = []
+        request.num_cached_blocks = 0
+        request.num_blocks = 0
+
+
+class BlockKeys:
+    """The content key of each KV block of one request, chained like vLLM's block hashes.
+
+    Block j's key hashes block j−1's key with what the block holds, so equal keys mean equal prefixes.
+    ``content(j)`` says what block j holds: exact token ids, trace hash ids, or a shared prefix; tokens
+    past what is known are unique to the request. Keys are computed on first use and kept.
+    """
+
+    __slots__ = ("content", "_keys")
+
+    def __init__(self, content) -> None:
+        self.content = content
+        self._keys: list[int] = []
+
+    def __call__(self, j: int) -> int:
+        keys = self._keys
+        while len(keys) <= j:
+            parent = keys[-1] if keys else 0
+            keys.append(hash((parent, self.content(len(keys)))))
+        return keys[j]
+
+
+def token_block_content(token_ids: list[int], block_size: int, unique: object) -> object:
+    """Content of block j from exact prompt token ids; blocks past the prompt belong to ``unique``."""
+    def content(j: int) -> object:
+        lo, hi = j * block_size, (j + 1) * block_size
+        if hi <= len(token_ids):
+            return tuple(token_ids[lo:hi])
+        return (unique, j)
+    return content
+
+
+def trace_block_content(hash_ids: tuple[int, ...], trace_block_size: int, num_prompt_tokens: int,
+                        block_size: int, unique: object) -> object:
+    """Content of block j from a trace's per-block hash ids (e.g. Mooncake's 512-token blocks)."""
+    def content(j: int) -> object:
+        lo, hi = j * block_size, (j + 1) * block_size
+        if hi > num_prompt_tokens or hi > len(hash_ids) * trace_block_size:
+            return (unique, j)
+        first, last = lo // trace_block_size, (hi - 1) // trace_block_size
+        return tuple((hash_ids[t], max(lo, t * trace_block_size) - t * trace_block_size,
+                      min(hi, (t + 1) * trace_block_size) - t * trace_block_size) for t in range(first, last + 1))
+    return content

@@ -33,6 +33,7 @@ class Request:
         "dp_rank_hint", "first_admitted_at", "first_token_at", "second_token_at", "last_token_at",
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
+        "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
@@ -59,6 +60,12 @@ class Request:
         self.finished_at: int | None = None
         self.last_token_pass = -2
         self.on_finish = None
+        # Prefix caching: the block ids held (in order), how many of them are cached, and the content key
+        # of each block (a ``BlockKeys``); tokens found in the cache at first admission.
+        self.block_ids: list[int] = []
+        self.num_cached_blocks = 0
+        self.block_keys = None
+        self.num_cached_tokens = 0
         self.bootstrap = False
         """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""
         self.kv_transferred = False

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simmodel.engine.kv_cache import BlockPool, cdiv
+from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 
@@ -28,14 +28,16 @@ class VllmSchedulerConfig:
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
     reserve_full_isl: bool = True
+    enable_prefix_caching: bool = False
 
 
 class VllmScheduler:
     """Per-rank vLLM v1 scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
 
-    def __init__(self, config: VllmSchedulerConfig, pool: BlockPool) -> None:
+    def __init__(self, config: VllmSchedulerConfig, pool: BlockPool | PrefixCachingBlockPool) -> None:
         self.config = config
         self.pool = pool
+        self.caching = pool.caching
         self.block_size = pool.block_size
         self.waiting: deque[Request] = deque()
         self.handoffs: deque[Request] = deque()
@@ -61,8 +63,23 @@ class VllmScheduler:
 
     def release(self, request: Request) -> None:
         """Free the blocks a finished request held for its KV transfer (the source side of a handoff)."""
-        self.pool.free(request.num_blocks)
-        request.num_blocks = 0
+        self._free(request)
+
+    def _take(self, request: Request, num_blocks: int) -> None:
+        """Give the request ``num_blocks`` more blocks."""
+        if self.caching:
+            request.block_ids.extend(self.pool.allocate_ids(num_blocks))
+            request.num_blocks = len(request.block_ids)
+        else:
+            self.pool.allocate(num_blocks)
+            request.num_blocks += num_blocks
+
+    def _free(self, request: Request) -> None:
+        if self.caching:
+            self.pool.free_request(request)
+        else:
+            self.pool.free(request.num_blocks)
+            request.num_blocks = 0
 
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
@@ -100,8 +117,13 @@ class VllmScheduler:
             if request.status is RequestStatus.PREEMPTED:
                 break
             # Inlined _schedule(): this loop runs once per running request per pass.
-            pool.num_free_blocks -= num_needed
-            request.num_blocks += num_needed
+            if self.caching:
+                if num_needed:
+                    self._take(request, num_needed)
+                pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
+            else:
+                pool.num_free_blocks -= num_needed
+                request.num_blocks += num_needed
             reqs.append(request)
             news.append(num_new)
             ctxs.append(computed)
@@ -132,37 +154,53 @@ class VllmScheduler:
                 if blocks > pool.num_free_blocks:
                     break
                 queue.popleft()
-                pool.allocate(blocks)
-                request.num_blocks, request.awaiting_kv = blocks, False
+                self._take(request, blocks)
+                request.awaiting_kv = False
                 if self.on_kv_reserved is not None:
                     self.on_kv_reserved(request)
                 continue
-            computed = request.num_computed_tokens  # resumed requests recompute prompt and outputs
+            # A fresh or preempted request starts from its longest cached prefix (prefix caching).
+            hits = pool.find_hits(request) if self.caching and request.num_computed_tokens == 0 else ()
+            computed = len(hits) * self.block_size if hits else request.num_computed_tokens
             num_new = request.num_tokens - computed
             if 0 < threshold < num_new:
                 num_new = threshold
             if not cfg.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
+            # Hit blocks with no other holder sit in the free queue: taking them costs free blocks too.
+            held = request.num_blocks + len(hits)
+            evictable = pool.num_evictable(hits) if hits else 0
             if cfg.reserve_full_isl:
-                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size) - request.num_blocks
+                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size) - held + evictable
                 if full > pool.num_free_blocks:
                     break
-            num_needed = cdiv(min(computed + num_new, cfg.max_model_len), self.block_size) - request.num_blocks
-            if num_needed > pool.num_free_blocks:
+            num_needed = cdiv(min(computed + num_new, cfg.max_model_len), self.block_size) - held
+            if num_needed + evictable > pool.num_free_blocks:
                 break
             queue.popleft()
             self.running.append(request)
             (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
+            if self.caching:
+                if request.num_preemptions == 0 and not request.kv_transferred:
+                    pool.num_queries += request.num_tokens
+                    pool.num_hits += computed
+                    request.num_cached_tokens = computed
+                if hits:
+                    pool.touch(hits)
+                    request.block_ids = list(hits)
+                    request.num_blocks = request.num_cached_blocks = len(hits)
+                request.num_computed_tokens = computed
             request.status = RequestStatus.RUNNING
             self._schedule(request, num_new, num_needed, out)
             token_budget -= num_new
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
-        self.pool.allocate(num_blocks)
-        request.num_blocks += num_blocks
+        self._take(request, num_blocks)
         computed = request.num_computed_tokens
+        if self.caching:
+            self.pool.cache_full_blocks(request, min(computed + num_new, request.num_tokens))
         out.requests.append(request)
         out.num_new_tokens.append(num_new)
         out.num_context_tokens.append(computed)
@@ -173,8 +211,7 @@ class VllmScheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         """Recompute preemption: free every block and put the request at the front of the queue."""
-        self.pool.free(request.num_blocks)
-        request.num_blocks = 0
+        self._free(request)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
@@ -203,8 +240,7 @@ class VllmScheduler:
             if request.num_output_tokens >= request.max_tokens or num_tokens + 1 >= max_model_len:
                 request.status = RequestStatus.FINISHED
                 if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
-                    self.pool.free(request.num_blocks)
-                    request.num_blocks = 0
+                    self._free(request)
                 finished.append(request)
         if finished:
             self.running = [r for r in self.running if r.status is running]
