@@ -14,7 +14,7 @@ import simpy
 from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.clock import NS_PER_S, to_ns
-from simmodel.engine.kv_cache import BlockPool
+from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
@@ -152,12 +152,14 @@ class Simulation:
             long_prefill_token_threshold=role.scheduler.long_prefill_token_threshold,
             enable_chunked_prefill=engine.enable_chunked_prefill,
             reserve_full_isl=role.scheduler.reserve_full_isl,
+            enable_prefix_caching=role.kv_cache.prefix_caching,
         )
+        pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
         for w in range(role.parallelism.replicas):
             worker = Worker(self.env, w, timing, role.name)
             for r in range(role.parallelism.attention_data):
-                pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size)
+                pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))
             workers.append(worker)
         return workers
@@ -183,13 +185,23 @@ class Simulation:
     def _place(self, request: Request) -> Rank:
         """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool."""
         if self.transfer is None:
+            request.block_keys = self._block_keys(request, "aggregated")
             return self._next_in("aggregated").place(request)
         leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
                       request.prefill_dp_rank_hint)
+        leg.block_keys = self._block_keys(request, "prefill")
+        request.block_keys = self._block_keys(request, "decode")
         leg.bootstrap, leg.client = True, request
         leg.on_finish = self._handoff
         request.kv_transferred = True
         return self._next_in("prefill").place(leg)
+
+    def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
+        kv = self.scenario.engine.workers[role].kv_cache
+        if not kv.prefix_caching:
+            return None
+        return BlockKeys(self.source.stream.block_content(request.request_id, request.num_prompt_tokens,
+                                                          kv.block_size))
 
     def _handoff(self, leg: Request) -> None:
         assert self.transfer is not None
@@ -271,6 +283,9 @@ class Simulation:
                                        role.kv_cache.block_size)
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts())
+        pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]
+        queries = sum(p.num_queries for p in pools)
+        summary["prefix_cache_hit_ratio"] = sum(p.num_hits for p in pools) / queries if queries else None
         if disaggregated:
             assert self.transfer is not None
             summary["num_kv_transfers"] = self.transfer.num_transfers

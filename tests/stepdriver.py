@@ -7,9 +7,8 @@ fields so a golden trace can be compared pass by pass.
 
 from __future__ import annotations
 
-from collections import deque
-
 import zlib
+from collections import deque
 
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.request import Request

@@ -24,6 +24,7 @@ from simmodel.config.schema import (
     Parallelism,
     Scenario,
     SchedulerSpec,
+    SharedPrefix,
     StopSpec,
     SyntheticSource,
     TimingSpec,
@@ -234,14 +235,23 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     src = node.node("source", required=True)
     kind = src.choice("type", ("synthetic", "trace"))
     if kind == "synthetic":
+        shared = None
+        if src.has("shared_prefix"):
+            sp = src.node("shared_prefix")
+            shared = SharedPrefix(sp.int("tokens"), sp.int("groups"))
+            sp.done()
         source: SyntheticSource | TraceSource = SyntheticSource(_length(src, "input_tokens"),
-                                                                _length(src, "output_tokens"))
+                                                                _length(src, "output_tokens"), shared_prefix=shared)
     else:
         raw_path = src.raw("path")
         if not isinstance(raw_path, str) or not raw_path:
             raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
         path = Path(raw_path)
-        source = TraceSource(path if path.is_absolute() else base_dir / path, src.choice("format", FORMATS))
+        fmt = src.choice("format", FORMATS)
+        hash_block = src.int("block_size", 512)
+        if fmt != "mooncake" and src.has("block_size"):
+            raise ScenarioError(f"{src.at('block_size')}: only mooncake traces carry hash_ids")
+        source = TraceSource(path if path.is_absolute() else base_dir / path, fmt, block_size=hash_block)
     src.done()
 
     loads = ("concurrency", "poisson", "constant_rate", "trace_timestamps")
@@ -464,8 +474,7 @@ def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: i
 
 def _kv_cache(node: _Node) -> KvCacheSpec:
     block_size = node.int("block_size", 16)
-    prefix = node.bool("prefix_caching", False)
-    _not_yet(node, "prefix_caching", prefix, False, "comes with the vLLM-fidelity issue")
+    prefix = node.bool("prefix_caching", True)
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")

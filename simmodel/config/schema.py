@@ -27,10 +27,20 @@ class LengthSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """Synthetic prompts whose first ``tokens`` tokens are the same within each of ``groups`` groups
+    (request i belongs to group i mod groups), so prefix caching can reuse them."""
+
+    tokens: int
+    groups: int
+
+
+@dataclass(frozen=True, slots=True)
 class SyntheticSource:
     input_tokens: LengthSpec
     output_tokens: LengthSpec
     type: str = "synthetic"
+    shared_prefix: SharedPrefix | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +48,8 @@ class TraceSource:
     path: Path
     format: str
     type: str = "trace"
+    block_size: int = 512
+    """Tokens per ``hash_ids`` entry (Mooncake traces: 512)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +117,7 @@ class CapacitySpec:
 @dataclass(frozen=True, slots=True)
 class KvCacheSpec:
     block_size: int = 16
-    prefix_caching: bool = False
+    prefix_caching: bool = True
     capacity: CapacitySpec = field(default_factory=CapacitySpec)
     dtype: str = "auto"
 

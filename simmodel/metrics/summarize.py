@@ -62,7 +62,7 @@ DISAGG_COLUMNS = (
 REQUEST_COLUMNS = (
     "request_id", "status", "arrival_s", "first_admit_s", "first_token_s", "last_token_s", "finish_s", "input_tokens",
     "output_tokens", "requested_output_tokens", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "queue_ms",
-    "preemptions", "worker", "dp_rank",
+    "preemptions", "cached_tokens", "worker", "dp_rank",
 )
 
 
@@ -95,7 +95,7 @@ def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.D
             (last - first) / (n - 1) * 1e3 if done and n > 1 else nan,
             (t(r.finished_at) - t(r.arrived_at)) * 1e3 if done else nan,
             (t(r.first_admitted_at) - t(r.arrived_at)) * 1e3,
-            r.num_preemptions, r.worker, r.dp_rank,
+            r.num_preemptions, r.num_cached_tokens, r.worker, r.dp_rank,
         ))
     frame = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
     if disaggregated:

@@ -10,6 +10,7 @@ import simpy
 
 from simmodel.config.schema import Scenario, SyntheticSource
 from simmodel.engine.clock import to_ns
+from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
@@ -55,6 +56,22 @@ class RequestStream:
             return int(self._isl[i]), int(self._osl[i]), None, None
         hint = int(self.trace.dp_rank[i])
         return int(self._isl[i]), int(self._osl[i]), (hint if hint >= 0 else None), self.trace.hash_ids[i]
+
+    def block_content(self, i: int, num_prompt_tokens: int, block_size: int):
+        """What each KV block of request ``i`` holds, for prefix caching: trace hash ids, a synthetic
+        shared prefix, or content unique to the request."""
+        unique = ("request", i)
+        if self.trace is not None and self.trace.hash_ids[i] is not None:
+            return trace_block_content(self.trace.hash_ids[i], self.source.block_size, num_prompt_tokens,
+                                       block_size, unique)
+        shared = getattr(self.source, "shared_prefix", None)
+        if shared is not None:
+            group, limit = i % shared.groups, min(shared.tokens, num_prompt_tokens)
+
+            def content(j: int) -> object:
+                return ("prefix", group, j) if (j + 1) * block_size <= limit else (unique, j)
+            return content
+        return lambda j: (unique, j)
 
     def prefill_hint(self, i: int) -> int | None:
         """The prefill rank a trace row names (disaggregated serving), if any."""

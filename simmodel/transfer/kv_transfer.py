@@ -62,6 +62,7 @@ class KvTransfer:
         client.first_admitted_at = leg.first_admitted_at
         client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
         client.num_preemptions += leg.num_preemptions
+        client.num_cached_tokens = leg.num_cached_tokens
         client.source = (source, leg)
         target = self.pick_decode(client)
         target.add_remote(client)

@@ -37,7 +37,7 @@ def worker(**fields) -> dict:
     (worker(scheduler={"max_batched_tokens": 100, "max_sequences": 256}),
      f"{AGG}.scheduler.max_batched_tokens: must be >= max_sequences (256)"),
     (worker(scheduler={"async_scheduling": True}), f"{AGG}.scheduler.async_scheduling: true is not yet supported"),
-    (worker(kv_cache={"prefix_caching": True}), f"{AGG}.kv_cache.prefix_caching: true is not yet supported"),
+    (worker(kv_cache={"prefix_caching": "yes"}), f"{AGG}.kv_cache.prefix_caching: must be true or false"),
     (worker(kv_cache={"capacity": {"type": "fixed", "blocks": 10}}),
      f"{AGG}.kv_cache.capacity: a rank has 10 KV blocks of 16 tokens but one request at context_length 4096 needs 256"),
     (worker(kv_cache={"capacity": {"type": "default", "memory_fraction": 1.5}}),

@@ -120,7 +120,8 @@ class VllmScheduler:
             if self.caching:
                 if num_needed:
                     self._take(request, num_needed)
-                pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
+                if min(computed + num_new, num_tokens) // block_size > request.num_cached_blocks:
+                    pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
             else:
                 pool.num_free_blocks -= num_needed
                 request.num_blocks += num_needed
