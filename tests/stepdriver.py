@@ -24,9 +24,15 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
     pending = deque(sorted(requests, key=lambda r: int(r["arrival_step"])))
     by_index: dict[int, str] = {}
     records: list[dict] = []
+    queue: deque = deque()  # passes scheduled, not yet updated (newest first), as vLLM's batch queue
+    queue_size = 2 if config.async_scheduling else 1
     step = 0
+
+    def name(r) -> str:
+        return by_index[r.request_id]
+
     while True:
-        if not sched.has_requests():
+        if not sched.engine_has_requests() and not queue:
             if not pending:
                 return records
             step = max(step, int(pending[0]["arrival_step"]))
@@ -36,19 +42,28 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
             req.block_keys = BlockKeys(_oracle_tokens(spec, block_size))
             by_index[req.request_id] = str(spec["id"])
             sched.add_request(req)
-        out = sched.schedule()
+        if sched.engine_has_requests():
+            out = sched.schedule()
+            rec = {
+                "step": step,
+                "scheduled": {name(r): n for r, n in zip(out.requests, out.num_new_tokens)},
+                "preempted": sorted(name(r) for r in out.preempted),
+                "hits": {name(r): c for r, c, in zip(out.requests, out.num_context_tokens)
+                         if r in out.admitted or r in out.resumed},
+                "free_blocks_after_schedule": pool.num_free_blocks,
+            }
+            queue.appendleft((rec, out))
+            step += 1
+            executed = out.total_num_scheduled_tokens > 0
+            if len(queue) < queue_size and (executed or sched.engine_has_requests()):
+                continue
+        elif not queue:
+            continue
+        rec, out = queue.pop()
         sampled, finished = sched.update_from_output(out)
-        records.append({
-            "step": step,
-            "scheduled": {by_index[r.request_id]: n for r, n in zip(out.requests, out.num_new_tokens)},
-            "preempted": sorted(by_index[r.request_id] for r in out.preempted),
-            "emitted": {by_index[r.request_id]: 1 for r in sampled},
-            "finished": sorted(by_index[r.request_id] for r in finished),
-            "free_blocks_after_schedule": pool.num_free_blocks + sum(r.num_blocks for r in finished),
-            "hits": {by_index[r.request_id]: r.num_computed_tokens - n for r, n in zip(out.requests, out.num_new_tokens)
-                     if r in out.admitted or r in out.resumed},
-        })
-        step += 1
+        rec["emitted"] = {name(r): 1 for r in sampled}
+        rec["finished"] = sorted(name(r) for r in finished)
+        records.append(rec)
 
 
 def _oracle_tokens(spec: dict, block_size: int):

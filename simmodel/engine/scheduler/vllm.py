@@ -29,6 +29,7 @@ class VllmSchedulerConfig:
     enable_chunked_prefill: bool = True
     reserve_full_isl: bool = True
     enable_prefix_caching: bool = False
+    async_scheduling: bool = False
 
 
 class VllmScheduler:
@@ -43,6 +44,9 @@ class VllmScheduler:
         self.handoffs: deque[Request] = deque()
         """Requests whose KV is already here (received P/D handoffs); vLLM's ``kv_holding_waiting``."""
         self.running: list[Request] = []
+        self.async_scheduling = config.async_scheduling
+        self.finished_since_schedule = False
+        """vLLM runs one more (empty) ``schedule()`` after a request finishes; ``has_requests`` says so."""
         self.on_kv_reserved: Callable[[Request], None] | None = None
         """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
 
@@ -84,9 +88,19 @@ class VllmScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
 
-    def schedule(self) -> SchedulerOutput:
-        """Plan one pass. Mirrors ``Scheduler.schedule()``: RUNNING first, then WAITING."""
+    def engine_has_requests(self) -> bool:
+        """vLLM's ``has_requests()``: unfinished requests, or finished ones not yet reported by a schedule."""
+        return self.has_requests() or self.finished_since_schedule
+
+    def schedule(self, arrived_before: int | None = None) -> SchedulerOutput:
+        """Plan one pass. Mirrors ``Scheduler.schedule()``: RUNNING first, then WAITING.
+
+        ``arrived_before`` (async scheduling): waiting requests that arrived at or after this time are not
+        seen yet, because the pass is committed before the engine reads new requests.
+        """
         cfg, pool, out = self.config, self.pool, SchedulerOutput()
+        self.finished_since_schedule = False
+        asynchronous = self.async_scheduling
         token_budget = cfg.max_num_batched_tokens
         # vLLM lets a lone request use the whole budget: the threshold only stops starvation.
         eligible = len(self.running) + len(self.waiting) + len(self.handoffs)
@@ -101,7 +115,11 @@ class VllmScheduler:
             request = self.running[req_index]
             computed = request.num_computed_tokens
             num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            num_new = num_tokens - computed
+            placeholders = request.num_output_placeholders
+            if placeholders and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
+                req_index += 1  # async: the outputs in flight already reach max_tokens
+                continue
+            num_new = num_tokens + placeholders - computed
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, token_budget, max_model_len - computed - 1)
@@ -128,26 +146,39 @@ class VllmScheduler:
             reqs.append(request)
             news.append(num_new)
             ctxs.append(computed)
-            decs.append((request.num_output_tokens > 0 or request.kv_transferred) and computed == num_tokens - 1)
-            samples.append(computed + num_new >= num_tokens)
+            ends = computed + num_new >= num_tokens + placeholders
+            decs.append(ends and num_new == 1 and (request.num_output_tokens + placeholders > 0
+                                                   or request.kv_transferred))
+            samples.append(ends)
             request.num_computed_tokens = computed + num_new
+            if asynchronous:
+                request.num_in_flight_tokens += num_new
+                if ends:
+                    request.num_output_placeholders = placeholders + 1
             token_budget -= num_new
             req_index += 1
 
         # Phase 2: admissions, only in a pass that preempted nothing.
         if not out.preempted:
-            self._admit_waiting(token_budget, threshold, out)
+            self._admit_waiting(token_budget, threshold, out, arrived_before)
         return out
 
-    def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput) -> None:
+    def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
+                       arrived_before: int | None = None) -> None:
         """FCFS admission, received handoffs first; the first request that does not fit blocks everything
-        behind it."""
+        behind it. Async: a preempted request whose stale output is still in flight is stepped over."""
         cfg, pool = self.config, self.pool
+        skipped: list[Request] = []
         while token_budget > 0 and len(self.running) < cfg.max_num_seqs:
             queue = self.handoffs or self.waiting
             if not queue:
                 break
             request = queue[0]
+            if arrived_before is not None and request.arrived_at >= arrived_before and queue is self.waiting:
+                break  # not read by the engine yet
+            if request.num_stale_output_tokens:
+                skipped.append(queue.popleft())
+                continue
             if request.awaiting_kv:
                 # vLLM allocates the blocks of an async KV load in the waiting loop (the whole sequence
                 # must fit) and skips on: no budget is spent and the request is not running yet.
@@ -195,6 +226,8 @@ class VllmScheduler:
             request.status = RequestStatus.RUNNING
             self._schedule(request, num_new, num_needed, out)
             token_budget -= num_new
+        if skipped:
+            self.waiting.extendleft(reversed(skipped))
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
@@ -205,15 +238,22 @@ class VllmScheduler:
         out.requests.append(request)
         out.num_new_tokens.append(num_new)
         out.num_context_tokens.append(computed)
-        out.is_decode.append((request.num_output_tokens > 0 or request.kv_transferred)
-                             and computed == request.num_tokens - 1)
-        out.samples.append(computed + num_new >= request.num_tokens)
+        ends = computed + num_new >= request.num_tokens
+        out.is_decode.append(ends and num_new == 1 and (request.num_output_tokens > 0 or request.kv_transferred))
+        out.samples.append(ends)
+        if self.async_scheduling:
+            request.num_in_flight_tokens += num_new
+            if ends:
+                request.num_output_placeholders += 1
         request.num_computed_tokens = computed + num_new
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         """Recompute preemption: free every block and put the request at the front of the queue."""
         self._free(request)
         request.num_computed_tokens = 0
+        # Async: the outputs still in flight will be delivered, but not counted as placeholders again.
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -224,25 +264,44 @@ class VllmScheduler:
 
         Returns the requests that sampled and those that finished, in pass order. Mirrors
         ``update_from_output()`` and ``check_stop()``: a request stops at ``max_tokens`` outputs or
-        once ``num_tokens`` reaches ``max_model_len``; its blocks are freed at once (sync engine).
+        once ``num_tokens`` reaches ``max_model_len``, and its blocks are freed then. With async
+        scheduling this runs one pass late; a preempted request's stale output is still delivered.
         """
         max_model_len = self.config.max_model_len
-        running = RequestStatus.RUNNING
+        running, preempted = RequestStatus.RUNNING, RequestStatus.PREEMPTED
+        asynchronous = self.async_scheduling
         sampled: list[Request] = []
         finished: list[Request] = []
-        for request in output.requests:
-            if request.status is not running:
-                continue
-            num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            if request.num_computed_tokens < num_tokens:
+        stopped_waiting = False
+        for request, num_new, samples in zip(output.requests, output.num_new_tokens, output.samples):
+            stale = False
+            if asynchronous:
+                request.num_in_flight_tokens -= num_new
+                if request.num_stale_output_tokens:
+                    stale = True
+                    request.num_stale_output_tokens -= num_new
+            status = request.status
+            if status is not running and status is not preempted:
+                continue  # finished (or rejected) since this pass was planned
+            if not samples:
                 continue  # a partial prefill chunk samples nothing
             request.num_output_tokens += 1
+            if asynchronous and not stale:
+                request.num_output_placeholders -= 1
             sampled.append(request)
-            if request.num_output_tokens >= request.max_tokens or num_tokens + 1 >= max_model_len:
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            if asynchronous and self.caching and status is running:
+                # vLLM caches the blocks the delivered tokens fill, also for a request about to finish.
+                self.pool.cache_full_blocks(request, request.num_computed_tokens - request.num_output_placeholders)
+            if request.num_output_tokens >= request.max_tokens or num_tokens >= max_model_len:
                 request.status = RequestStatus.FINISHED
                 if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
                     self._free(request)
                 finished.append(request)
+                stopped_waiting |= status is preempted
         if finished:
+            self.finished_since_schedule = True
             self.running = [r for r in self.running if r.status is running]
+            if stopped_waiting:
+                self.waiting = deque(r for r in self.waiting if r.status is not RequestStatus.FINISHED)
         return sampled, finished
