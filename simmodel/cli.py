@@ -86,14 +86,17 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     loaded = load_scenario(scenario, overrides)
     try:
         check_workload(loaded)
-        make_timing(loaded.engine.workers["aggregated"], loaded.engine.backend)
+        for role in loaded.engine.workers.values():
+            make_timing(role, loaded.engine.backend)
     except ScenarioError as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
-    role = loaded.engine.workers["aggregated"]
-    p = role.parallelism
-    click.echo(f"{scenario}: ok ({p.replicas} worker(s) × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
-               f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
-               f"context_length {role.context_length})")
+    parts = []
+    for role in loaded.engine.workers.values():
+        p = role.parallelism
+        parts.append(f"{role.name}: {p.replicas} worker(s) × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
+                     f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
+                     f"context_length {role.context_length}")
+    click.echo(f"{scenario}: ok ({'; '.join(parts)})")
 
 
 @cli.command()

@@ -56,7 +56,7 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
                                   max_batched_tokens=role.scheduler.max_batched_tokens,
                                   max_sequences=role.scheduler.max_sequences)
         except ScenarioError as exc:
-            raise ScenarioError(f"engine.workers.aggregated.timing: {exc}") from None
+            raise ScenarioError(f"engine.workers.{role.name}.timing: {exc}") from None
     return PolynomialTiming()
 
 
@@ -71,8 +71,10 @@ def load_trace(scenario: Scenario) -> TraceData | None:
     except ScenarioError as exc:
         raise ScenarioError(f"traffic.source.path: {exc}") from None
     workers = scenario.engine.workers
-    first, last = next(iter(workers.values())), list(workers.values())[-1]
-    for column, hints, role in (("dp_rank", trace.dp_rank, last), ("prefill_dp_rank", trace.prefill_dp_rank, first)):
+    checks = [("dp_rank", trace.dp_rank, list(workers.values())[-1])]
+    if "prefill" in workers:  # prefill_dp_rank only means something with a prefill pool
+        checks.append(("prefill_dp_rank", trace.prefill_dp_rank, workers["prefill"]))
+    for column, hints, role in checks:
         ranks = role.parallelism.attention_data
         bad = hints >= ranks
         if bad.any():
@@ -153,11 +155,12 @@ class Simulation:
             enable_chunked_prefill=engine.enable_chunked_prefill,
             reserve_full_isl=role.scheduler.reserve_full_isl,
             enable_prefix_caching=role.kv_cache.prefix_caching,
+            async_scheduling=role.scheduler.async_scheduling,
         )
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
         for w in range(role.parallelism.replicas):
-            worker = Worker(self.env, w, timing, role.name)
+            worker = Worker(self.env, w, timing, role.name, role.scheduler.async_scheduling)
             for r in range(role.parallelism.attention_data):
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))
@@ -192,6 +195,7 @@ class Simulation:
         leg.block_keys = self._block_keys(request, "prefill")
         request.block_keys = self._block_keys(request, "decode")
         leg.bootstrap, leg.client = True, request
+        request.prefill_leg = leg
         leg.on_finish = self._handoff
         request.kv_transferred = True
         return self._next_in("prefill").place(leg)
@@ -274,6 +278,13 @@ class Simulation:
 
     def results(self) -> Results:
         disaggregated = self.transfer is not None
+        for request in self.requests:  # requests still on a prefill worker report what it has done
+            leg = request.prefill_leg
+            if leg is not None and request.prefill_done_at is None:
+                request.first_admitted_at = leg.first_admitted_at
+                request.prefill_worker, request.prefill_dp_rank = leg.worker, leg.dp_rank
+                request.num_preemptions = leg.num_preemptions
+                request.num_cached_tokens = leg.num_cached_tokens
         requests = requests_frame(self.requests, disaggregated)
         roles = {}
         for name, role in self.scenario.engine.workers.items():

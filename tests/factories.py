@@ -22,7 +22,9 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def make_scenario(**overrides) -> dict:
-    """Llama-3.1-8B on H100, one worker, fixed 20 ms prefill / 10 ms decode, 4 requests of 100→5.
+    """Llama-3.1-8B on H100, one worker, fixed 20 ms prefill / 10 ms decode, 4 requests of 100→5,
+    synchronous scheduling (``async_scheduling: false``: every hand-derived timeline assumes an arrival
+    joins the next pass).
 
     Keyword arguments are nested dicts merged into the mapping, e.g.
     ``make_scenario(engine={"workers": {"aggregated": {"parallelism": {"replicas": 2}}}})``.
@@ -38,6 +40,7 @@ def make_scenario(**overrides) -> dict:
             "hardware": "h100_sxm",
             "context_length": 4096,
             "workers": {"aggregated": {
+                "scheduler": {"async_scheduling": False},
                 "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1000}},
                 "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
             }},

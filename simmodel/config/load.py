@@ -342,7 +342,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     for name in names:
         role_node = workers.node(name, required=True)
         role_hardware = hardware
-        if mode == "disaggregated" and role_node.has("hardware"):
+        if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name)
     workers.done()
@@ -457,10 +457,9 @@ def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: i
         max_batched_tokens=node.int("max_batched_tokens", 8192),
         max_sequences=node.int("max_sequences", max_sequences),
         long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
-        async_scheduling=node.bool("async_scheduling", False),
+        async_scheduling=node.bool("async_scheduling", True),
         reserve_full_isl=node.bool("reserve_full_isl", True),
     )
-    _not_yet(node, "async_scheduling", spec.async_scheduling, False, "comes with the vLLM-fidelity issue")
     node.done()
     if spec.max_batched_tokens < spec.max_sequences:
         raise ScenarioError(f"{node.at('max_batched_tokens')}: must be >= max_sequences "

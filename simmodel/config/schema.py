@@ -103,7 +103,7 @@ class SchedulerSpec:
     max_batched_tokens: int = 8192
     max_sequences: int = 256
     long_prefill_token_threshold: int = 0
-    async_scheduling: bool = False
+    async_scheduling: bool = True
     reserve_full_isl: bool = True
 
 

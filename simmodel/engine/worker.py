@@ -40,8 +40,12 @@ class Worker:
     waits at the barrier. When no rank has work the worker sleeps until a request is placed on it.
     """
 
-    def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated") -> None:
+    def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated",
+                 async_scheduling: bool = False) -> None:
         self.env, self.worker_id, self.timing, self.role = env, worker_id, timing, role
+        self.async_scheduling = async_scheduling
+        self.plan_cutoff: int | None = None
+        """Async scheduling: requests arriving at or after this time are not seen by the pass being planned."""
         self.ranks: list[Rank] = []
         self.num_passes = 0
         self.busy_ns = 0
@@ -105,18 +109,61 @@ class Worker:
             self._all_submitted.succeed()
         return self._pass_done
 
+    def _collect(self) -> list[SchedulerOutput]:
+        plans = list(self._plans)
+        self._num_submitted = 0
+        self._all_submitted = self.env.event()
+        return plans
+
+    def _release(self) -> None:
+        done, self._pass_done = self._pass_done, self.env.event()
+        done.succeed()
+
     def run(self) -> Generator[Event, Any, None]:
+        if self.async_scheduling:
+            yield from self._run_async()
+            return
         while True:
             yield self._all_submitted
-            plans = self._plans
-            self._num_submitted = 0
-            self._all_submitted = self.env.event()
+            plans = self._collect()
             if all(plan.is_empty for plan in plans):
                 yield from self._sleep_until_work()
             else:
-                yield from self._run_pass(plans)
-            done, self._pass_done = self._pass_done, self.env.event()
-            done.succeed()
+                start, cost = self._start(plans)
+                yield Late(self.env, int(cost[0].max()))
+                self._finish(plans, start, cost)
+            self._release()
+
+    def _run_async(self) -> Generator[Event, Any, None]:
+        """vLLM's async engine: while one pass runs, the next is already committed.
+
+        When a pass ends, its outputs are processed, the committed pass starts and the ranks commit the
+        one after it, without the requests that arrive at that instant (a client's reaction to the
+        outputs cannot be in it). An empty committed pass runs at once. An idle engine commits a pass,
+        and the next, as soon as a request arrives, and those passes see it.
+        """
+        running = None
+        while True:
+            yield self._all_submitted
+            plans = self._collect()
+            if running is None:
+                if all(plan.is_empty for plan in plans):
+                    if self.plan_cutoff is not None and self.has_requests():
+                        yield Late(self.env)  # idle now: the requests that just arrived are read at once
+                    else:
+                        yield from self._sleep_until_work()
+                    self.plan_cutoff = None
+                else:
+                    running = (plans, *self._start(plans))
+                self._release()
+                continue
+            ran, start, cost = running
+            yield Late(self.env, start + int(cost[0].max()) - self.env.now)
+            end = self.env.now
+            self._finish(ran, start, cost)
+            running = None if all(plan.is_empty for plan in plans) else (plans, *self._start(plans))
+            self.plan_cutoff = end
+            self._release()
 
     def _sleep_until_work(self) -> Generator[Event, Any, None]:
         if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
@@ -133,20 +180,23 @@ class Worker:
         self._wake = None
         yield Late(self.env)
 
-    def _run_pass(self, plans: list[SchedulerOutput]) -> Generator[Event, Any, None]:
+    def _start(self, plans: list[SchedulerOutput]) -> tuple[int, tuple[np.ndarray, str]]:
+        """Price a pass of every rank and record its start; returns (start, (busy ns per rank, provenance))."""
         start = self.env.now
         cost = self.timing.price(self._batch(plans))
         busy = np.rint(cost.total_s * NS_PER_S).astype(np.int64)
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
-        provenance = "+".join(cost.provenance)
         for rank, plan in zip(self.ranks, plans):
             rank.begin_pass(plan, start)
-        duration = int(busy.max())
-        yield Late(self.env, duration)
+        return start, (busy, "+".join(cost.provenance))
+
+    def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str]) -> None:
+        """The pass has ended: apply every rank's outcome at this instant."""
+        busy, provenance = cost
         end = self.env.now
         self.num_passes += 1
-        self.busy_ns += duration
+        self.busy_ns += end - start
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
             rank.finish_pass(plan, start, end, rank_busy, provenance)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
 
-FIXED = {"timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
+FIXED = {"timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}, "scheduler": {"async_scheduling": False},
          "kv_cache": {"capacity": {"type": "fixed", "blocks": 1000}}}
 T_MS = 2.62144
 

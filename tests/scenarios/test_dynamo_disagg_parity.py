@@ -44,7 +44,9 @@ def scenario_for(data: dict, run: dict, tmp_path: Path) -> dict:
     role = {
         "timing": {"type": "fixed", "prefill_ms": cfg["timing"]["prefill_ms"], "decode_ms": cfg["timing"]["decode_ms"]},
         "kv_cache": {"block_size": cfg["block_size"], "capacity": {"type": "fixed", "blocks": cfg["num_gpu_blocks"]}},
-        "scheduler": {"max_sequences": cfg["max_num_seqs"], "max_batched_tokens": cfg["max_num_batched_tokens"]},
+        # the mocker's engine is synchronous: an arrival at a pass end joins the next pass
+        "scheduler": {"max_sequences": cfg["max_num_seqs"], "max_batched_tokens": cfg["max_num_batched_tokens"],
+                      "async_scheduling": False},
     }
     transfer = cfg["kv_transfer"]
     scenario = make_scenario()

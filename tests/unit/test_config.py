@@ -36,7 +36,7 @@ def worker(**fields) -> dict:
     (worker(parallelism={"tensor": 2, "prefill_context": 2, "decode_context": 2}), "at most one of prefill_context"),
     (worker(scheduler={"max_batched_tokens": 100, "max_sequences": 256}),
      f"{AGG}.scheduler.max_batched_tokens: must be >= max_sequences (256)"),
-    (worker(scheduler={"async_scheduling": True}), f"{AGG}.scheduler.async_scheduling: true is not yet supported"),
+    (worker(scheduler={"async_scheduling": 1}), f"{AGG}.scheduler.async_scheduling: must be true or false, got 1"),
     (worker(kv_cache={"prefix_caching": "yes"}), f"{AGG}.kv_cache.prefix_caching: must be true or false"),
     (worker(kv_cache={"capacity": {"type": "fixed", "blocks": 10}}),
      f"{AGG}.kv_cache.capacity: a rank has 10 KV blocks of 16 tokens but one request at context_length 4096 needs 256"),
@@ -92,6 +92,7 @@ def test_defaults_are_the_documented_ones():
     assert role.timing.type == "default" and role.parallelism.gpu_count == 1
     assert role.timing.efficiency == Efficiency() and role.timing.host == HostOverhead()
     assert scenario.engine.enable_chunked_prefill and role.scheduler.reserve_full_isl
+    assert role.scheduler.async_scheduling and role.kv_cache.prefix_caching  # vLLM's defaults
 
 
 def test_overrides_apply_left_to_right_and_are_validated(tmp_path):
