@@ -37,6 +37,7 @@ def test_step_pause_inspect_resume():
     ("scenarios/azure-conv-trace.yaml", 300),
     ("scenarios/mooncake-conversation.yaml", 100),
     ("scenarios/disagg-llama70b-h200.yaml", 100),
+    ("scenarios/mooncake-prefix-caching.yaml", 200),
 ])
 def test_real_trace_heads_run_to_completion(scenario, requests):
     sim = Simulation.from_yaml(ROOT / scenario, overrides=[f"traffic.stop.requests={requests}"])
