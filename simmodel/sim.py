@@ -160,7 +160,8 @@ class Simulation:
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
         for w in range(role.parallelism.replicas):
-            worker = Worker(self.env, w, timing, role.name, role.scheduler.async_scheduling)
+            worker = Worker(self.env, w, timing, role.name, role.scheduler.async_scheduling,
+                            role.scheduler.prefill_schedule_interval)
             for r in range(role.parallelism.attention_data):
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))

@@ -429,6 +429,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
                            max_sequences=1 if name == "prefill" else 256)
+    if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
+        raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
+                            f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"))
     timing = _timing(node.node("timing"))
     node.done()
@@ -459,6 +462,7 @@ def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: i
         long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
         async_scheduling=node.bool("async_scheduling", True),
         reserve_full_isl=node.bool("reserve_full_isl", True),
+        prefill_schedule_interval=node.int("prefill_schedule_interval", 1),
     )
     node.done()
     if spec.max_batched_tokens < spec.max_sequences:

@@ -105,6 +105,7 @@ class SchedulerSpec:
     long_prefill_token_threshold: int = 0
     async_scheduling: bool = True
     reserve_full_isl: bool = True
+    prefill_schedule_interval: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,7 @@ class Rank:
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         while True:
-            plan = self.scheduler.schedule(self.worker.plan_cutoff)
+            plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
             self._blocks_in_pass = self.pool.num_used_blocks
             if not plan.is_empty:
                 self._record_plan(plan)

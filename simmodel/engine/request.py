@@ -34,7 +34,7 @@ class Request:
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
         "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
-        "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens",
+        "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
@@ -72,6 +72,8 @@ class Request:
         self.num_output_placeholders = 0
         self.num_in_flight_tokens = 0
         self.num_stale_output_tokens = 0
+        self.is_prefill_chunk = False
+        """Its last scheduled chunk left prompt tokens to compute (vLLM's flag, set when scheduled)."""
         self.bootstrap = False
         """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""
         self.kv_transferred = False

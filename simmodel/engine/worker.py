@@ -41,9 +41,12 @@ class Worker:
     """
 
     def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated",
-                 async_scheduling: bool = False) -> None:
+                 async_scheduling: bool = False, prefill_schedule_interval: int = 1) -> None:
         self.env, self.worker_id, self.timing, self.role = env, worker_id, timing, role
         self.async_scheduling = async_scheduling
+        self.prefill_schedule_interval = prefill_schedule_interval
+        self._wave_step = 0
+        """Passes planned since the DP group last drained (vLLM's ``step_counter``, equal on every rank)."""
         self.plan_cutoff: int | None = None
         """Async scheduling: requests arriving at or after this time are not seen by the pass being planned."""
         self.ranks: list[Rank] = []
@@ -108,6 +111,11 @@ class Worker:
         if self._num_submitted == len(self.ranks):
             self._all_submitted.succeed()
         return self._pass_done
+
+    @property
+    def throttle_prefills(self) -> bool:
+        """vLLM's prefill schedule interval: only every N-th pass of a wave admits prefill work."""
+        return self.prefill_schedule_interval > 1 and self._wave_step % self.prefill_schedule_interval != 0
 
     def _collect(self) -> list[SchedulerOutput]:
         plans = list(self._plans)
@@ -175,6 +183,7 @@ class Worker:
         if self.has_requests() and not any(rank.pool.num_used_blocks for rank in self.ranks):
             raise SimulationError(f"{self.role} worker {self.worker_id}: requests are queued but no rank can "
                                   f"schedule any of them")
+        self._wave_step = 0  # the whole group drained: a new wave admits prefills at once
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
@@ -183,6 +192,7 @@ class Worker:
     def _start(self, plans: list[SchedulerOutput]) -> tuple[int, tuple[np.ndarray, str]]:
         """Price a pass of every rank and record its start; returns (start, (busy ns per rank, provenance))."""
         start = self.env.now
+        self._wave_step += 1
         cost = self.timing.price(self._batch(plans))
         busy = np.rint(cost.total_s * NS_PER_S).astype(np.int64)
         for label in cost.provenance:

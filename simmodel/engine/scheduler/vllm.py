@@ -45,6 +45,8 @@ class VllmScheduler:
         """Requests whose KV is already here (received P/D handoffs); vLLM's ``kv_holding_waiting``."""
         self.running: list[Request] = []
         self.async_scheduling = config.async_scheduling
+        self.prefill_capacity_bound = False
+        """The last admitting pass left requests waiting for capacity (prefill schedule interval)."""
         self.finished_since_schedule = False
         """vLLM runs one more (empty) ``schedule()`` after a request finishes; ``has_requests`` says so."""
         self.on_kv_reserved: Callable[[Request], None] | None = None
@@ -92,15 +94,19 @@ class VllmScheduler:
         """vLLM's ``has_requests()``: unfinished requests, or finished ones not yet reported by a schedule."""
         return self.has_requests() or self.finished_since_schedule
 
-    def schedule(self, arrived_before: int | None = None) -> SchedulerOutput:
+    def schedule(self, arrived_before: int | None = None, throttle_prefills: bool = False) -> SchedulerOutput:
         """Plan one pass. Mirrors ``Scheduler.schedule()``: RUNNING first, then WAITING.
 
         ``arrived_before`` (async scheduling): waiting requests that arrived at or after this time are not
         seen yet, because the pass is committed before the engine reads new requests.
+        ``throttle_prefills`` (prefill schedule interval): this pass is off the DP group's cadence, so
+        unless the last admitting pass was capacity-bound, prefill work waits while decodes run.
         """
         cfg, pool, out = self.config, self.pool, SchedulerOutput()
         self.finished_since_schedule = False
         asynchronous = self.async_scheduling
+        defer = throttle_prefills and not self.prefill_capacity_bound and any(
+            not r.is_prefill_chunk for r in self.running)
         token_budget = cfg.max_num_batched_tokens
         # vLLM lets a lone request use the whole budget: the threshold only stops starvation.
         eligible = len(self.running) + len(self.waiting) + len(self.handoffs)
@@ -118,6 +124,9 @@ class VllmScheduler:
             placeholders = request.num_output_placeholders
             if placeholders and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
                 req_index += 1  # async: the outputs in flight already reach max_tokens
+                continue
+            if defer and request.is_prefill_chunk:
+                req_index += 1  # a prefill chunk waits for a cadence-aligned pass; decodes go on
                 continue
             num_new = num_tokens + placeholders - computed
             if 0 < threshold < num_new:
@@ -150,6 +159,7 @@ class VllmScheduler:
             decs.append(ends and num_new == 1 and (request.num_output_tokens + placeholders > 0
                                                    or request.kv_transferred))
             samples.append(ends)
+            request.is_prefill_chunk = not ends
             request.num_computed_tokens = computed + num_new
             if asynchronous:
                 request.num_in_flight_tokens += num_new
@@ -160,11 +170,13 @@ class VllmScheduler:
 
         # Phase 2: admissions, only in a pass that preempted nothing.
         if not out.preempted:
-            self._admit_waiting(token_budget, threshold, out, arrived_before)
+            skipped = self._admit_waiting(token_budget, threshold, out, arrived_before, defer)
+            if not defer:
+                self.prefill_capacity_bound = len(self.waiting) + len(self.handoffs) > skipped
         return out
 
     def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
-                       arrived_before: int | None = None) -> None:
+                       arrived_before: int | None = None, defer: bool = False) -> int:
         """FCFS admission, received handoffs first; the first request that does not fit blocks everything
         behind it. Async: a preempted request whose stale output is still in flight is stepped over."""
         cfg, pool = self.config, self.pool
@@ -194,6 +206,8 @@ class VllmScheduler:
             # A fresh or preempted request starts from its longest cached prefix (prefix caching).
             hits = pool.find_hits(request) if self.caching and request.num_computed_tokens == 0 else ()
             computed = len(hits) * self.block_size if hits else request.num_computed_tokens
+            if defer and computed < request.num_tokens - 1:
+                break  # off-cadence pass: only prompts with at most one token left may advance
             num_new = request.num_tokens - computed
             if 0 < threshold < num_new:
                 num_new = threshold
@@ -228,6 +242,7 @@ class VllmScheduler:
             token_budget -= num_new
         if skipped:
             self.waiting.extendleft(reversed(skipped))
+        return len(skipped)
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
@@ -241,6 +256,7 @@ class VllmScheduler:
         ends = computed + num_new >= request.num_tokens
         out.is_decode.append(ends and num_new == 1 and (request.num_output_tokens > 0 or request.kv_transferred))
         out.samples.append(ends)
+        request.is_prefill_chunk = not ends
         if self.async_scheduling:
             request.num_in_flight_tokens += num_new
             if ends:
