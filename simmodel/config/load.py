@@ -368,8 +368,6 @@ def _kv_transfer(node: _Node) -> KvTransferSpec:
     if per_token != "auto":
         per_token = node.number("bytes_per_token", positive=True)
     mode = node.choice("timing_mode", ("full_prompt", "destination_missing"), "full_prompt")
-    _not_yet(node, "timing_mode", mode, "full_prompt",
-             "destination_missing sends only the blocks the decode worker lacks, which needs prefix caching")
     contention = node.choice("contention", ("none", "shared_link"), "none")
     node.done()
     return KvTransferSpec(bandwidth, latency, None if per_token == "auto" else per_token, mode, contention)

@@ -35,7 +35,7 @@ class Request:
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
         "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
-        "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
+        "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
 
@@ -83,6 +83,8 @@ class Request:
         self.client: Request | None = None
         self.source = None
         self.prefill_leg: Request | None = None
+        self.num_missing_blocks = 0
+        """Decode blocks the KV transfer must fill (the rest were already cached on the decode rank)."""
         """The prefill rank and leg a decode leg's KV comes from."""
         self.prefill_worker = -1
         self.prefill_dp_rank = -1

@@ -83,7 +83,10 @@ class KvTransfer:
                 links.append((link, request))
         client.transfer_start_at = self.env.now
         self._event(EventKind.TRANSFER_START, source, client)
-        yield self.env.timeout(self.duration_ns(client.num_prompt_tokens))
+        tokens = client.num_prompt_tokens
+        if self.spec.timing_mode == "destination_missing":  # only the decode blocks not already cached
+            tokens = client.num_missing_blocks * target.pool.block_size
+        yield self.env.timeout(self.duration_ns(tokens))
         for link, request in links:
             link.release(request)
         client.transfer_end_at = self.env.now

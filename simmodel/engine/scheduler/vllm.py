@@ -193,12 +193,19 @@ class VllmScheduler:
                 continue
             if request.awaiting_kv:
                 # vLLM allocates the blocks of an async KV load in the waiting loop (the whole sequence
-                # must fit) and skips on: no budget is spent and the request is not running yet.
+                # must fit) and skips on: no budget is spent and the request is not running yet. Blocks
+                # already cached here need no transfer.
                 blocks = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size)
-                if blocks > pool.num_free_blocks:
+                hits = pool.find_hits(request) if self.caching else []
+                if blocks - len(hits) + (pool.num_evictable(hits) if hits else 0) > pool.num_free_blocks:
                     break
                 queue.popleft()
-                self._take(request, blocks)
+                if hits:
+                    pool.touch(hits)
+                    request.block_ids = list(hits)
+                    request.num_blocks = request.num_cached_blocks = len(hits)
+                self._take(request, blocks - len(hits))
+                request.num_missing_blocks = blocks - len(hits)
                 request.awaiting_kv = False
                 if self.on_kv_reserved is not None:
                     self.on_kv_reserved(request)
