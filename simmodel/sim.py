@@ -18,6 +18,7 @@ from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPoo
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
+from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError
 from simmodel.metrics.records import Recorder
@@ -156,6 +157,7 @@ class Simulation:
             reserve_full_isl=role.scheduler.reserve_full_isl,
             enable_prefix_caching=role.kv_cache.prefix_caching,
             async_scheduling=role.scheduler.async_scheduling,
+            num_speculative_tokens=0 if engine.speculation is None else engine.speculation.num_speculative_tokens,
         )
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
@@ -164,7 +166,9 @@ class Simulation:
                             role.scheduler.prefill_schedule_interval)
             for r in range(role.parallelism.attention_data):
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
-                worker.add_rank(Rank(self.env, worker, r, VllmScheduler(sched_cfg, pool), self.recorder))
+                scheduler = VllmScheduler(sched_cfg, pool)
+                scheduler.accept = self._acceptance()
+                worker.add_rank(Rank(self.env, worker, r, scheduler, self.recorder))
             workers.append(worker)
         return workers
 
@@ -200,6 +204,17 @@ class Simulation:
         leg.on_finish = self._handoff
         request.kv_transferred = True
         return self._next_in("prefill").place(leg)
+
+    def _acceptance(self):
+        """Each rank's draft-acceptance model, with its own seeded stream (ranks in build order)."""
+        spec = self.scenario.engine.speculation
+        if spec is None:
+            return None
+        if spec.kind == "mtp":
+            return MeanAcceptance(spec.mean_accepted)
+        self._num_spec_ranks = getattr(self, "_num_spec_ranks", 0) + 1
+        seed = np.random.SeedSequence([spec.seed, self._num_spec_ranks])
+        return ConditionalAcceptance(spec.acceptance_rates, np.random.default_rng(seed))
 
     def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
         kv = self.scenario.engine.workers[role].kv_cache
@@ -295,6 +310,17 @@ class Simulation:
                                        role.kv_cache.block_size)
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts())
+        if self.scenario.engine.speculation is not None:
+            scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
+            verified = sum(s.num_drafts_verified for s in scheds)
+            accepted = sum(s.num_drafts_accepted for s in scheds)
+            rounds = sum(r.spec_rounds for r in self.requests)
+            summary["speculation"] = {
+                "kind": self.scenario.engine.speculation.kind, "num_rounds": rounds,
+                "num_draft_tokens": verified, "num_accepted_tokens": accepted,
+                "acceptance_rate": accepted / verified if verified else None,
+                "mean_tokens_per_round": (rounds + accepted) / rounds if rounds else None,
+            }
         pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]
         queries = sum(p.num_queries for p in pools)
         summary["prefix_cache_hit_ratio"] = sum(p.num_hits for p in pools) / queries if queries else None

@@ -25,6 +25,7 @@ from simmodel.config.schema import (
     Scenario,
     SchedulerSpec,
     SharedPrefix,
+    SpeculationSpec,
     StopSpec,
     SyntheticSource,
     TimingSpec,
@@ -336,6 +337,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
     seed = node.int("seed", 0, minimum=0)
+    speculation = _speculation(node, seed)
     workers = node.node("workers", required=True)
     names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
     roles = {}
@@ -344,14 +346,45 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         role_hardware = hardware
         if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
-        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name)
+        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation)
     workers.done()
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
-                  dtype, transfer)
+                  dtype, transfer, speculation)
+
+
+def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:
+    """``engine.speculation`` (n-gram drafts) or ``engine.nextn`` / ``nextn_accepted`` (MTP/EAGLE heads)."""
+    if node.raw("speculation", None) is not None and node.raw("nextn", None) is not None:
+        raise ScenarioError(f"{node.at('nextn')}: cannot be combined with engine.speculation (one drafter at a time)")
+    if node.raw("speculation", None) is not None:
+        sp = node.node("speculation")
+        sp.choice("kind", ("ngram",))
+        k = sp.int("num_speculative_tokens")
+        if k > 5:
+            raise ScenarioError(f"{sp.at('num_speculative_tokens')}: must be from 1 to 5, got {k}")
+        rates = sp.raw("acceptance_rates")
+        if (not isinstance(rates, list) or len(rates) != k or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in rates)):
+            raise ScenarioError(f"{sp.at('acceptance_rates')}: must be {k} numbers from 0 to 1 (draft i's chance "
+                                f"of acceptance given drafts before it were accepted)")
+        spec = SpeculationSpec("ngram", k, tuple(float(x) for x in rates), seed=sp.int("seed", seed, minimum=0))
+        sp.done()
+        return spec
+    if node.raw("nextn", None) is None:
+        if node.raw("nextn_accepted", None) is not None:
+            raise ScenarioError(f"{node.at('nextn_accepted')}: needs engine.nextn")
+        return None
+    k = node.int("nextn")
+    if k > 5:
+        raise ScenarioError(f"{node.at('nextn')}: must be from 1 to 5, got {k}")
+    mean = node.number("nextn_accepted")
+    if mean > k:
+        raise ScenarioError(f"{node.at('nextn_accepted')}: at most nextn ({k}) drafts can be accepted, got {mean:g}")
+    return SpeculationSpec("mtp", k, mean_accepted=mean)
 
 
 def _role_hardware(node: _Node, base_dir: Path) -> HardwareSpec:
@@ -418,7 +451,7 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 
 
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
-            chunked: bool, name: str = "aggregated") -> WorkerRole:
+            chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None) -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
@@ -426,7 +459,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
-                           max_sequences=1 if name == "prefill" else 256)
+                           max_sequences=1 if name == "prefill" else 256, speculation=speculation)
     if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
@@ -453,12 +486,20 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name)
 
 
-def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256) -> SchedulerSpec:
+def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256,
+               speculation: SpeculationSpec | None = None) -> SchedulerSpec:
+    # vLLM turns async scheduling off with n-gram drafts; our async model does not verify drafts yet.
+    asynchronous = node.bool("async_scheduling", speculation is None)
+    if asynchronous and speculation is not None:
+        reason = ("vLLM runs n-gram drafts synchronously" if speculation.kind == "ngram"
+                  else "async scheduling with draft heads is not yet modeled")
+        raise ScenarioError(f"{node.at('async_scheduling')}: true cannot be used with speculative decoding "
+                            f"({reason}); leave it unset or false")
     spec = SchedulerSpec(
         max_batched_tokens=node.int("max_batched_tokens", 8192),
         max_sequences=node.int("max_sequences", max_sequences),
         long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
-        async_scheduling=node.bool("async_scheduling", True),
+        async_scheduling=asynchronous,
         reserve_full_isl=node.bool("reserve_full_isl", True),
         prefill_schedule_interval=node.int("prefill_schedule_interval", 1),
     )

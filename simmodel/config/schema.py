@@ -137,6 +137,18 @@ class TimingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeculationSpec:
+    """Speculative decoding: ``ngram`` drafts (``engine.speculation``) with conditional acceptance rates,
+    or ``mtp`` heads (``engine.nextn``) accepting ``mean_accepted`` drafts per round on average."""
+
+    kind: str
+    num_speculative_tokens: int
+    acceptance_rates: tuple[float, ...] = ()
+    mean_accepted: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class KvTransferSpec:
     """``engine.kv_transfer``: how a prefill worker's KV reaches a decode worker.
 
@@ -182,6 +194,7 @@ class Engine:
     dtype: str = "auto"
     kv_transfer: KvTransferSpec | None = None
     """Disaggregated mode only."""
+    speculation: SpeculationSpec | None = None
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -123,7 +123,9 @@ class Rank:
                 consecutive += 1
             else:
                 rec.intervals(end_ns - request.last_token_at, 1)
-            if n == 2 and request.second_token_at is None:
+            if request.num_emitted > 1:  # speculative decoding: the extra tokens arrive together
+                rec.intervals(0, request.num_emitted - 1)
+            if n >= 2 and request.second_token_at is None:
                 request.second_token_at = end_ns
             request.last_token_at = end_ns
             request.last_token_pass = pass_index

@@ -35,6 +35,7 @@ class Request:
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
         "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
+        "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
     )
@@ -73,6 +74,12 @@ class Request:
         self.num_in_flight_tokens = 0
         self.num_stale_output_tokens = 0
         self.is_prefill_chunk = False
+        # Speculative decoding: drafts proposed for the next pass, drafts that pass verifies, tokens the last
+        # pass emitted, and verification rounds so far.
+        self.num_draft_tokens = 0
+        self.num_scheduled_drafts = 0
+        self.num_emitted = 0
+        self.spec_rounds = 0
         """Its last scheduled chunk left prompt tokens to compute (vLLM's flag, set when scheduled)."""
         self.bootstrap = False
         """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""

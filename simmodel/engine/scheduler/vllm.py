@@ -30,6 +30,8 @@ class VllmSchedulerConfig:
     reserve_full_isl: bool = True
     enable_prefix_caching: bool = False
     async_scheduling: bool = False
+    num_speculative_tokens: int = 0
+    """Draft tokens proposed after each sampled token and verified in the request's next pass."""
 
 
 class VllmScheduler:
@@ -50,6 +52,10 @@ class VllmScheduler:
         self.finished_since_schedule = False
         """vLLM runs one more (empty) ``schedule()`` after a request finishes; ``has_requests`` says so."""
         self.on_kv_reserved: Callable[[Request], None] | None = None
+        self.accept: Callable[[Request, int], int] | None = None
+        """Speculative decoding: how many of a request's verified drafts are accepted (see speculation.py)."""
+        self.num_drafts_verified = 0
+        self.num_drafts_accepted = 0
         """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
 
     def add_request(self, request: Request) -> None:
@@ -128,14 +134,15 @@ class VllmScheduler:
             if defer and request.is_prefill_chunk:
                 req_index += 1  # a prefill chunk waits for a cadence-aligned pass; decodes go on
                 continue
-            num_new = num_tokens + placeholders - computed
+            drafts = request.num_draft_tokens
+            num_new = num_tokens + drafts + placeholders - computed
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, token_budget, max_model_len - computed - 1)
             if num_new <= 0:
                 req_index += 1
                 continue
-            num_needed = -(-(computed + num_new) // block_size) - request.num_blocks
+            num_needed = max(-(-(computed + num_new) // block_size) - request.num_blocks, 0)
             while num_needed > pool.num_free_blocks:
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -156,8 +163,11 @@ class VllmScheduler:
             news.append(num_new)
             ctxs.append(computed)
             ends = computed + num_new >= num_tokens + placeholders
-            decs.append(ends and num_new == 1 and (request.num_output_tokens + placeholders > 0
-                                                   or request.kv_transferred))
+            # Drafts the chunk reaches are verified in this pass (vLLM trims the rest).
+            request.num_scheduled_drafts = max(0, computed + num_new - num_tokens - placeholders)
+            request.num_draft_tokens = 0
+            decs.append(ends and num_new == 1 + request.num_scheduled_drafts
+                        and (request.num_output_tokens + placeholders > 0 or request.kv_transferred))
             samples.append(ends)
             request.is_prefill_chunk = not ends
             request.num_computed_tokens = computed + num_new
@@ -277,6 +287,7 @@ class VllmScheduler:
         # Async: the outputs still in flight will be delivered, but not counted as placeholders again.
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
+        request.num_draft_tokens = request.num_scheduled_drafts = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -296,6 +307,7 @@ class VllmScheduler:
         sampled: list[Request] = []
         finished: list[Request] = []
         stopped_waiting = False
+        speculative = self.config.num_speculative_tokens
         for request, num_new, samples in zip(output.requests, output.num_new_tokens, output.samples):
             stale = False
             if asynchronous:
@@ -308,7 +320,23 @@ class VllmScheduler:
                 continue  # finished (or rejected) since this pass was planned
             if not samples:
                 continue  # a partial prefill chunk samples nothing
-            request.num_output_tokens += 1
+            emitted = 1
+            drafts = request.num_scheduled_drafts
+            if drafts:
+                # Verification: accepted drafts plus the corrected (or bonus) token, stopping at the first
+                # reject; rejected drafts' KV positions are given back.
+                accepted = self.accept(request, drafts)
+                self.num_drafts_verified += drafts
+                self.num_drafts_accepted += accepted
+                request.spec_rounds += 1
+                request.num_computed_tokens -= drafts - accepted
+                emitted = accepted + 1
+                request.num_scheduled_drafts = 0
+            # Tokens past max_tokens or max_model_len are never emitted (vLLM's check_stop per token).
+            emitted = min(emitted, request.max_tokens - request.num_output_tokens,
+                          max_model_len - request.num_prompt_tokens - request.num_output_tokens)
+            request.num_output_tokens += emitted
+            request.num_emitted = emitted
             if asynchronous and not stale:
                 request.num_output_placeholders -= 1
             sampled.append(request)
@@ -317,11 +345,14 @@ class VllmScheduler:
                 # vLLM caches the blocks the delivered tokens fill, also for a request about to finish.
                 self.pool.cache_full_blocks(request, request.num_computed_tokens - request.num_output_placeholders)
             if request.num_output_tokens >= request.max_tokens or num_tokens >= max_model_len:
+                request.num_draft_tokens = 0
                 request.status = RequestStatus.FINISHED
                 if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
                     self._free(request)
                 finished.append(request)
                 stopped_waiting |= status is preempted
+            elif speculative and status is running:
+                request.num_draft_tokens = speculative  # drafts proposed for the next pass
         if finished:
             self.finished_since_schedule = True
             self.running = [r for r in self.running if r.status is running]

@@ -1,0 +1,81 @@
+"""Speculative decoding with fixed timing (prefill pass 20 ms, decode/verification pass 10 ms), one request.
+
+After each sampled token the drafter proposes k drafts; the next pass verifies them (1 + k query tokens)
+and emits the accepted drafts plus one token of the target model, never more than the output left.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from factories import make_scenario, run_scenario
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import ScenarioError
+
+
+def one_request(output_tokens: int, **engine):
+    data = make_scenario(traffic={"source": {"input_tokens": 100, "output_tokens": output_tokens},
+                                  "stop": {"requests": 1}}, engine=engine)
+    return run_scenario(data)
+
+
+def test_mtp_head_always_accepted_emits_two_tokens_a_pass():
+    """nextn 1, every draft accepted: token 1 at 20, then 2 tokens per pass: 3 at 30, 5 at 40, 7 at 50, 9 at
+    60. E2E 60 (100 without drafts), TPOT (60 − 20) / 8 = 5 ms; each verification schedules 2 tokens."""
+    res = one_request(9, nextn=1, nextn_accepted=1.0)
+    row = res.requests.iloc[0]
+    assert (row.ttft_ms, row.e2e_ms, row.tpot_ms) == pytest.approx((20, 60, 5))
+    assert res.passes.num_scheduled_tokens.tolist() == [100, 2, 2, 2, 2]
+    spec = res.summary["speculation"]
+    assert (spec["num_rounds"], spec["acceptance_rate"], spec["mean_tokens_per_round"]) == (4, 1.0, 2.0)
+
+
+def test_mean_acceptance_spreads_over_rounds():
+    """nextn 1, 0.5 accepted per round: rounds accept 0, 1, 0, 1 (⌊(r+1)/2⌋ − ⌊r/2⌋), so 7 tokens arrive at
+    20 (1), 30 (2), 40 (4), 50 (5), 60 (7): E2E 60; acceptance 2/4, 1.5 tokens per round."""
+    res = one_request(7, nextn=1, nextn_accepted=0.5)
+    assert res.requests.e2e_ms.tolist() == pytest.approx([60])
+    spec = res.summary["speculation"]
+    assert (spec["acceptance_rate"], spec["mean_tokens_per_round"]) == (0.5, 1.5)
+
+
+def test_emission_is_clipped_to_the_output_left():
+    """nextn 3, all accepted, 6 outputs: 1 at 20; the pass at 30 could give 4 → 5 tokens; the pass at 40
+    could give 4 but only 1 is left → done at 40."""
+    res = one_request(6, nextn=3, nextn_accepted=3.0)
+    assert res.requests.e2e_ms.tolist() == pytest.approx([40]) and res.requests.output_tokens.tolist() == [6]
+
+
+def test_ngram_conditional_acceptance_and_rejected_positions():
+    """k = 2 with rates [1, 0]: the first draft always passes, the second never. Each verification schedules
+    3 tokens and keeps 2 (the rejected position is given back), so tokens come 2 per pass as with an always-
+    accepted single draft: 9 outputs end at 60."""
+    res = one_request(9, speculation={"kind": "ngram", "num_speculative_tokens": 2, "acceptance_rates": [1, 0]})
+    assert res.requests.e2e_ms.tolist() == pytest.approx([60])
+    assert res.passes.num_scheduled_tokens.tolist() == [100, 3, 3, 3, 3]
+    assert res.summary["speculation"]["acceptance_rate"] == 0.5
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"nextn": 1, "nextn_accepted": 0.5, "speculation": {"kind": "ngram", "num_speculative_tokens": 1,
+                                                         "acceptance_rates": [0.5]}}, "engine.nextn: cannot be combined"),
+    ({"nextn": 2, "nextn_accepted": 3}, "engine.nextn_accepted: at most nextn (2)"),
+    ({"nextn_accepted": 1}, "engine.nextn_accepted: needs engine.nextn"),
+    ({"speculation": {"kind": "ngram", "num_speculative_tokens": 2, "acceptance_rates": [0.5]}},
+     "engine.speculation.acceptance_rates: must be 2 numbers from 0 to 1"),
+    ({"speculation": {"kind": "ngram", "num_speculative_tokens": 6, "acceptance_rates": [0.5] * 6}},
+     "engine.speculation.num_speculative_tokens: must be from 1 to 5"),
+    ({"nextn": 1, "nextn_accepted": 1, "workers": {"aggregated": {"scheduler": {"async_scheduling": True}}}},
+     "async_scheduling: true cannot be used with speculative decoding"),
+])
+def test_speculation_validation(engine, message):
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_scenario(make_scenario(engine=engine), Path("."))
+
+
+def test_ngram_defaults_async_off():
+    data = make_scenario(engine={"speculation": {"kind": "ngram", "num_speculative_tokens": 1, "acceptance_rates": [0.5]}})
+    del data["engine"]["workers"]["aggregated"]["scheduler"]
+    assert not parse_scenario(data, Path(".")).engine.workers["aggregated"].scheduler.async_scheduling
