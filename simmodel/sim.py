@@ -163,7 +163,7 @@ class Simulation:
         workers = []
         for w in range(role.parallelism.replicas):
             worker = Worker(self.env, w, timing, role.name, role.scheduler.async_scheduling,
-                            role.scheduler.prefill_schedule_interval)
+                            role.scheduler.prefill_schedule_interval, role.scheduler.launch)
             for r in range(role.parallelism.attention_data):
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 scheduler = VllmScheduler(sched_cfg, pool)

@@ -19,6 +19,7 @@ from simmodel.config.schema import (
     Engine,
     KvCacheSpec,
     KvTransferSpec,
+    LaunchSpec,
     LengthSpec,
     LoadSpec,
     Parallelism,
@@ -460,6 +461,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
                            max_sequences=1 if name == "prefill" else 256, speculation=speculation)
+    p = parallelism
+    if scheduler.launch is not None and (name != "aggregated" or p.tensor * p.pipeline * p.attention_data
+                                         * p.prefill_context != 1):
+        raise ScenarioError(f"{node.at('scheduler.launch')}: only one-GPU aggregated workers launch passes inside "
+                            f"vLLM's engine loop (tensor, pipeline, attention_data and prefill_context of 1)")
     if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
@@ -502,6 +508,7 @@ def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: i
         async_scheduling=asynchronous,
         reserve_full_isl=node.bool("reserve_full_isl", True),
         prefill_schedule_interval=node.int("prefill_schedule_interval", 1),
+        launch=_launch(node) if node.raw("launch", None) is not None else None,
     )
     node.done()
     if spec.max_batched_tokens < spec.max_sequences:
@@ -511,6 +518,16 @@ def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: i
         raise ScenarioError(f"{node.at('max_batched_tokens')}: with enable_chunked_prefill false a whole "
                             f"prompt must fit one pass, so vLLM requires it >= context_length "
                             f"({context_length}); got {spec.max_batched_tokens}")
+    return spec
+
+
+def _launch(node: _Node) -> LaunchSpec:
+    ln = node.node("launch")
+    spec = LaunchSpec(ln.number("decode_ms"), ln.number("piecewise_ms"), ln.number("eager_ms"),
+                      ln.int("max_cudagraph_capture_size", 512), ln.number("eager_queue_fraction", 0.0, maximum=1.0))
+    ln.done()
+    if not node.raw("async_scheduling", True):
+        raise ScenarioError(f"{ln.path}: models vLLM's async engine loop; needs async_scheduling true")
     return spec
 
 

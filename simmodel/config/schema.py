@@ -99,6 +99,17 @@ class Parallelism:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """CPU time vLLM spends launching a pass (``scheduler.launch``), measured on the deployment."""
+
+    decode_ms: float
+    piecewise_ms: float
+    eager_ms: float
+    max_cudagraph_capture_size: int = 512
+    eager_queue_fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSpec:
     max_batched_tokens: int = 8192
     max_sequences: int = 256
@@ -106,6 +117,7 @@ class SchedulerSpec:
     async_scheduling: bool = True
     reserve_full_isl: bool = True
     prefill_schedule_interval: int = 1
+    launch: LaunchSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,8 @@ class Rank:
         self.num_passes = 0
         self._blocks_in_pass = 0
         self._pending_releases: list = []
+        self._last_delivery = 0
+        """When this rank's previous pass delivered its tokens (inter-token gaps of consecutive tokens)."""
 
     @property
     def pool(self):
@@ -105,8 +107,11 @@ class Rank:
                             plan.total_num_scheduled_tokens, self.role)
 
     def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int,
-                    provenance: str = "") -> None:
-        """Apply the pass outcome at its end: sample tokens, retire finished requests, record the pass."""
+                    provenance: str = "", delivered_ns: int | None = None) -> None:
+        """Apply the pass outcome: sample tokens, retire finished requests, record the pass. Its tokens reach
+        the clients at ``delivered_ns`` (default: the pass end)."""
+        pass_end = end_ns
+        end_ns = end_ns if delivered_ns is None else delivered_ns
         pass_index = self.num_passes
         self.num_passes += 1
         sampled, finished = self.scheduler.update_from_output(plan)
@@ -129,7 +134,8 @@ class Rank:
                 request.second_token_at = end_ns
             request.last_token_at = end_ns
             request.last_token_pass = pass_index
-        rec.intervals(end_ns - start_ns, consecutive)
+        rec.intervals(end_ns - self._last_delivery, consecutive)
+        self._last_delivery = end_ns
         for request in finished:
             request.finished_at = end_ns
             kind = EventKind.PREFILL_DONE if request.bootstrap else EventKind.FINISH
@@ -140,7 +146,7 @@ class Rank:
             releases, self._pending_releases = self._pending_releases, []
             for leg, on_release in releases:
                 self._release(leg, on_release)
-        self._record_pass(plan, pass_index, start_ns, end_ns, busy_ns, len(sampled), provenance)
+        self._record_pass(plan, pass_index, start_ns, pass_end, busy_ns, len(sampled), provenance)
 
     def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,
                      busy_ns: int, num_sampled: int, provenance: str) -> None:

@@ -41,9 +41,11 @@ class Worker:
     """
 
     def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated",
-                 async_scheduling: bool = False, prefill_schedule_interval: int = 1) -> None:
+                 async_scheduling: bool = False, prefill_schedule_interval: int = 1, launch=None) -> None:
         self.env, self.worker_id, self.timing, self.role = env, worker_id, timing, role
         self.async_scheduling = async_scheduling
+        self.launch = launch
+        """vLLM pass launch costs (``scheduler.launch``), or None."""
         self.prefill_schedule_interval = prefill_schedule_interval
         self._wave_step = 0
         """Passes planned since the DP group last drained (vLLM's ``step_counter``, equal on every rank)."""
@@ -143,35 +145,64 @@ class Worker:
             self._release()
 
     def _run_async(self) -> Generator[Event, Any, None]:
-        """vLLM's async engine: while one pass runs, the next is already committed.
+        """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
+        pass i−1's tokens and hand its outputs back; the next decision follows at once.
 
-        When a pass ends, its outputs are processed, the committed pass starts and the ranks commit the
-        one after it, without the requests that arrive at that instant (a client's reaction to the
-        outputs cannot be in it). An empty committed pass runs at once. An idle engine commits a pass,
-        and the next, as soon as a request arrives, and those passes see it.
+        So pass i is decided at D(i) = max(launch end of pass i−1, end of pass i−2), after the outputs
+        of pass i−2 are processed, and sees only requests that arrived before D(i): a request arriving
+        while a pass runs skips the pass already committed, and one arriving exactly at a pass end counts
+        as a reaction to it. The GPU runs passes back to back (launches move no pass). Without a
+        ``launch`` model launches take no time, so outputs leave at their pass end and D(i) is the end of
+        pass i−2. An empty pass launches nothing. An idle engine decides when a request arrives.
         """
-        running = None
+        in_flight = None   # the last pass launched: (plans, start, cost, end)
+        pending = None     # the pass before it, whose outputs leave at the next decision
         while True:
             yield self._all_submitted
             plans = self._collect()
-            if running is None:
-                if all(plan.is_empty for plan in plans):
+            now = self.env.now
+            if all(plan.is_empty for plan in plans):
+                if in_flight is None and pending is None:
                     if self.plan_cutoff is not None and self.has_requests():
                         yield Late(self.env)  # idle now: the requests that just arrived are read at once
                     else:
                         yield from self._sleep_until_work()
                     self.plan_cutoff = None
-                else:
-                    running = (plans, *self._start(plans))
-                self._release()
-                continue
-            ran, start, cost = running
-            yield Late(self.env, start + int(cost[0].max()) - self.env.now)
-            end = self.env.now
-            self._finish(ran, start, cost)
-            running = None if all(plan.is_empty for plan in plans) else (plans, *self._start(plans))
-            self.plan_cutoff = end
+                    self._release()
+                    continue
+                previous_end = in_flight[3] if in_flight is not None else now
+                launch_end = now
+                pending, in_flight = in_flight, None
+            else:
+                gpu_free = in_flight[3] if in_flight is not None else now
+                start, cost = self._start(plans, max(now, gpu_free))
+                end = start + int(cost[0].max())
+                launch_end = self._launch_end(plans, now, start, end)
+                previous_end = gpu_free
+                pending, in_flight = in_flight, (plans, start, cost, end)
+            decide_at = max(launch_end, previous_end)
+            if decide_at > self.env.now:
+                yield Late(self.env, decide_at - self.env.now)
+            if pending is not None:
+                ran, ran_start, ran_cost, ran_end = pending
+                self._finish(ran, ran_start, ran_cost, ran_end)
+                pending = None
+            self.plan_cutoff = self.env.now
             self._release()
+
+    def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:
+        """When the CPU finishes launching a pass decided at ``decided`` that runs ``start``–``end``."""
+        launch = self.launch
+        if launch is None:
+            return decided
+        tokens = max(plan.total_num_scheduled_tokens for plan in plans)
+        eager = tokens > launch.max_cudagraph_capture_size
+        prefill = any(not d for plan in plans for d in plan.is_decode)
+        cost_ms = launch.eager_ms if eager else (launch.piecewise_ms if prefill else launch.decode_ms)
+        done = decided + int(round(cost_ms * 1e6))
+        if eager:  # a full CUDA launch queue holds the CPU until the GPU is this far into the pass
+            done = max(done, start + int(round(launch.eager_queue_fraction * (end - start))))
+        return min(done, end)  # a launch never ends after its pass
 
     def _sleep_until_work(self) -> Generator[Event, Any, None]:
         if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
@@ -189,9 +220,10 @@ class Worker:
         self._wake = None
         yield Late(self.env)
 
-    def _start(self, plans: list[SchedulerOutput]) -> tuple[int, tuple[np.ndarray, str]]:
-        """Price a pass of every rank and record its start; returns (start, (busy ns per rank, provenance))."""
-        start = self.env.now
+    def _start(self, plans: list[SchedulerOutput], start: int | None = None) -> tuple[int, tuple[np.ndarray, str]]:
+        """Price a pass of every rank and record its start (now unless given); returns
+        (start, (busy ns per rank, provenance))."""
+        start = self.env.now if start is None else start
         self._wave_step += 1
         cost = self.timing.price(self._batch(plans))
         busy = np.rint(cost.total_s * NS_PER_S).astype(np.int64)
@@ -201,14 +233,16 @@ class Worker:
             rank.begin_pass(plan, start)
         return start, (busy, "+".join(cost.provenance))
 
-    def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str]) -> None:
-        """The pass has ended: apply every rank's outcome at this instant."""
+    def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str],
+                end: int | None = None) -> None:
+        """Apply every rank's outcome now: the pass ran ``start``–``end`` (default: it ends now) and its
+        outputs reach the clients at this instant."""
         busy, provenance = cost
-        end = self.env.now
+        end = self.env.now if end is None else end
         self.num_passes += 1
         self.busy_ns += end - start
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
-            rank.finish_pass(plan, start, end, rank_busy, provenance)
+            rank.finish_pass(plan, start, end, rank_busy, provenance, self.env.now)
 
     def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
         counts = [len(plan.requests) for plan in plans]
