@@ -238,7 +238,7 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     kind = src.choice("type", ("synthetic", "trace"))
     if kind == "synthetic":
         shared = None
-        if src.has("shared_prefix"):
+        if src.raw("shared_prefix", None) is not None:
             sp = src.node("shared_prefix")
             shared = SharedPrefix(sp.int("tokens"), sp.int("groups"))
             sp.done()
@@ -251,7 +251,7 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         path = Path(raw_path)
         fmt = src.choice("format", FORMATS)
         hash_block = src.int("block_size", 512)
-        if fmt != "mooncake" and src.has("block_size"):
+        if fmt != "mooncake" and src.raw("block_size", None) is not None:
             raise ScenarioError(f"{src.at('block_size')}: only mooncake traces carry hash_ids")
         source = TraceSource(path if path.is_absolute() else base_dir / path, fmt, block_size=hash_block)
     src.done()
@@ -462,6 +462,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
                            max_sequences=1 if name == "prefill" else 256, speculation=speculation)
     p = parallelism
+    if scheduler.launch is not None and not scheduler.async_scheduling:
+        raise ScenarioError(f"{node.at('scheduler.launch')}: models vLLM's async engine loop; needs "
+                            f"async_scheduling true")
     if scheduler.launch is not None and (name != "aggregated" or p.tensor * p.pipeline * p.attention_data
                                          * p.prefill_context != 1):
         raise ScenarioError(f"{node.at('scheduler.launch')}: only one-GPU aggregated workers launch passes inside "
@@ -526,8 +529,6 @@ def _launch(node: _Node) -> LaunchSpec:
     spec = LaunchSpec(ln.number("decode_ms"), ln.number("piecewise_ms"), ln.number("eager_ms"),
                       ln.int("max_cudagraph_capture_size", 512), ln.number("eager_queue_fraction", 0.0, maximum=1.0))
     ln.done()
-    if not node.raw("async_scheduling", True):
-        raise ScenarioError(f"{ln.path}: models vLLM's async engine loop; needs async_scheduling true")
     return spec
 
 

@@ -29,7 +29,6 @@ class Rank:
         self.scheduler, self.recorder = scheduler, recorder
         self.role = worker.role
         self.num_passes = 0
-        self._blocks_in_pass = 0
         self._pending_releases: list = []
         self._last_delivery = 0
         """When this rank's previous pass delivered its tokens (inter-token gaps of consecutive tokens)."""
@@ -80,7 +79,7 @@ class Rank:
     def run(self) -> Generator[simpy.Event, Any, None]:
         while True:
             plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
-            self._blocks_in_pass = self.pool.num_used_blocks
+            plan.kv_blocks_used = self.pool.num_used_blocks
             if not plan.is_empty:
                 self._record_plan(plan)
             yield self.worker.submit(self.rank_id, plan)
@@ -156,6 +155,6 @@ class Rank:
         w, r = self.worker.worker_id, self.rank_id
         self.recorder.passes.append(PassRecord(
             self.role, w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
-            num_decode, num_sampled, self._blocks_in_pass, len(plan.preempted), busy_ns, provenance))
+            num_decode, num_sampled, plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance))
         self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role)
 

@@ -187,7 +187,8 @@ class Worker:
                 ran, ran_start, ran_cost, ran_end = pending
                 self._finish(ran, ran_start, ran_cost, ran_end)
                 pending = None
-            self.plan_cutoff = self.env.now
+                # requests arriving from now on react to these outputs: not read before this decision
+                self.plan_cutoff = self.env.now
             self._release()
 
     def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:

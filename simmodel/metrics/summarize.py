@@ -119,6 +119,8 @@ def passes_frame(passes: list[PassRecord]) -> pd.DataFrame:
 
 def events_frame(events: list[Event]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
+    # Async engines record a pass's begin when they commit it; order the log by time (stable for ties).
+    frame = frame.sort_values("time_ns", kind="stable", ignore_index=True)
     frame.insert(0, "time_s", frame.pop("time_ns") / NS_PER_S)
     names = [k.name.lower() for k in EventKind]
     frame["kind"] = pd.Categorical.from_codes(frame["kind"].to_numpy(dtype=np.int64), categories=names)

@@ -57,3 +57,16 @@ def test_idle_engine_admits_a_closed_loop_reaction_at_once(tmp_path):
     assert (res.requests.arrival_s * 1000).tolist() == pytest.approx([0, 30])
     assert res.requests.ttft_ms.tolist() == pytest.approx([20, 20])
     assert res.requests.e2e_ms.tolist() == pytest.approx([30, 30])
+
+
+def test_both_passes_committed_on_wake_see_the_same_arrivals(tmp_path):
+    """Three 5000→3 prompts at 0, budget 8192, context 16000: the idle engine commits pass 0 (A 5000 + B's
+    first 3192) and, at the same instant, pass 1, which still sees C: A's decode 1 + B's last 1808 + C's
+    5000 = 6809 tokens, mixed, 20–50. Tokens: A at 20; B and C at 50: TTFT [20, 50, 50]; A's third token
+    comes from the pass committed at 20 (50–60): E2E [60, 70, 70]."""
+    data = trace_scenario(write_csv_trace(tmp_path / "t.csv", [(0.0, 5000, 3)] * 3), **ASYNC)
+    data["engine"]["context_length"] = 16000
+    res = run_scenario(data)
+    assert res.requests.ttft_ms.tolist() == pytest.approx([20, 50, 50])
+    assert res.requests.e2e_ms.tolist() == pytest.approx([60, 70, 70])
+    assert res.passes.num_scheduled_tokens.tolist()[:2] == [8192, 6809]

@@ -58,6 +58,8 @@ def test_eager_launch_bounds(tmp_path, eager_ms, fraction, ttft):
 
 @pytest.mark.parametrize("change, message", [
     ({"scheduler": {"async_scheduling": False}}, "launch: models vLLM's async engine loop"),
+    ({"scheduler": {"async_scheduling": None}, "_engine": {"nextn": 1, "nextn_accepted": 1}},
+     "async_scheduling: true cannot|launch: models vLLM's async engine loop"),
     ({"parallelism": {"tensor": 2}}, "scheduler.launch: only one-GPU aggregated workers"),
 ])
 def test_launch_validation(change, message):
@@ -65,6 +67,9 @@ def test_launch_validation(change, message):
         "async_scheduling": True, "launch": {"decode_ms": 1, "piecewise_ms": 2, "eager_ms": 3}}}}})
     agg = data["engine"]["workers"]["aggregated"]
     for key, value in change.items():
-        agg.setdefault(key, {}).update(value)
+        if key == "_engine":
+            data["engine"].update(value)
+        else:
+            agg.setdefault(key, {}).update(value)
     with pytest.raises(ScenarioError, match=message):
         parse_scenario(data, Path("."))

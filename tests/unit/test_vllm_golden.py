@@ -14,8 +14,7 @@ not needed):
   ``[[seed, length], ...]``; :func:`prompt_ids` rebuilds the token ids and each request's
   ``prompt_crc`` checks the rebuild.
 * ``tests/golden/vllm_async/*.json`` (same recorder): vLLM's ``AsyncScheduler`` with and without
-  prefix caching, same record format. Skipped until ``VllmSchedulerConfig`` has an
-  ``async_scheduling`` field. ``run_steps`` must then emulate vLLM's ``EngineCore.step_with_batch_queue``
+  prefix caching, same record format. ``run_steps`` emulates vLLM's ``EngineCore.step_with_batch_queue``
   with a batch queue of 2, as the oracle does: ``S0, S1, U0, S2, U1, S3, U2, ...`` where ``Sk`` is the
   k-th ``schedule()`` and ``Uk`` is ``update_from_output`` of pass k. A new pass is scheduled while
   the queue holds fewer than 2 passes and the last pass scheduled something (or requests remain);

@@ -25,6 +25,8 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)
     resumed: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    kv_blocks_used: int = 0
+    """KV blocks in use on the rank once this pass was planned."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:
