@@ -60,7 +60,7 @@ class RequestStream:
     def block_content(self, i: int, num_prompt_tokens: int, block_size: int):
         """What each KV block of request ``i`` holds, for prefix caching: trace hash ids, a synthetic
         shared prefix, or content unique to the request."""
-        unique = ("request", i)
+        unique = (-1, i)  # integers only: hashes of str are salted per process
         if self.trace is not None and self.trace.hash_ids[i] is not None:
             return trace_block_content(self.trace.hash_ids[i], self.source.block_size, num_prompt_tokens,
                                        block_size, unique)
@@ -69,7 +69,7 @@ class RequestStream:
             group, limit = i % shared.groups, min(shared.tokens, num_prompt_tokens)
 
             def content(j: int) -> object:
-                return ("prefix", group, j) if (j + 1) * block_size <= limit else (unique, j)
+                return (-2, group, j) if (j + 1) * block_size <= limit else (unique, j)
             return content
         return lambda j: (unique, j)
 
