@@ -20,7 +20,7 @@ from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.worker import Worker
-from simmodel.errors import ScenarioError
+from simmodel.errors import ScenarioError, SimulationError
 from simmodel.metrics.records import Recorder
 from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, role_summary, summarize
 from simmodel.perf.roofline import RooflineTiming
@@ -264,8 +264,13 @@ class Simulation:
         started = time.perf_counter()
         if limit is None:
             self.env.run()
+            stalled = [r for r in self.requests if not r.status.is_finished]
+            if stalled:
+                raise SimulationError(f"the simulation stopped with {len(stalled)} request(s) unfinished and "
+                                      f"nothing left to happen (request {stalled[0].request_id} first)")
         elif limit >= self.env.now:
-            self.env.run(until=limit)
+            if limit > self.env.now:
+                self.env.run(until=limit)
             while self.env.peek() <= limit:  # events at the limit itself still happen
                 self.env.step()
         self.wall_time_s += time.perf_counter() - started

@@ -44,6 +44,9 @@ from simmodel.perf.roofline import Efficiency, HostOverhead
 from simmodel.traffic.traces import FORMATS
 
 _MISSING = object()
+# Bounds that keep every count and every simulated time (integer nanoseconds) well inside int64.
+MAX_INT = 1_000_000_000
+MAX_NUMBER = 1e9
 
 
 class _Node:
@@ -73,22 +76,26 @@ class _Node:
     def node(self, key: str, required: bool = False) -> _Node:
         return _Node(self.raw(key, _MISSING if required else None), self.at(key))
 
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1, maximum: int = MAX_INT) -> int:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise ScenarioError(f"{self.at(key)}: must be {rule}, got {_show(value)}")
+        if value > maximum:
+            raise ScenarioError(f"{self.at(key)}: must be at most {maximum:,}, got {_show(value)}")
         return value
 
     def number(self, key: str, default: Any = _MISSING, *, positive: bool = False,
-               maximum: float | None = None) -> float:
+               maximum: float | None = MAX_NUMBER, minimum: float | None = None) -> float:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
         ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
         ok = ok and (value > 0 if positive else value >= 0) and (maximum is None or value <= maximum)
+        if ok and minimum is not None and value < minimum:
+            raise ScenarioError(f"{self.at(key)}: must be at least {minimum:g}, got {_show(value)}")
         if not ok:
             rule = "a positive number" if positive else "a non-negative number"
             if maximum is not None:
@@ -262,14 +269,14 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     if load_type == "concurrency":
         load = LoadSpec(load_type, concurrency=ld.int("concurrency"))
     elif load_type == "poisson":
-        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True),
-                        seed=ld.int("seed", None, minimum=0))
+        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6),
+                        seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1))
     elif load_type == "constant_rate":
-        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True))
+        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6))
     else:
         if kind != "trace":
             raise ScenarioError(f"{ld.at('type')}: trace_timestamps needs traffic.source.type: trace")
-        load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True))
+        load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True, minimum=1e-6))
     ld.done()
 
     st = node.node("stop")
@@ -337,7 +344,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
-    seed = node.int("seed", 0, minimum=0)
+    seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
     speculation = _speculation(node, seed)
     workers = node.node("workers", required=True)
     names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
@@ -372,7 +379,7 @@ def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:
                 isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in rates)):
             raise ScenarioError(f"{sp.at('acceptance_rates')}: must be {k} numbers from 0 to 1 (draft i's chance "
                                 f"of acceptance given drafts before it were accepted)")
-        spec = SpeculationSpec("ngram", k, tuple(float(x) for x in rates), seed=sp.int("seed", seed, minimum=0))
+        spec = SpeculationSpec("ngram", k, tuple(float(x) for x in rates), seed=sp.int("seed", seed, minimum=0, maximum=2**32 - 1))
         sp.done()
         return spec
     if node.raw("nextn", None) is None:

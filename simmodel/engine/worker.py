@@ -47,6 +47,7 @@ class Worker:
         self.launch = launch
         """vLLM pass launch costs (``scheduler.launch``), or None."""
         self.prefill_schedule_interval = prefill_schedule_interval
+        self._passes_in_flight = 0
         self._wave_step = 0
         """Passes planned since the DP group last drained (vLLM's ``step_counter``, equal on every rank)."""
         self.plan_cutoff: int | None = None
@@ -99,8 +100,8 @@ class Worker:
 
     @property
     def is_idle(self) -> bool:
-        """True while the worker sleeps between busy periods (no pass in flight)."""
-        return self._wake is not None
+        """True while no pass of this worker is in flight (between busy periods, or between passes)."""
+        return self._passes_in_flight == 0
 
     # -- the pass barrier ----------------------------------------------------------------------
 
@@ -164,6 +165,7 @@ class Worker:
             if all(plan.is_empty for plan in plans):
                 if in_flight is None and pending is None:
                     if self.plan_cutoff is not None and self.has_requests():
+                        self._wave_step = 0  # drained: a new wave starts
                         yield Late(self.env)  # idle now: the requests that just arrived are read at once
                     else:
                         yield from self._sleep_until_work()
@@ -206,6 +208,7 @@ class Worker:
         return min(done, end)  # a launch never ends after its pass
 
     def _sleep_until_work(self) -> Generator[Event, Any, None]:
+        self._wave_step = 0  # the whole group drained: a new wave admits prefills at once
         if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
             yield Late(self.env)
             return
@@ -215,7 +218,6 @@ class Worker:
         if self.has_requests() and not any(rank.pool.num_used_blocks for rank in self.ranks):
             raise SimulationError(f"{self.role} worker {self.worker_id}: requests are queued but no rank can "
                                   f"schedule any of them")
-        self._wave_step = 0  # the whole group drained: a new wave admits prefills at once
         self._wake = self.env.event()
         yield self._wake
         self._wake = None
@@ -226,8 +228,13 @@ class Worker:
         (start, (busy ns per rank, provenance))."""
         start = self.env.now if start is None else start
         self._wave_step += 1
+        self._passes_in_flight += 1
         cost = self.timing.price(self._batch(plans))
-        busy = np.rint(cost.total_s * NS_PER_S).astype(np.int64)
+        seconds = cost.total_s
+        if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+            raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
+                                  f"{seconds.max():g} s, outside what the simulated clock can hold")
+        busy = np.rint(seconds * NS_PER_S).astype(np.int64)
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
         for rank, plan in zip(self.ranks, plans):
@@ -240,6 +247,7 @@ class Worker:
         outputs reach the clients at this instant."""
         busy, provenance = cost
         end = self.env.now if end is None else end
+        self._passes_in_flight -= 1
         self.num_passes += 1
         self.busy_ns += end - start
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):

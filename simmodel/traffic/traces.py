@@ -45,6 +45,12 @@ def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
         raise ScenarioError(f"{path}: trace has no requests")
     _check_rows(path, lines, arrival, isl, osl, dp_rank, require_monotone)
     _check_rows(path, lines, arrival, isl, osl, prefill_dp_rank, False, "prefill_dp_rank")
+    for values, rule in ((arrival - arrival.min(), "arrivals must span at most 1e9 s"),
+                         (isl, "input length must be at most 1,000,000,000"),
+                         (osl, "output length must be at most 1,000,000,000")):
+        if len(values) and values.max() > 1e9:
+            row = int(np.argmax(values))
+            raise ScenarioError(f"{path}:{lines[row]}: {rule}")
     return TraceData(arrival - arrival[0] if require_monotone else arrival - arrival.min(),
                      isl, osl, dp_rank, prefill_dp_rank, hash_ids)
 

@@ -86,17 +86,21 @@ def test_disaggregated_runs_drain_without_loss(seed, data):
     context = draw(st.integers(64, 400))
     role = lambda: {  # noqa: E731
         "parallelism": {"replicas": draw(st.integers(1, 2)), "attention_data": draw(st.integers(1, 2))},
-        "scheduler": {"max_sequences": draw(st.integers(1, 6)), "max_batched_tokens": draw(st.integers(8, 256))},
+        "scheduler": {"max_sequences": draw(st.integers(1, 6)), "max_batched_tokens": draw(st.integers(8, 256)),
+                      "async_scheduling": draw(st.booleans())},
         "kv_cache": {"block_size": 16, "capacity": {"type": "fixed",
                                                      "blocks": draw(st.integers(-(-context // 16), 60))}},
         "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 7, 20])), "decode_ms": 3}}
     scenario = make_scenario(
         traffic={"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": context - 1},
                             "output_tokens": {"distribution": "uniform", "min": 1, "max": 30}},
-                 "load": {"type": "poisson", "requests_per_second": draw(st.floats(5, 300))},
+                 "load": draw(st.sampled_from([{"type": "poisson", "requests_per_second": 50},
+                                               {"type": "concurrency", "concurrency": 4}])),
                  "stop": {"requests": draw(st.integers(1, 20))}},
         engine={"seed": seed, "context_length": context, "mode": "disaggregated",
-                "kv_transfer": {"bandwidth_gb_per_second": draw(st.floats(0.01, 100)), "bytes_per_token": 131072,
+                # None: transfers take no time (a handoff can land between two passes of the same instant)
+                "kv_transfer": {"bandwidth_gb_per_second": draw(st.one_of(st.none(), st.floats(0.01, 100))),
+                                "bytes_per_token": 131072,
                                 "contention": draw(st.sampled_from(["none", "shared_link"]))},
                 "workers": {"prefill": role(), "decode": role()}})
     del scenario["engine"]["workers"]["aggregated"]

@@ -149,3 +149,20 @@ def test_destination_missing_sends_only_the_blocks_the_decode_rank_lacks():
                        "load": {"type": "concurrency", "concurrency": 1}, "stop": {"requests": 2}}
     req = run_scenario(data).requests
     assert ((req.transfer_end_s - req.transfer_start_s) * 1000).tolist() == pytest.approx([10.24, 0.64])
+
+
+def test_zero_time_handoffs_release_prefill_blocks_between_passes():
+    """Regression: with no transfer time a handoff ends at the same instant its prefill pass ended, while the
+    prefill worker is between passes. Its KV must still be released (not left for a pass that never comes):
+    twelve closed-loop requests on a prefill pool that holds two prompts at a time all complete."""
+    data = disagg(prefill={"kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 12}},
+                           "scheduler": {"async_scheduling": True, "max_batched_tokens": 36, "max_sequences": 2}},
+                  decode={"scheduler": {"async_scheduling": True}})
+    del data["engine"]["kv_transfer"]["bandwidth_gb_per_second"]
+    data["engine"]["context_length"] = 137
+    data["traffic"] = {"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 1, "max": 136},
+                                  "output_tokens": {"distribution": "uniform", "min": 1, "max": 40}},
+                       "load": {"type": "concurrency", "concurrency": 4}, "stop": {"requests": 12}}
+    data["engine"]["seed"] = 5
+    res = run_scenario(data)
+    assert (res.requests.status == "completed").all() and len(res.requests) == 12

@@ -43,7 +43,7 @@ def worker(**fields) -> dict:
     (worker(kv_cache={"capacity": {"type": "default", "memory_fraction": 1.5}}),
      f"{AGG}.kv_cache.capacity.memory_fraction: must be a positive number at most 1"),
     (worker(timing={"type": "fixed", "prefill_ms": -1, "decode_ms": 1}),
-     f"{AGG}.timing.prefill_ms: must be a non-negative number, got -1"),
+     f"{AGG}.timing.prefill_ms: must be a non-negative number at most 1e+09, got -1"),
     (worker(timing={"type": "roofline"}), f"{AGG}.timing.type: must be one of default, fixed, polynomial"),
     (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers added during a run"),
     (worker(scheduler={"max_sequences": True}), f"{AGG}.scheduler.max_sequences: must be a positive integer, got true"),
@@ -65,7 +65,7 @@ def worker(**fields) -> dict:
     ({"traffic": {"source": {"output_tokens": {"distribution": "choice", "values": [1, 2], "weights": [1]}}}},
      "traffic.source.output_tokens.weights: must be 2 non-negative numbers"),
     ({"traffic": {"load": {"type": "poisson", "requests_per_second": 0}}},
-     "traffic.load.requests_per_second: must be a positive number, got 0"),
+     "traffic.load.requests_per_second: must be a positive number at most 1e+09, got 0"),
     ({"traffic": {"load": {"type": "trace_timestamps"}}}, "traffic.load.type: trace_timestamps needs traffic.source.type: trace"),
     ({"traffic": {"stop": {"requests": None}}}, "traffic.stop: synthetic traffic needs requests or max_virtual_time_seconds"),
 ])

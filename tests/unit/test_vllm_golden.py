@@ -35,7 +35,6 @@ the prefix-caching and async comparisons; the older sync set drops records with 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import struct
 import zlib
@@ -53,7 +52,6 @@ APC_FILES = sorted((GOLDEN_ROOT / "vllm_apc").glob("*.json"))
 ASYNC_FILES = sorted((GOLDEN_ROOT / "vllm_async").glob("*.json"))
 FIELDS = ("step", "scheduled", "preempted", "finished", "emitted")
 HIT_FIELDS = (*FIELDS, "hits")
-HAS_ASYNC = "async_scheduling" in {f.name for f in dataclasses.fields(VllmSchedulerConfig)}
 
 
 def test_enough_goldens() -> None:
@@ -196,8 +194,6 @@ def test_matches_vllm_prefix_caching(path: Path) -> None:
     _compare(golden, ours, HIT_FIELDS)
 
 
-@pytest.mark.skipif(not HAS_ASYNC, reason="VllmSchedulerConfig has no async_scheduling field: our scheduler "
-                    "does not model vLLM's async scheduling (batch queue of 2) yet")
 @pytest.mark.parametrize("path", ASYNC_FILES, ids=[p.stem for p in ASYNC_FILES])
 def test_matches_vllm_async(path: Path) -> None:
     golden = json.loads(path.read_text())
