@@ -1,0 +1,256 @@
+"""A page-size-1 radix prefix cache over token content for one rank (SGLang's ``RadixCache``).
+
+Token content is described by *segments*: a sequence is a list of ``(block, length)`` pairs, and the
+token at offset ``j`` of a segment is the token ``(block, j)``. Two sequences therefore share exactly
+the tokens of their common leading run of blocks, plus the common leading tokens of the first block
+they disagree on the length of (a Mooncake prompt's truncated last block shares its leading tokens).
+Mooncake requests map each hash id to a segment of ``trace_block_size`` tokens (the last one
+truncated); a synthetic unique prompt is one segment of its own; output tokens are one growing
+segment per request, never shared.
+
+The tree stores edges, not tokens: a node covers the tokens ``[start, end)`` of one block and its
+children are keyed by their first token ``(block, start)``, so a 40k-token prompt of 64-token blocks
+is ~625 nodes and a decode step extends its request's output leaf in place. Matching, insertion and
+eviction still work token by token (nodes split where sequences diverge). Capacity accounting
+(``num_free``) counts tokens in the tree plus tokens the scheduler has allocated but not inserted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Sequence
+
+Segments = Sequence[tuple[Hashable, int]]
+
+
+class RadixNode:
+    __slots__ = ("block", "start", "end", "children", "parent", "lock_ref", "last_access")
+
+    def __init__(self, block: Hashable, start: int, end: int, parent: RadixNode | None) -> None:
+        self.block = block
+        self.start = start
+        self.end = end
+        self.children: dict[tuple[Hashable, int], RadixNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = 0
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def __repr__(self) -> str:
+        return f"RadixNode({self.block!r}[{self.start}:{self.end}], lock={self.lock_ref})"
+
+
+class OutputBlock(tuple):
+    """Block key of a request's output tokens (extended in place by decode steps)."""
+
+    __slots__ = ()
+
+
+class RadixCache:
+    """Prefix cache of one rank holding at most ``capacity`` tokens (cached plus allocated)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.root = RadixNode(None, 0, 0, None)
+        self.root.lock_ref = 1
+        self.cached_tokens = 0
+        """Tokens held by tree nodes."""
+        self.evictable_tokens = 0
+        """Tokens of nodes nobody locks."""
+        self.allocated_tokens = 0
+        """Tokens allocated to requests and not (yet) in the tree."""
+        self._clock = 0
+
+    # -- capacity -----------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return self.capacity - self.cached_tokens - self.allocated_tokens
+
+    @property
+    def num_evictable(self) -> int:
+        return self.evictable_tokens
+
+    def allocate(self, num_tokens: int) -> bool:
+        """Reserve ``num_tokens`` token slots, evicting unlocked cached tokens if needed."""
+        if num_tokens > self.num_free:
+            self.evict(num_tokens - self.num_free)
+        if num_tokens > self.num_free:
+            return False
+        self.allocated_tokens += num_tokens
+        return True
+
+    def release(self, num_tokens: int) -> None:
+        """Give back allocated (not inserted) slots."""
+        self.allocated_tokens -= num_tokens
+
+    # -- matching -----------------------------------------------------------------------------
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _split(self, node: RadixNode, at: int) -> RadixNode:
+        """Split ``node`` after its first ``at`` tokens; returns the new upper node (same key)."""
+        upper = RadixNode(node.block, node.start, node.start + at, node.parent)
+        upper.lock_ref = node.lock_ref
+        upper.last_access = node.last_access
+        node.parent.children[(node.block, node.start)] = upper
+        node.start += at
+        node.parent = upper
+        upper.children[(node.block, node.start)] = node
+        return upper
+
+    def _walk(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
+        node, matched = self.root, 0
+        for block, seg_len in segments:
+            off = 0
+            while off < seg_len:
+                if limit is not None and matched >= limit:
+                    return matched, node
+                child = node.children.get((block, off))
+                if child is None:
+                    return matched, node
+                n = min(child.end, seg_len) - off
+                if limit is not None:
+                    n = min(n, limit - matched)
+                if n < child.length:
+                    matched += n
+                    if split:
+                        node = self._split(child, n)
+                    return matched, node
+                matched += n
+                off += n
+                node = child
+        return matched, node
+
+    def match(self, segments: Segments, limit: int | None = None) -> tuple[int, RadixNode]:
+        """Longest cached prefix of the sequence (at most ``limit`` tokens): (length, last node).
+
+        The last node covers exactly the matched tokens (a partly matched node is split), and the
+        path is marked as just used."""
+        matched, node = self._walk(segments, limit, split=True)
+        self._touch(node)
+        return matched, node
+
+    def match_length(self, segments: Segments, limit: int | None = None) -> int:
+        """Length of the longest cached prefix; changes nothing."""
+        return self._walk(segments, limit, split=False)[0]
+
+    def _touch(self, node: RadixNode) -> None:
+        t = self._tick()
+        while node is not None and node is not self.root:
+            node.last_access = t
+            node = node.parent
+
+    # -- insertion ----------------------------------------------------------------------------
+    def insert(self, segments: Segments, num_tokens: int | None = None) -> tuple[int, RadixNode]:
+        """Insert the first ``num_tokens`` tokens of the sequence (all by default).
+
+        Returns (tokens that were new to the tree, node ending at the last inserted token)."""
+        remaining = sum(n for _, n in segments) if num_tokens is None else num_tokens
+        node, added = self.root, 0
+        for block, seg_len in segments:
+            if remaining <= 0:
+                break
+            off = 0
+            seg_len = min(seg_len, off + remaining)
+            # Moving on from a node that ends inside its block needs a node boundary (divergence).
+            while off < seg_len:
+                child = node.children.get((block, off))
+                if child is None:
+                    if (not node.children and node is not self.root and node.block == block
+                            and node.end == off and isinstance(block, OutputBlock)):
+                        # Extend a request's own output leaf in place.
+                        n = seg_len - off
+                        node.end += n
+                        if node.lock_ref == 0:
+                            self.evictable_tokens += n
+                    else:
+                        new = RadixNode(block, off, seg_len, node)
+                        node.children[(block, off)] = new
+                        self.evictable_tokens += new.length
+                        node = new
+                    n = seg_len - off
+                    added += n
+                    self.cached_tokens += n
+                    off = seg_len
+                    break
+                n = min(child.end, seg_len) - off
+                if n < child.length:
+                    child = self._split(child, n)
+                off += n
+                node = child
+            remaining -= seg_len
+        self._touch(node)
+        return added, node
+
+    # -- locking ------------------------------------------------------------------------------
+    def lock(self, node: RadixNode) -> None:
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_tokens -= node.length
+            node.lock_ref += 1
+            node = node.parent
+
+    def unlock(self, node: RadixNode) -> None:
+        while node is not self.root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_tokens += node.length
+            node = node.parent
+
+    # -- eviction -----------------------------------------------------------------------------
+    def evict(self, num_tokens: int) -> int:
+        """Evict least recently used unlocked leaves (whole nodes) until ``num_tokens`` are freed."""
+        heap = [(n.last_access, id(n), n) for n in self._leaves() if n.lock_ref == 0]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < num_tokens and heap:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            del parent.children[(leaf.block, leaf.start)]
+            freed += leaf.length
+            self.cached_tokens -= leaf.length
+            self.evictable_tokens -= leaf.length
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        return freed
+
+    def _leaves(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node is not self.root:
+                yield node
+
+    def check(self) -> None:
+        """Recount cached and evictable tokens (tests)."""
+        cached = evictable = 0
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            cached += node.length
+            evictable += node.length if node.lock_ref == 0 else 0
+            stack.extend(node.children.values())
+        assert cached == self.cached_tokens, (cached, self.cached_tokens)
+        assert evictable == self.evictable_tokens, (evictable, self.evictable_tokens)
+        assert self.num_free >= 0
+
+
+def mooncake_segments(hash_ids: Sequence[int], num_tokens: int, block_size: int) -> list[tuple[Hashable, int]]:
+    """Segments of a Mooncake prompt: each hash id stands for ``block_size`` tokens, the last truncated."""
+    segs = []
+    left = num_tokens
+    for h in hash_ids:
+        if left <= 0:
+            break
+        n = min(block_size, left)
+        segs.append((h, n))
+        left -= n
+    if left > 0:
+        raise ValueError("hash_ids cover fewer tokens than the prompt")
+    return segs

@@ -1,0 +1,292 @@
+"""SGLang's scheduler as NVIDIA Dynamo's mocker models it (aisimulate-core 0.13.0), for one rank.
+
+Plain Python, no time passes inside. Rules (``docs/research/sglang-mocker-rules.md``):
+
+1. prefill-first, passes never mix: if a prefill (EXTEND) batch forms it runs alone, else running
+   requests decode one token each;
+2. per pass a chunk budget (``chunked_prefill_size // attention_data``) and ``max_prefill_tokens``;
+   a request that does not fit the rest of the chunk budget is chunked to exactly that and resumed
+   first next pass;
+3. a page-size-1 radix cache (:mod:`simmodel.engine.radix_cache`): the hit is matched once per
+   (re)admission (capped at the sequence length - 1), the prompt is inserted at the end of its
+   prefill pass, decode tokens every step, finished sequences stay cached and evictable;
+4. admission while ``extend + clipped output < available + evictable - reservations``, where running
+   requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend
+   and full clipped output; the ratio decays on every decode pass and is never reset when idle;
+5. retraction before a decode pass whose KV need exceeds available + evictable;
+6. FCFS or LPM ordering of the waiting queue.
+
+Rule 7 (``prefill_decode_interval``) is the caller's: ``schedule(prefill_blocked=True)`` only decodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from simmodel.engine.radix_cache import OutputBlock, RadixCache, RadixNode, mooncake_segments
+from simmodel.engine.request import Request, RequestStatus
+from simmodel.engine.scheduler.base import SchedulerOutput
+
+RETRACT_DECODE_STEPS = 20
+LPM_FCFS_QUEUE_THRESHOLD = 128
+IN_BATCH_PREFIX_THRESHOLD = 32
+
+
+@dataclass(frozen=True, slots=True)
+class SglangSchedulerConfig:
+    """The SGLang server arguments the mocker's scheduler reads (per engine; see ``for_rank``)."""
+
+    max_running_requests: int = 256
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    clip_max_new_tokens: int = 4096
+    attention_data: int = 1
+    """Attention-DP ranks of the engine (the chunk budget is divided by it, the ratio scaled)."""
+    prefill_decode_interval: int = 0
+    """Rounds after a prefill round that cannot prefill (applied by the caller, rule 7)."""
+    trace_block_size: int = 64
+    """Tokens per Mooncake hash id."""
+
+    def __post_init__(self) -> None:
+        if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
+            raise ValueError(f"unknown schedule_policy {self.schedule_policy!r}")
+
+    @property
+    def chunk_budget(self) -> int:
+        return self.chunked_prefill_size // self.attention_data
+
+    @property
+    def init_new_token_ratio(self) -> float:
+        cons = self.schedule_conservativeness * (0.3 if self.attention_data > 1 else 1.0)
+        return min(0.7 * cons, 1.0)
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return min(0.14 * self.init_new_token_ratio, 1.0)
+
+    @property
+    def new_token_ratio_decay(self) -> float:
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / 600
+
+
+class _State:
+    """What the scheduler keeps per request (``Request`` has fixed slots)."""
+
+    __slots__ = ("prompt_segments", "output_block", "node", "allocated", "hit")
+
+    def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock) -> None:
+        self.prompt_segments = prompt_segments
+        self.output_block = output_block
+        self.node: RadixNode | None = None
+        """Deepest locked tree node (covers the request's KV in the tree)."""
+        self.allocated = 0
+        """Token slots allocated this pass, inserted into the tree when the pass ends."""
+        self.hit = 0
+
+
+class SglangScheduler:
+    """Per-rank SGLang scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
+
+    def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
+        self.config = config
+        self.cache = RadixCache(num_kv_tokens)
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.chunked: Request | None = None
+        """The request whose prompt was cut at the chunk budget; resumed first next pass."""
+        self.new_token_ratio = config.init_new_token_ratio
+        self._states: dict[Request, _State] = {}
+        self.num_retractions = 0
+
+    # -- queue --------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request not in self._states:
+            if request.hash_ids is not None:
+                segs = mooncake_segments(request.hash_ids, request.num_prompt_tokens,
+                                         self.config.trace_block_size)
+            else:
+                segs = [(("prompt", request.request_id), request.num_prompt_tokens)]
+            self._states[request] = _State(segs, OutputBlock(("out", request.request_id)))
+        self.waiting.append(request)
+
+    def has_requests(self) -> bool:
+        return bool(self.running or self.waiting or self.chunked)
+
+    def _segments(self, request: Request, st: _State) -> list[tuple[Hashable, int]]:
+        if request.num_output_tokens:
+            return [*st.prompt_segments, (st.output_block, request.num_output_tokens)]
+        return st.prompt_segments
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def schedule(self, prefill_blocked: bool = False) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if not prefill_blocked and (self.waiting or self.chunked is not None):
+            self._schedule_prefill(out)
+            if out.requests:
+                return out
+        if self.running:
+            self._schedule_decode(out)
+        return out
+
+    def _clipped_remaining(self, request: Request) -> int:
+        return min(request.max_tokens - request.num_output_tokens, self.config.clip_max_new_tokens)
+
+    def _order_waiting(self) -> None:
+        if self.config.schedule_policy != "lpm" or len(self.waiting) > LPM_FCFS_QUEUE_THRESHOLD:
+            return
+        cache, states = self.cache, self._states
+        temp = RadixCache(1 << 62)
+        keys: dict[Request, float] = {}
+        for r in self.waiting:
+            segs = self._segments(r, states[r])
+            n = r.num_tokens
+            hit = cache.match_length(segs, n - 1)
+            keys[r] = -hit
+            if hit <= IN_BATCH_PREFIX_THRESHOLD:
+                if temp.match_length(segs, n - 1) >= IN_BATCH_PREFIX_THRESHOLD:
+                    keys[r] = float("inf")
+                else:
+                    temp.insert(segs)
+        self.waiting.sort(key=keys.__getitem__)
+
+    def _schedule_prefill(self, out: SchedulerOutput) -> None:
+        cfg, cache, states = self.config, self.cache, self._states
+        clip_ratio = self.new_token_ratio
+        offset = sum(self._clipped_remaining(r) * clip_ratio for r in self.running)
+        rem_chunk, rem_input = cfg.chunk_budget, cfg.max_prefill_tokens
+        batch: list[tuple[Request, int, int]] = []  # (request, context, new tokens)
+
+        chunked = self.chunked
+        if chunked is not None:
+            extend = chunked.num_tokens - chunked.num_computed_tokens
+            take = min(extend, rem_chunk)
+            ends = take == extend
+            offset += take + (self._clipped_remaining(chunked) if ends else 0)
+            rem_chunk -= take
+            rem_input -= take
+            batch.append((chunked, chunked.num_computed_tokens, take))
+            self.chunked = None if ends else chunked
+
+        self._order_waiting()
+        admitted = 0
+        for r in self.waiting:
+            if len(self.running) + len(batch) >= cfg.max_running_requests:
+                break
+            if rem_chunk <= 0 or rem_input <= 0 or self.chunked is not None:
+                break
+            st = states[r]
+            n = r.num_tokens
+            segs = self._segments(r, st)
+            hit, node = cache.match(segs, n - 1)
+            extend = n - hit
+            reserve = self._clipped_remaining(r)
+            take = min(extend, rem_chunk)
+            cache.lock(node)  # the check sees the hit locked (SGLang's ``_lock_node``)
+            if extend + reserve >= cache.num_free + cache.num_evictable - offset or take > rem_input:
+                cache.unlock(node)
+                break
+            st.node, st.hit = node, hit
+            r.num_computed_tokens = hit
+            if r.num_preemptions == 0:
+                r.num_cached_tokens = hit
+            if take < extend:
+                self.chunked = r
+                offset += take
+            else:
+                offset += extend + reserve
+            rem_chunk -= take
+            rem_input -= take
+            batch.append((r, hit, take))
+            admitted += 1
+            (out.resumed if r.status is RequestStatus.PREEMPTED else out.admitted).append(r)
+            r.status = RequestStatus.RUNNING
+        if admitted:
+            del self.waiting[:admitted]
+
+        for r, ctx, take in batch:
+            if not cache.allocate(take):
+                raise RuntimeError("SGLang scheduler over-committed the KV cache")
+            states[r].allocated = take
+            out.requests.append(r)
+            out.num_new_tokens.append(take)
+            out.num_context_tokens.append(ctx)
+            out.is_decode.append(False)
+            out.samples.append(ctx + take >= r.num_tokens)
+            r.is_prefill_chunk = ctx + take < r.num_tokens
+
+    def _schedule_decode(self, out: SchedulerOutput) -> None:
+        cfg, cache = self.config, self.cache
+        running = self.running
+        if len(running) > cache.num_free + cache.num_evictable:
+            while len(running) > 1 and len(running) > cache.num_free + cache.num_evictable:
+                victim = min(running, key=lambda r: r.num_output_tokens)
+                running.remove(victim)
+                self._retract(victim, out)
+            decoded = sum(r.num_output_tokens for r in running)
+            max_new = sum(r.max_tokens for r in running)
+            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
+        else:
+            self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
+                                       cfg.min_new_token_ratio)
+        for r in running:
+            if not cache.allocate(1):
+                raise RuntimeError("SGLang scheduler ran out of KV for a decode step")
+            self._states[r].allocated = 1
+            out.requests.append(r)
+            out.num_new_tokens.append(1)
+            out.num_context_tokens.append(r.num_computed_tokens)
+            out.is_decode.append(True)
+            out.samples.append(True)
+
+    def _retract(self, request: Request, out: SchedulerOutput) -> None:
+        st = self._states[request]
+        self.cache.unlock(st.node)
+        st.node = None
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.PREEMPTED
+        request.num_preemptions += 1
+        self.num_retractions += 1
+        self.waiting.append(request)
+        out.preempted.append(request)
+
+    # -- results ------------------------------------------------------------------------------
+    def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:
+        """Insert the pass's KV into the tree, append one token to every request that sampled."""
+        cache, states = self.cache, self._states
+        sampled: list[Request] = []
+        finished: list[Request] = []
+        prefill = bool(output.is_decode) and not output.is_decode[0]
+        for r, ctx, new, samples in zip(output.requests, output.num_context_tokens,
+                                        output.num_new_tokens, output.samples):
+            st = states[r]
+            computed = ctx + new
+            cache.release(st.allocated)
+            st.allocated = 0
+            _, node = cache.insert(self._segments(r, st), computed)
+            cache.lock(node)
+            cache.unlock(st.node)
+            st.node = node
+            r.num_computed_tokens = computed
+            if not samples:
+                continue
+            if prefill and r.num_preemptions and r.num_output_tokens:
+                # The mocker's re-prefill after a retraction samples no new token (matches the goldens:
+                # a retracted request's E2E is one decode pass longer than SGLang's re-prefill gives).
+                self.running.append(r)
+                continue
+            r.num_output_tokens += 1
+            sampled.append(r)
+            if r.num_output_tokens >= r.max_tokens:
+                r.status = RequestStatus.FINISHED
+                cache.unlock(st.node)
+                st.node = None
+                finished.append(r)
+                del states[r]
+            elif prefill:
+                self.running.append(r)
+        if finished and not prefill:
+            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        return sampled, finished
