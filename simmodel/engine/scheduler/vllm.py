@@ -343,7 +343,9 @@ class VllmScheduler:
             num_tokens = request.num_prompt_tokens + request.num_output_tokens
             if asynchronous and self.caching and status is running:
                 # vLLM caches the blocks the delivered tokens fill, also for a request about to finish.
-                self.pool.cache_full_blocks(request, request.num_computed_tokens - request.num_output_placeholders)
+                known = request.num_computed_tokens - request.num_output_placeholders
+                if known // self.block_size > request.num_cached_blocks:
+                    self.pool.cache_full_blocks(request, known)
             if request.num_output_tokens >= request.max_tokens or num_tokens >= max_model_len:
                 request.num_draft_tokens = 0
                 request.status = RequestStatus.FINISHED
