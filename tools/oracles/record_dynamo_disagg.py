@@ -57,17 +57,17 @@ Requests are listed by arrival; requests that arrive together are queued in list
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import random
 import sys
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_io import REPO, compact, emit, package_versions, parse_args  # noqa: E402
+
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_disagg"
 
 PREFILL_MS = 20.0
@@ -341,18 +341,13 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
 
 
 def _versions() -> dict:
-    out = {}
-    for pkg in ("ai-dynamo", "ai-dynamo-runtime"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
+    out = package_versions("ai-dynamo", "ai-dynamo-runtime")
     return out
 
 
 def dumps(golden: dict) -> str:
     """Compact JSON with one request / result per line."""
-    d = lambda x: json.dumps(x, separators=(",", ":"), sort_keys=False)  # noqa: E731
+    d = compact
     lines = ["{"]
     for key in ("name", "description", "peer"):
         lines.append(f"{d(key)}:{d(golden[key])},")
@@ -377,10 +372,7 @@ def dumps(golden: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare with the files on disk, write nothing")
-    ap.add_argument("--only", nargs="*", default=None, help="stream names to record (default: all)")
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stale = 0
@@ -391,13 +383,7 @@ def main(argv=None) -> int:
             text = dumps(record_stream(spec, tmpdir))
             json.loads(text)  # well-formed
             path = OUT_DIR / f"{spec['name']}.json"
-            if args.check:
-                same = path.exists() and path.read_text() == text
-                stale += not same
-                print(f"{'ok   ' if same else 'DIFF '} {path.relative_to(REPO)}")
-            else:
-                path.write_text(text)
-                print(f"wrote {path.relative_to(REPO)} ({len(text)} bytes)")
+            stale += emit(path, text, args.check)
     return 1 if stale else 0
 
 
