@@ -43,3 +43,20 @@ def emit(path: Path, text: str, check: bool, note: str = "") -> bool:
     path.write_text(text)
     print(f"wrote {path.relative_to(REPO)} ({len(text)} bytes{'; ' + note if note else ''})")
     return False
+
+
+def vllm_oracle_config(cfg: dict) -> dict:
+    """The keyword arguments of ``vllm_sched_oracle.run`` for a golden stream's config (sync and
+    without prefix caching unless the config says otherwise)."""
+    return dict(
+        block_size=cfg["block_size"],
+        num_gpu_blocks=cfg["num_gpu_blocks"],
+        max_num_seqs=cfg["max_num_seqs"],
+        max_num_batched_tokens=cfg["max_num_batched_tokens"],
+        max_model_len=cfg["max_model_len"],
+        enable_chunked_prefill=cfg["enable_chunked_prefill"],
+        async_scheduling=cfg.get("async_scheduling", False),
+        enable_prefix_caching=cfg.get("enable_prefix_caching", False),
+        long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+        scheduler_reserve_full_isl=cfg["reserve_full_isl"],
+    )

@@ -31,6 +31,9 @@ import random
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_io import vllm_oracle_config  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_DIR = Path(os.environ.get("VLLM_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
 OUT_DIR = REPO / "tests" / "golden" / "vllm"
@@ -223,18 +226,7 @@ def _postprocess(streams_list):
 # ---------------------------------------------------------------------------------------------
 
 def record(name: str, cfg: dict, reqs: list[dict], run, vllm_version: str) -> dict:
-    oracle_cfg = dict(
-        block_size=cfg["block_size"],
-        num_gpu_blocks=cfg["num_gpu_blocks"],
-        max_num_seqs=cfg["max_num_seqs"],
-        max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        max_model_len=cfg["max_model_len"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"],
-        async_scheduling=False,
-        enable_prefix_caching=False,
-        long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        scheduler_reserve_full_isl=cfg["reserve_full_isl"],
-    )
+    oracle_cfg = vllm_oracle_config(cfg)
     buf = io.StringIO()
     summary = run(reqs, oracle_cfg, out=buf, max_idle_steps=50)
     assert summary["initial_free_blocks"] == cfg["num_gpu_blocks"] - 1, name

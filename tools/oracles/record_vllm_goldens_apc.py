@@ -58,6 +58,9 @@ import sys
 import zlib
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_io import vllm_oracle_config  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_DIR = Path(os.environ.get("VLLM_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
 OUT_DIRS = {"apc": REPO / "tests" / "golden" / "vllm_apc", "async": REPO / "tests" / "golden" / "vllm_async"}
@@ -460,18 +463,7 @@ def _spying_build_scheduler(build, hit_log: list):
 
 
 def record(name: str, cfg: dict, reqs: list[dict], oracle, vllm_version: str) -> dict:
-    oracle_cfg = dict(
-        block_size=cfg["block_size"],
-        num_gpu_blocks=cfg["num_gpu_blocks"],
-        max_num_seqs=cfg["max_num_seqs"],
-        max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        max_model_len=cfg["max_model_len"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"],
-        async_scheduling=cfg["async_scheduling"],
-        enable_prefix_caching=cfg["enable_prefix_caching"],
-        long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        scheduler_reserve_full_isl=cfg["reserve_full_isl"],
-    )
+    oracle_cfg = vllm_oracle_config(cfg)
     oracle_reqs = []
     for r in reqs:
         spec = {k: r[k] for k in ("id", "arrival_step", "prompt_tokens", "output_tokens")}
