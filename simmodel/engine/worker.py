@@ -54,7 +54,6 @@ class Worker:
         """Async scheduling: requests arriving at or after this time are not seen by the pass being planned."""
         self.ranks: list[Rank] = []
         self.num_passes = 0
-        self.busy_ns = 0
         self.provenance_counts: dict[str, int] = {}
         self._plans: list[SchedulerOutput | None] = []
         self._num_submitted = 0
@@ -249,7 +248,6 @@ class Worker:
         end = self.env.now if end is None else end
         self._passes_in_flight -= 1
         self.num_passes += 1
-        self.busy_ns += end - start
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
             rank.finish_pass(plan, start, end, rank_busy, provenance, self.env.now)
 

@@ -103,7 +103,6 @@ class TrafficSource:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
         self.requests: list[Request] = []
-        self.exhausted = False
 
     def _has_next(self) -> bool:
         limit = self.stream.limit
@@ -121,7 +120,6 @@ class TrafficSource:
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
             self._inject()
-        self.exhausted = True
 
     def _inject(self) -> None:
         """Create request number ``len(self.requests)`` now; loop while closed-loop rejections return at once."""
