@@ -60,8 +60,9 @@ def test_prefill_context_is_not_modeled_by_the_default_timing():
 
 def test_timing_knobs_reach_the_model():
     data = make_scenario(engine={"workers": {"aggregated": {"timing": {
-        "type": "default", "compute_efficiency": 0.5, "host_overhead_ms": {"decode": 0.25}}}}})
+        "type": "default", "compute_efficiency": 0.5, "host_overhead_ms": {"decode": 0.25}, "per_layer_us": 10}}}})
     timing = role_of(data).timing
+    assert timing.host.per_layer_us == 10
     assert timing.efficiency.compute == 0.5 and timing.efficiency.memory == Efficiency().memory
     assert (timing.host.decode_ms, timing.host.prefill_ms) == (0.25, HostOverhead().prefill_ms)
     bad = make_scenario(engine={"workers": {"aggregated": {"timing": {"type": "default", "memory_efficiency": 0}}}})
