@@ -17,11 +17,14 @@ from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
+from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
+from simmodel.engine.vision_encoder import RankVision, image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.metrics.records import Recorder
+from simmodel.frontend.stages import Frontend, StageSpec
+from simmodel.metrics.records import EventKind, Recorder
 from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, role_summary, summarize
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
@@ -59,6 +62,19 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
         except ScenarioError as exc:
             raise ScenarioError(f"engine.workers.{role.name}.timing: {exc}") from None
     return PolynomialTiming()
+
+
+def frontend_summary(frontends: list[Frontend]) -> list[dict]:
+    """Per frontend stage, over every worker's frontend: requests served, mean wait and mean service."""
+    rows = []
+    for index, stage in enumerate(frontends[0].stages):
+        served = sum(f.stages[index].num_served for f in frontends)
+        wait = sum(f.stages[index].total_wait_ns for f in frontends)
+        service = sum(f.stages[index].total_service_ns for f in frontends)
+        rows.append({"stage": stage.spec.name, "workers": stage.spec.workers, "requests": served,
+                     "mean_wait_ms": wait / served / 1e6 if served else None,
+                     "mean_service_ms": service / served / 1e6 if served else None})
+    return rows
 
 
 def load_trace(scenario: Scenario) -> TraceData | None:
@@ -123,6 +139,12 @@ class Simulation:
         self.env = simpy.Environment()
         self.recorder = Recorder(keep_events)
         engine = scenario.engine
+        self.images = getattr(scenario.traffic.source, "images", None)
+        self.front_role = "prefill" if engine.mode == "disaggregated" else "aggregated"
+        self.image_tokens = 0 if self.images is None else image_tokens(engine.workers[self.front_role].deployment,
+                                                                       self.images)
+        self.frontends: dict[int, Frontend] = {}
+        """SGLang: each front worker's frontend stage pools, by worker id."""
         self.pools: dict[str, list[Worker]] = {name: self._build_pool(role) for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
         self._next_worker = dict.fromkeys(self.pools, 0)
@@ -130,9 +152,12 @@ class Simulation:
         if engine.mode == "disaggregated":
             assert engine.kv_transfer is not None
             self.transfer = KvTransfer(self.env, engine.kv_transfer, kv_transfer_bytes_per_token(scenario),
-                                       self.pools["prefill"], self.pools["decode"], self._pick_decode, self.recorder)
+                                       self.pools["prefill"], self.pools["decode"], self._pick_decode, self.recorder,
+                                       destination_first=engine.backend == "sglang")
         load = scenario.traffic.load
-        self.source = TrafficSource(self.env, RequestStream(scenario, trace), self._place, self.recorder,
+        stream = RequestStream(scenario, trace)
+        stream.extra_prompt_tokens = self.image_tokens
+        self.source = TrafficSource(self.env, stream, self._place, self.recorder,
                                     serving_context_length(scenario),
                                     load.concurrency if load.type == "concurrency" else 0)
         cutoff = scenario.traffic.stop.max_virtual_time_seconds
@@ -148,6 +173,8 @@ class Simulation:
         """``replicas`` workers of ``attention_data`` ranks, each rank with its own scheduler and KV pool."""
         engine = self.scenario.engine
         timing = make_timing(role, engine.backend)
+        if engine.backend == "sglang":
+            return self._build_sglang_pool(role, timing)
         sched_cfg = VllmSchedulerConfig(
             max_num_seqs=role.scheduler.max_sequences,
             max_num_batched_tokens=role.scheduler.max_batched_tokens,
@@ -172,6 +199,39 @@ class Simulation:
             workers.append(worker)
         return workers
 
+    def _build_sglang_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
+        """SGLang workers: each rank an ``SglangScheduler`` over a page-size-1 radix cache of
+        ``num_kv_blocks`` tokens. The per-pass prefill budget is SGLang's ``chunked_prefill_size`` (8192),
+        or the role's ``max_batched_tokens`` with the host loop or images encoded on the worker."""
+        spec = role.scheduler.sglang
+        assert spec is not None
+        images = getattr(self.scenario.traffic.source, "images", None) is not None
+        chunk = role.scheduler.max_batched_tokens if (role.host_loop or images) else spec.chunked_prefill_size
+        trace_block = getattr(self.scenario.traffic.source, "block_size", 64)
+        cfg = SglangSchedulerConfig(
+            max_running_requests=role.scheduler.max_sequences, chunked_prefill_size=chunk,
+            max_prefill_tokens=spec.max_prefill_tokens, schedule_policy=spec.schedule_policy,
+            schedule_conservativeness=spec.schedule_conservativeness, clip_max_new_tokens=spec.clip_max_new_tokens,
+            attention_data=role.parallelism.attention_data, prefill_decode_interval=spec.prefill_decode_interval,
+            trace_block_size=trace_block, base_new_token_ratio=spec.init_new_token_ratio,
+            min_new_token_ratio_factor=spec.min_new_token_ratio_factor,
+            new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop)
+        workers = []
+        for w in range(role.parallelism.replicas):
+            worker = Worker(self.env, w, timing, role.name, async_scheduling=role.host_loop,
+                            prefill_decode_interval=spec.prefill_decode_interval)
+            for r in range(role.parallelism.attention_data):
+                scheduler = SglangScheduler(cfg, role.num_kv_blocks)
+                worker.add_rank(Rank(self.env, worker, r, scheduler, self.recorder))
+            if self.images is not None and role.name == self.front_role:
+                worker.vision = [RankVision(role.deployment, self.images, role.vision, role.timing.efficiency)
+                                 for _ in worker.ranks]
+            if role.frontend is not None:
+                self.frontends[w] = Frontend(self.env, [StageSpec(s.name, s.workers, s.service_ms, s.concurrency_scale)
+                                                        for s in role.frontend.stages])
+            workers.append(worker)
+        return workers
+
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True) -> Simulation:
         """Load, override and validate a scenario file, then build its model."""
@@ -190,8 +250,10 @@ class Simulation:
         self._next_worker[role] = (self._next_worker[role] + 1) % len(pool)
         return worker
 
-    def _place(self, request: Request) -> Rank:
+    def _place(self, request: Request) -> Rank | None:
         """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool."""
+        if self.scenario.engine.backend == "sglang":
+            return self._place_sglang(request)
         if self.transfer is None:
             request.block_keys = self._block_keys(request, "aggregated")
             return self._next_in("aggregated").place(request)
@@ -204,6 +266,51 @@ class Simulation:
         leg.on_finish = self._handoff
         request.kv_transferred = True
         return self._next_in("prefill").place(leg)
+
+    def _place_sglang(self, request: Request) -> Rank | None:
+        """SGLang: the prompt's radix segments (images first); through the front worker's frontend stages
+        when it has some; disaggregated, destination-first (the decode rank reserves the prompt's KV, then
+        the prefill leg is placed)."""
+        i = request.request_id
+        text = self.source.stream.prompt_segments(i, request.num_prompt_tokens - self.image_tokens)
+        if self.images is not None:
+            per = self.image_tokens // self.images.count
+            shared = self.images.identity == "shared"
+            text = [((-4, k) if shared else (-4, i, k), per) for k in range(self.images.count)] + text
+        request.prompt_segments = text
+        front = self._next_in(self.front_role)
+        frontend = self.frontends.get(front.worker_id)
+        if frontend is None:
+            return self._route_sglang(request, front)
+
+        def done() -> None:
+            request.frontend_ns = self.env.now - request.arrived_at
+            rank = self._route_sglang(request, front)
+            self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i,
+                                request.num_prompt_tokens, rank.role)
+        frontend.submit(i, done)
+        return None
+
+    def _route_sglang(self, request: Request, front: Worker) -> Rank:
+        if self.transfer is None:
+            return front.place(request)
+        leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
+                      request.prefill_dp_rank_hint)
+        leg.prompt_segments = request.prompt_segments
+        leg.bootstrap, leg.client = True, request
+        request.prefill_leg = leg
+        leg.on_finish = self._handoff
+        request.kv_transferred = True
+        target = self._pick_decode(request)
+
+        def place_leg(leg: Request) -> None:  # the decode side reserved: the prefill leg may queue
+            rank = front.place(leg)
+            self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id,
+                                leg.request_id, leg.num_prompt_tokens, rank.role)
+        self.transfer.expect(target, request, place_leg)
+        target.add_prealloc(request)
+        target.worker.notify()
+        return target
 
     def _acceptance(self):
         """Each rank's draft-acceptance model, with its own seeded stream (ranks in build order)."""
@@ -307,6 +414,9 @@ class Simulation:
                 request.num_preemptions = leg.num_preemptions
                 request.num_cached_tokens = leg.num_cached_tokens
         requests = requests_frame(self.requests, disaggregated)
+        if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
+            requests["frontend_ms"] = [r.frontend_ns / 1e6
+                                       for r in self.requests]
         roles = {}
         for name, role in self.scenario.engine.workers.items():
             p = role.parallelism
@@ -332,4 +442,19 @@ class Simulation:
         if disaggregated:
             assert self.transfer is not None
             summary["num_kv_transfers"] = self.transfer.num_transfers
+        if self.scenario.engine.backend == "sglang":
+            summary["num_retractions"] = sum(rank.scheduler.num_retractions for w in self.workers for rank in w.ranks)
+        if self.frontends:
+            summary["frontend"] = frontend_summary(list(self.frontends.values()))
+        if self.images is not None:
+            encoders = [v for w in self.pools[self.front_role] for v in (w.vision or [])]
+            hits = sum(v.cache.num_hits for v in encoders)
+            misses = sum(v.cache.num_misses for v in encoders)
+            summary["vision"] = {
+                "image_tokens_per_request": self.image_tokens,
+                "images_encoded": sum(v.num_images_encoded for v in encoders),
+                "encoder_seconds": sum(v.encode_s for v in encoders),
+                "embedding_cache_hits": hits, "embedding_cache_misses": misses,
+                "embedding_cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
+            }
         return Results(summary, requests, passes_frame(self.recorder.passes), self.events)

@@ -17,6 +17,9 @@ import yaml
 from simmodel.config.schema import (
     CapacitySpec,
     Engine,
+    FrontendSpec,
+    FrontendStageSpec,
+    ImageSpec,
     KvCacheSpec,
     KvTransferSpec,
     LaunchSpec,
@@ -25,6 +28,7 @@ from simmodel.config.schema import (
     Parallelism,
     Scenario,
     SchedulerSpec,
+    SglangSchedulerSpec,
     SharedPrefix,
     SpeculationSpec,
     StopSpec,
@@ -32,6 +36,7 @@ from simmodel.config.schema import (
     TimingSpec,
     TraceSource,
     Traffic,
+    VisionSpec,
     WorkerRole,
 )
 from simmodel.engine.kv_cache import cdiv
@@ -198,7 +203,59 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     engine = _engine(root.node("engine", required=True), base_dir)
     traffic = _traffic(root.node("traffic", required=True), base_dir)
     root.done()
+    engine = _check_images(engine, traffic, base_dir)
     return Scenario(traffic, engine, path)
+
+
+def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
+    """Rules that join the traffic's images and the SGLang worker that takes them; resolves host profiles."""
+    images = getattr(traffic.source, "images", None)
+    front = "prefill" if engine.mode == "disaggregated" else "aggregated"
+    role = engine.workers[front]
+    where = f"engine.workers.{front}"
+    if images is not None and engine.backend != "sglang":
+        raise ScenarioError("traffic.source.images: images are encoded by SGLang workers only; set engine.backend: "
+                            "sglang")
+    if images is None and role.vision is not None:
+        raise ScenarioError(f"{where}.vision: sizes the image embedding cache and encoder; needs "
+                            f"traffic.source.images")
+    if images is not None and role.timing.type != "default":
+        raise ScenarioError(f"{where}.timing.type: images encoded on the worker are priced by the default "
+                            f"timing (the vision tower's roofline); got {role.timing.type}")
+    if images is not None and role.deployment.model.vision is None:
+        raise ScenarioError(f"engine.model: {role.deployment.model.model_id} has no vision tower in the registry; "
+                            f"images need a vision-language model such as Qwen/Qwen3-VL-8B-Instruct")
+    sg = role.scheduler
+    if (engine.backend == "sglang" and (role.host_loop or images is not None) and sg.sglang is not None
+            and sg.sglang.chunked_prefill_size != 8192):
+        raise ScenarioError(f"{where}.scheduler.chunked_prefill_size: with host_loop or images encoded on the "
+                            f"worker, max_batched_tokens is the worker's chunked_prefill_size; set that instead")
+    if (engine.backend == "sglang" and sg.max_batched_tokens != 8192 and not role.host_loop and images is None):
+        raise ScenarioError(f"{where}.scheduler.max_batched_tokens: SGLang takes its prefill budget from "
+                            f"scheduler.chunked_prefill_size unless host_loop is on or images are encoded on "
+                            f"the worker; set chunked_prefill_size instead")
+    for name, other in engine.workers.items():
+        if name != front and engine.backend == "sglang" and other.scheduler.max_batched_tokens != 8192:
+            raise ScenarioError(f"engine.workers.{name}.scheduler.max_batched_tokens: has no effect on an "
+                                f"SGLang {name} worker; remove it")
+    if role.frontend is not None and role.frontend.source == "host_profile":
+        from simmodel.frontend.host_profile import ImageKey, load_host_profile
+
+        spec = role.frontend.measured_for or {}
+        path = Path(spec["path"])
+        key = None if images is None else ImageKey(images.height, images.width, images.count, images.encoding)
+        try:
+            stages, transport = load_host_profile(path if path.is_absolute() else base_dir / path,
+                                                  model=engine.model, frontend=spec["frontend"], image=key,
+                                                  transport=spec["transport"])
+        except ScenarioError as exc:
+            raise ScenarioError(f"{where}.host_profile: {exc}") from None
+        measured = {"model": engine.model, "frontend": spec["frontend"], "transport": transport,
+                    "image": None if key is None else f"{key.height}x{key.width} {key.encoding} x{key.count}"}
+        frontend = FrontendSpec(tuple(FrontendStageSpec(s.name, s.workers, s.service_ms, s.concurrency_scale)
+                                      for s in stages), measured, f"host_profile:{path}")
+        engine = replace(engine, workers={**engine.workers, front: replace(role, frontend=frontend)})
+    return engine
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,8 +306,16 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
             sp = src.node("shared_prefix")
             shared = SharedPrefix(sp.int("tokens"), sp.int("groups"))
             sp.done()
+        images = None
+        if src.raw("images", None) is not None:
+            im = src.node("images")
+            images = ImageSpec(im.int("height", maximum=65_536), im.int("width", maximum=65_536),
+                               im.int("count", 1, maximum=64), im.choice("encoding", ("png", "jpeg"), "png"),
+                               im.choice("identity", ("unique", "shared"), "unique"))
+            im.done()
         source: SyntheticSource | TraceSource = SyntheticSource(_length(src, "input_tokens"),
-                                                                _length(src, "output_tokens"), shared_prefix=shared)
+                                                                _length(src, "output_tokens"), shared_prefix=shared,
+                                                                images=images)
     else:
         raw_path = src.raw("path")
         if not isinstance(raw_path, str) or not raw_path:
@@ -340,12 +405,17 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     model_id, model = _model(node, base_dir)
     hardware_id, hardware = _hardware(node, base_dir)
     backend = node.choice("backend", ("vllm", "sglang"), "vllm")
-    _not_yet(node, "backend", backend, "vllm", "the SGLang backend is a later issue")
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
+    if backend == "sglang" and not chunked:
+        raise ScenarioError(f"{node.at('enable_chunked_prefill')}: SGLang always chunks long prompts "
+                            f"(chunked_prefill_size); false is only accepted with backend vllm")
     seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
     speculation = _speculation(node, seed)
+    if backend == "sglang" and speculation is not None:
+        key = "speculation" if speculation.kind == "ngram" else "nextn"
+        raise ScenarioError(f"{node.at(key)}: speculative decoding is not yet modeled for backend sglang")
     workers = node.node("workers", required=True)
     names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
     roles = {}
@@ -354,7 +424,8 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         role_hardware = hardware
         if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
-        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation)
+        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
+                              backend, mode)
     workers.done()
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
@@ -459,7 +530,8 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 
 
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
-            chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None) -> WorkerRole:
+            chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
+            backend: str = "vllm", mode: str = "aggregated") -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
@@ -467,7 +539,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
-                           max_sequences=1 if name == "prefill" else 256, speculation=speculation)
+                           max_sequences=1 if name == "prefill" else 256, speculation=speculation, backend=backend)
+    if scheduler.sglang is not None and scheduler.sglang.prefill_decode_interval and name != "aggregated":
+        raise ScenarioError(f"{node.at('scheduler.prefill_decode_interval')}: spaces prefills between decode "
+                            f"rounds, so it only applies to aggregated workers (a {name} worker never mixes them)")
+    host_loop, frontend, vision = _sglang_host(node, backend, name, mode, parallelism)
     p = parallelism
     if scheduler.launch is not None and not scheduler.async_scheduling:
         raise ScenarioError(f"{node.at('scheduler.launch')}: models vLLM's async engine loop; needs "
@@ -479,7 +555,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
-    kv_cache = _kv_cache(node.node("kv_cache"))
+    kv_cache = _kv_cache(node.node("kv_cache"), backend)
     timing = _timing(node.node("timing"))
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
@@ -492,18 +568,144 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
                             p.prefill_context, p.decode_context,
                             weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
-                            kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype])
+                            kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
+                            encoder_parallel="tp" if vision is None else vision.encoder_parallel)
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {blocks} KV blocks of "
                             f"{kv_cache.block_size} tokens but one request at context_length {context_length} "
                             f"needs {needed}; lower context_length or give the rank more KV")
-    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name)
+    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
+                      host_loop, frontend, vision)
+
+
+_SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "new_token_ratio",
+                     "clip_max_new_tokens", "prefill_decode_interval")
+_VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl",
+                   "prefill_schedule_interval", "launch")
+_SGLANG_HOST = ("host_loop", "frontend", "host_profile", "vision")
+
+
+def _backend_only(node: _Node, keys: Iterable[str], backend: str, owner: str) -> None:
+    """A field of one backend's scheduler set on the other backend fails (it could have no effect)."""
+    for key in keys:
+        if node.raw(key, None) is not None:
+            raise ScenarioError(f"{node.at(key)}: {owner} only; engine.backend is {backend}")
+
+
+def _sglang_scheduler(node: _Node) -> SglangSchedulerSpec:
+    ratio = node.node("new_token_ratio")
+    base = SglangSchedulerSpec()
+    spec = SglangSchedulerSpec(
+        chunked_prefill_size=node.int("chunked_prefill_size", base.chunked_prefill_size),
+        max_prefill_tokens=node.int("max_prefill_tokens", base.max_prefill_tokens),
+        schedule_policy=node.choice("schedule_policy", ("fcfs", "lpm"), base.schedule_policy),
+        schedule_conservativeness=node.number("schedule_conservativeness", base.schedule_conservativeness,
+                                              positive=True, maximum=100.0),
+        init_new_token_ratio=ratio.number("init", base.init_new_token_ratio, maximum=1.0),
+        min_new_token_ratio_factor=ratio.number("min_factor", base.min_new_token_ratio_factor, maximum=1.0),
+        new_token_ratio_decay_steps=ratio.int("decay_steps", base.new_token_ratio_decay_steps),
+        clip_max_new_tokens=node.int("clip_max_new_tokens", base.clip_max_new_tokens),
+        prefill_decode_interval=node.int("prefill_decode_interval", 0, minimum=0),
+    )
+    ratio.done()
+    return spec
+
+
+def _sglang_host(node: _Node, backend: str, name: str, mode: str, p: Parallelism):
+    """``host_loop``, ``frontend``, ``host_profile`` and ``vision`` of an SGLang aggregated or prefill worker.
+
+    A ``host_profile`` is kept as an unresolved ``FrontendSpec`` (``source`` ``host_profile:...``): its row
+    depends on the traffic's images and is looked up once the traffic is read."""
+    if backend != "sglang":
+        _backend_only(node, _SGLANG_HOST, backend, "SGLang")
+        return False, None, None
+    if name == "decode":
+        for key in _SGLANG_HOST:
+            if node.raw(key, None) is not None:
+                raise ScenarioError(f"{node.at(key)}: goes on workers.prefill in disaggregated mode (the decode "
+                                    f"worker stays a plain worker)")
+        return False, None, None
+    frontend = None
+    if node.raw("frontend", None) is not None and node.raw("host_profile", None) is not None:
+        raise ScenarioError(f"{node.at('host_profile')}: cannot be combined with frontend (both describe the "
+                            f"frontend stages); give one")
+    if node.raw("frontend", None) is not None:
+        frontend = _frontend(node.node("frontend"))
+    elif node.raw("host_profile", None) is not None:
+        hp = node.node("host_profile")
+        raw_path = hp.raw("path")
+        if not isinstance(raw_path, str) or not raw_path:
+            raise ScenarioError(f"{hp.at('path')}: must be a file path, got {_show(raw_path)}")
+        kind = hp.choice("frontend", ("python", "rust"))
+        transport = hp.raw("transport", None)
+        if transport is not None and not isinstance(transport, str):
+            raise ScenarioError(f"{hp.at('transport')}: must be a transport name, got {_show(transport)}")
+        hp.done()
+        for key in ("attention_data", "prefill_context", "decode_context"):
+            if getattr(p, key) != 1:
+                raise ScenarioError(f"{hp.path}: host profiles are measured on workers with pipeline, "
+                                    f"attention_data and context parallelism of 1; parallelism.{key} is "
+                                    f"{getattr(p, key)}")
+        frontend = FrontendSpec((), {"path": raw_path, "frontend": kind, "transport": transport},
+                                source="host_profile")
+    host_loop = node.bool("host_loop", frontend is not None)
+    if frontend is not None and not host_loop:
+        raise ScenarioError(f"{node.at('host_loop')}: a frontend feeds SGLang's host loop; it cannot be false "
+                            f"with frontend or host_profile set")
+    vision = None
+    if node.raw("vision", None) is not None:
+        vn = node.node("vision")
+        vision = VisionSpec(vn.number("cache_mib", 100.0, maximum=1e6),
+                            vn.choice("encoder_parallel", ("tp", "dp"), "tp"))
+        vn.done()
+    return host_loop, frontend, vision
+
+
+def _frontend(node: _Node) -> FrontendSpec:
+    stages_raw = node.raw("stages")
+    if not isinstance(stages_raw, list) or not stages_raw:
+        raise ScenarioError(f"{node.at('stages')}: must be a non-empty list of "
+                            f"{{workers, service_ms, concurrency_scale}}")
+    stages = []
+    for i, raw in enumerate(stages_raw):
+        st = _Node(raw, f"{node.at('stages')}[{i}]")
+        name = st.raw("name", f"stage{i}")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{st.at('name')}: must be a non-empty string, got {_show(name)}")
+        workers = st.int("workers", 1, maximum=100_000)
+        service = st.number("service_ms")
+        scale = st.raw("concurrency_scale", None)
+        if scale is None:
+            scale = [1.0] * workers
+        elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+            scale = [1.0 + float(scale) * k for k in range(workers)]
+        if (not isinstance(scale, list) or len(scale) != workers or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= 1e6
+                for x in scale)):
+            raise ScenarioError(f"{st.at('concurrency_scale')}: must be {workers} positive numbers (entry k is "
+                                f"the service-time factor with k+1 of the stage's workers busy), or one number "
+                                f"s meaning 1 + s×(busy − 1)")
+        st.done()
+        stages.append(FrontendStageSpec(name, workers, service, tuple(float(x) for x in scale)))
+    measured = node.raw("measured_for", None)
+    if measured is not None and not isinstance(measured, dict):
+        raise ScenarioError(f"{node.at('measured_for')}: must be a mapping (model, frontend, transport, image)")
+    node.done()
+    return FrontendSpec(tuple(stages), measured, "frontend")
 
 
 def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256,
-               speculation: SpeculationSpec | None = None) -> SchedulerSpec:
+               speculation: SpeculationSpec | None = None, backend: str = "vllm") -> SchedulerSpec:
+    if backend == "sglang":
+        _backend_only(node, _VLLM_SCHEDULER, backend, "vLLM")
+        spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", 8192),
+                             max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
+                             sglang=_sglang_scheduler(node))
+        node.done()
+        return spec
+    _backend_only(node, _SGLANG_SCHEDULER, backend, "SGLang")
     # vLLM turns async scheduling off with n-gram drafts; our async model does not verify drafts yet.
     asynchronous = node.bool("async_scheduling", speculation is None)
     if asynchronous and speculation is not None:
@@ -539,9 +741,15 @@ def _launch(node: _Node) -> LaunchSpec:
     return spec
 
 
-def _kv_cache(node: _Node) -> KvCacheSpec:
-    block_size = node.int("block_size", 16)
+def _kv_cache(node: _Node, backend: str = "vllm") -> KvCacheSpec:
+    block_size = node.int("block_size", 1 if backend == "sglang" else 16)
     prefix = node.bool("prefix_caching", True)
+    if backend == "sglang" and block_size != 1:
+        raise ScenarioError(f"{node.at('block_size')}: SGLang's radix cache has page size 1 (capacity blocks "
+                            f"are tokens); must be 1, got {block_size}")
+    if backend == "sglang" and not prefix:
+        raise ScenarioError(f"{node.at('prefix_caching')}: SGLang's radix prefix cache cannot be turned off "
+                            f"here; false is only accepted with backend vllm")
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")

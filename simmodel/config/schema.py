@@ -41,6 +41,7 @@ class SyntheticSource:
     output_tokens: LengthSpec
     type: str = "synthetic"
     shared_prefix: SharedPrefix | None = None
+    images: ImageSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,24 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SglangSchedulerSpec:
+    """SGLang's own scheduler knobs (``backend: sglang``): server arguments and the environment variables
+    behind its output reservation (``SGLANG_INIT_NEW_TOKEN_RATIO``, ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``,
+    ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``)."""
+
+    chunked_prefill_size: int = 8192
+    """Prefill tokens per pass of the whole worker (each attention-DP rank gets its share)."""
+    max_prefill_tokens: int = 16384
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio_factor: float = 0.14
+    new_token_ratio_decay_steps: int = 600
+    clip_max_new_tokens: int = 4096
+    prefill_decode_interval: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSpec:
     max_batched_tokens: int = 8192
     max_sequences: int = 256
@@ -118,6 +137,8 @@ class SchedulerSpec:
     reserve_full_isl: bool = True
     prefill_schedule_interval: int = 1
     launch: LaunchSpec | None = None
+    sglang: SglangSchedulerSpec | None = None
+    """``backend: sglang`` only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +199,46 @@ class KvTransferSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FrontendStageSpec:
+    """One black-box stage of the HTTP frontend: ``workers`` servers of ``service_ms`` each, slowed to
+    ``service_ms × concurrency_scale[k-1]`` when k of them are busy."""
+
+    name: str
+    workers: int
+    service_ms: float
+    concurrency_scale: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendSpec:
+    """The stages in order; ``source`` says where they came from (``frontend`` or a host profile row)."""
+
+    stages: tuple[FrontendStageSpec, ...]
+    measured_for: dict | None = None
+    source: str = "frontend"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSpec:
+    """``traffic.source.images``: every request carries ``count`` images of this shape."""
+
+    height: int
+    width: int
+    count: int = 1
+    encoding: str = "png"
+    identity: str = "unique"
+    """``unique`` (every image differs) or ``shared`` (every request sends the same images)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VisionSpec:
+    """``workers.<role>.vision``: the embedding cache and how the vision tower is laid out."""
+
+    cache_mib: float = 100.0
+    encoder_parallel: str = "tp"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerRole:
     """One pool of identical workers (``workers.aggregated``, ``.prefill`` or ``.decode``)."""
 
@@ -191,6 +252,12 @@ class WorkerRole:
     deployment: Deployment
     """Model, GPU, parallelism and dtypes as the performance model sees them."""
     name: str = "aggregated"
+    host_loop: bool = False
+    """SGLang: each pass is one iteration of the overlap scheduler loop."""
+    frontend: FrontendSpec | None = None
+    """SGLang: the request path ahead of the scheduler (from ``frontend`` or ``host_profile``)."""
+    vision: VisionSpec | None = None
+    """SGLang: images encoded on this worker's GPUs."""
 
 
 @dataclass(frozen=True, slots=True)

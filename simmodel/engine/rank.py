@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simmodel.engine.request import Request
+from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import Scheduler, SchedulerOutput
 from simmodel.metrics.records import EventKind, PassRecord, Recorder
 
@@ -47,7 +47,13 @@ class Rank:
 
     def add_request(self, request: Request) -> None:
         request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        request.queued_at = self.env.now
         self.scheduler.add_request(request)
+
+    def add_prealloc(self, request: Request) -> None:
+        """SGLang destination-first handoff: reserve this rank's KV for a prompt before its prefill starts."""
+        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self.scheduler.add_prealloc(request)
 
     # -- P/D handoffs ----------------------------------------------------------------------------
 
@@ -59,6 +65,19 @@ class Rank:
     def add_handoff(self, request: Request) -> None:
         """A request whose KV has arrived joins this rank's next pass, ahead of other waiting work."""
         self.scheduler.add_handoff(request)
+
+    def finish_handoff(self, request: Request) -> None:
+        """SGLang destination-first: a one-token request is done when its KV and token arrive here."""
+        self.scheduler.drop_handoff(request)
+        now, w, r, rec = self.env.now, self.worker.worker_id, self.rank_id, self.recorder
+        request.num_output_tokens = request.max_tokens
+        request.first_token_at = request.last_token_at = request.finished_at = now
+        request.status = RequestStatus.FINISHED
+        rec.event(now, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, self.role)
+        rec.event(now, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens, self.role)
+        if request.on_finish is not None:
+            request.on_finish(request)
+        self.worker.notify()
 
     def release_when_idle(self, leg: Request, on_release) -> None:
         """Free a prefill leg's KV once its transfer is over: now if the worker sleeps, else at its pass end

@@ -38,6 +38,9 @@ class Request:
         "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
+        # SGLang: what the prompt's tokens are (radix cache segments), when it reached the scheduler,
+        # and the time it spent in the frontend stages.
+        "prompt_segments", "queued_at", "frontend_ns",
     )
 
     def __init__(self, request_id: int, arrived_at: int, num_prompt_tokens: int, max_tokens: int,
@@ -55,6 +58,9 @@ class Request:
         self.dp_rank = -1
         self.dp_rank_hint = dp_rank_hint
         self.hash_ids = hash_ids
+        self.prompt_segments = None
+        self.queued_at = arrived_at
+        self.frontend_ns = 0
         self.first_admitted_at: int | None = None
         self.first_token_at: int | None = None
         self.second_token_at: int | None = None

@@ -41,12 +41,16 @@ class Worker:
     """
 
     def __init__(self, env: simpy.Environment, worker_id: int, timing: PassTiming, role: str = "aggregated",
-                 async_scheduling: bool = False, prefill_schedule_interval: int = 1, launch=None) -> None:
+                 async_scheduling: bool = False, prefill_schedule_interval: int = 1, launch=None,
+                 prefill_decode_interval: int = 0) -> None:
         self.env, self.worker_id, self.timing, self.role = env, worker_id, timing, role
         self.async_scheduling = async_scheduling
         self.launch = launch
         """vLLM pass launch costs (``scheduler.launch``), or None."""
         self.prefill_schedule_interval = prefill_schedule_interval
+        self.prefill_decode_interval = prefill_decode_interval
+        """SGLang: rounds after a prefill round (on any rank) in which no rank may prefill."""
+        self._blocked_rounds = 0
         self._passes_in_flight = 0
         self._wave_step = 0
         """Passes planned since the DP group last drained (vLLM's ``step_counter``, equal on every rank)."""
@@ -64,6 +68,8 @@ class Worker:
         self._num_placed = 0
         self._placed_at_plan = 0
         self._kv_capacity_tokens = np.zeros(0)
+        self.vision: list | None = None
+        """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -116,14 +122,24 @@ class Worker:
 
     @property
     def throttle_prefills(self) -> bool:
-        """vLLM's prefill schedule interval: only every N-th pass of a wave admits prefill work."""
+        """vLLM's prefill schedule interval: only every N-th pass of a wave admits prefill work. SGLang's
+        prefill/decode interval: no prefill in the N rounds after a round in which any rank prefilled."""
+        if self.prefill_decode_interval:
+            return self._blocked_rounds > 0
         return self.prefill_schedule_interval > 1 and self._wave_step % self.prefill_schedule_interval != 0
 
     def _collect(self) -> list[SchedulerOutput]:
         plans = list(self._plans)
         self._num_submitted = 0
         self._all_submitted = self.env.event()
+        if self._blocked_rounds:
+            self._blocked_rounds -= 1  # this round was planned blocked: it counts, busy or idle
         return plans
+
+    def _count_prefill_round(self, plans: list[SchedulerOutput]) -> None:
+        """After a round that ran prefill on any rank, block prefills for the next N rounds (SGLang)."""
+        if self.prefill_decode_interval and any(not d for plan in plans for d in plan.is_decode):
+            self._blocked_rounds = self.prefill_decode_interval
 
     def _release(self) -> None:
         done, self._pass_done = self._pass_done, self.env.event()
@@ -135,13 +151,16 @@ class Worker:
             return
         while True:
             yield self._all_submitted
+            blocked = self.throttle_prefills and self.prefill_decode_interval > 0
             plans = self._collect()
             if all(plan.is_empty for plan in plans):
-                yield from self._sleep_until_work()
+                if not blocked:  # an idle blocked round takes no time: plan the next round at once
+                    yield from self._sleep_until_work()
             else:
                 start, cost = self._start(plans)
                 yield Late(self.env, int(cost[0].max()))
                 self._finish(plans, start, cost)
+                self._count_prefill_round(plans)
             self._release()
 
     def _run_async(self) -> Generator[Event, Any, None]:
@@ -159,10 +178,14 @@ class Worker:
         pending = None     # the pass before it, whose outputs leave at the next decision
         while True:
             yield self._all_submitted
+            blocked = self.throttle_prefills and self.prefill_decode_interval > 0
             plans = self._collect()
             now = self.env.now
             if all(plan.is_empty for plan in plans):
                 if in_flight is None and pending is None:
+                    if blocked:  # an idle blocked round takes no time
+                        self._release()
+                        continue
                     if self.plan_cutoff is not None and self.has_requests():
                         self._wave_step = 0  # drained: a new wave starts
                         yield Late(self.env)  # idle now: the requests that just arrived are read at once
@@ -176,6 +199,7 @@ class Worker:
                 pending, in_flight = in_flight, None
             else:
                 gpu_free = in_flight[3] if in_flight is not None else now
+                self._count_prefill_round(plans)
                 start, cost = self._start(plans, max(now, gpu_free))
                 end = start + int(cost[0].max())
                 launch_end = self._launch_end(plans, now, start, end)
@@ -230,6 +254,8 @@ class Worker:
         self._passes_in_flight += 1
         cost = self.timing.price(self._batch(plans))
         seconds = cost.total_s
+        if self.vision is not None:
+            seconds = seconds + np.array([v.pass_seconds(p) for v, p in zip(self.vision, plans)])
         if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")

@@ -33,6 +33,8 @@ class Deployment:
     kv_bytes: float = 2
     """Bytes per cached K/V value (``kv_cache.dtype``)."""
     activation_bytes: float = 2
+    encoder_parallel: str = "tp"
+    """Vision-language models: how the vision tower is laid out (``tp`` sharded, ``dp`` replicated)."""
 
     @property
     def embedding_bytes(self) -> float:
@@ -59,10 +61,17 @@ class Deployment:
 
     @property
     def weight_bytes_per_gpu(self) -> float:
+        """The language model's weights on one GPU, plus a vision-language model's vision tower (16-bit,
+        sharded over the tensor-parallel group, or whole on every GPU with ``encoder_parallel: dp``)."""
         m = self.model
         embeddings = (1 if m.tie_word_embeddings else 2) * m.embedding_params / self.tensor
         body = self.dense_params_per_gpu - embeddings + self.expert_params_per_gpu
-        return body * self.weight_bytes + embeddings * self.embedding_bytes
+        total = body * self.weight_bytes + embeddings * self.embedding_bytes
+        if m.vision is not None:
+            from simmodel.perf.vision import tower_weight_bytes
+
+            total += tower_weight_bytes(m.vision, self.tensor, self.encoder_parallel)
+        return total
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:

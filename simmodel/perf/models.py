@@ -17,6 +17,34 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class VisionTower:
+    """The vision encoder (ViT) of a Qwen-VL-style model, from ``vision_config`` and the processor's pixel limits.
+
+    A Conv3d patch embedding cuts the resized image into ``patch_size``² patches (each image is repeated over
+    ``temporal_patch_size`` frames); ``depth`` pre-norm blocks follow, with full attention within each image and
+    a plain two-projection GELU MLP (fc1, fc2); the patch merger folds ``spatial_merge_size``² neighbouring
+    patches into one LLM token of ``out_hidden_size``. Qwen3-VL's DeepStack adds ``num_deepstack_mergers``
+    more mergers on intermediate blocks, whose outputs travel with the token's embedding.
+    """
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    patch_size: int
+    spatial_merge_size: int
+    temporal_patch_size: int
+    out_hidden_size: int
+    in_channels: int = 3
+    num_position_embeddings: int = 0
+    num_deepstack_mergers: int = 0
+    min_pixels: int = 0
+    """Smallest resized area (pixels): the processor's ``size.shortest_edge`` (Qwen2-VL: ``min_pixels``)."""
+    max_pixels: int = 0
+    """Largest resized area (pixels): the processor's ``size.longest_edge`` (Qwen2-VL: ``max_pixels``); 0: none."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """The shape of a decoder-only transformer.
 
@@ -49,6 +77,9 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # Vision-language models: the vision encoder. Its weights are not in num_parameters (the language
+    # model's); simmodel.perf.vision prices and sizes it.
+    vision: VisionTower | None = None
 
     # -- structure ------------------------------------------------------------------------------
 
@@ -198,6 +229,14 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     # facebook/opt-125m config.json (torch_dtype float16): ffn_dim 3072, ReLU two-projection MLP, lm_head
     # tied to the token embedding
     (("facebook/opt-125m",), (12, 768, 12, 12, 64, 3072, 50272, True, 2048, 2), dict(gated_mlp=False)),
+    # Qwen/Qwen3-VL-8B-Instruct config.json: text_config is Qwen3-8B's shape with max_position_embeddings
+    # 262144; vision_config depth 27, hidden 1152, intermediate 4304, 16 heads, patch 16, merge 2, temporal
+    # patch 2, out_hidden 4096, 2304 position embeddings, deepstack_visual_indexes [8, 16, 24];
+    # preprocessor_config.json size {shortest_edge: 65536, longest_edge: 16777216} (256², 4096² pixels).
+    # 8,190,726,144 text + 576,388,336 vision parameters = the model card's 8.77 B.
+    (("Qwen/Qwen3-VL-8B-Instruct",), (36, 4096, 32, 8, 128, 12288, 151936, False, 262144, 2),
+     dict(vision=VisionTower(27, 1152, 4304, 16, 16, 2, 2, 4096, num_position_embeddings=2304,
+                             num_deepstack_mergers=3, min_pixels=65536, max_pixels=16777216))),
 )
 
 MODELS: dict[str, ModelSpec] = {

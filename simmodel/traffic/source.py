@@ -38,6 +38,8 @@ class RequestStream:
         self._rngs = [np.random.default_rng(s) for s in (arrivals_seq, input_seq, output_seq)]
         limits = [n for n in (traffic.stop.requests, None if trace is None else len(trace)) if n is not None]
         self.limit: int | None = min(limits) if limits else None
+        self.extra_prompt_tokens = 0
+        """Tokens every prompt carries besides its text (a vision-language model's image tokens)."""
         self._arrival = np.zeros(0)
         self._isl = np.zeros(0, dtype=np.int64)
         self._osl = np.zeros(0, dtype=np.int64)
@@ -52,10 +54,11 @@ class RequestStream:
             assert isinstance(self.source, SyntheticSource)
             self._isl = np.concatenate([self._isl, sample_lengths(self.source.input_tokens, self._rngs[1], CHUNK)])
             self._osl = np.concatenate([self._osl, sample_lengths(self.source.output_tokens, self._rngs[2], CHUNK)])
+        isl = int(self._isl[i]) + self.extra_prompt_tokens
         if self.trace is None:
-            return int(self._isl[i]), int(self._osl[i]), None, None
+            return isl, int(self._osl[i]), None, None
         hint = int(self.trace.dp_rank[i])
-        return int(self._isl[i]), int(self._osl[i]), (hint if hint >= 0 else None), self.trace.hash_ids[i]
+        return isl, int(self._osl[i]), (hint if hint >= 0 else None), self.trace.hash_ids[i]
 
     def block_content(self, i: int, num_prompt_tokens: int, block_size: int):
         """What each KV block of request ``i`` holds, for prefix caching: trace hash ids, a synthetic
@@ -72,6 +75,32 @@ class RequestStream:
                 return (-2, group, j) if (j + 1) * block_size <= limit else (unique, j)
             return content
         return lambda j: (unique, j)
+
+    def prompt_segments(self, i: int, num_prompt_tokens: int, trace_block_size: int | None = None) -> list:
+        """What request ``i``'s prompt tokens are, as radix-cache segments ``(content key, tokens)``: one per
+        trace hash id (``trace_block_size`` tokens each, the last truncated), a synthetic shared prefix
+        then the request's own tokens, or the request's own tokens only."""
+        unique = (-1, i)
+        if self.trace is not None and self.trace.hash_ids[i] is not None:
+            size = trace_block_size or self.source.block_size
+            segs, left = [], num_prompt_tokens
+            for h in self.trace.hash_ids[i]:
+                if left <= 0:
+                    break
+                n = min(size, left)
+                segs.append(((-3, h), n))
+                left -= n
+            if left > 0:
+                segs.append((unique, left))
+            return segs
+        shared = getattr(self.source, "shared_prefix", None)
+        if shared is not None:
+            limit = min(shared.tokens, num_prompt_tokens)
+            segs = [((-2, i % shared.groups), limit)]
+            if num_prompt_tokens > limit:
+                segs.append((unique, num_prompt_tokens - limit))
+            return segs
+        return [(unique, num_prompt_tokens)]
 
     def prefill_hint(self, i: int) -> int | None:
         """The prefill rank a trace row names (disaggregated serving), if any."""
@@ -98,7 +127,7 @@ class TrafficSource:
     request the moment the previous one finishes (or is rejected), until the request limit.
     """
 
-    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], Rank],
+    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], Rank | None],
                  recorder: Recorder, context_length: int, concurrency: int = 0) -> None:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
@@ -133,9 +162,10 @@ class TrafficSource:
             if self.concurrency:
                 request.on_finish = self._on_finish
             if isl < self.context_length:
-                rank = self.place(request)
-                self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i, isl,
-                                    rank.role)
+                rank = self.place(request)  # None: placed later (after the frontend stages)
+                if rank is not None:
+                    self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i,
+                                        isl, rank.role)
                 return
             # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
             request.status = RequestStatus.REJECTED

@@ -11,6 +11,13 @@ vLLM hands off source-first, and each side acts when its scheduler runs:
 4. the decode rank admits the request at its next pass, ahead of other waiting work; that pass's token
    is the client's first. The prefill rank frees the blocks at its next pass end (at once if idle).
 
+SGLang hands off destination-first (``destination_first``): the decode rank reserves the prompt's KV when a
+request is routed to it (at its next plan, in queue order), and only then is the prefill leg queued on a
+prefill rank; the transfer starts as soon as the prefill pass ends, the prefill rank keeps the prompt's
+KV until the transfer is over (then it stays cached in its radix tree), and the arrived request joins the
+decode rank's running batch with the prefill's token, which the client receives together with the first
+decoded one.
+
 With ``contention: shared_link`` each prefill worker has one outgoing and each decode worker one
 incoming link (``simpy.Resource`` of capacity 1): concurrent transfers queue on them, and the waiting
 shows in TTFT. With ``none`` transfers overlap freely.
@@ -36,8 +43,11 @@ class KvTransfer:
 
     def __init__(self, env: simpy.Environment, spec: KvTransferSpec, bytes_per_token: float,
                  prefill_workers: list[Worker], decode_workers: list[Worker],
-                 pick_decode: Callable[[Request], Rank], recorder: Recorder) -> None:
+                 pick_decode: Callable[[Request], Rank], recorder: Recorder, destination_first: bool = False) -> None:
         self.env, self.spec, self.recorder, self.pick_decode = env, spec, recorder, pick_decode
+        self.destination_first = destination_first
+        self._expected: dict[Request, tuple[Rank, Callable[[Request], None]]] = {}
+        """Destination-first: the decode rank each routed request reserves on, and how to place its leg."""
         self.bytes_per_token = bytes_per_token
         shared = spec.contention == "shared_link"
         self.out_links = {id(w): simpy.Resource(env, 1) for w in prefill_workers} if shared else {}
@@ -54,8 +64,14 @@ class KvTransfer:
             seconds += num_tokens * self.bytes_per_token / (self.spec.bandwidth_gb_per_second * 1e9)
         return int(round(seconds * NS_PER_S))
 
+    def expect(self, target: Rank, client: Request, place_leg: Callable[[Request], None]) -> None:
+        """Destination-first: ``client`` is routed to ``target``; once it reserves, ``place_leg`` queues the
+        prefill leg."""
+        self._expected[client] = (target, place_leg)
+
     def prefill_done(self, source: Rank, leg: Request) -> None:
-        """A prefill leg finished: queue its client request on a decode rank (step 1)."""
+        """A prefill leg finished: queue its client request on a decode rank (step 1); destination-first,
+        start the transfer to the rank that already reserved."""
         client = leg.client
         assert client is not None
         client.prefill_done_at = leg.finished_at
@@ -64,12 +80,20 @@ class KvTransfer:
         client.num_preemptions += leg.num_preemptions
         client.num_cached_tokens = leg.num_cached_tokens
         client.source = (source, leg)
+        if self.destination_first:
+            target, _ = self._expected.pop(client)
+            self.env.process(self._transfer(target, client))
+            return
         target = self.pick_decode(client)
         target.add_remote(client)
         target.worker.notify()
 
     def _reserved_on(self, target: Rank) -> Callable[[Request], None]:
         def reserved(client: Request) -> None:  # step 2, called from the decode rank's schedule()
+            if self.destination_first:
+                client.num_missing_blocks = client.num_prompt_tokens  # page size 1: tokens
+                self._expected[client][1](client.prefill_leg)
+                return
             self.env.process(self._transfer(target, client))
         return reserved
 
@@ -92,8 +116,11 @@ class KvTransfer:
         client.transfer_end_at = self.env.now
         self.num_transfers += 1
         self._event(EventKind.TRANSFER_END, target, client)
-        target.add_handoff(client)
-        target.worker.notify()
+        if self.destination_first and client.num_output_tokens + 1 >= client.max_tokens:
+            target.finish_handoff(client)  # the prefill's token was its only one
+        else:
+            target.add_handoff(client)
+            target.worker.notify()
         source.release_when_idle(leg, self._released)
 
     def _released(self, leg: Request) -> None:

@@ -51,7 +51,7 @@ def worker(**fields) -> dict:
      "engine.context_length: meta-llama/Llama-3.1-8B-Instruct supports at most 131072 tokens"),
     ({"engine": {"model": "acme/unknown"}}, "engine.model: unknown model 'acme/unknown'"),
     ({"engine": {"hardware": "h900"}}, "engine.hardware: unknown system 'h900'"),
-    ({"engine": {"backend": "sglang"}}, "engine.backend: 'sglang' is not yet supported"),
+    (worker(scheduler={"prefill_decode_interval": 2}), f"{AGG}.scheduler.prefill_decode_interval: SGLang only; engine.backend is vllm"),
     ({"engine": {"mode": "disaggregated"}}, "engine.workers.prefill: required field is missing"),
     ({"engine": {"kv_transfer": {"latency_ms": 1}}}, "engine.kv_transfer: only applies to engine.mode: disaggregated"),
     (worker(hardware="h200_sxm"), f"{AGG}.hardware: unknown field"),

@@ -17,11 +17,21 @@ Plain Python, no time passes inside. Rules (``docs/research/sglang-mocker-rules.
 6. FCFS or LPM ordering of the waiting queue.
 
 Rule 7 (``prefill_decode_interval``) is the caller's: ``schedule(prefill_blocked=True)`` only decodes.
+
+With ``overlap`` (SGLang's overlap host loop, ``event_loop_overlap``) the next pass is planned before the
+previous pass's outputs are processed: progress through a prompt and KV allocation are committed when a
+pass is planned, sampled tokens and finishes only when its outputs are processed, so a request that
+finished in pass k still occupies a (discarded) decode slot in pass k+1, as SGLang frees "the one extra
+delayed token".
+
+Disaggregated serving is destination-first: a decode rank reserves a prompt's KV (``add_prealloc``)
+before its prefill may start, the prefill rank holds the prompt's KV until the transfer is over
+(``release``), and the arrived KV joins the decode rank's running batch (``add_handoff``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from simmodel.engine.radix_cache import OutputBlock, RadixCache, RadixNode, mooncake_segments
@@ -49,6 +59,14 @@ class SglangSchedulerConfig:
     """Rounds after a prefill round that cannot prefill (applied by the caller, rule 7)."""
     trace_block_size: int = 64
     """Tokens per Mooncake hash id."""
+    base_new_token_ratio: float = 0.7
+    """``SGLANG_INIT_NEW_TOKEN_RATIO``."""
+    min_new_token_ratio_factor: float = 0.14
+    """``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``."""
+    new_token_ratio_decay_steps: int = 600
+    """``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``."""
+    overlap: bool = False
+    """SGLang's overlap host loop (``host_loop``): plan pass k+1 before processing pass k's outputs."""
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
@@ -61,15 +79,36 @@ class SglangSchedulerConfig:
     @property
     def init_new_token_ratio(self) -> float:
         cons = self.schedule_conservativeness * (0.3 if self.attention_data > 1 else 1.0)
-        return min(0.7 * cons, 1.0)
+        return min(self.base_new_token_ratio * cons, 1.0)
 
     @property
     def min_new_token_ratio(self) -> float:
-        return min(0.14 * self.init_new_token_ratio, 1.0)
+        return min(self.min_new_token_ratio_factor * self.init_new_token_ratio, 1.0)
 
     @property
     def new_token_ratio_decay(self) -> float:
-        return (self.init_new_token_ratio - self.min_new_token_ratio) / 600
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+
+
+class RadixPool:
+    """The rank's KV pool as the rank and its reports see it: token slots (page size 1) of the radix cache."""
+
+    caching = True
+    block_size = 1
+
+    def __init__(self, cache: RadixCache) -> None:
+        self.cache = cache
+        self.num_blocks = cache.capacity
+        self.num_queries = 0
+        """Prompt tokens looked up at first admissions."""
+        self.num_hits = 0
+        """Of those, tokens found in the radix tree."""
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Tokens held by requests (allocated, or locked in the tree); cached unlocked tokens are reusable."""
+        cache = self.cache
+        return cache.capacity - cache.num_free - cache.num_evictable
 
 
 class _State:
@@ -83,7 +122,7 @@ class _State:
         self.node: RadixNode | None = None
         """Deepest locked tree node (covers the request's KV in the tree)."""
         self.allocated = 0
-        """Token slots allocated this pass, inserted into the tree when the pass ends."""
+        """Token slots allocated by planned passes, inserted into the tree when their outputs are processed."""
         self.hit = 0
 
 
@@ -93,6 +132,7 @@ class SglangScheduler:
     def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
         self.config = config
         self.cache = RadixCache(num_kv_tokens)
+        self.pool = RadixPool(self.cache)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.chunked: Request | None = None
@@ -100,20 +140,96 @@ class SglangScheduler:
         self.new_token_ratio = config.init_new_token_ratio
         self._states: dict[Request, _State] = {}
         self.num_retractions = 0
+        self.prealloc: list[Request] = []
+        """Disaggregated decode: requests waiting for this rank to reserve their prompt's KV."""
+        self.transferring: list[Request] = []
+        """Disaggregated decode: reserved, their KV on its way."""
+        self.handoffs: list[Request] = []
+        """Disaggregated decode: KV arrived; they join the running batch at the next plan."""
+        self.on_kv_reserved: Callable[[Request], None] | None = None
 
     # -- queue --------------------------------------------------------------------------------
-    def add_request(self, request: Request) -> None:
-        if request not in self._states:
-            if request.hash_ids is not None:
+    def _state(self, request: Request) -> _State:
+        st = self._states.get(request)
+        if st is None:
+            if request.prompt_segments is not None:
+                segs = request.prompt_segments
+            elif request.hash_ids is not None:
                 segs = mooncake_segments(request.hash_ids, request.num_prompt_tokens,
                                          self.config.trace_block_size)
             else:
                 segs = [(("prompt", request.request_id), request.num_prompt_tokens)]
-            self._states[request] = _State(segs, OutputBlock(("out", request.request_id)))
+            st = self._states[request] = _State(segs, OutputBlock(("out", request.request_id)))
+        return st
+
+    def add_request(self, request: Request) -> None:
+        self._state(request)
         self.waiting.append(request)
 
     def has_requests(self) -> bool:
-        return bool(self.running or self.waiting or self.chunked)
+        return bool(self.running or self.waiting or self.chunked or self.prealloc or self.handoffs)
+
+    # -- disaggregated serving (destination-first) ------------------------------------------------
+    def add_prealloc(self, request: Request) -> None:
+        """A request routed here for decoding: its prompt's KV is reserved, in queue order, by a later
+        plan (SGLang's ``DecodePreallocQueue``); only then may its prefill start."""
+        self._state(request)
+        request.awaiting_kv = True
+        self.prealloc.append(request)
+
+    def add_handoff(self, request: Request) -> None:
+        """The prompt's KV (and the prefill's first token) arrived: the request decodes from the next plan."""
+        self.transferring.remove(request)
+        self.handoffs.append(request)
+
+    def drop_handoff(self, request: Request) -> None:
+        """A request that needs no decode step: free its reservation."""
+        self.transferring.remove(request)
+        st = self._states.pop(request)
+        self.cache.release(st.allocated)
+
+    def release(self, request: Request) -> None:
+        """The prefill side of a handoff: the transfer is over, the prompt's KV stays cached (unlocked)."""
+        st = self._states.pop(request)
+        self.cache.unlock(st.node)
+
+    def _reserve_preallocs(self) -> None:
+        cfg, cache = self.config, self.cache
+        reserved = 0
+        for r in self.prealloc:
+            if len(self.running) + len(self.transferring) + len(self.handoffs) >= cfg.max_running_requests:
+                break
+            need = r.num_prompt_tokens
+            offset = sum(self._clipped_remaining(q) * self.new_token_ratio
+                         for q in (*self.running, *self.transferring, *self.handoffs))
+            if need + self._clipped_remaining(r) >= cache.num_free + cache.num_evictable - offset:
+                break
+            if not cache.allocate(need):
+                break
+            self._states[r].allocated = need
+            r.awaiting_kv = False
+            self.transferring.append(r)
+            reserved += 1
+            if self.on_kv_reserved is not None:
+                self.on_kv_reserved(r)
+        if reserved:
+            del self.prealloc[:reserved]
+
+    def _join_handoffs(self) -> None:
+        """Arrived KV enters the tree under the request's lock; the request runs with the prefill's token."""
+        cache = self.cache
+        for r in self.handoffs:
+            st = self._states[r]
+            cache.release(st.allocated)
+            st.allocated = 0
+            _, node = cache.insert(st.prompt_segments, r.num_prompt_tokens)
+            cache.lock(node)
+            st.node = node
+            r.num_computed_tokens = r.num_prompt_tokens
+            r.num_output_tokens = 1
+            r.status = RequestStatus.RUNNING
+            self.running.append(r)
+        self.handoffs.clear()
 
     def _segments(self, request: Request, st: _State) -> list[tuple[Hashable, int]]:
         if request.num_output_tokens:
@@ -121,10 +237,16 @@ class SglangScheduler:
         return st.prompt_segments
 
     # -- scheduling ---------------------------------------------------------------------------
-    def schedule(self, prefill_blocked: bool = False) -> SchedulerOutput:
+    def schedule(self, arrived_before: int | None = None, prefill_blocked: bool = False) -> SchedulerOutput:
+        """Plan one pass. ``arrived_before`` (overlap loop): requests queued at or after it are not seen yet;
+        ``prefill_blocked``: a ``prefill_decode_interval`` round that may only decode."""
         out = SchedulerOutput()
+        if self.prealloc:
+            self._reserve_preallocs()
+        if self.handoffs:
+            self._join_handoffs()
         if not prefill_blocked and (self.waiting or self.chunked is not None):
-            self._schedule_prefill(out)
+            self._schedule_prefill(out, arrived_before)
             if out.requests:
                 return out
         if self.running:
@@ -152,7 +274,7 @@ class SglangScheduler:
                     temp.insert(segs)
         self.waiting.sort(key=keys.__getitem__)
 
-    def _schedule_prefill(self, out: SchedulerOutput) -> None:
+    def _schedule_prefill(self, out: SchedulerOutput, arrived_before: int | None) -> None:
         cfg, cache, states = self.config, self.cache, self._states
         clip_ratio = self.new_token_ratio
         offset = sum(self._clipped_remaining(r) * clip_ratio for r in self.running)
@@ -177,6 +299,8 @@ class SglangScheduler:
                 break
             if rem_chunk <= 0 or rem_input <= 0 or self.chunked is not None:
                 break
+            if arrived_before is not None and r.queued_at >= arrived_before:
+                break
             st = states[r]
             n = r.num_tokens
             segs = self._segments(r, st)
@@ -192,6 +316,8 @@ class SglangScheduler:
             r.num_computed_tokens = hit
             if r.num_preemptions == 0:
                 r.num_cached_tokens = hit
+                self.pool.num_queries += r.num_prompt_tokens
+                self.pool.num_hits += hit
             if take < extend:
                 self.chunked = r
                 offset += take
@@ -209,13 +335,17 @@ class SglangScheduler:
         for r, ctx, take in batch:
             if not cache.allocate(take):
                 raise RuntimeError("SGLang scheduler over-committed the KV cache")
-            states[r].allocated = take
+            states[r].allocated += take
             out.requests.append(r)
             out.num_new_tokens.append(take)
             out.num_context_tokens.append(ctx)
             out.is_decode.append(False)
-            out.samples.append(ctx + take >= r.num_tokens)
-            r.is_prefill_chunk = ctx + take < r.num_tokens
+            done = ctx + take >= r.num_tokens
+            out.samples.append(done)
+            r.is_prefill_chunk = not done
+            r.num_computed_tokens = ctx + take
+            if done and not r.bootstrap:
+                self.running.append(r)  # decodes from the next pass on (passes never mix)
 
     def _schedule_decode(self, out: SchedulerOutput) -> None:
         cfg, cache = self.config, self.cache
@@ -231,18 +361,23 @@ class SglangScheduler:
         else:
             self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
                                        cfg.min_new_token_ratio)
+        states = self._states
         for r in running:
             if not cache.allocate(1):
                 raise RuntimeError("SGLang scheduler ran out of KV for a decode step")
-            self._states[r].allocated = 1
+            states[r].allocated += 1
             out.requests.append(r)
             out.num_new_tokens.append(1)
             out.num_context_tokens.append(r.num_computed_tokens)
             out.is_decode.append(True)
             out.samples.append(True)
+            r.num_computed_tokens += 1
 
     def _retract(self, request: Request, out: SchedulerOutput) -> None:
         st = self._states[request]
+        if st.allocated:  # overlap loop: the pass in flight computes KV that nobody keeps
+            self.cache.release(st.allocated)
+            st.allocated = 0
         self.cache.unlock(st.node)
         st.node = None
         request.num_computed_tokens = 0
@@ -261,32 +396,41 @@ class SglangScheduler:
         prefill = bool(output.is_decode) and not output.is_decode[0]
         for r, ctx, new, samples in zip(output.requests, output.num_context_tokens,
                                         output.num_new_tokens, output.samples):
-            st = states[r]
+            st = states.get(r)
+            if st is None or r.status is not RequestStatus.RUNNING or st.allocated < new:
+                # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
+                if st is not None:
+                    released = min(new, st.allocated)
+                    cache.release(released)
+                    st.allocated -= released
+                    if r.status is RequestStatus.FINISHED and not st.allocated and not r.bootstrap:
+                        del states[r]
+                continue
             computed = ctx + new
-            cache.release(st.allocated)
-            st.allocated = 0
+            cache.release(new)
+            st.allocated -= new
             _, node = cache.insert(self._segments(r, st), computed)
             cache.lock(node)
             cache.unlock(st.node)
             st.node = node
-            r.num_computed_tokens = computed
             if not samples:
                 continue
             if prefill and r.num_preemptions and r.num_output_tokens:
                 # The mocker's re-prefill after a retraction samples no new token (matches the goldens:
                 # a retracted request's E2E is one decode pass longer than SGLang's re-prefill gives).
-                self.running.append(r)
                 continue
             r.num_output_tokens += 1
+            r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
             if r.num_output_tokens >= r.max_tokens:
                 r.status = RequestStatus.FINISHED
+                finished.append(r)
+                if r.bootstrap:
+                    continue  # the prefill side keeps the prompt's KV until the transfer is over
                 cache.unlock(st.node)
                 st.node = None
-                finished.append(r)
-                del states[r]
-            elif prefill:
-                self.running.append(r)
-        if finished and not prefill:
+                if not st.allocated:  # overlap loop: else freed when the pass in flight is processed
+                    del states[r]
+        if finished:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished

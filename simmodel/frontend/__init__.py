@@ -1,0 +1,1 @@
+"""The HTTP frontend in front of the scheduler: tokenizer, processor and multimodal stages."""
