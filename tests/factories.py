@@ -66,3 +66,15 @@ def trace_scenario(trace: Path, **overrides) -> dict:
 
 def run_scenario(data: dict, base_dir: Path = Path(".")) -> Results:
     return Simulation(parse_scenario(data, base_dir)).run()
+
+
+def make_sglang_scenario(**overrides) -> dict:
+    """``make_scenario`` served by SGLang: one aggregated worker, fixed 20 ms prefill / 10 ms decode passes,
+    100,000 KV tokens per rank (page size 1), SGLang's scheduler defaults."""
+    base = make_scenario()
+    base["engine"]["backend"] = "sglang"
+    base["engine"]["workers"] = {"aggregated": {
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 100_000}},
+        "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
+    }}
+    return _merge(base, overrides)

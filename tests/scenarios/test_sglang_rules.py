@@ -1,0 +1,200 @@
+"""SGLang backend rules through the whole simulator, each timeline derived by hand.
+
+Fixed timing throughout: a prefill (EXTEND) pass costs 20 ms, a decode pass 10 ms; SGLang's passes never
+mix, and a prefill pass samples the first token. Requests come from CSV traces at their own timestamps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from factories import _merge, make_sglang_scenario, write_csv_trace
+
+from simmodel.config.load import parse_scenario
+from simmodel.sim import Simulation
+
+
+def run(tmp_path: Path, rows, **overrides):
+    trace = write_csv_trace(tmp_path / "trace.csv", rows)
+    data = make_sglang_scenario(**overrides)
+    data["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "csv"},
+                       "load": {"type": "trace_timestamps"}}
+    sim = Simulation(parse_scenario(data, tmp_path))
+    return sim, sim.run()
+
+
+def latencies(results) -> dict[int, tuple[float, float]]:
+    req = results.requests.set_index("request_id")
+    return {int(i): (round(float(r.ttft_ms), 6), round(float(r.e2e_ms), 6)) for i, r in req.iterrows()}
+
+
+def scheduler(**fields) -> dict:
+    return {"engine": {"workers": {"aggregated": {"scheduler": fields}}}}
+
+
+# -- prefill/decode interval -------------------------------------------------------------------------
+
+# B: 50-token prompt, 6 outputs, at 0. A: 250-token prompt, 2 outputs, at 5 ms; chunk budget 100.
+INTERVAL_ROWS = [(0.0, 50, 6), (0.005, 250, 2)]
+
+
+def test_prefill_decode_interval_table(tmp_path: Path) -> None:
+    """N = 2 reproduces the reference's table: prefill, decode, decode, prefill, ...
+
+    round 0  t=0    prefill B          → 20  (B token 1)          blocks rounds 1, 2
+    round 1  t=20   decode B           → 30  (token 2)
+    round 2  t=30   decode B           → 40  (token 3)
+    round 3  t=40   prefill A[0:100]   → 60                       blocks rounds 4, 5
+    round 4, 5      decode B           → 70, 80 (tokens 4, 5)
+    round 6  t=80   prefill A[100:200] → 100                      blocks rounds 7, 8
+    round 7  t=100  decode B           → 110 (token 6: B done, E2E 110)
+    round 8  t=110  blocked, nothing to decode: idle, takes no time
+    round 9  t=110  prefill A[200:250] → 130 (A token 1: TTFT 130 − 5 = 125)  blocks 10, 11
+    round 10 t=130  decode A           → 140 (A done: E2E 135)
+    """
+    _, res = run(tmp_path, INTERVAL_ROWS, **scheduler(chunked_prefill_size=100, prefill_decode_interval=2))
+    assert latencies(res) == {0: (20.0, 110.0), 1: (125.0, 135.0)}
+    passes = res.passes.sort_values("start_s", kind="stable")
+    kinds = ["P" if p.num_prefill_seqs else "D" for p in passes.itertuples()]
+    assert kinds == list("PDDPDDPDPD")
+
+
+def test_without_interval_prefill_comes_first(tmp_path: Path) -> None:
+    """N = 0: A's three chunks run back to back at 20–80 while B waits (prefill first); then B and A decode
+    together at 80–90 (A done: TTFT 80 − 5 = 75, E2E 85) and B alone at 90–130 (E2E 130)."""
+    _, res = run(tmp_path, INTERVAL_ROWS, **scheduler(chunked_prefill_size=100))
+    assert latencies(res) == {0: (20.0, 130.0), 1: (75.0, 85.0)}
+
+
+def test_interval_blocks_every_rank_of_the_dp_group(tmp_path: Path) -> None:
+    """Two attention-DP ranks, N = 2; requests alternate ranks (R0, R2 on rank 0; R1, R3 on rank 1).
+
+    round 0 t=0   both ranks prefill R0, R1 → 20                              blocks 1, 2
+    round 1, 2    decode R0, R1 → 30, 40 (tokens 2, 3)
+    round 3 t=40  rank 0 prefills R2 (arrived 5); rank 1 decodes R1 (token 4: done, E2E 60); the pass
+                  lasts the slower rank's 20 ms → 60                          blocks 4, 5 on BOTH ranks
+    round 4 t=60  rank 0 decodes R0 (done, E2E 70) and R2 (done: TTFT 55, E2E 65); rank 1 holds R3
+                  (arrived 45) back although it ran no prefill → 70
+    round 5       both idle and blocked: no time
+    round 6 t=70  rank 1 prefills R3 → 90 (TTFT 45); round 7 decodes it → 100 (E2E 55)
+    Were only the prefilling rank blocked, R3 would prefill in round 4 (TTFT 35).
+    """
+    rows = [(0.0, 50, 4), (0.0, 50, 4), (0.005, 50, 2), (0.045, 50, 2)]
+    over = make_sglang_scenario(engine={"workers": {"aggregated": {
+        "parallelism": {"attention_data": 2}, "scheduler": {"prefill_decode_interval": 2}}}})
+    _, res = run(tmp_path, rows, engine=over["engine"])
+    assert latencies(res) == {0: (20.0, 70.0), 1: (20.0, 60.0), 2: (55.0, 65.0), 3: (45.0, 55.0)}
+
+
+# -- host loop ---------------------------------------------------------------------------------------
+
+HOST_ROWS = [(0.0, 100, 5), (0.005, 100, 1)]
+
+
+def test_host_loop_plans_one_iteration_ahead(tmp_path: Path) -> None:
+    """Overlap loop: pass k+1 is planned when pass k−1's outputs are processed (at its end).
+
+    pass 0 planned at 0:  prefill R0 [0, 20]
+    pass 1 planned at 0:  decode R0 [20, 30] (R0 joined the batch at planning; its token is not known)
+    pass 2 planned at 20: R1 (arrived 5) seen → prefill R1 [30, 50]; R0 token 1 at 20
+    pass 3 planned at 30: decode R0 and R1 [50, 60]; R0 token 2 at 30
+    pass 4 planned at 50: R1's token arrived at 50 (TTFT = E2E = 45), it finished: decode R0 [60, 70]
+    passes 5, 6: decode R0 [70, 80], [80, 90]; R0's tokens 3, 4, 5 at 60, 70, 80 (E2E 80); pass 6 was
+    planned before R0's last token was known: its slot is discarded, as is R1's in pass 3.
+    """
+    _, res = run(tmp_path, HOST_ROWS, engine={"workers": {"aggregated": {"host_loop": True}}})
+    assert latencies(res) == {0: (20.0, 80.0), 1: (45.0, 45.0)}
+    passes = res.passes.sort_values("start_s", kind="stable")
+    assert len(passes) == 7
+    assert list(passes.num_decode_seqs) == [0, 1, 0, 2, 1, 1, 1]
+    assert list(passes.num_sampled) == [1, 1, 1, 1, 1, 1, 0]
+
+
+def test_without_host_loop_arrival_joins_next_pass(tmp_path: Path) -> None:
+    """Synchronous loop: R1 prefills at 20–40 (TTFT 35); R0 decodes at 40–80 (E2E 80); six passes."""
+    _, res = run(tmp_path, HOST_ROWS)
+    assert latencies(res) == {0: (20.0, 80.0), 1: (35.0, 35.0)}
+    assert len(res.passes) == 6
+
+
+# -- frontend stages ---------------------------------------------------------------------------------
+
+def test_frontend_stage_pool_delays_the_scheduler(tmp_path: Path) -> None:
+    """One stage of one worker, 5 ms per request; two requests (100 → 2) at 0 with the host loop it implies.
+
+    R0 leaves the frontend at 5, R1 waits 5 ms and leaves at 10 (mean wait 2.5 ms, service 5 ms).
+    pass 0 planned at 5: prefill R0 [5, 25]; pass 1 planned at 5: decode R0 [25, 35]
+    pass 2 planned at 25 (R1 queued at 10): prefill R1 [35, 55]; R0 token 1 at 25 (TTFT from the client: 25)
+    pass 3 planned at 35, R0 done (E2E 35): decode R1 [55, 65]; pass 4 planned at 55: decode R1 [65, 75]
+    R1: token 1 at 55 (TTFT 55), token 2 at 65 (E2E 65).
+    """
+    stages = [{"name": "tokenizer", "workers": 1, "service_ms": 5}]
+    sim, res = run(tmp_path, [(0.0, 100, 2), (0.0, 100, 2)],
+                   engine={"workers": {"aggregated": {"frontend": {"stages": stages}}}})
+    assert latencies(res) == {0: (25.0, 35.0), 1: (55.0, 65.0)}
+    assert res.summary["frontend"] == [{"stage": "tokenizer", "workers": 1, "requests": 2,
+                                        "mean_wait_ms": 2.5, "mean_service_ms": 5.0}]
+    assert list(res.requests.sort_values("request_id").frontend_ms) == [5.0, 10.0]
+
+
+def test_frontend_concurrency_scale(tmp_path: Path) -> None:
+    """Two workers at 4 ms, 1.5× when both are busy: two requests at 0 leave at 4 and 6 ms."""
+    stages = [{"workers": 2, "service_ms": 4, "concurrency_scale": [1.0, 1.5]}]
+    _, res = run(tmp_path, [(0.0, 100, 1), (0.0, 100, 1)],
+                 engine={"workers": {"aggregated": {"frontend": {"stages": stages}}}})
+    assert list(res.requests.sort_values("request_id").frontend_ms) == [4.0, 6.0]
+
+
+# -- disaggregated, destination-first ----------------------------------------------------------------
+
+def disagg(backend: str = "sglang", decode_tokens: int = 100_000, latency_ms: float = 5.0) -> dict:
+    kv = ({"capacity": {"type": "fixed", "blocks": decode_tokens}} if backend == "sglang"
+          else {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1000}})
+    timing = {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}
+    role = {"kv_cache": kv, "timing": timing}
+    if backend == "vllm":
+        role["scheduler"] = {"async_scheduling": False}
+    prefill = dict(role, kv_cache=kv if backend == "vllm" else {"capacity": {"type": "fixed", "blocks": 100_000}})
+    return {"engine": {"mode": "disaggregated", "backend": backend, "context_length": 250,
+                       "kv_transfer": {"latency_ms": latency_ms},
+                       "workers": {"prefill": prefill, "decode": role}}}
+
+
+def run_disagg(tmp_path: Path, rows, data: dict):
+    trace = write_csv_trace(tmp_path / "trace.csv", rows)
+    base = make_sglang_scenario()
+    base["engine"] = _merge({"model": base["engine"]["model"], "hardware": base["engine"]["hardware"]},
+                            data["engine"])
+    base["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "csv"},
+                       "load": {"type": "trace_timestamps"}}
+    return Simulation(parse_scenario(base, tmp_path)).run()
+
+
+def test_destination_first_handoff_delivers_the_prefill_token(tmp_path: Path) -> None:
+    """SGLang: the decode rank reserves at 0, the prefill runs 0–20, the KV crosses 20–25, the first decode
+    pass 25–35 delivers the prefill's token and the next one together (TTFT 35, TTST 0), the last token
+    at 45 (E2E 45). vLLM's source-first handoff has the same TTFT, but its first decode pass makes the
+    first client token, so three tokens end at 55."""
+    res = run_disagg(tmp_path, [(0.0, 100, 3)], disagg("sglang"))
+    row = res.requests.iloc[0]
+    assert (row.ttft_ms, row.ttst_ms, row.e2e_ms) == pytest.approx((35.0, 0.0, 45.0))
+    assert (row.transfer_start_s, row.transfer_end_s) == pytest.approx((0.020, 0.025))
+    vllm = run_disagg(tmp_path, [(0.0, 100, 3)], disagg("vllm")).requests.iloc[0]
+    assert (vllm.ttft_ms, vllm.e2e_ms) == pytest.approx((35.0, 55.0))
+
+
+def test_one_token_request_finishes_when_its_kv_arrives(tmp_path: Path) -> None:
+    res = run_disagg(tmp_path, [(0.0, 100, 1)], disagg("sglang"))
+    row = res.requests.iloc[0]
+    assert (row.ttft_ms, row.e2e_ms) == pytest.approx((25.0, 25.0))
+
+
+def test_decode_kv_back_pressure_holds_the_prefill(tmp_path: Path) -> None:
+    """Decode rank of 300 tokens. R0 (200 → 50) reserves 200 at 0; R1 (200 → 5) needs 200 + 5 < free 100 −
+    R0's reservation, so its prefill may not start. R0: prefill 0–20, no link time, decode passes 20–510
+    (TTFT 30, E2E 510). At 510 R0's tokens become evictable, R1 reserves, prefills 510–530 and decodes
+    530–570: TTFT 540, E2E 570. Source-first, R1's prefill would run at 20–40 and hold its KV there."""
+    res = run_disagg(tmp_path, [(0.0, 200, 50), (0.0, 200, 5)], disagg("sglang", decode_tokens=300, latency_ms=0))
+    assert latencies(res) == {0: (30.0, 510.0), 1: (540.0, 570.0)}
+    assert res.requests.set_index("request_id").loc[1, "first_admit_s"] == pytest.approx(0.510)
