@@ -43,6 +43,20 @@ def format_table(summary: dict) -> str:
         value = summary[key]
         text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else str(value))
         lines.append(f"{label:<46} {text}")
+    if "num_retractions" in summary:
+        lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
+    if summary.get("vision"):
+        v = summary["vision"]
+        ratio = v["embedding_cache_hit_ratio"]
+        lines.append(f"{'Images encoded on the GPU':<46} {v['images_encoded']}")
+        lines.append(f"{'Encoder time (s)':<46} {v['encoder_seconds']:.4f}")
+        lines.append(f"{'Embedding cache hit ratio':<46} {'-' if ratio is None else f'{ratio:.4f}'}")
+    if summary.get("frontend"):
+        lines += ["", f"{'Frontend stage':<24} {'workers':>8} {'requests':>9} {'wait (ms)':>10} {'service (ms)':>13}"]
+        for st in summary["frontend"]:
+            wait = "-" if st["mean_wait_ms"] is None else f"{st['mean_wait_ms']:.3f}"
+            service = "-" if st["mean_service_ms"] is None else f"{st['mean_service_ms']:.3f}"
+            lines.append(f"{st['stage']:<24} {st['workers']:>8} {st['requests']:>9} {wait:>10} {service:>13}")
     return "\n".join(lines)
 
 
