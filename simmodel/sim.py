@@ -206,7 +206,8 @@ class Simulation:
         spec = role.scheduler.sglang
         assert spec is not None
         images = getattr(self.scenario.traffic.source, "images", None) is not None
-        chunk = role.scheduler.max_batched_tokens if (role.host_loop or images) else spec.chunked_prefill_size
+        on_worker = images and role.name == self.front_role  # images are encoded on the front role
+        chunk = role.scheduler.max_batched_tokens if (role.host_loop or on_worker) else spec.chunked_prefill_size
         trace_block = getattr(self.scenario.traffic.source, "block_size", 64)
         cfg = SglangSchedulerConfig(
             max_running_requests=role.scheduler.max_sequences, chunked_prefill_size=chunk,

@@ -225,6 +225,14 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
     if images is not None and role.deployment.model.vision is None:
         raise ScenarioError(f"engine.model: {role.deployment.model.model_id} has no vision tower in the registry; "
                             f"images need a vision-language model such as Qwen/Qwen3-VL-8B-Instruct")
+    if images is not None:
+        from simmodel.engine.vision_encoder import image_tokens
+
+        tokens = image_tokens(role.deployment, images)
+        if tokens + 1 >= role.context_length:
+            raise ScenarioError(f"traffic.source.images: {images.count} image(s) of {images.height}x{images.width} "
+                                f"are {tokens} visual tokens per request, leaving no room under {front} "
+                                f"context_length {role.context_length}")
     sg = role.scheduler
     if (engine.backend == "sglang" and (role.host_loop or images is not None) and sg.sglang is not None
             and sg.sglang.chunked_prefill_size != 8192):
@@ -540,9 +548,20 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     parallelism = _parallelism(node.node("parallelism"), model)
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
                            max_sequences=1 if name == "prefill" else 256, speculation=speculation, backend=backend)
-    if scheduler.sglang is not None and scheduler.sglang.prefill_decode_interval and name != "aggregated":
+    sg = scheduler.sglang
+    if sg is not None and sg.prefill_decode_interval and name != "aggregated":
         raise ScenarioError(f"{node.at('scheduler.prefill_decode_interval')}: spaces prefills between decode "
                             f"rounds, so it only applies to aggregated workers (a {name} worker never mixes them)")
+    if sg is not None and name == "decode":
+        base = SglangSchedulerSpec()
+        for key in ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy"):
+            if getattr(sg, key) != getattr(base, key):
+                raise ScenarioError(f"{node.at('scheduler.' + key)}: a decode worker never prefills (its requests "
+                                    f"arrive with their KV); remove it")
+    if sg is not None and sg.chunked_prefill_size < parallelism.attention_data:
+        raise ScenarioError(f"{node.at('scheduler.chunked_prefill_size')}: is divided over the "
+                            f"{parallelism.attention_data} attention-DP ranks, so it must be at least that; got "
+                            f"{sg.chunked_prefill_size}")
     host_loop, frontend, vision = _sglang_host(node, backend, name, mode, parallelism)
     p = parallelism
     if scheduler.launch is not None and not scheduler.async_scheduling:
@@ -573,9 +592,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:
-        raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {blocks} KV blocks of "
-                            f"{kv_cache.block_size} tokens but one request at context_length {context_length} "
-                            f"needs {needed}; lower context_length or give the rank more KV")
+        held = (f"{blocks} KV tokens (page size 1)" if backend == "sglang"
+                else f"{blocks} KV blocks of {kv_cache.block_size} tokens")
+        raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
+                            f"context_length {context_length} needs {needed}; lower context_length or give the "
+                            f"rank more KV")
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
                       host_loop, frontend, vision)
 
@@ -589,8 +610,8 @@ _SGLANG_HOST = ("host_loop", "frontend", "host_profile", "vision")
 
 def _backend_only(node: _Node, keys: Iterable[str], backend: str, owner: str) -> None:
     """A field of one backend's scheduler set on the other backend fails (it could have no effect)."""
-    for key in keys:
-        if node.raw(key, None) is not None:
+    for key in keys:  # not marked as read: an unknown-field message lists only this backend's fields
+        if node.data.get(key) is not None:
             raise ScenarioError(f"{node.at(key)}: {owner} only; engine.backend is {backend}")
 
 
@@ -680,13 +701,16 @@ def _frontend(node: _Node) -> FrontendSpec:
         if scale is None:
             scale = [1.0] * workers
         elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+            if not (math.isfinite(scale) and scale >= 0 and 1.0 + scale * (workers - 1) <= 1e6):
+                raise ScenarioError(f"{st.at('concurrency_scale')}: one number s means a factor 1 + s×(busy − 1), "
+                                    f"so it must be a non-negative number, got {_show(scale)}")
             scale = [1.0 + float(scale) * k for k in range(workers)]
         if (not isinstance(scale, list) or len(scale) != workers or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= 1e6
                 for x in scale)):
-            raise ScenarioError(f"{st.at('concurrency_scale')}: must be {workers} positive numbers (entry k is "
-                                f"the service-time factor with k+1 of the stage's workers busy), or one number "
-                                f"s meaning 1 + s×(busy − 1)")
+            raise ScenarioError(f"{st.at('concurrency_scale')}: must be a list of {workers} positive numbers (one "
+                                f"per worker: entry k is the service-time factor with k+1 busy), or one number "
+                                f"s meaning 1 + s×(busy − 1); got {_show(scale)}")
         st.done()
         stages.append(FrontendStageSpec(name, workers, service, tuple(float(x) for x in scale)))
     measured = node.raw("measured_for", None)

@@ -198,3 +198,13 @@ def test_decode_kv_back_pressure_holds_the_prefill(tmp_path: Path) -> None:
     res = run_disagg(tmp_path, [(0.0, 200, 50), (0.0, 200, 5)], disagg("sglang", decode_tokens=300, latency_ms=0))
     assert latencies(res) == {0: (30.0, 510.0), 1: (540.0, 570.0)}
     assert res.requests.set_index("request_id").loc[1, "first_admit_s"] == pytest.approx(0.510)
+
+
+def test_max_prefill_tokens_exempts_the_first_request_of_a_pass(tmp_path: Path) -> None:
+    """Two 100-token prompts at 0 (one output each). ``max_prefill_tokens: 50``: the first request of a pass
+    is taken even above the limit (as SGLang does), the second waits: TTFT 20 and 40. Without the limit
+    both prefill in one pass: 20 and 20."""
+    _, res = run(tmp_path, [(0.0, 100, 1), (0.0, 100, 1)], **scheduler(max_prefill_tokens=50))
+    assert latencies(res) == {0: (20.0, 20.0), 1: (40.0, 40.0)}
+    _, res = run(tmp_path, [(0.0, 100, 1), (0.0, 100, 1)])
+    assert latencies(res) == {0: (20.0, 20.0), 1: (20.0, 20.0)}

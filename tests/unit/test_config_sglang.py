@@ -361,7 +361,7 @@ STAGES = f"{AGG}.frontend.stages"
     ({}, STAGES, "required field is missing"),
     ({"stages": [3]}, f"{STAGES}[0]", "must be a mapping, got 3"),
     ({"stages": [{"workers": 2, "service_ms": 1, "concurrency_scale": [1.0]}]}, f"{STAGES}[0].concurrency_scale",
-     "must be 2 positive numbers"),
+     "must be a list of 2 positive numbers"),
     ({"stages": [{"workers": 1, "service_ms": 1, "concurrency_scale": [0]}]}, f"{STAGES}[0].concurrency_scale",
      "positive numbers"),
     ({"stages": [{"workers": 1, "service_ms": 1, "concurrency_scale": "x"}]}, f"{STAGES}[0].concurrency_scale",
@@ -549,3 +549,32 @@ def test_images_need_height_and_a_mapping():
     assert_error(data, "traffic.source.images.height", "required field is missing")
     data["traffic"]["source"]["images"] = "512x512"
     assert_error(data, "traffic.source.images", "must be a mapping")
+
+
+# -- rules added after review ----------------------------------------------------------------------
+
+def test_chunked_prefill_size_must_cover_every_dp_rank():
+    """Each rank gets chunked_prefill_size // attention_data tokens: 1 // 2 would be a zero budget."""
+    assert_error(sglang_scenario(**sglang_worker(scheduler={"chunked_prefill_size": 1},
+                                                 parallelism={"attention_data": 2})),
+                 f"{AGG}.scheduler.chunked_prefill_size", "must be at least that; got 1")
+
+
+@pytest.mark.parametrize("field, value", [("chunked_prefill_size", 4096), ("max_prefill_tokens", 4096),
+                                          ("schedule_policy", "lpm")])
+def test_prefill_fields_fail_on_a_decode_role(field, value):
+    assert_error(disaggregated(decode={"scheduler": {field: value}}),
+                 f"engine.workers.decode.scheduler.{field}", "a decode worker never prefills")
+
+
+def test_images_must_leave_room_under_the_context_length():
+    """Four 8192×8192 images exceed Qwen3-VL's 4096² pixel cap: each is resized to 4096×4096, i.e.
+    256 × 256 patches merged 2 × 2 = 16,384 tokens, 65,536 for four: above a 32,768 context."""
+    data = image_scenario(traffic={"source": {"images": {"height": 8192, "width": 8192, "count": 4}}})
+    data["engine"]["context_length"] = 32768
+    assert_error(data, "traffic.source.images", "65536 visual tokens per request, leaving no room")
+
+
+def test_unknown_scheduler_field_lists_only_this_backends_fields():
+    message = error_of(sglang_scenario(**sglang_worker(scheduler={"foo": 1})))
+    assert "foo: unknown field" in message and "async_scheduling" not in message

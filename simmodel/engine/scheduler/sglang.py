@@ -309,7 +309,7 @@ class SglangScheduler:
             reserve = self._clipped_remaining(r)
             take = min(extend, rem_chunk)
             cache.lock(node)  # the check sees the hit locked (SGLang's ``_lock_node``)
-            if extend + reserve >= cache.num_free + cache.num_evictable - offset or take > rem_input:
+            if extend + reserve >= cache.num_free + cache.num_evictable - offset or (take > rem_input and batch):
                 cache.unlock(node)
                 break
             st.node, st.hit = node, hit
