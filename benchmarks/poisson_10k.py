@@ -1,9 +1,9 @@
-"""Time 10,000 Poisson requests through one vLLM worker and print how fast the simulator runs.
+"""Time 10,000 Poisson requests through one vLLM (or SGLang) worker and print how fast the simulator runs.
 
 Llama-3.1-8B-Instruct on one H100 SXM, polynomial timing, default scheduler and KV cache; requests
 arrive at 8 per second with prompts uniform in 128-2048 tokens and outputs uniform in 32-512 tokens.
 
-    python3 benchmarks/poisson_10k.py [--requests N] [--seed S] [--no-events]
+    python3 benchmarks/poisson_10k.py [--requests N] [--seed S] [--no-events] [--backend vllm|sglang]
 """
 
 # ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
@@ -18,9 +18,9 @@ from simmodel import Simulation
 from simmodel.config.load import parse_scenario
 
 
-def scenario_dict(num_requests: int, seed: int) -> dict:
+def scenario_dict(num_requests: int, seed: int, backend: str = "vllm") -> dict:
     """The benchmark scenario, as a YAML file would give it."""
-    return {
+    data = {
         "traffic": {
             "source": {
                 "type": "synthetic",
@@ -37,6 +37,9 @@ def scenario_dict(num_requests: int, seed: int) -> dict:
             "workers": {"aggregated": {"parallelism": {"replicas": 1}, "timing": {"type": "polynomial"}}},
         },
     }
+    if backend == "sglang":  # SGLang's defaults: radix cache of single tokens, KV capacity in tokens
+        data["engine"]["backend"] = "sglang"
+    return data
 
 
 def main() -> None:
@@ -45,12 +48,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="engine.seed (default 0)")
     parser.add_argument("--no-events", action="store_true",
                         help="do not keep the event log (keep_events=False); metrics are unchanged")
+    parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm", help="engine.backend (default vllm)")
     args = parser.parse_args()
     if args.requests < 1:
         parser.error("--requests must be at least 1")
 
     started = time.perf_counter()
-    scenario = parse_scenario(scenario_dict(args.requests, args.seed), base_dir=Path.cwd())
+    scenario = parse_scenario(scenario_dict(args.requests, args.seed, args.backend), base_dir=Path.cwd())
     sim = Simulation(scenario, keep_events=not args.no_events)
     built = time.perf_counter()
     results = sim.run()

@@ -186,6 +186,18 @@ class RadixCache:
         self._touch(node)
         return added, node
 
+    def grow_leaf(self, node: RadixNode, block: Hashable, end: int) -> bool:
+        """Fast path of ``insert`` for one decode step: if ``node`` is the request's own output leaf and
+        ends just before ``end``, extend it to ``end`` in place (what ``insert`` would do). False otherwise."""
+        if node.block is not block or node.children or node.end != end - 1 or node is self.root:
+            return False
+        node.end = end
+        self.cached_tokens += 1
+        if node.lock_ref == 0:
+            self.evictable_tokens += 1
+        self._touch(node)
+        return True
+
     # -- locking ------------------------------------------------------------------------------
     def lock(self, node: RadixNode) -> None:
         while node is not self.root:

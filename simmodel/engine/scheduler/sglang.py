@@ -362,9 +362,9 @@ class SglangScheduler:
             self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
                                        cfg.min_new_token_ratio)
         states = self._states
+        if not cache.allocate(len(running)):
+            raise RuntimeError("SGLang scheduler ran out of KV for a decode step")
         for r in running:
-            if not cache.allocate(1):
-                raise RuntimeError("SGLang scheduler ran out of KV for a decode step")
             states[r].allocated += 1
             out.requests.append(r)
             out.num_new_tokens.append(1)
@@ -409,10 +409,13 @@ class SglangScheduler:
             computed = ctx + new
             cache.release(new)
             st.allocated -= new
-            _, node = cache.insert(self._segments(r, st), computed)
-            cache.lock(node)
-            cache.unlock(st.node)
-            st.node = node
+            node = st.node
+            if not (new == 1 and node is not None
+                    and cache.grow_leaf(node, st.output_block, computed - r.num_prompt_tokens)):
+                _, node = cache.insert(self._segments(r, st), computed)
+                cache.lock(node)
+                cache.unlock(st.node)
+                st.node = node
             if not samples:
                 continue
             if prefill and r.num_preemptions and r.num_output_tokens:
