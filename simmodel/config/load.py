@@ -435,6 +435,14 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, mode)
     workers.done()
+    if backend == "sglang" and mode == "disaggregated":
+        dec = roles["decode"]
+        longest = min(role.context_length for role in roles.values()) - 1
+        if dec.num_kv_blocks < longest + 512:
+            raise ScenarioError(f"engine.workers.decode.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
+                                f"KV plus 512 tokens for its decoding (SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs "
+                                f"at least {longest + 512} tokens for a {longest}-token prompt; it has "
+                                f"{dec.num_kv_blocks}")
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None

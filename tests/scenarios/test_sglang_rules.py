@@ -191,11 +191,14 @@ def test_one_token_request_finishes_when_its_kv_arrives(tmp_path: Path) -> None:
 
 
 def test_decode_kv_back_pressure_holds_the_prefill(tmp_path: Path) -> None:
-    """Decode rank of 300 tokens. R0 (200 → 50) reserves 200 at 0; R1 (200 → 5) needs 200 + 5 < free 100 −
-    R0's reservation, so its prefill may not start. R0: prefill 0–20, no link time, decode passes 20–510
-    (TTFT 30, E2E 510). At 510 R0's tokens become evictable, R1 reserves, prefills 510–530 and decodes
-    530–570: TTFT 540, E2E 570. Source-first, R1's prefill would run at 20–40 and hold its KV there."""
-    res = run_disagg(tmp_path, [(0.0, 200, 50), (0.0, 200, 5)], disagg("sglang", decode_tokens=300, latency_ms=0))
+    """Decode rank of 1000 tokens; SGLang keeps R = 512 tokens free per running or incoming request.
+
+    t=0: nothing runs, allocatable 1000. R0 (200 → 50) needs 200 + R = 712 ≤ 1000: reserved, allocatable
+    288. R1 (200 → 5) needs 712 > 288: it waits, and its prefill may not start.
+    R0: prefill 0–20, no link time, decode passes 20–510 (TTFT 30, E2E 510). While R0 runs, allocatable is
+    1000 − (200 + k) − 512 < 712. At 510 R0 is done, R1 reserves, prefills 510–530 and decodes 530–570:
+    TTFT 540, E2E 570. Source-first, R1's prefill would have run at 20–40 and held its KV there."""
+    res = run_disagg(tmp_path, [(0.0, 200, 50), (0.0, 200, 5)], disagg("sglang", decode_tokens=1000, latency_ms=0))
     assert latencies(res) == {0: (30.0, 510.0), 1: (540.0, 570.0)}
     assert res.requests.set_index("request_id").loc[1, "first_admit_s"] == pytest.approx(0.510)
 

@@ -578,3 +578,10 @@ def test_images_must_leave_room_under_the_context_length():
 def test_unknown_scheduler_field_lists_only_this_backends_fields():
     message = error_of(sglang_scenario(**sglang_worker(scheduler={"foo": 1})))
     assert "foo: unknown field" in message and "async_scheduling" not in message
+
+
+def test_sglang_decode_rank_needs_room_for_a_prompt_and_its_reserve():
+    """Context 4096: the longest prompt is 4095 tokens, reserved with 512 more for decoding = 4607."""
+    data = disaggregated(decode={"kv_cache": {"capacity": {"type": "fixed", "blocks": 4600}}})
+    data["engine"]["context_length"] = 4096
+    assert_error(data, "engine.workers.decode.kv_cache.capacity", "needs at least 4607 tokens")

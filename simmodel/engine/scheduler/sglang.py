@@ -67,6 +67,8 @@ class SglangSchedulerConfig:
     """``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``."""
     overlap: bool = False
     """SGLang's overlap host loop (``host_loop``): plan pass k+1 before processing pass k's outputs."""
+    num_reserved_decode_tokens: int = 512
+    """Disaggregated decode: KV kept free per running or incoming request (``SGLANG_NUM_RESERVED_DECODE_TOKENS``)."""
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
@@ -194,18 +196,31 @@ class SglangScheduler:
         self.cache.unlock(st.node)
 
     def _reserve_preallocs(self) -> None:
+        """SGLang's ``DecodePreallocQueue.pop_preallocated``, in queue order: a prompt's KV is reserved when
+        ``max(prompt + R, prompt + clipped output − retractable) <= allocatable``, where R is
+        ``num_reserved_decode_tokens`` (512), retractable the tokens of the running requests, and
+        allocatable = free + evictable − max(R × (running + incoming), the largest clipped need of one
+        running request − retractable); each reservation then takes prompt + R off allocatable. So every
+        running request can still finish with all others retracted."""
         cfg, cache = self.config, self.cache
+        reserve = cfg.num_reserved_decode_tokens
+        running = self.running
+        retractable = sum(q.num_prompt_tokens + q.num_output_tokens for q in running)
+        single = max((q.num_prompt_tokens + min(q.max_tokens, cfg.clip_max_new_tokens) for q in running),
+                     default=retractable) - retractable
+        incoming = len(self.transferring) + len(self.handoffs)
+        allocatable = cache.num_free + cache.num_evictable - max(reserve * (len(running) + incoming), single)
         reserved = 0
         for r in self.prealloc:
-            if len(self.running) + len(self.transferring) + len(self.handoffs) >= cfg.max_running_requests:
+            if len(running) + incoming + reserved >= cfg.max_running_requests:
                 break
             need = r.num_prompt_tokens
-            offset = sum(self._clipped_remaining(q) * self.new_token_ratio
-                         for q in (*self.running, *self.transferring, *self.handoffs))
-            if need + self._clipped_remaining(r) >= cache.num_free + cache.num_evictable - offset:
+            required = need + reserve
+            if max(required, need + min(r.max_tokens, cfg.clip_max_new_tokens) - retractable) > allocatable:
                 break
             if not cache.allocate(need):
                 break
+            allocatable -= required
             self._states[r].allocated = need
             r.awaiting_kv = False
             self.transferring.append(r)
