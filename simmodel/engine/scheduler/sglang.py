@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from simmodel.engine.radix_cache import OutputBlock, RadixCache, RadixNode, mooncake_segments
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.errors import SimulationError
 
 RETRACT_DECODE_STEPS = 20
 LPM_FCFS_QUEUE_THRESHOLD = 128
@@ -299,7 +300,12 @@ class SglangScheduler:
         chunked = self.chunked
         if chunked is not None:
             extend = chunked.num_tokens - chunked.num_computed_tokens
-            take = min(extend, rem_chunk)
+            # The next chunk of an admitted prompt is not checked again, but SGLang caps it at the memory
+            # left (``add_chunked_req``); when none is left it waits for decodes to retract or finish.
+            take = min(extend, rem_chunk, cache.num_free + cache.num_evictable)
+            if take <= 0:
+                chunked = None
+        if chunked is not None:
             ends = take == extend
             offset += take + (self._clipped_remaining(chunked) if ends else 0)
             rem_chunk -= take
@@ -349,7 +355,13 @@ class SglangScheduler:
 
         for r, ctx, take in batch:
             if not cache.allocate(take):
-                raise RuntimeError("SGLang scheduler over-committed the KV cache")
+                # SGLang itself stops here ("Prefill out of memory"): its admission reserved too little for
+                # the outputs of running requests (clip_max_new_tokens / new_token_ratio), and a chunk of an
+                # admitted prompt no longer fits.
+                raise SimulationError(f"SGLang ran out of KV memory for a prefill chunk ({take} tokens, "
+                                      f"{cache.num_free + cache.num_evictable} free or evictable), as SGLang "
+                                      f"would ('Prefill out of memory'); raise clip_max_new_tokens or "
+                                      f"schedule_conservativeness, or give the rank more KV")
             states[r].allocated += take
             out.requests.append(r)
             out.num_new_tokens.append(take)
@@ -378,7 +390,9 @@ class SglangScheduler:
                                        cfg.min_new_token_ratio)
         states = self._states
         if not cache.allocate(len(running)):
-            raise RuntimeError("SGLang scheduler ran out of KV for a decode step")
+            raise SimulationError(f"SGLang ran out of KV memory for a decode step of {len(running)} request(s) with "
+                                  f"nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
+                                  f"schedule_conservativeness, or give the rank more KV")
         for r in running:
             states[r].allocated += 1
             out.requests.append(r)
