@@ -216,7 +216,8 @@ class Simulation:
             attention_data=role.parallelism.attention_data, prefill_decode_interval=spec.prefill_decode_interval,
             trace_block_size=trace_block, base_new_token_ratio=spec.init_new_token_ratio,
             min_new_token_ratio_factor=spec.min_new_token_ratio_factor,
-            new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop)
+            new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
+            max_req_len=min(role.context_length, role.num_kv_blocks) - 1)
         workers = []
         for w in range(role.parallelism.replicas):
             worker = Worker(self.env, w, timing, role.name, async_scheduling=role.host_loop,

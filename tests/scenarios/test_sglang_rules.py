@@ -156,7 +156,7 @@ def disagg(backend: str = "sglang", decode_tokens: int = 100_000, latency_ms: fl
     if backend == "vllm":
         role["scheduler"] = {"async_scheduling": False}
     prefill = dict(role, kv_cache=kv if backend == "vllm" else {"capacity": {"type": "fixed", "blocks": 100_000}})
-    return {"engine": {"mode": "disaggregated", "backend": backend, "context_length": 250,
+    return {"engine": {"mode": "disaggregated", "backend": backend, "context_length": 300,
                        "kv_transfer": {"latency_ms": latency_ms},
                        "workers": {"prefill": prefill, "decode": role}}}
 
@@ -211,3 +211,43 @@ def test_max_prefill_tokens_exempts_the_first_request_of_a_pass(tmp_path: Path) 
     assert latencies(res) == {0: (20.0, 20.0), 1: (40.0, 40.0)}
     _, res = run(tmp_path, [(0.0, 100, 1), (0.0, 100, 1)])
     assert latencies(res) == {0: (20.0, 20.0), 1: (20.0, 20.0)}
+
+
+# -- context limit, LPM under the host loop, interval with a chunked prompt ------------------------------
+
+def test_outputs_are_clipped_to_the_context(tmp_path: Path) -> None:
+    """SGLang clips max_new_tokens to max_req_len − prompt − 1 with max_req_len = min(context_length, KV
+    tokens) − 1: a 900-token prompt asking 200 tokens under context_length 1000 gets 999 − 900 − 1 = 98,
+    the last at 20 + 97 × 10 = 990 ms (vLLM would stop when prompt + outputs reach 1000: 100 tokens)."""
+    _, res = run(tmp_path, [(0.0, 900, 200)], engine={"context_length": 1000})
+    row = res.requests.iloc[0]
+    assert (row.output_tokens, row.requested_output_tokens, row.e2e_ms) == (98, 200, pytest.approx(990.0))
+
+
+def test_lpm_orders_only_the_requests_the_host_loop_has_received(tmp_path: Path) -> None:
+    """Host loop, LPM. R0 (128 → 10, blocks [1, 2]) at 0; R1 (128 → 2, unrelated) at 22 ms; R2 (192 → 2,
+    extends R0's prompt) at 30 ms. Pass 3 is planned at 30 (the end of pass 1), when R2 has not been received
+    yet: R1 is the only visible waiting request and prefills at 40–60 (TTFT 38) although R2 would sort first."""
+    trace = tmp_path / "trace.jsonl"
+    rows = [(0, 128, 10, [1, 2]), (22, 128, 2, [10, 11]), (30, 192, 2, [1, 2, 3])]
+    trace.write_text("".join(f'{{"timestamp": {t}, "input_length": {i}, "output_length": {o}, "hash_ids": {h}}}\n'
+                             for t, i, o, h in rows))
+    data = make_sglang_scenario(engine={"workers": {"aggregated": {"host_loop": True,
+                                                                   "scheduler": {"schedule_policy": "lpm"}}}})
+    data["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "mooncake", "block_size": 64},
+                       "load": {"type": "trace_timestamps"}}
+    res = Simulation(parse_scenario(data, tmp_path)).run()
+    assert res.requests.set_index("request_id").loc[1, "ttft_ms"] == pytest.approx(38.0)
+
+
+def test_interval_decodes_between_chunks_retract_the_chunked_prompt(tmp_path: Path) -> None:
+    """With prefill_decode_interval, decodes run between a prompt's chunks and may use the KV the prompt
+    was admitted against (clip_max_new_tokens 1 reserves almost nothing for outputs). When a decode step
+    finds no KV and only one request runs, the half-prefilled prompt is retracted (its prefix stays cached)
+    instead of the run stopping."""
+    _, res = run(tmp_path, [(0.0, 10, 1000), (0.001, 1000, 1)],
+                 engine={"context_length": 1011, "workers": {"aggregated": {
+                     "kv_cache": {"capacity": {"type": "fixed", "blocks": 1020}},
+                     "scheduler": {"chunked_prefill_size": 50, "clip_max_new_tokens": 1,
+                                   "prefill_decode_interval": 1}}}})
+    assert res.summary["completed_requests"] == 2 and res.summary["num_retractions"] >= 1

@@ -68,6 +68,9 @@ class SglangSchedulerConfig:
     """``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS``."""
     overlap: bool = False
     """SGLang's overlap host loop (``host_loop``): plan pass k+1 before processing pass k's outputs."""
+    max_req_len: int | None = None
+    """Longest sequence (prompt + outputs + 1) a request may reach: ``min(context_length, KV tokens) - 1``;
+    SGLang clips ``max_new_tokens`` to ``max_req_len - prompt - 1``. None: no limit (the mocker's replay)."""
     num_reserved_decode_tokens: int = 512
     """Disaggregated decode: KV kept free per running or incoming request (``SGLANG_NUM_RESERVED_DECODE_TOKENS``)."""
 
@@ -207,7 +210,7 @@ class SglangScheduler:
         reserve = cfg.num_reserved_decode_tokens
         running = self.running
         retractable = sum(q.num_prompt_tokens + q.num_output_tokens for q in running)
-        single = max((q.num_prompt_tokens + min(q.max_tokens, cfg.clip_max_new_tokens) for q in running),
+        single = max((q.num_prompt_tokens + min(self._max_new(q), cfg.clip_max_new_tokens) for q in running),
                      default=retractable) - retractable
         incoming = len(self.transferring) + len(self.handoffs)
         allocatable = cache.num_free + cache.num_evictable - max(reserve * (len(running) + incoming), single)
@@ -217,7 +220,7 @@ class SglangScheduler:
                 break
             need = r.num_prompt_tokens
             required = need + reserve
-            if max(required, need + min(r.max_tokens, cfg.clip_max_new_tokens) - retractable) > allocatable:
+            if max(required, need + min(self._max_new(r), cfg.clip_max_new_tokens) - retractable) > allocatable:
                 break
             if not cache.allocate(need):
                 break
@@ -269,16 +272,31 @@ class SglangScheduler:
             self._schedule_decode(out)
         return out
 
-    def _clipped_remaining(self, request: Request) -> int:
-        return min(request.max_tokens - request.num_output_tokens, self.config.clip_max_new_tokens)
+    def _max_new(self, request: Request) -> int:
+        """The request's ``max_new_tokens`` after SGLang clips it to the context (at least one token)."""
+        limit = self.config.max_req_len
+        if limit is None:
+            return request.max_tokens
+        return max(1, min(request.max_tokens, limit - request.num_prompt_tokens - 1))
 
-    def _order_waiting(self) -> None:
-        if self.config.schedule_policy != "lpm" or len(self.waiting) > LPM_FCFS_QUEUE_THRESHOLD:
+    def _clipped_remaining(self, request: Request) -> int:
+        return min(self._max_new(request) - request.num_output_tokens, self.config.clip_max_new_tokens)
+
+    def _order_waiting(self, arrived_before: int | None) -> None:
+        if self.config.schedule_policy != "lpm":
+            return
+        waiting = self.waiting
+        unseen: list[Request] = []
+        if arrived_before is not None:  # the overlap loop has not received these yet: they stay behind
+            unseen = [r for r in waiting if r.queued_at >= arrived_before]
+            if unseen:
+                waiting = [r for r in waiting if r.queued_at < arrived_before]
+        if len(waiting) > LPM_FCFS_QUEUE_THRESHOLD:
             return
         cache, states = self.cache, self._states
         temp = RadixCache(1 << 62)
         keys: dict[Request, float] = {}
-        for r in self.waiting:
+        for r in waiting:
             segs = self._segments(r, states[r])
             n = r.num_tokens
             hit = cache.match_length(segs, n - 1)
@@ -288,7 +306,9 @@ class SglangScheduler:
                     keys[r] = float("inf")
                 else:
                     temp.insert(segs)
-        self.waiting.sort(key=keys.__getitem__)
+        waiting.sort(key=keys.__getitem__)
+        if unseen:
+            self.waiting = waiting + unseen
 
     def _schedule_prefill(self, out: SchedulerOutput, arrived_before: int | None) -> None:
         cfg, cache, states = self.config, self.cache, self._states
@@ -313,7 +333,7 @@ class SglangScheduler:
             batch.append((chunked, chunked.num_computed_tokens, take))
             self.chunked = None if ends else chunked
 
-        self._order_waiting()
+        self._order_waiting(arrived_before)
         admitted = 0
         for r in self.waiting:
             if len(self.running) + len(batch) >= cfg.max_running_requests:
@@ -382,8 +402,14 @@ class SglangScheduler:
                 victim = min(running, key=lambda r: r.num_output_tokens)
                 running.remove(victim)
                 self._retract(victim, out)
+            if self.chunked is not None and len(running) > cache.num_free + cache.num_evictable:
+                # Only reachable when prefill_decode_interval runs decodes between a prompt's chunks: the
+                # half-prefilled prompt gives its KV back (its prefix stays cached) and queues first.
+                chunked, self.chunked = self.chunked, None
+                self._retract(chunked, out)
+                self.waiting.insert(0, self.waiting.pop())
             decoded = sum(r.num_output_tokens for r in running)
-            max_new = sum(r.max_tokens for r in running)
+            max_new = sum(self._max_new(r) for r in running)
             self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
         else:
             self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
@@ -454,7 +480,7 @@ class SglangScheduler:
             r.num_output_tokens += 1
             r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
-            if r.num_output_tokens >= r.max_tokens:
+            if r.num_output_tokens >= self._max_new(r):
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
                 if r.bootstrap:
