@@ -102,8 +102,12 @@ def load_trace(scenario: Scenario) -> TraceData | None:
 
 
 def serving_context_length(scenario: Scenario) -> int:
-    """The longest prompt plus one that every role accepts (vLLM refuses a prompt at its limit)."""
-    return min(role.context_length for role in scenario.engine.workers.values())
+    """The longest prompt plus one that every role accepts. vLLM refuses a prompt at ``max_model_len``;
+    SGLang one at ``max_req_len = min(context_length, KV tokens) − 1``."""
+    roles = scenario.engine.workers.values()
+    if scenario.engine.backend == "sglang":
+        return min(min(role.context_length, role.num_kv_blocks) - 1 for role in roles)
+    return min(role.context_length for role in roles)
 
 
 def check_workload(scenario: Scenario) -> TraceData | None:

@@ -70,7 +70,7 @@ class Rank:
         """SGLang destination-first: a one-token request is done when its KV and token arrive here."""
         self.scheduler.drop_handoff(request)
         now, w, r, rec = self.env.now, self.worker.worker_id, self.rank_id, self.recorder
-        request.num_output_tokens = request.max_tokens
+        request.num_output_tokens = 1  # the prefill's token, its only one
         request.first_token_at = request.last_token_at = request.finished_at = now
         request.status = RequestStatus.FINISHED
         rec.event(now, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, self.role)

@@ -116,7 +116,7 @@ class KvTransfer:
         client.transfer_end_at = self.env.now
         self.num_transfers += 1
         self._event(EventKind.TRANSFER_END, target, client)
-        if self.destination_first and client.num_output_tokens + 1 >= client.max_tokens:
+        if self.destination_first and not target.scheduler.decodes(client):
             target.finish_handoff(client)  # the prefill's token was its only one
         else:
             target.add_handoff(client)

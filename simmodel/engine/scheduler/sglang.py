@@ -279,6 +279,10 @@ class SglangScheduler:
             return request.max_tokens
         return max(1, min(request.max_tokens, limit - request.num_prompt_tokens - 1))
 
+    def decodes(self, request: Request) -> bool:
+        """Disaggregated decode: whether a request arriving with the prefill's token still has tokens to make."""
+        return self._max_new(request) > 1
+
     def _clipped_remaining(self, request: Request) -> int:
         return min(self._max_new(request) - request.num_output_tokens, self.config.clip_max_new_tokens)
 

@@ -1,0 +1,110 @@
+"""Invariants of the SGLang backend over randomly generated small scenarios: aggregated (DP 1–3, FCFS or
+LPM, prefill/decode interval, overlap host loop, frontend stages) and disaggregated (destination-first),
+tight and loose KV, every load type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from factories import make_sglang_scenario
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simmodel import Simulation
+from simmodel.config.load import parse_scenario
+
+
+def _load(draw):
+    return draw(st.sampled_from([
+        {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
+        {"type": "poisson", "requests_per_second": draw(st.floats(1, 300))},
+        {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 300))},
+    ]))
+
+
+@st.composite
+def scenarios(draw):
+    context = draw(st.integers(64, 600))
+    disaggregated = draw(st.booleans())
+    timing = {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 5, 20])), "decode_ms": 3}
+    traffic = {"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
+                          "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}},
+               "load": _load(draw), "stop": {"requests": draw(st.integers(1, 25))}}
+    host_loop = draw(st.booleans())
+    front = {"host_loop": host_loop}
+    if host_loop and draw(st.booleans()):
+        front["frontend"] = {"stages": [{"workers": draw(st.integers(1, 3)), "service_ms": draw(st.sampled_from([0, 2]))}]}
+    chunk = draw(st.sampled_from([16, 64, 8192]))
+    if disaggregated:
+        decode_kv = draw(st.integers(context + 511, 3 * (context + 511)))
+        engine = {"mode": "disaggregated", "context_length": context,
+                  "kv_transfer": {"latency_ms": draw(st.sampled_from([0, 1])),
+                                  "contention": draw(st.sampled_from(["none", "shared_link"]))},
+                  "workers": {
+                      "prefill": {**front, "timing": timing,
+                                  "parallelism": {"replicas": draw(st.integers(1, 2))},
+                                  "scheduler": ({"max_batched_tokens": chunk} if host_loop
+                                                else {"chunked_prefill_size": chunk}) | {
+                                      "max_sequences": draw(st.integers(1, 4))},
+                                  "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}},
+                      "decode": {"timing": timing,
+                                 "parallelism": {"attention_data": draw(st.integers(1, 2))},
+                                 "scheduler": {"max_sequences": draw(st.integers(1, 8))},
+                                 "kv_cache": {"capacity": {"type": "fixed", "blocks": decode_kv}}}}}
+    else:
+        dp = draw(st.integers(1, 3))
+        scheduler = {"max_sequences": draw(st.integers(1, 8)),
+                     "schedule_policy": draw(st.sampled_from(["fcfs", "lpm"])),
+                     "prefill_decode_interval": draw(st.sampled_from([0, 0, 1, 3]))}
+        scheduler |= {"max_batched_tokens": max(chunk, dp)} if host_loop else {"chunked_prefill_size": max(chunk, dp)}
+        engine = {"context_length": context, "workers": {"aggregated": {
+            **front, "timing": timing, "parallelism": {"attention_data": dp, "replicas": draw(st.integers(1, 2))},
+            "scheduler": scheduler,
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}}}}
+    engine["seed"] = draw(st.integers(0, 2**32 - 1))
+    data = make_sglang_scenario(traffic=traffic)
+    data["engine"] = {"model": data["engine"]["model"], "hardware": data["engine"]["hardware"],
+                      "backend": "sglang", **engine}
+    return data
+
+
+def _drained(sim: Simulation) -> None:
+    for worker in sim.workers:
+        for rank in worker.ranks:
+            s = rank.scheduler
+            s.cache.check()
+            assert s.cache.allocated_tokens == 0
+            assert s.cache.num_evictable == s.cache.cached_tokens  # nothing locked
+            assert not (s.running or s.waiting or s.chunked or s.prealloc or s.transferring or s.handoffs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_every_sglang_request_ends_once_and_kv_comes_back(data):
+    sim = Simulation(parse_scenario(data, Path(".")))
+    res = sim.run()
+    req, passes = res.requests, res.passes
+    context = data["engine"]["context_length"]
+    roles = data["engine"]["workers"]
+    # SGLang's max_req_len = min(context, KV tokens) − 1: a prompt at or above it is refused (on any role),
+    # and max_new_tokens is clipped to max_req_len − prompt − 1 (at least 1) where the request decodes.
+    max_req_len = {name: min(context, r["kv_cache"]["capacity"]["blocks"]) - 1 for name, r in roles.items()}
+    assert len(req) == data["traffic"]["stop"]["requests"]
+    assert set(req.status) <= {"completed", "rejected"}
+    assert (req.status == "rejected").tolist() == (req.input_tokens >= min(max_req_len.values())).tolist()
+    served = req[req.status == "completed"]
+    decoder = max_req_len["decode" if "decode" in roles else "aggregated"]
+    limit = np.maximum(1, np.minimum(served.requested_output_tokens, decoder - 1 - served.input_tokens))
+    assert served.output_tokens.tolist() == limit.tolist()
+    assert (served.arrival_s <= served.first_admit_s).all()
+    assert (served.first_admit_s <= served.first_token_s).all() and (served.first_token_s <= served.finish_s).all()
+    # passes never mix prefill and decode, and respect the sequence limit
+    assert ((passes.num_prefill_seqs == 0) | (passes.num_decode_seqs == 0)).all()
+    for name, role in data["engine"]["workers"].items():
+        mine = passes[passes.role == name]
+        assert (mine.num_prefill_seqs + mine.num_decode_seqs <= role["scheduler"]["max_sequences"]).all()
+        assert (mine.kv_blocks_used <= role["kv_cache"]["capacity"]["blocks"]).all()
+    _drained(sim)
+    again = Simulation(parse_scenario(data, Path("."))).run()
+    assert again.requests.equals(res.requests) and again.passes.equals(res.passes)
