@@ -15,6 +15,7 @@ from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
+from simmodel.engine.limits import RunLimits
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
@@ -151,6 +152,9 @@ class Simulation:
         """SGLang: each front worker's frontend stage pools, by worker id."""
         self.pools: dict[str, list[Worker]] = {name: self._build_pool(role) for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
+        self.limits = RunLimits(scenario.limits)
+        for worker in self.workers:
+            worker.limits = self.limits
         self._next_worker = dict.fromkeys(self.pools, 0)
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
@@ -161,6 +165,7 @@ class Simulation:
         load = scenario.traffic.load
         stream = RequestStream(scenario, trace)
         stream.extra_prompt_tokens = self.image_tokens
+        stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
                                     serving_context_length(scenario),
                                     load.concurrency if load.type == "concurrency" else 0)

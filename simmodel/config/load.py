@@ -24,6 +24,7 @@ from simmodel.config.schema import (
     KvTransferSpec,
     LaunchSpec,
     LengthSpec,
+    LimitsSpec,
     LoadSpec,
     Parallelism,
     Scenario,
@@ -202,9 +203,26 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     root = _Node(data, "")
     engine = _engine(root.node("engine", required=True), base_dir)
     traffic = _traffic(root.node("traffic", required=True), base_dir)
+    limits = _limits(root.node("limits"), traffic)
     root.done()
     engine = _check_images(engine, traffic, base_dir)
-    return Scenario(traffic, engine, path)
+    return Scenario(traffic, engine, path, limits)
+
+
+def _limits(node: _Node, traffic: Traffic) -> LimitsSpec:
+    base = LimitsSpec()
+    spec = LimitsSpec(node.int("max_passes", base.max_passes, maximum=10**15),
+                      node.int("max_requests", base.max_requests),
+                      node.number("max_virtual_time_seconds", base.max_virtual_time_seconds, positive=True))
+    node.done()
+    stop = traffic.stop
+    if stop.requests is not None and stop.requests > spec.max_requests:
+        raise ScenarioError(f"traffic.stop.requests: {stop.requests:,} is above limits.max_requests "
+                            f"({spec.max_requests:,}); raise the limit to run that many")
+    if stop.max_virtual_time_seconds is not None and stop.max_virtual_time_seconds > spec.max_virtual_time_seconds:
+        raise ScenarioError(f"traffic.stop.max_virtual_time_seconds: {stop.max_virtual_time_seconds:g} is above "
+                            f"limits.max_virtual_time_seconds ({spec.max_virtual_time_seconds:g}); raise the limit")
+    return spec
 
 
 def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:

@@ -281,7 +281,17 @@ class Engine:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsSpec:
+    """``limits``: hard safety bounds; exceeding one is an error, not a stop."""
+
+    max_passes: int = 100_000_000
+    max_requests: int = 10_000_000
+    max_virtual_time_seconds: float = 100_000_000.0
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     traffic: Traffic
     engine: Engine
     path: Path | None = None
+    limits: LimitsSpec = field(default_factory=LimitsSpec)

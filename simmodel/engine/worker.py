@@ -68,6 +68,8 @@ class Worker:
         self._num_placed = 0
         self._placed_at_plan = 0
         self._kv_capacity_tokens = np.zeros(0)
+        self.limits = None
+        """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.vision: list | None = None
         """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
 
@@ -250,6 +252,8 @@ class Worker:
         """Price a pass of every rank and record its start (now unless given); returns
         (start, (busy ns per rank, provenance))."""
         start = self.env.now if start is None else start
+        if self.limits is not None:
+            self.limits.count_pass(start)
         self._wave_step += 1
         self._passes_in_flight += 1
         cost = self.timing.price(self._batch(plans))

@@ -38,6 +38,8 @@ class RequestStream:
         self._rngs = [np.random.default_rng(s) for s in (arrivals_seq, input_seq, output_seq)]
         limits = [n for n in (traffic.stop.requests, None if trace is None else len(trace)) if n is not None]
         self.limit: int | None = min(limits) if limits else None
+        self.limits = None
+        """The run's ``RunLimits`` (requests created), if any."""
         self.extra_prompt_tokens = 0
         """Tokens every prompt carries besides its text (a vision-language model's image tokens)."""
         self._arrival = np.zeros(0)
@@ -154,6 +156,8 @@ class TrafficSource:
         """Create request number ``len(self.requests)`` now; loop while closed-loop rejections return at once."""
         while True:
             i = len(self.requests)
+            if self.stream.limits is not None:
+                self.stream.limits.check_requests(i + 1)
             isl, osl, hint, hashes = self.stream.request(i)
             request = Request(i, self.env.now, isl, osl, hint, hashes)
             request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
