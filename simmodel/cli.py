@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -58,6 +59,38 @@ def format_table(summary: dict) -> str:
             service = "-" if st["mean_service_ms"] is None else f"{st['mean_service_ms']:.3f}"
             lines.append(f"{st['stage']:<24} {st['workers']:>8} {st['requests']:>9} {wait:>10} {service:>13}")
     return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress report on a terminal's stderr: simulated time and requests done (of the total
+    when the traffic has one), redrawn at most every half second of wall time, erased at the end."""
+
+    def __init__(self, sim: Simulation, stream=None) -> None:
+        self.sim, self.stream = sim, stream or sys.stderr
+        self.total = sim.source.stream.limit
+        self._shown = 0.0
+        self._drawn = False
+
+    def __call__(self, sim: Simulation) -> None:
+        now = time.monotonic()
+        if sim.finished:
+            if self._drawn:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+            return
+        if now - self._shown < 0.5:
+            return
+        self._shown = now
+        done = sim.num_finished
+        if self.total:
+            width = 30
+            filled = int(width * done / self.total)
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{self.total:,} requests"
+        else:
+            bar = f"{done:,} requests done"
+        self.stream.write(f"\r\033[K{bar} · {sim.now:,.1f} s simulated")
+        self.stream.flush()
+        self._drawn = True
 
 
 class _OneLineErrors(click.Group):
@@ -125,7 +158,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
     if output_dir is not None:
         check_output_dir(output_dir, overwrite)
     sim = Simulation.from_yaml(scenario, overrides)
-    results = sim.run()
+    results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
     if output_dir is not None:
         write_results(results, output_dir, overwrite)
     click.echo(summary_json(results.summary).rstrip() if fmt == "json" else format_table(results.summary))

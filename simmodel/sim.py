@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,9 @@ from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource
 from simmodel.traffic.traces import TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
+
+PROGRESS_EVERY = 20_000
+"""Events between two calls of a run's ``progress`` callback."""
 
 
 @dataclass(frozen=True)
@@ -374,25 +377,49 @@ class Simulation:
         self.wall_time_s += time.perf_counter() - started
         return True
 
-    def run(self, until: float | None = None) -> Results:
-        """Run to ``until`` seconds of simulated time (or to the end) and return the results so far."""
+    def run(self, until: float | None = None, progress: Callable[[Simulation], None] | None = None) -> Results:
+        """Run to ``until`` seconds of simulated time (or to the end) and return the results so far.
+
+        ``progress`` (e.g. a terminal progress bar) is called about every ``PROGRESS_EVERY`` events and once
+        at the end; it only reads the simulation."""
         limit = self.stop_at
         if until is not None:
             limit = to_ns(until) if limit is None else min(to_ns(until), limit)
         started = time.perf_counter()
-        if limit is None:
+        if progress is not None:
+            self._run_with_progress(limit, progress)
+        elif limit is None:
             self.env.run()
-            stalled = [r for r in self.requests if not r.status.is_finished]
-            if stalled:
-                raise SimulationError(f"the simulation stopped with {len(stalled)} request(s) unfinished and "
-                                      f"nothing left to happen (request {stalled[0].request_id} first)")
         elif limit >= self.env.now:
             if limit > self.env.now:
                 self.env.run(until=limit)
             while self.env.peek() <= limit:  # events at the limit itself still happen
                 self.env.step()
+        if limit is None:
+            stalled = [r for r in self.requests if not r.status.is_finished]
+            if stalled:
+                raise SimulationError(f"the simulation stopped with {len(stalled)} request(s) unfinished and "
+                                      f"nothing left to happen (request {stalled[0].request_id} first)")
         self.wall_time_s += time.perf_counter() - started
         return self.results()
+
+    def _run_with_progress(self, limit: int | None, progress: Callable[[Simulation], None]) -> None:
+        """The same events as ``env.run``, stepped here so that ``progress`` can be called between them."""
+        env, step, end = self.env, self.env.step, float("inf") if limit is None else limit
+        inf = float("inf")
+        while (nxt := env.peek()) < inf and nxt <= end:
+            for _ in range(PROGRESS_EVERY):
+                nxt = env.peek()
+                if nxt == inf or nxt > end:
+                    break
+                step()
+            progress(self)
+        progress(self)
+
+    @property
+    def num_finished(self) -> int:
+        """Requests that completed or were rejected so far."""
+        return self.recorder.num_done
 
     # -- results -------------------------------------------------------------------------------
 

@@ -74,9 +74,13 @@ class Recorder:
         self.passes: list[PassRecord] = []
         self.itl_values: list[int] = []
         self.itl_counts: list[int] = []
+        self.num_done = 0
+        """Requests that finished or were rejected so far (for progress reports)."""
 
     def event(self, time_ns: int, kind: EventKind, worker: int, dp_rank: int, request_id: int,
               num_tokens: int, role: str = "aggregated") -> None:
+        if kind is EventKind.FINISH or kind is EventKind.REJECTION:
+            self.num_done += 1
         if self.keep_events:
             self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
 
