@@ -1,0 +1,114 @@
+"""Time simmodel and NVIDIA Dynamo's compiled mocker side by side on the same trace, and print the ratios.
+
+The workload of issue 7: 10,000 Poisson requests at 8 req/s, prompts uniform in 128–2,048 tokens and outputs
+in 32–512 (seed 0), through one worker with the same scheduler settings on both sides (vLLM or SGLang,
+256 sequences, 8,192 batched tokens, 16,384 KV blocks of 64 tokens, prefix caching on, synchronous
+scheduling as the mocker runs it). Each side is timed as a whole process, interpreter start-up included:
+
+- polynomial timing on both sides (Dynamo's polynomial pass-time curves);
+- simmodel's default timing (the roofline performance model) against the mocker's measured-table (AIS)
+  timing for Qwen3-8B on H200.
+
+The mocker runs in its own virtual environment (``../shared/oracles/peers.md``: ``install_peers.sh``), given
+by ``--peers-python`` or ``SIMMODEL_PEERS_PYTHON``; without it only simmodel's times are printed.
+
+    python3 benchmarks/vs_dynamo.py [--requests N] [--backend vllm|sglang] [--peers-python PATH]
+"""
+
+# ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = REPO.parent / "shared" / "oracles" / "dynamo_replay.py"
+HASH_BLOCK = 64
+KV_BLOCKS = 16_384
+
+
+def write_trace(path: Path, num_requests: int, seed: int = 0) -> None:
+    """Poisson arrivals at 8 req/s, ISL U[128, 2048], OSL U[32, 512]; unique hash ids (no shared prefixes)."""
+    rng = np.random.default_rng(seed)
+    arrivals_ms = np.cumsum(rng.exponential(1000 / 8, num_requests))
+    isl = rng.integers(128, 2049, num_requests)
+    osl = rng.integers(32, 513, num_requests)
+    next_hash = 0
+    with path.open("w") as f:
+        for t, i, o in zip(arrivals_ms, isl, osl):
+            blocks = -(-int(i) // HASH_BLOCK)
+            hashes = list(range(next_hash, next_hash + blocks))
+            next_hash += blocks
+            f.write(json.dumps({"timestamp": round(float(t), 3), "input_length": int(i), "output_length": int(o),
+                                "hash_ids": hashes}) + "\n")
+
+
+def scenario(trace: Path, backend: str, timing: str) -> dict:
+    worker = {"scheduler": {"max_sequences": 256},
+              "kv_cache": {"capacity": {"type": "fixed", "blocks": KV_BLOCKS * (HASH_BLOCK if backend == "sglang" else 1)}},
+              "timing": {"type": timing}}
+    if backend == "vllm":
+        worker["scheduler"] |= {"max_batched_tokens": 8192, "async_scheduling": False}
+        worker["kv_cache"]["block_size"] = HASH_BLOCK
+    return {"traffic": {"source": {"type": "trace", "format": "mooncake", "path": str(trace),
+                                   "block_size": HASH_BLOCK},
+                        "load": {"type": "trace_timestamps"}},
+            "engine": {"model": "Qwen/Qwen3-8B", "hardware": "h200_sxm", "backend": backend,
+                       "workers": {"aggregated": worker}}}
+
+
+def timed(command: list[str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{proc.stderr[-2000:]}")
+    return elapsed, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--peers-python", default=os.environ.get("SIMMODEL_PEERS_PYTHON"),
+                        help="python of the venv with ai-dynamo (default $SIMMODEL_PEERS_PYTHON)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        trace = folder / "trace.jsonl"
+        write_trace(trace, args.requests)
+        ours: dict[str, float] = {}
+        for timing in ("polynomial", "default"):
+            path = folder / f"{timing}.yaml"
+            path.write_text(yaml.safe_dump(scenario(trace, args.backend, timing)))
+            ours[timing], out = timed([sys.executable, "-m", "simmodel.cli", "run", "-c", str(path),
+                                       "--format", "json"])
+            done = json.loads(out)["completed_requests"]
+            print(f"simmodel {timing:<10}  {ours[timing]:7.2f} s   ({done} requests completed)")
+        if not args.peers_python or not DRIVER.exists():
+            print("Dynamo mocker: not run (give --peers-python; see ../shared/oracles/peers.md)")
+            return
+        peer: dict[str, float] = {}
+        base = [args.peers_python, str(DRIVER), "--trace", str(trace), "--trace-block-size", str(HASH_BLOCK),
+                "--block-size", str(HASH_BLOCK), "--num-gpu-blocks", str(KV_BLOCKS), "--backend", args.backend,
+                "--quiet"]
+        for timing, extra in (("polynomial", ["--timing", "polynomial"]),
+                              ("ais", ["--timing", "ais", "--ais-model", "Qwen/Qwen3-8B", "--ais-system", "h200_sxm"])):
+            peer[timing], _ = timed(base + extra)
+            print(f"mocker   {timing:<10}  {peer[timing]:7.2f} s")
+        print(f"polynomial: simmodel / mocker = {ours['polynomial'] / peer['polynomial']:.2f}x (target <= 2x)")
+        print(f"default vs measured-table: simmodel / mocker = {ours['default'] / peer['ais']:.2f}x (target <= 1x)")
+
+
+if __name__ == "__main__":
+    main()
