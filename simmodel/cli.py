@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import click
 
 from simmodel.config.load import load_scenario
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.export import check_output_dir, summary_json, write_results
+from simmodel.export import check_output_dir, has_pyarrow, summary_json, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.sim import Simulation, check_workload, make_timing
 
@@ -153,14 +155,38 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
               help="Write summary.json, requests.csv, passes.csv and events.parquet here.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str) -> None:
+@click.option("--events", type=click.Choice(["memory", "stream", "off"]), default="memory", show_default=True,
+              help="The event log: kept in memory, streamed to events.parquet in row groups as the run goes "
+                   "(needs --output-dir and pyarrow; for very long runs), or not kept.")
+def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str,
+        events: str) -> None:
     """Simulate a scenario and print its metrics."""
     if output_dir is not None:
         check_output_dir(output_dir, overwrite)
-    sim = Simulation.from_yaml(scenario, overrides)
-    results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
-    if output_dir is not None:
-        write_results(results, output_dir, overwrite)
+    sink = streamed = None
+    if events == "stream":
+        if output_dir is None:
+            raise click.UsageError("--events stream writes events.parquet into --output-dir; give one")
+        if not has_pyarrow():
+            raise click.UsageError("--events stream needs pyarrow (pip install pyarrow)")
+        from simmodel.metrics.event_sink import ParquetEventSink
+
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{output_dir.name}.events.", suffix=".parquet",
+                                        dir=output_dir.parent)
+        os.close(handle)
+        streamed = Path(name)
+        sink = ParquetEventSink(streamed)
+    try:
+        sim = Simulation.from_yaml(scenario, overrides, keep_events=events == "memory", event_sink=sink)
+        results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+        if sink is not None:
+            sink.close()
+        if output_dir is not None:
+            write_results(results, output_dir, overwrite, events, streamed)
+    finally:
+        if streamed is not None and streamed.exists():
+            streamed.unlink()
     click.echo(summary_json(results.summary).rstrip() if fmt == "json" else format_table(results.summary))
 
 

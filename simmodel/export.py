@@ -57,8 +57,11 @@ def write_events(frame: pd.DataFrame, folder: Path) -> str:
     return name
 
 
-def write_results(results: Results, path: Path, overwrite: bool) -> list[str]:
-    """Write summary.json, requests.csv, passes.csv and events.parquet (or events.csv) to ``path``."""
+def write_results(results: Results, path: Path, overwrite: bool, events: str = "memory",
+                  streamed: Path | None = None) -> list[str]:
+    """Write summary.json, requests.csv, passes.csv and the event log to ``path``: ``events`` ``memory``
+    writes ``results.events`` (events.parquet, or events.csv without pyarrow), ``stream`` moves in the
+    Parquet file a ``ParquetEventSink`` wrote at ``streamed``, ``off`` writes none."""
     check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -66,7 +69,13 @@ def write_results(results: Results, path: Path, overwrite: bool) -> list[str]:
         (staging / "summary.json").write_text(summary_json(results.summary), encoding="utf-8")
         results.requests.to_csv(staging / "requests.csv", index=False)
         results.passes.to_csv(staging / "passes.csv", index=False)
-        names = ["summary.json", "requests.csv", "passes.csv", write_events(results.events, staging)]
+        names = ["summary.json", "requests.csv", "passes.csv"]
+        if events == "memory":
+            names.append(write_events(results.events, staging))
+        elif events == "stream":
+            assert streamed is not None
+            shutil.move(str(streamed), staging / "events.parquet")
+            names.append("events.parquet")
         if path.exists():
             shutil.rmtree(path)
         os.replace(staging, path)

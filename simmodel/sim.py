@@ -141,11 +141,13 @@ class Simulation:
     role in disaggregated mode), and ``events`` is the event log so far.
     """
 
-    def __init__(self, scenario: Scenario, keep_events: bool = True) -> None:
+    def __init__(self, scenario: Scenario, keep_events: bool = True, event_sink=None) -> None:
         trace = check_workload(scenario)
         self.scenario = scenario
         self.env = simpy.Environment()
-        self.recorder = Recorder(keep_events)
+        self.recorder = Recorder(keep_events, event_sink)
+        if event_sink is not None:
+            event_sink.watermark = self._event_watermark
         engine = scenario.engine
         self.images = getattr(scenario.traffic.source, "images", None)
         self.front_role = "prefill" if engine.mode == "disaggregated" else "aggregated"
@@ -247,11 +249,13 @@ class Simulation:
         return workers
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True) -> Simulation:
-        """Load, override and validate a scenario file, then build its model."""
+    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True,
+                  event_sink=None) -> Simulation:
+        """Load, override and validate a scenario file, then build its model. ``event_sink`` (a
+        ``ParquetEventSink``) streams the event log instead of keeping it."""
         scenario = load_scenario(path, overrides)
         try:
-            return cls(scenario, keep_events)
+            return cls(scenario, keep_events, event_sink)
         except ScenarioError as exc:
             raise ScenarioError(f"{Path(path).name}: {exc}") from None
 
@@ -415,6 +419,10 @@ class Simulation:
                 step()
             progress(self)
         progress(self)
+
+    def _event_watermark(self) -> int:
+        """No event recorded from now on has an earlier time: now, or the end of a pass not yet finished."""
+        return min([self.env.now, *(end for w in self.workers for end in w.open_pass_ends)])
 
     @property
     def num_finished(self) -> int:

@@ -68,6 +68,8 @@ class Worker:
         self._num_placed = 0
         self._placed_at_plan = 0
         self._kv_capacity_tokens = np.zeros(0)
+        self.open_pass_ends: list[int] = []
+        """End times of the passes started and not yet finished: their pass-end events are still to come."""
         self.limits = None
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.vision: list | None = None
@@ -264,6 +266,7 @@ class Worker:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
         busy = np.rint(seconds * NS_PER_S).astype(np.int64)
+        self.open_pass_ends.append(start + int(busy.max()))
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
         for rank, plan in zip(self.ranks, plans):
@@ -280,6 +283,7 @@ class Worker:
         self.num_passes += 1
         for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
             rank.finish_pass(plan, start, end, rank_busy, provenance, self.env.now)
+        self.open_pass_ends.remove(end)  # only now: its pass-end events are recorded
 
     def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
         counts = [len(plan.requests) for plan in plans]

@@ -68,8 +68,10 @@ class Recorder:
     (after a preemption or a skipped pass) one by one.
     """
 
-    def __init__(self, keep_events: bool = True) -> None:
-        self.keep_events = keep_events
+    def __init__(self, keep_events: bool = True, sink=None) -> None:
+        self.keep_events = keep_events and sink is None
+        self.sink = sink
+        """A ``ParquetEventSink`` that takes every event instead of the in-memory list, or None."""
         self.events: list[Event] = []
         self.passes: list[PassRecord] = []
         self.itl_values: list[int] = []
@@ -83,6 +85,8 @@ class Recorder:
             self.num_done += 1
         if self.keep_events:
             self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
+        elif self.sink is not None:
+            self.sink.add(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
 
     def intervals(self, value_ns: int, count: int) -> None:
         if count:
