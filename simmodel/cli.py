@@ -95,6 +95,11 @@ class ProgressBar:
         self._drawn = True
 
 
+def _one_line(exc: BaseException) -> str:
+    """The error message on one line, whatever text (a file's contents, a library's message) it quotes."""
+    return " ".join(str(exc).split())
+
+
 class _OneLineErrors(click.Group):
     """Every failure is one line on stderr: exit 2 for bad input, 1 for a run that cannot go on."""
 
@@ -108,10 +113,10 @@ class _OneLineErrors(click.Group):
             click.echo(f"simmodel: {exc.format_message()}", err=True)
             sys.exit(2)
         except (ScenarioError, FileExistsError) as exc:
-            click.echo(f"simmodel: {exc}", err=True)
+            click.echo(f"simmodel: {_one_line(exc)}", err=True)
             sys.exit(2)
         except SimulationError as exc:
-            click.echo(f"simmodel: simulation failed: {exc}", err=True)
+            click.echo(f"simmodel: simulation failed: {_one_line(exc)}", err=True)
             sys.exit(1)
 
 

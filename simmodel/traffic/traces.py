@@ -7,6 +7,7 @@ Each returns a ``TraceData`` whose arrivals are shifted so the first one is at 0
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,9 +85,17 @@ def _int_field(obj: dict, key: str, where: str) -> int:
     value = obj.get(key)
     if value is None:
         raise ScenarioError(f"{where}: missing field '{key}'")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise ScenarioError(f"{where}: '{key}' must be an integer, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value)):
+        raise ScenarioError(f"{where}: '{key}' must be an integer, got {_short(value)}")
+    if abs(value) > 1e18:
+        raise ScenarioError(f"{where}: '{key}' is out of range, got {_short(value)}")
     return int(value)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _read_mooncake(path: Path):
@@ -104,8 +113,8 @@ def _read_mooncake(path: Path):
             if not isinstance(obj, dict):
                 raise ScenarioError(f"{where}: each line must be a JSON object")
             ts = obj.get("timestamp")
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-                raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {ts!r}")
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+                raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {_short(ts)}")
             arrival.append(float(ts) / 1000.0)
             isl.append(_int_field(obj, "input_length", where))
             osl.append(_int_field(obj, "output_length", where))
@@ -124,12 +133,13 @@ def _read_mooncake(path: Path):
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: not a readable CSV file ({exc})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        raise ScenarioError(f"{path}: not a readable CSV file ({' '.join(str(exc).split())})") from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
+        found = ", ".join(" ".join(str(c).split()) for c in frame.columns)
         raise ScenarioError(f"{path}: missing column(s) {', '.join(missing)} "
-                            f"(found {', '.join(map(str, frame.columns))})")
+                            f"(found {found if len(found) <= 200 else found[:197] + '...'})")
     return frame
 
 
@@ -151,7 +161,12 @@ def _int_column(path: Path, frame: pd.DataFrame, column: str, blank: int | None 
 def _read_azure(path: Path):
     frame = _read_table(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     # The 2023 traces carry 7 fractional digits; datetime parsing takes at most 6.
-    stamps = pd.to_datetime(frame["TIMESTAMP"].astype(str).str.slice(0, 26), format="ISO8601", errors="coerce")
+    try:
+        stamps = pd.to_datetime(frame["TIMESTAMP"].astype(str).str.slice(0, 26), format="ISO8601",
+                                errors="coerce")
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. time zones that differ between rows
+        raise ScenarioError(f"{path}: TIMESTAMP column is not one consistent date and time format "
+                            f"({' '.join(str(exc).split())})") from None
     if stamps.isna().any():
         row = int(np.argmax(stamps.isna().to_numpy()))
         raise ScenarioError(f"{path}:{row + 2}: TIMESTAMP {frame['TIMESTAMP'].iloc[row]!r} "
