@@ -438,9 +438,8 @@ class Simulation:
     def end_time(self) -> float:
         """When the run ended: the last pass end once drained, else the current time."""
         if self.finished and not any(not r.status.is_finished for r in self.requests):
-            ends = [p.end_ns for p in self.recorder.passes] or [0]
             arrivals = [r.arrived_at for r in self.requests] or [0]
-            return max(max(ends), max(arrivals)) / NS_PER_S
+            return max(self.recorder.passes.max_end_ns(), max(arrivals)) / NS_PER_S
         return self.env.now / NS_PER_S
 
     def _provenance_counts(self) -> dict[str, int]:

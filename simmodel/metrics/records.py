@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -60,6 +61,38 @@ class PassRecord(NamedTuple):
     """Where the pass time came from, labels joined by "+" (e.g. ``extrapolated:roofline+assumed-host``)."""
 
 
+class PassLog:
+    """The pass rows as columns: one 64-bit integer array per numeric field of ``PassRecord`` and a list of
+    (shared) strings for ``role`` and ``provenance``. A long run has millions of passes; as tuples they
+    would take several hundred bytes each, as columns about 120."""
+
+    INT_FIELDS = tuple(f for f in PassRecord._fields if f not in ("role", "provenance"))
+
+    def __init__(self) -> None:
+        self.role: list[str] = []
+        self.provenance: list[str] = []
+        self.columns: dict[str, array] = {f: array("q") for f in self.INT_FIELDS}
+        self._appenders = [self.columns[f].append for f in self.INT_FIELDS]
+
+    def append(self, record: PassRecord) -> None:
+        self.role.append(record.role)
+        self.provenance.append(record.provenance)
+        for put, value in zip(self._appenders, record[1:-1]):
+            put(value)
+
+    def __len__(self) -> int:
+        return len(self.role)
+
+    def __iter__(self):
+        columns = [self.columns[f] for f in self.INT_FIELDS]
+        for i, role in enumerate(self.role):
+            yield PassRecord(role, *(c[i] for c in columns), self.provenance[i])
+
+    def max_end_ns(self, default: int = 0) -> int:
+        ends = self.columns["end_ns"]
+        return max(ends) if ends else default
+
+
 class Recorder:
     """Collects event rows, pass rows and inter-token intervals.
 
@@ -73,7 +106,7 @@ class Recorder:
         self.sink = sink
         """A ``ParquetEventSink`` that takes every event instead of the in-memory list, or None."""
         self.events: list[Event] = []
-        self.passes: list[PassRecord] = []
+        self.passes = PassLog()
         self.itl_values: list[int] = []
         self.itl_counts: list[int] = []
         self.num_done = 0

@@ -14,7 +14,7 @@ import pandas as pd
 
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.request import Request, RequestStatus
-from simmodel.metrics.records import Event, EventKind, PassRecord, Recorder
+from simmodel.metrics.records import Event, EventKind, PassLog, PassRecord, Recorder
 
 PERCENTILES = (50, 75, 90, 99)
 LATENCY_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms")
@@ -108,9 +108,13 @@ def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.D
     return frame
 
 
-def passes_frame(passes: list[PassRecord]) -> pd.DataFrame:
+def passes_frame(passes: PassLog) -> pd.DataFrame:
     """One row per pass and rank; times in seconds, the rank's own forward time in ms."""
-    frame = pd.DataFrame.from_records(passes, columns=list(PassRecord._fields))
+    data: dict[str, object] = {"role": passes.role}
+    for name in PassLog.INT_FIELDS:
+        data[name] = np.frombuffer(passes.columns[name], dtype=np.int64) if len(passes) else np.zeros(0, np.int64)
+    data["provenance"] = passes.provenance
+    frame = pd.DataFrame(data, columns=list(PassRecord._fields))
     frame.insert(3, "start_s", frame.pop("start_ns") / NS_PER_S)
     frame.insert(4, "end_s", frame.pop("end_ns") / NS_PER_S)
     frame["rank_busy_ms"] = frame.pop("rank_busy_ns") / 1e6
