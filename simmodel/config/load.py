@@ -246,7 +246,10 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
     if images is not None:
         from simmodel.engine.vision_encoder import image_tokens
 
-        tokens = image_tokens(role.deployment, images)
+        try:
+            tokens = image_tokens(role.deployment, images)
+        except ValueError as exc:  # the model's image processor refuses the shape (e.g. aspect ratio)
+            raise ScenarioError(f"traffic.source.images: {exc}") from None
         if tokens + 1 >= role.context_length:
             raise ScenarioError(f"traffic.source.images: {images.count} image(s) of {images.height}x{images.width} "
                                 f"are {tokens} visual tokens per request, leaving no room under {front} "

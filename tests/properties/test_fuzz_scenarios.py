@@ -44,6 +44,8 @@ def mutated(draw):
     data = copy.deepcopy(BASES[name])
     for _ in range(draw(st.integers(1, 3))):
         paths = list(_paths(data))
+        if not paths:
+            break
         path = draw(st.sampled_from(paths))
         parent = data
         for key in path[:-1]:

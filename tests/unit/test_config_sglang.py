@@ -585,3 +585,9 @@ def test_sglang_decode_rank_needs_room_for_a_prompt_and_its_reserve():
     data = disaggregated(decode={"kv_cache": {"capacity": {"type": "fixed", "blocks": 4600}}})
     data["engine"]["context_length"] = 4096
     assert_error(data, "engine.workers.decode.kv_cache.capacity", "needs at least 4607 tokens")
+
+
+def test_images_the_processor_refuses():
+    """Qwen-VL's processor refuses an aspect ratio above 200:1 (found by the scenario fuzzer)."""
+    data = image_scenario(traffic={"source": {"images": {"height": 1, "width": 1024}}})
+    assert_error(data, "traffic.source.images", "aspect ratio must be at most 200:1")
