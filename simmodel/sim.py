@@ -24,8 +24,8 @@ from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.vision_encoder import RankVision, image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.frontend.stages import Frontend, StageSpec
-from simmodel.metrics.records import EventKind, Recorder
+from simmodel.frontend.stages import Frontend
+from simmodel.metrics.records import Recorder
 from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, role_summary, summarize
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
@@ -243,8 +243,7 @@ class Simulation:
                 worker.vision = [RankVision(role.deployment, self.images, role.vision, role.timing.efficiency)
                                  for _ in worker.ranks]
             if role.frontend is not None:
-                self.frontends[w] = Frontend(self.env, [StageSpec(s.name, s.workers, s.service_ms, s.concurrency_scale)
-                                                        for s in role.frontend.stages])
+                self.frontends[w] = Frontend(self.env, role.frontend.stages)
             workers.append(worker)
         return workers
 
@@ -303,9 +302,7 @@ class Simulation:
 
         def done() -> None:
             request.frontend_ns = self.env.now - request.arrived_at
-            rank = self._route_sglang(request, front)
-            self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i,
-                                request.num_prompt_tokens, rank.role)
+            self._route_sglang(request, front)
         frontend.submit(i, done)
         return None
 
@@ -321,11 +318,7 @@ class Simulation:
         request.kv_transferred = True
         target = self._pick_decode(request)
 
-        def place_leg(leg: Request) -> None:  # the decode side reserved: the prefill leg may queue
-            rank = front.place(leg)
-            self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id,
-                                leg.request_id, leg.num_prompt_tokens, rank.role)
-        self.transfer.expect(target, request, place_leg)
+        self.transfer.expect(target, request, front.place)  # the decode side reserved: the leg may queue
         target.add_prealloc(request)
         target.worker.notify()
         return target
@@ -490,7 +483,10 @@ class Simulation:
         if self.scenario.engine.backend == "sglang":
             summary["num_retractions"] = sum(rank.scheduler.num_retractions for w in self.workers for rank in w.ranks)
         if self.frontends:
+            spec = self.scenario.engine.workers[self.front_role].frontend
+            assert spec is not None
             summary["frontend"] = frontend_summary(list(self.frontends.values()))
+            summary["frontend_provenance"] = {"source": spec.source, "measured_for": spec.measured_for}
         if self.images is not None:
             encoders = [v for w in self.pools[self.front_role] for v in (w.vision or [])]
             hits = sum(v.cache.num_hits for v in encoders)

@@ -18,7 +18,7 @@ from simmodel.config.schema import (
     CapacitySpec,
     Engine,
     FrontendSpec,
-    FrontendStageSpec,
+    HostProfileSpec,
     ImageSpec,
     KvCacheSpec,
     KvTransferSpec,
@@ -42,6 +42,7 @@ from simmodel.config.schema import (
 )
 from simmodel.engine.kv_cache import cdiv
 from simmodel.errors import ScenarioError
+from simmodel.frontend.stages import StageSpec
 from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
 from simmodel.perf.hardware import HARDWARE, HardwareSpec
@@ -267,22 +268,21 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
         if name != front and engine.backend == "sglang" and other.scheduler.max_batched_tokens != 8192:
             raise ScenarioError(f"engine.workers.{name}.scheduler.max_batched_tokens: has no effect on an "
                                 f"SGLang {name} worker; remove it")
-    if role.frontend is not None and role.frontend.source == "host_profile":
+    profile = role.host_profile
+    if profile is not None:
         from simmodel.frontend.host_profile import ImageKey, load_host_profile
 
-        spec = role.frontend.measured_for or {}
-        path = Path(spec["path"])
+        path = Path(profile.path)
         key = None if images is None else ImageKey(images.height, images.width, images.count, images.encoding)
         try:
             stages, transport = load_host_profile(path if path.is_absolute() else base_dir / path,
-                                                  model=engine.model, frontend=spec["frontend"], image=key,
-                                                  transport=spec["transport"])
+                                                  model=engine.model, frontend=profile.frontend, image=key,
+                                                  transport=profile.transport)
         except ScenarioError as exc:
             raise ScenarioError(f"{where}.host_profile: {exc}") from None
-        measured = {"model": engine.model, "frontend": spec["frontend"], "transport": transport,
-                    "image": None if key is None else f"{key.height}x{key.width} {key.encoding} x{key.count}"}
-        frontend = FrontendSpec(tuple(FrontendStageSpec(s.name, s.workers, s.service_ms, s.concurrency_scale)
-                                      for s in stages), measured, f"host_profile:{path}")
+        measured = {"model": engine.model, "frontend": profile.frontend, "transport": transport,
+                    "image": None if key is None else str(key)}
+        frontend = FrontendSpec(tuple(stages), measured, f"host_profile:{path}")
         engine = replace(engine, workers={**engine.workers, front: replace(role, frontend=frontend)})
     return engine
 
@@ -385,12 +385,6 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
 
 # ----------------------------------------------------------------------------------------------
 # engine
-
-
-def _not_yet(node: _Node, key: str, value: Any, default: Any, issue: str) -> None:
-    if value != default:
-        raise ScenarioError(f"{node.at(key)}: {_show(value)} is not yet supported ({issue}); "
-                            f"only {_show(default)} is implemented")
 
 
 def _model(node: _Node, base_dir: Path) -> tuple[str, ModelSpec]:
@@ -591,7 +585,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.chunked_prefill_size')}: is divided over the "
                             f"{parallelism.attention_data} attention-DP ranks, so it must be at least that; got "
                             f"{sg.chunked_prefill_size}")
-    host_loop, frontend, vision = _sglang_host(node, backend, name, mode, parallelism)
+    host_loop, frontend, profile, vision = _sglang_host(node, backend, name, mode, parallelism)
     p = parallelism
     if scheduler.launch is not None and not scheduler.async_scheduling:
         raise ScenarioError(f"{node.at('scheduler.launch')}: models vLLM's async engine loop; needs "
@@ -627,7 +621,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
                             f"rank more KV")
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
-                      host_loop, frontend, vision)
+                      host_loop, frontend, profile, vision)
 
 
 _SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "new_token_ratio",
@@ -666,18 +660,18 @@ def _sglang_scheduler(node: _Node) -> SglangSchedulerSpec:
 def _sglang_host(node: _Node, backend: str, name: str, mode: str, p: Parallelism):
     """``host_loop``, ``frontend``, ``host_profile`` and ``vision`` of an SGLang aggregated or prefill worker.
 
-    A ``host_profile`` is kept as an unresolved ``FrontendSpec`` (``source`` ``host_profile:...``): its row
-    depends on the traffic's images and is looked up once the traffic is read."""
+    A ``host_profile``'s row depends on the traffic's images: it is read once the traffic is known
+    (``_check_images``), which fills in ``frontend``."""
     if backend != "sglang":
         _backend_only(node, _SGLANG_HOST, backend, "SGLang")
-        return False, None, None
+        return False, None, None, None
     if name == "decode":
         for key in _SGLANG_HOST:
             if node.raw(key, None) is not None:
                 raise ScenarioError(f"{node.at(key)}: goes on workers.prefill in disaggregated mode (the decode "
                                     f"worker stays a plain worker)")
-        return False, None, None
-    frontend = None
+        return False, None, None, None
+    frontend = profile = None
     if node.raw("frontend", None) is not None and node.raw("host_profile", None) is not None:
         raise ScenarioError(f"{node.at('host_profile')}: cannot be combined with frontend (both describe the "
                             f"frontend stages); give one")
@@ -698,10 +692,9 @@ def _sglang_host(node: _Node, backend: str, name: str, mode: str, p: Parallelism
                 raise ScenarioError(f"{hp.path}: host profiles are measured on workers with pipeline, "
                                     f"attention_data and context parallelism of 1; parallelism.{key} is "
                                     f"{getattr(p, key)}")
-        frontend = FrontendSpec((), {"path": raw_path, "frontend": kind, "transport": transport},
-                                source="host_profile")
-    host_loop = node.bool("host_loop", frontend is not None)
-    if frontend is not None and not host_loop:
+        profile = HostProfileSpec(raw_path, kind, transport)
+    host_loop = node.bool("host_loop", frontend is not None or profile is not None)
+    if (frontend is not None or profile is not None) and not host_loop:
         raise ScenarioError(f"{node.at('host_loop')}: a frontend feeds SGLang's host loop; it cannot be false "
                             f"with frontend or host_profile set")
     vision = None
@@ -710,7 +703,7 @@ def _sglang_host(node: _Node, backend: str, name: str, mode: str, p: Parallelism
         vision = VisionSpec(vn.number("cache_mib", 100.0, maximum=1e6),
                             vn.choice("encoder_parallel", ("tp", "dp"), "tp"))
         vn.done()
-    return host_loop, frontend, vision
+    return host_loop, frontend, profile, vision
 
 
 def _frontend(node: _Node) -> FrontendSpec:
@@ -741,7 +734,7 @@ def _frontend(node: _Node) -> FrontendSpec:
                                 f"per worker: entry k is the service-time factor with k+1 busy), or one number "
                                 f"s meaning 1 + s×(busy − 1); got {_show(scale)}")
         st.done()
-        stages.append(FrontendStageSpec(name, workers, service, tuple(float(x) for x in scale)))
+        stages.append(StageSpec(name, workers, service, tuple(float(x) for x in scale)))
     measured = node.raw("measured_for", None)
     if measured is not None and not isinstance(measured, dict):
         raise ScenarioError(f"{node.at('measured_for')}: must be a mapping (model, frontend, transport, image)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simmodel.frontend.stages import StageSpec
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.roofline import Efficiency, HostOverhead
 
@@ -199,23 +200,24 @@ class KvTransferSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class FrontendStageSpec:
-    """One black-box stage of the HTTP frontend: ``workers`` servers of ``service_ms`` each, slowed to
-    ``service_ms × concurrency_scale[k-1]`` when k of them are busy."""
+class FrontendSpec:
+    """The frontend stages in visiting order (``simmodel.frontend.stages.StageSpec``); ``measured_for`` and
+    ``source`` say what they were measured on and where they came from (``frontend``, or
+    ``host_profile:<path>``); both are reported with the run."""
 
-    name: str
-    workers: int
-    service_ms: float
-    concurrency_scale: tuple[float, ...]
+    stages: tuple[StageSpec, ...]
+    measured_for: dict | None = None
+    source: str = "frontend"
 
 
 @dataclass(frozen=True, slots=True)
-class FrontendSpec:
-    """The stages in order; ``source`` says where they came from (``frontend`` or a host profile row)."""
+class HostProfileSpec:
+    """``host_profile``: a host cost table and which of its rows to use; the row also depends on the
+    traffic's images, so it is read once the traffic is known (the stages then land in ``frontend``)."""
 
-    stages: tuple[FrontendStageSpec, ...]
-    measured_for: dict | None = None
-    source: str = "frontend"
+    path: str
+    frontend: str
+    transport: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +257,8 @@ class WorkerRole:
     host_loop: bool = False
     """SGLang: each pass is one iteration of the overlap scheduler loop."""
     frontend: FrontendSpec | None = None
-    """SGLang: the request path ahead of the scheduler (from ``frontend`` or ``host_profile``)."""
+    """SGLang: the request path ahead of the scheduler (from ``frontend``, or read from ``host_profile``)."""
+    host_profile: HostProfileSpec | None = None
     vision: VisionSpec | None = None
     """SGLang: images encoded on this worker's GPUs."""
 

@@ -46,14 +46,19 @@ class Rank:
         return self.scheduler.waiting
 
     def add_request(self, request: Request) -> None:
-        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self._placed(request)
         request.queued_at = self.env.now
         self.scheduler.add_request(request)
 
     def add_prealloc(self, request: Request) -> None:
         """SGLang destination-first handoff: reserve this rank's KV for a prompt before its prefill starts."""
-        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self._placed(request)
         self.scheduler.add_prealloc(request)
+
+    def _placed(self, request: Request) -> None:
+        request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
+        self.recorder.event(self.env.now, EventKind.PLACEMENT, self.worker.worker_id, self.rank_id,
+                            request.request_id, request.num_prompt_tokens, self.role)
 
     # -- P/D handoffs ----------------------------------------------------------------------------
 

@@ -155,7 +155,7 @@ class Worker:
             return
         while True:
             yield self._all_submitted
-            blocked = self.throttle_prefills and self.prefill_decode_interval > 0
+            blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
             plans = self._collect()
             if all(plan.is_empty for plan in plans):
                 if not blocked:  # an idle blocked round takes no time: plan the next round at once
@@ -182,7 +182,7 @@ class Worker:
         pending = None     # the pass before it, whose outputs leave at the next decision
         while True:
             yield self._all_submitted
-            blocked = self.throttle_prefills and self.prefill_decode_interval > 0
+            blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
             plans = self._collect()
             now = self.env.now
             if all(plan.is_empty for plan in plans):

@@ -11,7 +11,6 @@ import simpy
 from simmodel.config.schema import Scenario, SyntheticSource
 from simmodel.engine.clock import to_ns
 from simmodel.engine.kv_cache import trace_block_content
-from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
 from simmodel.traffic.arrivals import gaps
@@ -129,7 +128,7 @@ class TrafficSource:
     request the moment the previous one finishes (or is rejected), until the request limit.
     """
 
-    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], Rank | None],
+    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], object],
                  recorder: Recorder, context_length: int, concurrency: int = 0) -> None:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
@@ -166,10 +165,7 @@ class TrafficSource:
             if self.concurrency:
                 request.on_finish = self._on_finish
             if isl < self.context_length:
-                rank = self.place(request)  # None: placed later (after the frontend stages)
-                if rank is not None:
-                    self.recorder.event(self.env.now, EventKind.PLACEMENT, rank.worker.worker_id, rank.rank_id, i,
-                                        isl, rank.role)
+                self.place(request)  # the rank it lands on records the placement (maybe later: frontend)
                 return
             # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
             request.status = RequestStatus.REJECTED

@@ -251,3 +251,11 @@ def test_interval_decodes_between_chunks_retract_the_chunked_prompt(tmp_path: Pa
                      "scheduler": {"chunked_prefill_size": 50, "clip_max_new_tokens": 1,
                                    "prefill_decode_interval": 1}}}})
     assert res.summary["completed_requests"] == 2 and res.summary["num_retractions"] >= 1
+
+
+def test_frontend_provenance_is_reported(tmp_path: Path) -> None:
+    """``measured_for`` is kept with the run's results, with where the stages came from."""
+    measured = {"model": "Qwen/Qwen3-VL-8B-Instruct", "frontend": "python"}
+    _, res = run(tmp_path, [(0.0, 100, 1)], engine={"workers": {"aggregated": {"frontend": {
+        "stages": [{"workers": 1, "service_ms": 1}], "measured_for": measured}}}})
+    assert res.summary["frontend_provenance"] == {"source": "frontend", "measured_for": measured}

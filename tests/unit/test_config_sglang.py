@@ -12,8 +12,9 @@ import yaml
 from factories import make_scenario
 
 from simmodel.config.load import load_scenario, parse_scenario
-from simmodel.config.schema import FrontendStageSpec, SglangSchedulerSpec
+from simmodel.config.schema import SglangSchedulerSpec
 from simmodel.errors import ScenarioError
+from simmodel.frontend.stages import StageSpec
 
 AGG = "engine.workers.aggregated"
 PRE = "engine.workers.prefill"
@@ -167,8 +168,8 @@ def test_frontend_turns_the_host_loop_on_and_expands_a_scalar_scale():
         {"service_ms": 1.5}]})
     role = parse_scenario(data, Path(".")).engine.workers["aggregated"]
     assert role.host_loop and role.frontend.source == "frontend"
-    assert role.frontend.stages == (FrontendStageSpec("tokenizer", 2, 3.0, (1.0, 1.5)),
-                                    FrontendStageSpec("stage1", 1, 1.5, (1.0,)))
+    assert role.frontend.stages == (StageSpec("tokenizer", 2, 3.0, (1.0, 1.5)),
+                                    StageSpec("stage1", 1, 1.5, (1.0,)))
 
 
 def test_images_and_vision_parse_on_a_vision_language_model():
@@ -413,11 +414,11 @@ def test_host_profile_resolves_to_the_row_of_the_workload(tmp_path):
     write_profile(tmp_path / "host.json")
     role = parse_scenario(sglang_worker(host_profile=PROFILE), tmp_path).engine.workers["aggregated"]
     assert role.host_loop and role.frontend.source == "host_profile:host.json"
-    assert role.frontend.stages == (FrontendStageSpec("tokenizer", 1, 3.1, (1.0,)),)  # first python row: shm
+    assert role.frontend.stages == (StageSpec("tokenizer", 1, 3.1, (1.0,)),)  # first python row: shm
     assert role.frontend.measured_for == {"model": LLAMA, "frontend": "python", "transport": "shm", "image": None}
     role = parse_scenario(sglang_worker(host_profile={**PROFILE, "transport": "inline"}),
                           tmp_path).engine.workers["aggregated"]
-    assert role.frontend.stages == (FrontendStageSpec("tokenizer", 1, 5.0, (1.0,)),)
+    assert role.frontend.stages == (StageSpec("tokenizer", 1, 5.0, (1.0,)),)
 
 
 def test_host_profile_row_for_images(tmp_path):
@@ -425,14 +426,14 @@ def test_host_profile_row_for_images(tmp_path):
     data = image_worker(host_profile={"path": "host.json", "frontend": "rust"})
     role = parse_scenario(data, tmp_path).engine.workers["aggregated"]
     assert [s.name for s in role.frontend.stages] == ["tokenizer", "mm_processor"]
-    assert role.frontend.stages[1] == FrontendStageSpec("mm_processor", 2, 41.0, (1.0, 1.4))
+    assert role.frontend.stages[1] == StageSpec("mm_processor", 2, 41.0, (1.0, 1.4))
     assert role.frontend.measured_for["image"] == "512x512 png x1"
 
 
 def test_host_profile_on_the_prefill_role(tmp_path):
     write_profile(tmp_path / "host.json")
     workers = parse_scenario(disaggregated(prefill={"host_profile": PROFILE}), tmp_path).engine.workers
-    assert workers["prefill"].frontend.stages == (FrontendStageSpec("tokenizer", 1, 3.1, (1.0,)),)
+    assert workers["prefill"].frontend.stages == (StageSpec("tokenizer", 1, 3.1, (1.0,)),)
     assert workers["decode"].frontend is None
 
 
@@ -469,7 +470,7 @@ def test_host_profile_relative_to_the_scenario_file(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sglang_worker(host_profile={"path": "profiles/host.json", "frontend": "python"})))
     role = load_scenario(path).engine.workers["aggregated"]
-    assert role.frontend.stages == (FrontendStageSpec("tokenizer", 1, 3.1, (1.0,)),)
+    assert role.frontend.stages == (StageSpec("tokenizer", 1, 3.1, (1.0,)),)
 
 
 @pytest.mark.parametrize("content, rule", [
