@@ -139,9 +139,14 @@ class Simulation:
     Step through it with ``step()`` (one event) or ``run(until=...)``; while paused, ``workers`` give
     each worker's ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by
     role in disaggregated mode), and ``events`` is the event log so far.
+
+    Runs of decode-only passes are coalesced (``engine.decode_run``): one step may then cover many
+    passes, with the same outcome and records. ``coalesce=False`` plans every pass on its own, for
+    stepping pass by pass.
     """
 
-    def __init__(self, scenario: Scenario, keep_events: bool = True, event_sink=None) -> None:
+    def __init__(self, scenario: Scenario, keep_events: bool = True, event_sink=None,
+                 coalesce: bool = True) -> None:
         trace = check_workload(scenario)
         self.scenario = scenario
         self.env = simpy.Environment()
@@ -158,8 +163,12 @@ class Simulation:
         self.pools: dict[str, list[Worker]] = {name: self._build_pool(role) for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
         self.limits = RunLimits(scenario.limits)
+        cutoff = scenario.traffic.stop.max_virtual_time_seconds
+        self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
         for worker in self.workers:
             worker.limits = self.limits
+            worker.coalesce = coalesce
+            worker.horizon = self.stop_at
         self._next_worker = dict.fromkeys(self.pools, 0)
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
@@ -174,8 +183,6 @@ class Simulation:
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
                                     serving_context_length(scenario),
                                     load.concurrency if load.type == "concurrency" else 0)
-        cutoff = scenario.traffic.stop.max_virtual_time_seconds
-        self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
         self.wall_time_s = 0.0
         for worker in self.workers:
             self.env.process(worker.run())
@@ -383,6 +390,8 @@ class Simulation:
         if until is not None:
             limit = to_ns(until) if limit is None else min(to_ns(until), limit)
         started = time.perf_counter()
+        for worker in self.workers:
+            worker.horizon = limit  # no coalesced pass may end past where this call stops
         if progress is not None:
             self._run_with_progress(limit, progress)
         elif limit is None:

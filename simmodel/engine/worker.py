@@ -10,6 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.decode_run import advance
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -72,6 +73,10 @@ class Worker:
         """End times of the passes started and not yet finished: their pass-end events are still to come."""
         self.limits = None
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
+        self.coalesce = True
+        """Coalesce runs of decode-only passes (``decode_run``); off, every pass is planned on its own."""
+        self.horizon: int | None = None
+        """No coalesced pass ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
         """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
 
@@ -165,7 +170,21 @@ class Worker:
                 yield Late(self.env, int(cost[0].max()))
                 self._finish(plans, start, cost)
                 self._count_prefill_round(plans)
+                while self.coalesce and (end := self._coalesced_run()) is not None:
+                    yield Late(self.env, end - self.env.now)
             self._release()
+
+    def _coalesced_run(self) -> int | None:
+        """Apply the decode-only passes that follow now as one run (``decode_run``); returns when its last
+        pass ends, or None when the next pass must be planned on its own."""
+        if self.prefill_decode_interval or self.vision is not None:
+            return None
+        horizon = self.env.peek()
+        if self.horizon is not None:
+            horizon = min(horizon, self.horizon + 1)
+        if horizon <= self.env.now:
+            return None
+        return advance(self, horizon)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for

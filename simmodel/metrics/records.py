@@ -80,6 +80,13 @@ class PassLog:
         for put, value in zip(self._appenders, record[1:-1]):
             put(value)
 
+    def append_row(self, role: str, *values) -> None:
+        """One row from its fields in ``PassRecord`` order (``provenance`` last), without building a tuple."""
+        self.role.append(role)
+        self.provenance.append(values[-1])
+        for put, value in zip(self._appenders, values):
+            put(value)
+
     def __len__(self) -> int:
         return len(self.role)
 

@@ -44,6 +44,34 @@ class PassTiming(Protocol):
     def price(self, batch: PassBatch) -> PassCost: ...
 
 
+def price_passes(timing: PassTiming, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    """Price ``num_passes`` passes of one worker at once (a coalesced decode run).
+
+    ``batch`` holds every pass's rows with ``rank`` = pass × ranks + rank, sorted by it, and
+    ``kv_capacity_tokens`` repeated per pass. Returns seconds of shape (passes, ranks) and each pass's
+    provenance labels, exactly as ``price`` would give pass by pass. Models whose ranks are priced
+    independently say so with ``ranks_independent`` and are priced in one call; others may offer
+    ``price_passes``; the rest are called once per pass.
+    """
+    ranks = batch.num_ranks // num_passes
+    own = getattr(timing, "price_passes", None)
+    if own is not None:
+        return own(batch, num_passes)
+    if getattr(timing, "ranks_independent", False):
+        cost = timing.price(batch)
+        return cost.total_s.reshape(num_passes, ranks), [cost.provenance] * num_passes
+    bounds = np.searchsorted(batch.rank, np.arange(num_passes + 1) * ranks)
+    seconds, labels = [], []
+    for k in range(num_passes):
+        lo, hi = bounds[k], bounds[k + 1]
+        cost = timing.price(PassBatch(ranks, batch.rank[lo:hi] - k * ranks, batch.num_new_tokens[lo:hi],
+                                      batch.num_context_tokens[lo:hi], batch.is_decode[lo:hi],
+                                      batch.samples[lo:hi], batch.kv_capacity_tokens[k * ranks:(k + 1) * ranks]))
+        seconds.append(cost.total_s)
+        labels.append(cost.provenance)
+    return np.array(seconds).reshape(num_passes, ranks), labels
+
+
 def _per_rank(batch: PassBatch, weights: np.ndarray) -> np.ndarray:
     return np.bincount(batch.rank, weights=weights, minlength=batch.num_ranks)
 
@@ -52,6 +80,8 @@ class FixedTiming:
     """A constant cost per pass kind: ``prefill_ms`` if the rank runs any prefill, plus ``decode_ms``
     if it runs any decode, so a mixed pass costs both (as vLLM-style mixed batches do in Dynamo's mocker).
     """
+
+    ranks_independent = True
 
     def __init__(self, prefill_ms: float, decode_ms: float) -> None:
         self.prefill_s = prefill_ms / 1000.0
@@ -78,6 +108,7 @@ class PolynomialTiming:
       capacity in tokens), a decoding sequence's length being its prompt plus every token sampled so far.
     """
 
+    ranks_independent = True
     PREFILL = (4.209989e-07, 1.518344e-02, 1.650142e01)
     DECODE = (-25.74, 54.01, 5.74)
 
