@@ -184,6 +184,9 @@ class Simulation:
                                     serving_context_length(scenario),
                                     load.concurrency if load.type == "concurrency" else 0)
         self.wall_time_s = 0.0
+        if len(self.workers) == 1 and engine.mode == "aggregated" and engine.backend == "vllm":
+            # An arrival only queues a request on the one worker's rank (round robin or the trace's hint).
+            self.workers[0].next_arrival = lambda: self.source.pending
         for worker in self.workers:
             self.env.process(worker.run())
             for rank in worker.ranks:

@@ -31,6 +31,7 @@ import numpy as np
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.vllm import VllmScheduler
+from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
 from simmodel.perf.timing import PassBatch, price_passes
 
@@ -87,17 +88,26 @@ def _gather(worker: Worker) -> list[_Rank] | None:
     return out
 
 
-def advance(worker: Worker, horizon: int) -> int | None:
-    """Coalesce the decode passes that follow now, up to (not including) time ``horizon``; returns the
-    end of the run's last pass, with every pass applied and recorded, or None if no pass qualifies."""
+def advance(worker: Worker, horizon: int, arrival: int | None = None) -> int | None:
+    """Coalesce the decode passes that follow now; returns the end of the run's last pass, with every pass
+    applied and recorded, or None if no pass qualifies.
+
+    Every pass ends before ``horizon`` (the next event that may read or change the worker). ``arrival``, if
+    given, is the next arrival, known to only append a request to a rank's queue: a pass planned before
+    it may still run, since its plan could not have seen the request (but not one ending at that very
+    instant, whose outputs would be recorded after the arrival).
+    """
     now = worker.env.now
+    if arrival is None:
+        arrival = horizon
+    if now + (worker.decode_pass_ns or worker.last_pass_ns) >= horizon:
+        return None  # the next pass would most likely end past the horizon: not worth gathering
     ranks = _gather(worker)
     if ranks is None:
         return None
     live = [s for s in ranks if s.requests]
     if not live:
         return None
-    R = len(ranks)
     # A request whose finish calls back must finish in a pass of its own (the callback acts at that time).
     limit = min(MAX_RUN, max(int(s.left.max()) for s in live))
     for s in live:
@@ -109,19 +119,26 @@ def advance(worker: Worker, horizon: int) -> int | None:
     limit = _kv_limit(ranks, limit)
     if limit < 1:
         return None
-    # Price passes chunk by chunk until one ends at or after the horizon.
+    # Price passes chunk by chunk until one crosses the horizon; the first chunk is sized from the last
+    # pass's duration.
     ends: list[np.ndarray] = []
     busy_chunks: list[np.ndarray] = []
     labels: list[tuple[str, ...]] = []
-    priced, start, chunk = 0, now, FIRST_CHUNK
+    priced, start = 0, now
+    rows = (np.concatenate([np.full(len(s.requests), r) for r, s in enumerate(ranks) if s.requests]),
+            np.concatenate([s.computed for s in live]), np.concatenate([s.left for s in live]))
+    typical = worker.decode_pass_ns or worker.last_pass_ns
+    chunk = max(2, (min(horizon, arrival) - now) // max(typical, 1) + 2)
     while priced < limit:
-        n = min(chunk, limit - priced)
-        seconds, provenance = _price(worker, ranks, priced + 1, n)
+        n = int(min(chunk, limit - priced))
+        seconds, provenance = _price(worker, rows, len(ranks), priced + 1, n)
         if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
             break  # the pass-by-pass path reports it
         busy = np.rint(seconds * NS_PER_S).astype(np.int64)
         chunk_ends = start + np.cumsum(busy.max(axis=1))
-        keep = int(np.searchsorted(chunk_ends, horizon, side="left"))  # ends strictly before the horizon
+        chunk_starts = np.concatenate(([start], chunk_ends[:-1]))
+        ok = (chunk_ends < horizon) & (chunk_starts < arrival) & (chunk_ends != arrival)
+        keep = n if ok.all() else int(np.argmin(ok))
         ends.append(chunk_ends[:keep])
         busy_chunks.append(busy[:keep])
         labels.extend(provenance[:keep])
@@ -144,53 +161,49 @@ def advance(worker: Worker, horizon: int) -> int | None:
 
 def _kv_limit(ranks: list[_Rank], limit: int) -> int:
     """Passes the run can take before one would need more KV blocks than its rank has free (vLLM would
-    preempt there). Frees from requests finishing in the run count, conservatively with prefix caching
-    (only blocks no other request shares)."""
+    preempt there). Frees from requests finishing in the run count (only when needed), conservatively
+    with prefix caching (only blocks no other request shares)."""
     for s in ranks:
         if not s.requests or limit < 1:
             continue
         pool, bs = s.rank.pool, s.rank.pool.block_size
         j = np.arange(1, limit + 1)[:, None]
-        active = s.left[None, :] >= j
         c = s.computed[None, :]
-        grows = (_cdiv(c + j, bs) > np.maximum(s.blocks[None, :], _cdiv(c + j - 1, bs))) & active
-        allocs = grows.sum(axis=1)
+        grows = (_cdiv(c + j, bs) > np.maximum(s.blocks[None, :], _cdiv(c + j - 1, bs))) & (s.left[None, :] >= j)
+        taken = np.cumsum(grows.sum(axis=1))
+        free = pool.num_free_blocks
+        if taken[-1] <= free:
+            continue
+        short = int(np.argmax(taken > free))  # the first pass short of blocks if nothing were freed
         final_blocks = np.maximum(s.blocks, _cdiv(s.computed + s.left, bs))
-        finishing = np.nonzero(s.left <= limit)[0]
         frees = np.zeros(limit + 1, dtype=np.int64)  # frees[j]: blocks returned at the end of pass j
-        for i in finishing.tolist():
+        for i in np.nonzero(s.left <= short)[0].tolist():
             if pool.caching:
                 own = sum(1 for b in s.requests[i].block_ids if pool.ref_cnt[b] == 1)
                 returned = own + int(final_blocks[i] - s.blocks[i])
             else:
                 returned = int(final_blocks[i])
             frees[int(s.left[i])] += returned
-        free_before = pool.num_free_blocks - np.concatenate(([0], np.cumsum(allocs)[:-1])) + np.cumsum(frees[:-1])
-        short = np.nonzero(allocs > free_before)[0]
+        freed = np.cumsum(frees[:-1])  # freed[j-1]: returned before pass j is planned
+        short = np.nonzero(taken > free + freed)[0]
         if short.size:
             limit = int(short[0])
     return limit
 
 
-def _price(worker: Worker, ranks: list[_Rank], first: int, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    """Seconds per pass and rank, shape (n, ranks), for passes ``first``..``first+n-1`` of the run."""
-    R = len(ranks)
-    j = np.arange(first, first + n)[:, None]
-    vranks, ctxs = [], []
-    for r, s in enumerate(ranks):
-        if not s.requests:
-            continue
-        active = s.left[None, :] >= j
-        ctx = s.computed[None, :] + (j - 1)
-        vrank = np.broadcast_to(np.arange(n)[:, None] * R + r, active.shape)
-        vranks.append(vrank[active])
-        ctxs.append(ctx[active])
-    vrank = np.concatenate(vranks)
-    order = np.argsort(vrank, kind="stable")  # rows by pass, then rank, then running order
-    vrank, ctx = vrank[order], np.concatenate(ctxs)[order]
-    ones = np.ones(vrank.size, dtype=np.int64)
-    flags = np.ones(vrank.size, dtype=bool)
-    batch = PassBatch(n * R, vrank, ones, ctx, flags, flags, np.tile(worker._kv_capacity_tokens, n))
+def _price(worker: Worker, rows: tuple[np.ndarray, np.ndarray, np.ndarray], num_ranks: int, first: int,
+           n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    """Seconds per pass and rank, shape (n, ranks), for passes ``first``..``first+n-1`` of the run.
+    ``rows`` holds every rank's running requests, rank after rank: rank, computed tokens, passes left."""
+    rank, computed, left = rows
+    j = np.arange(first - 1, first + n - 1)[:, None]
+    active = left[None, :] > j
+    ctx = (computed[None, :] + j)[active]  # row-major: by pass, then rank, then running order
+    vrank = (np.arange(n)[:, None] * num_ranks + rank[None, :])[active]
+    flags = np.ones(ctx.size, dtype=bool)
+    capacity = worker._kv_capacity_tokens
+    batch = PassBatch(n * num_ranks, vrank, np.ones(ctx.size, dtype=np.int64), ctx, flags, flags,
+                      np.tile(capacity, n) if num_ranks > 1 else np.full(n, capacity[0]))
     return price_passes(worker.timing, batch, n)
 
 
@@ -210,6 +223,7 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
         worker.limits.num_passes += m
     worker._wave_step += m
     worker.num_passes += m
+    worker.last_pass_ns = worker.decode_pass_ns = int(gaps[-1])
 
     # Per rank: pool operations in scheduler order, then request state.
     ends_at = [now, *ends]  # ends_at[k]: when run pass k ends (k = 0: the pass before the run)
@@ -227,23 +241,40 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
         used.append(used_at_plan)
         finishes.append(done)
 
-    # Records, pass by pass as the barrier makes them: pass-end rows and events per rank, then the
-    # next pass's begin events.
-    event, intervals, passes = rec.event, rec.intervals, rec.passes
+    # Records as the barrier makes them, pass by pass: each rank's begin event; then per rank its
+    # inter-token interval, finish events, pass row and end event.
+    R = len(ranks)
+    count = np.array(counts, dtype=np.int64).T  # (passes, ranks)
+    gap = end - start
+    itl = count.ravel() > 0
+    rec.itl_values.extend(np.repeat(gap, R)[itl].tolist())
+    rec.itl_counts.extend(count.ravel()[itl].tolist())
+    base = ranks[0].rank.num_passes
+    zeros = np.zeros(m * R, dtype=np.int64)
+    flat = count.ravel()
+    rec.passes.extend(role, provenance if R == 1 else [p for p in provenance for _ in range(R)], {
+        "worker": np.full(m * R, w), "dp_rank": np.tile(np.arange(R), m),
+        "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start, R),
+        "end_ns": np.repeat(end, R), "num_scheduled_tokens": flat, "num_prefill_tokens": zeros,
+        "num_prefill_seqs": zeros, "num_decode_seqs": flat, "num_sampled": flat,
+        "kv_blocks_used": np.array(used, dtype=np.int64).T.ravel(), "num_preempted": zeros,
+        "rank_busy_ns": busy.ravel()})
+    Event = EventRow
     PASS_BEGIN, PASS_END, FINISH = EventKind.PASS_BEGIN, EventKind.PASS_END, EventKind.FINISH
-    base_index = [s.rank.num_passes for s in ranks]
+    rows = []
+    add = rows.append
+    per_pass = count.tolist()
     for k in range(m):
-        t0, t1, gap = starts[k], ends[k], gaps[k]
-        for r in range(len(ranks)):
-            event(t0, PASS_BEGIN, w, r, -1, counts[r][k], role)
-        for r, s in enumerate(ranks):
-            n = counts[r][k]
-            intervals(gap, n)
-            for request in finishes[r].get(k + 1, ()):
-                event(t1, FINISH, w, r, request.request_id, request.num_output_tokens, role)
-            passes.append_row(role, w, r, base_index[r] + k, t0, t1, n, 0, 0, n, n, used[r][k], 0,
-                              int(busy[k, r]), provenance[k])
-            event(t1, PASS_END, w, r, -1, n, role)
+        t0, t1, n = starts[k], ends[k], per_pass[k]
+        for r in range(R):
+            add(Event(t0, PASS_BEGIN, w, r, -1, n[r], role))
+        for r in range(R):
+            done = finishes[r].get(k + 1)
+            if done:
+                for request in done:
+                    add(Event(t1, FINISH, w, r, request.request_id, request.num_output_tokens, role))
+            add(Event(t1, PASS_END, w, r, -1, n[r], role))
+    rec.add_events(rows)
     for r, s in enumerate(ranks):
         s.rank.num_passes += m
         s.rank._last_delivery = ends[-1]

@@ -75,6 +75,12 @@ class Worker:
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.coalesce = True
         """Coalesce runs of decode-only passes (``decode_run``); off, every pass is planned on its own."""
+        self.next_arrival = None
+        """Returns the pending arrival event when an arrival only queues a request here (one worker, and
+        placement reads no state), so a coalesced run may span it; None otherwise."""
+        self.last_pass_ns = 0
+        self.decode_pass_ns = 0
+        """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
         self.horizon: int | None = None
         """No coalesced pass ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
@@ -179,12 +185,22 @@ class Worker:
         pass ends, or None when the next pass must be planned on its own."""
         if self.prefill_decode_interval or self.vision is not None:
             return None
-        horizon = self.env.peek()
+        arrival = None
+        pending = self.next_arrival() if self.next_arrival is not None else None
+        if pending is None:
+            horizon = self.env.peek()
+        else:  # SimPy's event heap holds (time, priority, id, event): the earliest event but the arrival
+            horizon = float("inf")
+            for at, _, _, event in self.env._queue:
+                if event is pending:
+                    arrival = at
+                elif at < horizon:
+                    horizon = at
         if self.horizon is not None:
             horizon = min(horizon, self.horizon + 1)
         if horizon <= self.env.now:
             return None
-        return advance(self, horizon)
+        return advance(self, horizon, arrival)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
@@ -285,7 +301,8 @@ class Worker:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
         busy = np.rint(seconds * NS_PER_S).astype(np.int64)
-        self.open_pass_ends.append(start + int(busy.max()))
+        self.last_pass_ns = int(busy.max())
+        self.open_pass_ends.append(start + self.last_pass_ns)
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
         for rank, plan in zip(self.ranks, plans):

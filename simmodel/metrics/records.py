@@ -80,12 +80,12 @@ class PassLog:
         for put, value in zip(self._appenders, record[1:-1]):
             put(value)
 
-    def append_row(self, role: str, *values) -> None:
-        """One row from its fields in ``PassRecord`` order (``provenance`` last), without building a tuple."""
-        self.role.append(role)
-        self.provenance.append(values[-1])
-        for put, value in zip(self._appenders, values):
-            put(value)
+    def extend(self, role: str, provenance: list[str], columns: dict) -> None:
+        """Many rows at once: one array (or list) per integer field, all of the same length."""
+        self.role.extend([role] * len(provenance))
+        self.provenance.extend(provenance)
+        for name, column in self.columns.items():
+            column.extend(columns[name].tolist())
 
     def __len__(self) -> int:
         return len(self.role)
@@ -127,6 +127,15 @@ class Recorder:
             self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
         elif self.sink is not None:
             self.sink.add(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
+
+    def add_events(self, rows: list[Event]) -> None:
+        """Record many events at once, in order (as ``event`` one by one)."""
+        self.num_done += sum(1 for e in rows if e.kind is EventKind.FINISH or e.kind is EventKind.REJECTION)
+        if self.keep_events:
+            self.events.extend(rows)
+        elif self.sink is not None:
+            for row in rows:
+                self.sink.add(row)
 
     def intervals(self, value_ns: int, count: int) -> None:
         if count:

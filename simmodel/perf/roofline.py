@@ -150,55 +150,70 @@ class RooflineTiming:
                          pairs * decode])
         if batch.num_ranks == 1:
             return cols.sum(axis=1)[None, :]
-        onehot = np.zeros((len(q), batch.num_ranks))
-        onehot[np.arange(len(q)), batch.rank] = 1.0
-        return (cols @ onehot).T
+        # Whole numbers well below 2**53: exact whatever the summation order.
+        return np.stack([np.bincount(batch.rank, weights=col, minlength=batch.num_ranks) for col in cols], axis=1)
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
         table = self._table(batch)
         return {name: table[:, i] for i, name in enumerate(GROUPS)}
 
-    def _table(self, batch: PassBatch) -> np.ndarray:
+    def _table(self, batch: PassBatch, num_passes: int = 1) -> np.ndarray:
         """Seconds, one row per rank and one column per group of ``GROUPS``.
 
-        Per-sequence work is summed per rank with numpy; the few formulas per rank then run on floats.
+        Per-sequence work is summed per rank with numpy, then every rank's formulas run as arrays.
+        ``num_passes`` > 1 prices several passes at once (``batch.rank`` = pass × ranks + rank): the
+        experts' load is then each pass's own.
         """
         sums = self._per_rank_sums(batch)
-        worker_tokens = float(sums[:, 0].sum())
-        moe_flops = moe_bytes = 0.0
-        if self.moe_flops_per_token and worker_tokens > 0:
-            # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so even a
-            # rank with no sequences of its own runs its share; expected distinct experts hit among this
-            # GPU's: E_gpu · (1 − (1 − k/E)^tokens).
-            moe_flops = worker_tokens * self.moe_flops_per_token / self.moe_gpus
-            touched = self.experts_per_gpu * -math.expm1(worker_tokens * math.log1p(-self.route_fraction))
-            moe_bytes = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
+        tokens, pairs, span, samples, decodes, prefills, decode_pairs = sums.T
+        per_pass = tokens.reshape(num_passes, -1)
+        worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
+        moe_flops = np.zeros(num_passes)
+        moe_bytes = np.zeros(num_passes)
+        if self.moe_flops_per_token:
+            for k, total in enumerate(worker_tokens.tolist()):
+                if total > 0:
+                    # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so
+                    # even a rank with no sequences of its own runs its share; expected distinct experts
+                    # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
+                    moe_flops[k] = total * self.moe_flops_per_token / self.moe_gpus
+                    touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
+                    moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
+        ranks = per_pass.shape[1]
+        worker_tokens, moe_flops, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_flops, moe_bytes))
         hbm, lin_peak = self.hbm, self.linear_peak
-        rows = []
-        for tokens, pairs, span, samples, decodes, prefills, decode_pairs in sums.tolist():
-            busy = tokens > 0
-            linear = max((tokens * self.dense_flops_per_token + moe_flops) / lin_peak,
-                          ((self.dense_weight_bytes if busy else 0.0) + tokens * self.activation_bytes_per_token
-                           + moe_bytes) / hbm)
-            attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
-            attention = max(attention_flops / self.attention_peak,
-                            (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
-            lm_head = max(samples * self.lm_head_flops_per_seq / self.lm_head_peak,
-                          ((self.lm_head_weight_bytes if samples else 0.0) + samples * self.logit_bytes_per_seq) / hbm)
-            comm = 0.0
-            if busy:
-                comm = self.num_all_reduces * (self.all_reduce_latency_s + tokens * self.all_reduce_bytes_per_token
-                                               / self.all_reduce_link)
-            if self.num_exchanges and worker_tokens > 0:
-                moved = worker_tokens if self.exchange_is_gather else tokens
-                comm += self.num_exchanges * (self.exchange_latency_s + moved * self.exchange_bytes_per_token
-                                              / self.exchange_link)
-            host_ms = (self.host.mixed_ms if decodes else self.host.prefill_ms) if prefills else self.host.decode_ms
-            rows.append((linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
+        busy = tokens > 0
+        sampling = samples > 0
+        linear = np.maximum((tokens * self.dense_flops_per_token + moe_flops) / lin_peak,
+                            (np.where(busy, self.dense_weight_bytes, 0.0) + tokens * self.activation_bytes_per_token
+                             + moe_bytes) / hbm)
+        attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
+        attention = np.maximum(attention_flops / self.attention_peak,
+                               (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
+        lm_head = np.maximum(samples * self.lm_head_flops_per_seq / self.lm_head_peak,
+                             (np.where(sampling, self.lm_head_weight_bytes, 0.0) + samples * self.logit_bytes_per_seq)
+                             / hbm)
+        comm = np.zeros(len(tokens))
+        if self.num_all_reduces:
+            comm = np.where(busy, self.num_all_reduces * (self.all_reduce_latency_s + tokens
+                                                          * self.all_reduce_bytes_per_token / self.all_reduce_link),
+                            0.0)
+        if self.num_exchanges:
+            moved = worker_tokens if self.exchange_is_gather else tokens
+            comm = comm + np.where(worker_tokens > 0, self.num_exchanges * (
+                self.exchange_latency_s + moved * self.exchange_bytes_per_token / self.exchange_link), 0.0)
+        host = self.host
+        host_ms = np.where(prefills > 0, np.where(decodes > 0, host.mixed_ms, host.prefill_ms), host.decode_ms)
+        return np.stack([linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
                          samples * self.sampler_bytes_per_seq / hbm, tokens * self.elementwise_bytes_per_token / hbm,
-                         comm, self.layer_overhead_s if busy else 0.0, host_ms / 1000.0 if busy else 0.0))
-        return np.array(rows, dtype=np.float64).reshape(len(rows), len(GROUPS))
+                         comm, np.where(busy, self.layer_overhead_s, 0.0), np.where(busy, host_ms / 1000.0, 0.0)],
+                        axis=1)
+
+    def price_passes(self, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+        """Several passes at once (see ``timing.price_passes``)."""
+        seconds = self._table(batch, num_passes).sum(axis=1)
+        return seconds.reshape(num_passes, -1), [PROVENANCE] * num_passes
 
     def price(self, batch: PassBatch) -> PassCost:
         return PassCost(self._table(batch).sum(axis=1), PROVENANCE)

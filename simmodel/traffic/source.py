@@ -133,6 +133,8 @@ class TrafficSource:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
         self.requests: list[Request] = []
+        self.pending: simpy.Event | None = None
+        """The timeout of the next open-loop arrival while it is scheduled."""
 
     def _has_next(self) -> bool:
         limit = self.stream.limit
@@ -148,7 +150,8 @@ class TrafficSource:
         while self._has_next():
             at = to_ns(self.stream.arrival(len(self.requests)))
             if at > self.env.now:
-                yield self.env.timeout(at - self.env.now)
+                self.pending = self.env.timeout(at - self.env.now)
+                yield self.pending
             self._inject()
 
     def _inject(self) -> None:
