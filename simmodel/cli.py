@@ -183,7 +183,9 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         streamed = Path(name)
         sink = ParquetEventSink(streamed)
     try:
-        sim = Simulation.from_yaml(scenario, overrides, keep_events=events == "memory", event_sink=sink)
+        # Without --output-dir the event log is never written: do not keep it.
+        keep = events == "memory" and output_dir is not None
+        sim = Simulation.from_yaml(scenario, overrides, keep_events=keep, event_sink=sink)
         results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
         if sink is not None:
             sink.close()

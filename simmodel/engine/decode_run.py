@@ -241,6 +241,16 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
         used.append(used_at_plan)
         finishes.append(done)
 
+    base = ranks[0].rank.num_passes
+    for r, s in enumerate(ranks):
+        s.rank.num_passes += m
+        s.rank._last_delivery = ends[-1]
+        sched = s.rank.scheduler
+        sched.prefill_capacity_bound = False
+        sched.finished_since_schedule = bool(finishes[r].get(m))
+        if s.requests:
+            sched.running = [q for q in s.requests if q.status is RequestStatus.RUNNING]
+
     # Records as the barrier makes them, pass by pass: each rank's begin event; then per rank its
     # inter-token interval, finish events, pass row and end event.
     R = len(ranks)
@@ -249,7 +259,6 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
     itl = count.ravel() > 0
     rec.itl_values.extend(np.repeat(gap, R)[itl].tolist())
     rec.itl_counts.extend(count.ravel()[itl].tolist())
-    base = ranks[0].rank.num_passes
     zeros = np.zeros(m * R, dtype=np.int64)
     flat = count.ravel()
     rec.passes.extend(role, provenance if R == 1 else [p for p in provenance for _ in range(R)], {
@@ -259,7 +268,10 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
         "num_prefill_seqs": zeros, "num_decode_seqs": flat, "num_sampled": flat,
         "kv_blocks_used": np.array(used, dtype=np.int64).T.ravel(), "num_preempted": zeros,
         "rank_busy_ns": busy.ravel()})
-    Event = EventRow
+    if not (rec.keep_events or rec.sink is not None):
+        rec.num_done += sum(len(done) for per_rank in finishes for done in per_rank.values())
+        return
+    new_event = tuple.__new__
     PASS_BEGIN, PASS_END, FINISH = EventKind.PASS_BEGIN, EventKind.PASS_END, EventKind.FINISH
     rows = []
     add = rows.append
@@ -267,22 +279,14 @@ def _apply(worker: Worker, ranks: list[_Rank], m: int, now: int, end: np.ndarray
     for k in range(m):
         t0, t1, n = starts[k], ends[k], per_pass[k]
         for r in range(R):
-            add(Event(t0, PASS_BEGIN, w, r, -1, n[r], role))
+            add(new_event(EventRow, (t0, PASS_BEGIN, w, r, -1, n[r], role)))
         for r in range(R):
             done = finishes[r].get(k + 1)
             if done:
                 for request in done:
-                    add(Event(t1, FINISH, w, r, request.request_id, request.num_output_tokens, role))
-            add(Event(t1, PASS_END, w, r, -1, n[r], role))
+                    add(new_event(EventRow, (t1, FINISH, w, r, request.request_id, request.num_output_tokens, role)))
+            add(new_event(EventRow, (t1, PASS_END, w, r, -1, n[r], role)))
     rec.add_events(rows)
-    for r, s in enumerate(ranks):
-        s.rank.num_passes += m
-        s.rank._last_delivery = ends[-1]
-        sched = s.rank.scheduler
-        sched.prefill_capacity_bound = False
-        sched.finished_since_schedule = bool(finishes[r].get(m))
-        if s.requests:
-            sched.running = [r for r in s.requests if r.status is RequestStatus.RUNNING]
 
 
 def _pool_ops(s: _Rank, m: int, ends_at: list[int]) -> tuple[list[int], dict[int, list]]:

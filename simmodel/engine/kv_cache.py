@@ -122,9 +122,12 @@ class PrefixCachingBlockPool:
         """Cached blocks for the longest prefix of the request's tokens, at most ``num_tokens − 1`` tokens
         (the last token is always recomputed to get its logits)."""
         hits: list[int] = []
-        keys = request.block_keys
-        for j in range((request.num_tokens - 1) // self.block_size):
-            holders = self.blocks_by_key.get(keys(j))
+        n = (request.num_tokens - 1) // self.block_size
+        if not n or not self.blocks_by_key:
+            return hits
+        keys, by_key = request.block_keys.upto(n), self.blocks_by_key
+        for j in range(n):
+            holders = by_key.get(keys[j])
             if not holders:
                 break
             hits.append(next(iter(holders)))
@@ -161,13 +164,16 @@ class PrefixCachingBlockPool:
     def cache_full_blocks(self, request, num_tokens: int) -> None:
         """Cache the request's blocks that ``num_tokens`` known tokens fill (from where it left off)."""
         full = min(num_tokens // self.block_size, len(request.block_ids))
-        keys = request.block_keys
+        if full <= request.num_cached_blocks:
+            return
+        keys = request.block_keys.upto(full)
+        key_of, by_key, block_ids = self.key_of, self.blocks_by_key, request.block_ids
         for j in range(request.num_cached_blocks, full):
-            b = request.block_ids[j]
-            if self.key_of[b] is None:
-                key = keys(j)
-                self.key_of[b] = key
-                self.blocks_by_key.setdefault(key, {})[b] = None
+            b = block_ids[j]
+            if key_of[b] is None:
+                key = keys[j]
+                key_of[b] = key
+                by_key.setdefault(key, {})[b] = None
         request.num_cached_blocks = max(request.num_cached_blocks, full)
 
     def free_request(self, request) -> None:
@@ -201,10 +207,22 @@ class BlockKeys:
 
     def __call__(self, j: int) -> int:
         keys = self._keys
-        while len(keys) <= j:
-            parent = keys[-1] if keys else 0
-            keys.append(hash((parent, self.content(len(keys)))))
+        if len(keys) <= j:
+            self._extend(j + 1)
         return keys[j]
+
+    def upto(self, n: int) -> list[int]:
+        """The keys of blocks 0..n−1 (the list itself, possibly longer: read, do not change)."""
+        if len(self._keys) < n:
+            self._extend(n)
+        return self._keys
+
+    def _extend(self, n: int) -> None:
+        keys, content = self._keys, self.content
+        parent = keys[-1] if keys else 0
+        for j in range(len(keys), n):
+            parent = hash((parent, content(j)))
+            keys.append(parent)
 
 
 def token_block_content(token_ids: list[int], block_size: int, unique: object) -> object:
