@@ -226,7 +226,12 @@ class GridTable:
         w = (x - lo) / (self.points[at + 1] - lo)
         rest = 1.0 - w
         corner_weight = np.where(self.corners, w, rest).prod(axis=1)
-        value = (corner_weight * self.flat[self.strides @ cell + self.corner_offsets]).sum(axis=0)
+        terms = corner_weight * self.flat[self.strides @ cell + self.corner_offsets]
+        # Corner by corner, in order: a sum over axis 0 would add one column pairwise but many in
+        # sequence, so a pass's price would depend on how many ranks or passes are priced with it.
+        value = terms[0].copy()
+        for term in terms[1:]:
+            value += term
         spread = w * rest  # 0 on a grid point, negative outside the axis
         outside = (spread < 0.0).any(axis=0)
         return value, np.where(outside, EXTRAPOLATED, INTERPOLATED - (spread == 0.0).all(axis=0))
@@ -300,16 +305,26 @@ class MeasuredTiming:
                 code = np.where(mixed, np.maximum(code, c), code)
         return np.maximum(ms, 0.0), code
 
-    def price(self, batch: PassBatch) -> PassCost:
+    def _rank_ms(self, batch: PassBatch) -> tuple[np.ndarray, np.ndarray]:
         # Per rank and kind (prefill 0, decode 1): sequences, KV tokens already cached, new tokens.
         key = 2 * batch.rank + batch.is_decode
         size = 2 * batch.num_ranks
         count = np.bincount(key, minlength=size).reshape(-1, 2).astype(np.float64)
         cached = np.bincount(key, weights=batch.num_context_tokens, minlength=size).reshape(-1, 2)
         new = np.bincount(key, weights=batch.num_new_tokens, minlength=size).reshape(-1, 2)
-        ms, code = self.forward_ms(count[:, 0], new[:, 0], cached[:, 0], count[:, 1], cached[:, 1])
+        return self.forward_ms(count[:, 0], new[:, 0], cached[:, 0], count[:, 1], cached[:, 1])
+
+    def price(self, batch: PassBatch) -> PassCost:
+        ms, code = self._rank_ms(batch)
         worst = int(code.max(initial=-1))
         return PassCost(ms / 1000.0, (LABELS[worst],) if worst >= 0 else ())
+
+    def price_passes(self, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+        """Several passes at once (see ``timing.price_passes``): every rank is interpolated on its own, and
+        each pass is labelled by its own least certain rank."""
+        ms, code = self._rank_ms(batch)
+        worst = code.reshape(num_passes, -1).max(axis=1).tolist()
+        return (ms / 1000.0).reshape(num_passes, -1), [(LABELS[c],) if c >= 0 else () for c in worst]
 
 
 # -- aiconfigurator-core ----------------------------------------------------------------------------

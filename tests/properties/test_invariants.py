@@ -115,3 +115,26 @@ def test_disaggregated_runs_drain_without_loss(seed, data):
     for worker in sim.workers:
         for rank in worker.ranks:
             assert rank.pool.num_free_blocks == rank.pool.num_blocks and not rank.has_requests()
+
+
+@st.composite
+def coalescing_scenarios(draw):
+    """``scenarios`` with prefix caching sometimes on and a fixed, polynomial or roofline timing."""
+    data = draw(scenarios())
+    role = data["engine"]["workers"]["aggregated"]
+    role["kv_cache"]["prefix_caching"] = draw(st.booleans())
+    role["timing"] = draw(st.sampled_from([role["timing"], {"type": "polynomial"}, {"type": "default"}]))
+    if draw(st.booleans()):
+        data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
+    return data
+
+
+@settings(max_examples=40, deadline=None)
+@given(coalescing_scenarios())
+def test_coalesced_decode_runs_change_nothing(data):
+    """Every output of a run with coalesced decode runs equals the pass-by-pass run's."""
+    results = [Simulation(parse_scenario(data, Path(".")), coalesce=c).run() for c in (False, True)]
+    a, b = ({k: v for k, v in r.summary.items() if k != "wall_time_s"} for r in results)
+    assert a == b
+    for name in ("requests", "passes", "events"):
+        assert getattr(results[0], name).equals(getattr(results[1], name)), name

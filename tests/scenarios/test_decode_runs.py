@@ -1,0 +1,138 @@
+"""Coalesced decode runs (``engine/decode_run.py``) must change nothing but speed.
+
+Each scenario runs twice, pass by pass (``coalesce=False``) and with runs coalesced, and every output
+must be identical: the summary (but wall time), every request row, every pass row and every event, in
+order. The scenarios reach each way a run ends: arrivals, finishes by ``max_tokens`` and by context
+length, KV pressure (preemption), callbacks (closed-loop clients, P/D handoffs), other workers' passes,
+the stop time and the safety limits.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from factories import _merge, make_scenario, trace_scenario, write_csv_trace
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import SimulationError
+from simmodel.sim import Simulation
+
+SYNTHETIC = {"source": {"type": "synthetic",
+                        "input_tokens": {"distribution": "uniform", "min": 20, "max": 900},
+                        "output_tokens": {"distribution": "uniform", "min": 1, "max": 300}},
+             "load": {"type": "poisson", "requests_per_second": 25}, "stop": {"requests": 150}}
+
+
+def worker(**fields) -> dict:
+    return {"engine": {"workers": {"aggregated": fields}}}
+
+
+def merged(*parts: dict) -> dict:
+    """``make_scenario`` with ``SYNTHETIC`` traffic and the parts merged in, in order."""
+    data = make_scenario(traffic=copy.deepcopy(SYNTHETIC))
+    for part in parts:
+        _merge(data, copy.deepcopy(part))
+    return data
+
+
+ROOFLINE = {"timing": {"type": "default"}}
+POLYNOMIAL = {"timing": {"type": "polynomial"}}
+
+SCENARIOS = {
+    "roofline": merged(worker(**ROOFLINE)),
+    "polynomial-prefix-caching": merged(
+        worker(**POLYNOMIAL, kv_cache={"prefix_caching": True}),
+        {"traffic": {"source": {"shared_prefix": {"tokens": 256, "groups": 3}}}}),
+    "tight-kv-preemptions": merged(worker(**ROOFLINE, kv_cache={"capacity": {"type": "fixed", "blocks": 300}})),
+    "tight-kv-prefix-caching": merged(worker(**POLYNOMIAL, kv_cache={
+        "prefix_caching": True, "capacity": {"type": "fixed", "blocks": 300}}),
+        {"traffic": {"source": {"shared_prefix": {"tokens": 128, "groups": 2}}}}),
+    "attention-dp3": merged(worker(**ROOFLINE, parallelism={"attention_data": 3})),
+    "moe-dp2-ep2": merged({"engine": {"model": "Qwen/Qwen3-30B-A3B", "hardware": "h200_sxm"}},
+                          worker(**ROOFLINE, parallelism={"attention_data": 2, "moe_expert": 2},
+                                 kv_cache={"capacity": {"type": "fixed", "blocks": 4000}})),
+    "two-workers": merged(worker(**ROOFLINE, parallelism={"replicas": 2})),
+    "closed-loop": merged({"traffic": {"load": {"type": "concurrency", "concurrency": 6}}}, worker(**ROOFLINE)),
+    "context-length-stops": merged({"engine": {"context_length": 700}}, worker(**POLYNOMIAL)),
+    "stop-time": merged(worker(**ROOFLINE)),
+    "fixed-timing": merged(),
+    "disaggregated": merged({"engine": {
+        "mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 50, "bytes_per_token": 131072},
+        "workers": {"prefill": {**ROOFLINE, "scheduler": {"async_scheduling": False}},
+                    "decode": {**ROOFLINE, "scheduler": {"async_scheduling": False}}}}}),
+}
+del SCENARIOS["disaggregated"]["engine"]["workers"]["aggregated"]
+SCENARIOS["stop-time"]["traffic"]["stop"] = {"max_virtual_time_seconds": 3.0}
+
+
+def run(data: dict, coalesce: bool, **run_args):
+    sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+    return sim, sim.run(**run_args)
+
+
+def assert_same(a, b) -> None:
+    sa, sb = dict(a.summary), dict(b.summary)
+    sa.pop("wall_time_s"), sb.pop("wall_time_s")
+    assert sa == sb
+    for name in ("requests", "passes", "events"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_coalesced_runs_give_identical_outputs(name):
+    _, by_pass = run(SCENARIOS[name], coalesce=False)
+    _, coalesced = run(SCENARIOS[name], coalesce=True)
+    assert len(by_pass.passes) > 100
+    assert_same(by_pass, coalesced)
+
+
+def steps(sim: Simulation) -> int:
+    n = 0
+    while sim.step():
+        n += 1
+    return n
+
+
+def test_runs_are_actually_coalesced(tmp_path):
+    """Three requests, then a fourth: pass by pass every pass takes several SimPy steps; coalesced, each
+    stretch of decodes between the arrival and the finishes takes one."""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 200), (0.0, 300, 150), (0.0, 50, 120),
+                                                 (1.0, 80, 60)])
+    data = trace_scenario(trace)
+    by_pass = steps(Simulation(parse_scenario(data, Path(".")), coalesce=False))
+    coalesced = steps(Simulation(parse_scenario(data, Path(".")), coalesce=True))
+    assert by_pass > 3 * 200 and coalesced < 30
+
+
+def test_a_run_stopped_and_resumed_is_the_same_run():
+    """``run(until=...)`` in slices: no coalesced pass may end past a slice's end, so the state at every
+    stop, and the final outputs, are those of the pass-by-pass run."""
+    data = SCENARIOS["roofline"]
+    sim_a = Simulation(parse_scenario(data, Path(".")), coalesce=False)
+    sim_b = Simulation(parse_scenario(data, Path(".")), coalesce=True)
+    for until in (0.5, 1.0, 1.7, 2.5):
+        a, b = sim_a.run(until=until), sim_b.run(until=until)
+        assert sim_a.env.now == sim_b.env.now
+        running_a = [[q.request_id for q in r.running] for w in sim_a.workers for r in w.ranks]
+        running_b = [[q.request_id for q in r.running] for w in sim_b.workers for r in w.ranks]
+        assert running_a == running_b
+        assert len(a.passes) == len(b.passes)
+    assert_same(sim_a.run(), sim_b.run())
+
+
+def test_the_pass_limit_is_hit_at_the_same_pass(tmp_path):
+    """A run never takes the passes past ``limits.max_passes``: the error comes at the same pass."""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 400)])
+    data = trace_scenario(trace, limits={"max_passes": 57})
+    messages = []
+    for coalesce in (False, True):
+        sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+        with pytest.raises(SimulationError, match="max_passes") as info:
+            sim.run()
+        messages.append((str(info.value), sim.env.now, sim.limits.num_passes))
+    assert messages[0] == messages[1]
+    # 1 prefill pass (20 ms) then decodes of 10 ms: pass 58 would start at 20 + 56 × 10 ms
+    assert messages[0][2] == 58

@@ -1,0 +1,76 @@
+"""``price_passes`` prices many passes of a worker in one call, as a coalesced decode run needs; each
+pass must get exactly (bit for bit) the seconds and provenance that ``price`` gives it alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_measured import QWEN8, fake_aic
+
+from simmodel.perf.deployment import Deployment
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.measured import MeasuredTiming
+from simmodel.perf.models import MODELS
+from simmodel.perf.roofline import RooflineTiming
+from simmodel.perf.timing import FixedTiming, PassBatch, PolynomialTiming, price_passes
+
+
+def random_passes(rng: np.random.Generator, num_passes: int, num_ranks: int, decode_only: bool):
+    """Per pass, a batch of random sequences on random ranks (some ranks idle), and the stacked batch."""
+    capacity = rng.integers(10_000, 200_000, num_ranks).astype(np.float64)
+    singles, rows = [], []
+    for k in range(num_passes):
+        n = int(rng.integers(0, 12))
+        rank = np.sort(rng.integers(0, num_ranks, n))
+        decode = np.ones(n, bool) if decode_only else rng.random(n) < 0.6
+        new = np.where(decode, 1, rng.integers(1, 3000, n))
+        ctx = rng.integers(0, 30_000, n)
+        samples = decode | (rng.random(n) < 0.5)
+        singles.append(PassBatch(num_ranks, rank, new, ctx, decode, samples, capacity))
+        rows.append((k * num_ranks + rank, new, ctx, decode, samples))
+    stacked = PassBatch(num_passes * num_ranks, *(np.concatenate(col) for col in zip(*rows)),
+                        np.tile(capacity, num_passes))
+    return singles, stacked
+
+
+MOE = Deployment(MODELS["Qwen/Qwen3-30B-A3B"], HARDWARE["h200_sxm"], attention_data=4, moe_expert=4)
+TIMINGS = {
+    "fixed": lambda: FixedTiming(20, 10),
+    "polynomial": PolynomialTiming,
+    "roofline-dense-tp2": lambda: RooflineTiming(Deployment(MODELS["Qwen/Qwen3-8B"], HARDWARE["h200_sxm"], tensor=2)),
+    "roofline-moe-dp4": lambda: RooflineTiming(MOE),
+    "measured": lambda: MeasuredTiming(QWEN8, query=fake_aic, context_length=40960, max_batched_tokens=4096,
+                                       max_sequences=64),
+}
+
+
+@pytest.mark.parametrize("name", TIMINGS)
+@pytest.mark.parametrize("num_ranks", [1, 3])
+@pytest.mark.parametrize("decode_only", [True, False])
+def test_many_passes_price_like_one_at_a_time(name, num_ranks, decode_only):
+    timing = TIMINGS[name]()
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        singles, stacked = random_passes(rng, 9, num_ranks, decode_only)
+        seconds, labels = price_passes(timing, stacked, 9)
+        assert seconds.shape == (9, num_ranks)
+        for k, batch in enumerate(singles):
+            alone = timing.price(batch)
+            assert seconds[k].tobytes() == alone.total_s.tobytes(), (name, k)
+            assert labels[k] == alone.provenance
+
+
+def test_a_model_without_a_multi_pass_price_is_called_once_per_pass():
+    """The fallback for other timing models: one ``price`` per pass, ranks of each pass renumbered."""
+    calls = []
+
+    class Counting:
+        def price(self, batch):
+            calls.append(batch.rank.tolist())
+            return FixedTiming(20, 10).price(batch)
+
+    rng = np.random.default_rng(1)
+    singles, stacked = random_passes(rng, 4, 2, decode_only=False)
+    seconds, _ = price_passes(Counting(), stacked, 4)
+    assert calls == [b.rank.tolist() for b in singles]
+    assert seconds.tolist() == [FixedTiming(20, 10).price(b).total_s.tolist() for b in singles]
