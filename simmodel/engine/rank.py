@@ -104,7 +104,7 @@ class Rank:
         while True:
             plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
             plan.kv_blocks_used = self.pool.num_used_blocks
-            if not plan.is_empty:
+            if not plan.is_empty or plan.preempted:
                 self._record_plan(plan)
             yield self.worker.submit(self.rank_id, plan)
 

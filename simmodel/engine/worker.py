@@ -169,7 +169,9 @@ class Worker:
             blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
             plans = self._collect()
             if all(plan.is_empty for plan in plans):
-                if not blocked:  # an idle blocked round takes no time: plan the next round at once
+                # An idle blocked round takes no time, and neither does a plan that only preempted (vLLM's
+                # engine schedules again at once, now admitting): plan the next round at once.
+                if not blocked and not any(plan.preempted for plan in plans):
                     yield from self._sleep_until_work()
             else:
                 start, cost = self._start(plans)
@@ -222,7 +224,7 @@ class Worker:
             now = self.env.now
             if all(plan.is_empty for plan in plans):
                 if in_flight is None and pending is None:
-                    if blocked:  # an idle blocked round takes no time
+                    if blocked or any(plan.preempted for plan in plans):  # takes no time (see ``run``)
                         self._release()
                         continue
                     if self.plan_cutoff is not None and self.has_requests():

@@ -166,3 +166,30 @@ def test_zero_time_handoffs_release_prefill_blocks_between_passes():
     data["engine"]["seed"] = 5
     res = run_scenario(data)
     assert (res.requests.status == "completed").all() and len(res.requests) == 12
+
+
+def test_a_pass_that_only_preempts_is_planned_again_at_once(tmp_path):
+    """Decode rank of 4 blocks × 16 tokens, one sequence at a time; R0 (31→3) and R1 (22→2), both prefilled
+    0–20 ms, transfers instant, so at 20 ms each holds 2 decode blocks and none is free. R0 decodes 20–30
+    (token 1) and 30–40 (token 2); at 40 its 33rd token needs a third block: it preempts itself and the
+    plan schedules nothing. vLLM's engine schedules again at once (no forward ran): R1 is admitted at 40,
+    decodes 40–50 and 50–60 and finishes, freeing 2 blocks. R0 resumes at 60: its two full blocks (32
+    tokens) are still in the prefix cache (freed at preemption, not evicted), so one token is left, a
+    decode pass 60–70 that samples its last token. (Before the fix the worker slept after the empty plan
+    and the run stalled.)"""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 31, 3), (0.0, 22, 2)])
+    data = disagg(trace, prefill={"scheduler": {"async_scheduling": False, "max_sequences": 2}},
+                  decode={"scheduler": {"async_scheduling": False, "max_sequences": 1},
+                                 "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 4}}})
+    data["engine"]["context_length"] = 64
+    data["engine"]["kv_transfer"].pop("bandwidth_gb_per_second")
+    res = run_scenario(data)
+    r0, r1 = res.requests.iloc[0], res.requests.iloc[1]
+    assert (r0.ttft_ms, r0.e2e_ms, r0.preemptions) == pytest.approx((30, 70, 1))
+    assert (r1.ttft_ms, r1.e2e_ms, r1.preemptions) == pytest.approx((50, 60, 0))
+    ev = res.events[res.events.role == "decode"]
+    preempt = ev[ev.kind == "preemption"]
+    assert preempt.request_id.tolist() == [0] and preempt.time_s.tolist() == pytest.approx([0.040])
+    assert ev[(ev.kind == "admission") & (ev.request_id == 1)].time_s.tolist() == pytest.approx([0.040])
+    resume = ev[ev.kind == "resume"]
+    assert resume.time_s.tolist() == pytest.approx([0.060]) and resume.num_tokens.tolist() == [1]
