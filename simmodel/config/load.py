@@ -131,8 +131,15 @@ class _Node:
                 raise ScenarioError(f"{self.at(str(key))}: unknown field (allowed here: {allowed})")
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 def _show(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    try:
+        text = repr(value) if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    except (ValueError, RecursionError):  # an int of over 4,300 digits, or nesting too deep to write out
+        text = "a value too large to show"
     text = text.removesuffix("\n...").strip()
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -156,6 +163,8 @@ def read_yaml(path: Path) -> dict:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ScenarioError(f"{where}not valid YAML ({problem})") from None
+    except Exception as exc:  # PyYAML's constructors: `!!int x`, `2001-13-45`, 5,000 digits, nesting too deep
+        raise ScenarioError(f"not valid YAML ({_first_line(exc)})") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"the scenario must be a YAML mapping with traffic and engine, got {_show(data)}")
     return data
@@ -175,7 +184,7 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
             raise ScenarioError(f"--set {item}: PATH must be dotted field names like engine.seed")
         try:
             value = yaml.safe_load(text)
-        except yaml.YAMLError:
+        except Exception:  # a YAMLError, or PyYAML's constructors (`!!int x`, 5,000 digits, nesting too deep)
             raise ScenarioError(f"--set {item}: the value is not valid YAML") from None
         target = data
         for depth, key in enumerate(keys[:-1]):

@@ -361,4 +361,5 @@ def _finish(sched: VllmScheduler, request) -> None:
     """A request reaching its stop in the run: as ``update_from_output`` retires it."""
     request.num_draft_tokens = 0
     request.status = RequestStatus.FINISHED
+    request.block_keys = None
     sched._free(request)

@@ -34,6 +34,8 @@ from simmodel.errors import ScenarioError
 from simmodel.frontend.stages import StageSpec
 
 MAX_ROWS_LISTED = 6
+# The bounds of a scenario's own frontend stages (config.load): simulated nanoseconds stay integers.
+MAX_WORKERS, MAX_SERVICE_MS, MAX_SCALE = 100_000, 1e9, 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ def _read_rows(path: Path) -> list[_Row]:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError(f"host profile {path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, an int of over 4,300 digits, nesting too deep
         raise ScenarioError(f"host profile {path}: not valid JSON: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("version") != 1:
         raise ScenarioError(f"host profile {path}: expected a JSON object with \"version\": 1")
@@ -117,6 +119,8 @@ def _parse_row(path: Path, i: int, row: Any) -> _Row:
     for field in ("model", "frontend", "transport"):
         if not isinstance(row.get(field), str) or not row[field]:
             raise ScenarioError(f"{where}.{field} must be a non-empty string, got {row.get(field)!r}")
+        if not row[field].isprintable():  # it is quoted unescaped in the missing-row message
+            raise ScenarioError(f"{where}.{field} must have no line breaks or control characters, got {row[field]!r}")
     if "image" not in row:
         raise ScenarioError(f"{where}.image is missing (null for text-only requests)")
     stages = row.get("stages")
@@ -137,6 +141,9 @@ def _parse_image(where: str, image: Any) -> ImageKey | None:
             raise ScenarioError(f"{where}.image.{field} must be an integer >= 1, got {value!r}")
     if not isinstance(image.get("encoding"), str) or not image["encoding"]:
         raise ScenarioError(f"{where}.image.encoding must be a non-empty string, got {image.get('encoding')!r}")
+    if not image["encoding"].isprintable():
+        raise ScenarioError(f"{where}.image.encoding must have no line breaks or control characters, got "
+                            f"{image['encoding']!r}")
     return ImageKey(image["height"], image["width"], image["count"], image["encoding"])
 
 
@@ -152,7 +159,13 @@ def _parse_stage(where: str, stage: Any) -> StageSpec:
         raise ScenarioError(f"{where}.service_ms must be a number, got {service_ms!r}")
     if not isinstance(scale, list) or not all(isinstance(s, int | float) and not isinstance(s, bool) for s in scale):
         raise ScenarioError(f"{where}.concurrency_scale must be a list of numbers, got {scale!r}")
+    if workers > MAX_WORKERS:
+        raise ScenarioError(f"{where}.workers must be at most {MAX_WORKERS:,}, got {workers}")
+    if service_ms > MAX_SERVICE_MS:
+        raise ScenarioError(f"{where}.service_ms must be at most {MAX_SERVICE_MS:g}, got {service_ms!r}")
+    if any(s > MAX_SCALE for s in scale):
+        raise ScenarioError(f"{where}.concurrency_scale entries must be at most {MAX_SCALE:g}, got {scale!r}")
     try:
         return StageSpec(name, workers, float(service_ms), tuple(float(s) for s in scale))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: an int too large for a float (-1e400)
         raise ScenarioError(f"{where}: {exc}") from exc

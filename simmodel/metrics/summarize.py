@@ -180,7 +180,8 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict]
     summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
     summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())
     summary["tpot_ms"] = stats(tpot)
-    summary["itl_ms"] = weighted_stats(np.asarray(recorder.itl_values, dtype=np.float64) / 1e6, np.asarray(recorder.itl_counts))
+    summary["itl_ms"] = weighted_stats(np.frombuffer(recorder.itl_values, dtype=np.int64).astype(np.float64) / 1e6,
+                                       np.frombuffer(recorder.itl_counts, dtype=np.int64))
     summary["e2e_latency_ms"] = stats(done["e2e_ms"].to_numpy())
     summary["queue_ms"] = stats(requests["queue_ms"].to_numpy())
     return summary

@@ -349,6 +349,7 @@ class VllmScheduler:
             if request.num_output_tokens >= request.max_tokens or num_tokens >= max_model_len:
                 request.num_draft_tokens = 0
                 request.status = RequestStatus.FINISHED
+                request.block_keys = None  # its content keys are never needed again (and weigh kilobytes)
                 if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
                     self._free(request)
                 finished.append(request)
