@@ -123,6 +123,9 @@ class VllmScheduler:
         reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
         samples = out.samples
         req_index = 0
+        if not asynchronous and not cfg.num_speculative_tokens and self._plan_decodes(out, token_budget):
+            req_index = len(self.running)  # all decodes, none preempting: planned without the loop
+            token_budget -= req_index
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
             computed = request.num_computed_tokens
@@ -184,6 +187,50 @@ class VllmScheduler:
             if not defer:
                 self.prefill_capacity_bound = len(self.waiting) + len(self.handoffs) > skipped
         return out
+
+    def _plan_decodes(self, out: SchedulerOutput, token_budget: int) -> bool:
+        """Phase 1 when every running request decodes one token (synchronous, no drafts) and their new
+        blocks are free: what the loop of ``schedule()`` does, with less per request. False (nothing
+        changed) otherwise, and the loop plans the pass."""
+        running = self.running
+        if not running or len(running) > token_budget:
+            return False
+        bs = self.block_size
+        needed, contexts, decodes = [], [], []
+        total = 0
+        for request in running:
+            c = request.num_computed_tokens
+            if request.is_prefill_chunk or c + 1 != request.num_prompt_tokens + request.num_output_tokens:
+                return False
+            k = -(-(c + 1) // bs) - request.num_blocks
+            if k > 0:
+                total += k
+            needed.append(k)
+            contexts.append(c)
+            decodes.append(request.num_output_tokens > 0 or request.kv_transferred)
+        pool = self.pool
+        if total > pool.num_free_blocks:
+            return False  # someone would be preempted: the loop handles it
+        caching = self.caching
+        for request, k, c in zip(running, needed, contexts):
+            if caching:
+                if k > 0:
+                    self._take(request, k)
+                if (c + 1) // bs > request.num_cached_blocks:
+                    pool.cache_full_blocks(request, c + 1)
+            elif k > 0:
+                pool.num_free_blocks -= k
+                request.num_blocks += k
+            request.num_scheduled_drafts = request.num_draft_tokens = 0
+            request.is_prefill_chunk = False
+            request.num_computed_tokens = c + 1
+        n = len(running)
+        out.requests.extend(running)
+        out.num_new_tokens.extend([1] * n)
+        out.num_context_tokens.extend(contexts)
+        out.is_decode.extend(decodes)
+        out.samples.extend([True] * n)
+        return True
 
     def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
                        arrived_before: int | None = None, defer: bool = False) -> int:
