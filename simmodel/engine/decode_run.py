@@ -50,36 +50,59 @@ class _Run:
     """The running requests of every rank of a worker, rank after rank, as arrays, and the matrices of
     the run's candidate passes (one row per pass, one column per request)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, plans: list | None = None) -> None:
         self.worker = worker
         self.ranks = worker.ranks
+        self.plans = plans
+        """The ranks' plans of the run's first pass when the schedulers have planned it already, or None."""
         self.requests: list = []
         self.bounds = [0]
         """Request columns of rank r: ``bounds[r]:bounds[r + 1]``."""
 
     def gather(self) -> bool:
-        """Read every rank's running requests; False if any rank is not in a coalescable state."""
-        requests = self.requests
-        for rank in self.ranks:
+        """Read every rank's running requests; False if any rank is not in a coalescable state.
+
+        Without plans, every running request must be mid-decode. With the first pass planned (it may
+        admit requests), the plan must run every running request to the end of its sequence, so that
+        every one samples, and leave nothing waiting.
+        """
+        requests, plans = self.requests, self.plans
+        for r, rank in enumerate(self.ranks):
             s = rank.scheduler
             if (type(s) is not VllmScheduler or s.waiting or s.handoffs or s.async_scheduling
                     or s.config.num_speculative_tokens or rank._pending_releases):
                 return False
-            if len(s.running) > s.config.max_num_batched_tokens:
+            running = s.running
+            if len(running) > s.config.max_num_batched_tokens:
                 return False  # the token budget cuts the run's passes short
-            requests.extend(s.running)
+            if plans is not None:
+                plan = plans[r]
+                if (plan.preempted or plan.resumed or len(plan.requests) != len(running) or not all(plan.samples)
+                        or any(a is not b for a, b in zip(plan.requests, running))):
+                    return False
+            requests.extend(running)
             self.bounds.append(len(requests))
         if not requests:
             return False
         rows = np.array([(r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens, r.max_tokens,
-                          r.num_blocks, r.num_cached_blocks, r.last_token_pass, r.is_prefill_chunk)
+                          r.num_blocks, r.num_cached_blocks, r.last_token_pass, r.is_prefill_chunk,
+                          r.first_token_at is None)
                          for r in requests], dtype=np.int64)
-        self.computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
-        # Decoding: one token left to compute, sampled in the pass just ended (so its interval is the pass
-        # gap), not mid-prefill. Every rank has run as many passes as the others.
-        if (np.any(self.computed != prompt + self.outputs - 1) or np.any(rows[:, 6] != self.ranks[0].num_passes - 1)
-                or np.any(rows[:, 7]) or any(r.bootstrap for r in requests)):
+        computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
+        self.new = rows[:, 8].astype(bool)
+        """Requests whose first token the run's first pass samples (planned runs only)."""
+        # Every rank has run as many passes as the others; a request that sampled before sampled in the
+        # pass just ended (so its interval is the pass gap); none is a prefill leg.
+        known = ~self.new
+        if np.any(rows[known, 6] != self.ranks[0].num_passes - 1) or any(r.bootstrap for r in requests):
             return False
+        if plans is None:  # decoding: one token left to compute, not mid-prefill
+            if np.any(computed != prompt + self.outputs - 1) or np.any(rows[:, 7]) or self.new.any():
+                return False
+        elif np.any(computed != prompt + self.outputs):  # planned: every sequence computed to its end
+            return False
+        # As if mid-decode: pass j (from 2 on, planned runs) has computed + j − 1 tokens of context.
+        self.computed = prompt + self.outputs - 1
         self.blocks, self.cached = rows[:, 4], rows[:, 5]
         max_model_len = self.ranks[0].scheduler.config.max_model_len
         # Passes until each request stops: max_tokens outputs, or its sequence reaching max_model_len.
@@ -95,6 +118,8 @@ class _Run:
         cj = self.computed + j  # computed tokens once pass j is planned
         self.cj = cj
         self.grows = (_cdiv(cj, bs) > np.maximum(self.blocks, _cdiv(cj - 1, bs))) & self.active
+        if self.plans is not None:
+            self.grows[0] = False  # the planned pass took its blocks already
 
     def per_rank(self, matrix: np.ndarray) -> np.ndarray:
         """Row sums of a (passes, requests) matrix per rank, shape (passes, ranks)."""
@@ -107,22 +132,23 @@ class _Run:
         return self.per_rank(self.grows[:num_passes])
 
 
-def advance(worker: Worker, horizon: int, arrival: int | None = None) -> int | None:
+def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None) -> int | None:
     """Coalesce the decode passes that follow now; returns the end of the run's last pass, with every pass
     applied and recorded, or None if no pass qualifies.
 
     Every pass ends before ``horizon`` (the next event that may read or change the worker). ``arrival``, if
     given, is the next arrival, known to only append a request to a rank's queue: a pass planned before
     it may still run, since its plan could not have seen the request (but not one ending at that very
-    instant, whose outputs would be recorded after the arrival).
+    instant, whose outputs would be recorded after the arrival). ``plans``, if given, are the ranks' plans
+    of the pass starting now (the run's first pass, maybe admitting requests), made by the schedulers.
     """
     now = worker.env.now
     if arrival is None:
         arrival = horizon
     typical = worker.decode_pass_ns or worker.last_pass_ns
-    if now + typical >= horizon:
+    if plans is None and now + typical >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _Run(worker)
+    run = _Run(worker, plans)
     if not run.gather():
         return None
     # Candidate passes: to the horizon at the last pass's pace (a longer run continues as the next one),
@@ -197,8 +223,14 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     else:
         vrank = (np.arange(n)[:, None] * num_ranks + run.rank_of)[active]
         capacity = np.tile(worker._kv_capacity_tokens, n)
-    flags = np.ones(ctx.size, dtype=bool)
-    batch = PassBatch(n * num_ranks, vrank, np.ones(ctx.size, dtype=np.int64), ctx, flags, flags, capacity)
+    new = np.ones(ctx.size, dtype=np.int64)
+    decode = np.ones(ctx.size, dtype=bool)
+    if run.plans is not None:  # the first pass as planned: its rows come first
+        first = len(run.requests)
+        new[:first] = [k for plan in run.plans for k in plan.num_new_tokens]
+        ctx[:first] = [k for plan in run.plans for k in plan.num_context_tokens]
+        decode[:first] = [d for plan in run.plans for d in plan.is_decode]
+    batch = PassBatch(n * num_ranks, vrank, new, ctx, decode, np.ones(ctx.size, dtype=bool), capacity)
     return price_passes(worker.timing, batch, n)
 
 
@@ -239,7 +271,11 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
         request.num_output_tokens = outputs[i] + n
         request.num_emitted = 1
         request.num_scheduled_drafts = 0
-        if request.second_token_at is None:
+        if request.first_token_at is None:  # the first pass samples its first token (planned runs)
+            request.first_token_at = second
+            if n >= 2:
+                request.second_token_at = ends_at[2]
+        elif request.second_token_at is None:
             request.second_token_at = second
         request.last_token_at = ends_at[n]
         request.last_token_pass = base + n - 1
@@ -323,31 +359,48 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     R = len(run.ranks)
     role, w = worker.role, worker.worker_id
     flat = count.ravel()
-    itl = flat > 0
+    tokens, decodes, consecutive = flat, flat, flat
+    prefill_tokens = prefill_seqs = np.zeros(m * R, dtype=np.int64)
+    firsts: list[list] = [[] for _ in range(R)]
+    if run.plans is not None:  # the planned first pass: its own tokens, prefills and first tokens
+        tokens, decodes, consecutive = flat.copy(), flat.copy(), flat.copy()
+        prefill_tokens, prefill_seqs = prefill_tokens.copy(), prefill_seqs.copy()
+        for r, plan in enumerate(run.plans):
+            tokens[r] = sum(plan.num_new_tokens)
+            prefill_tokens[r] = sum(k for k, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
+            decodes[r] = sum(plan.is_decode)
+            prefill_seqs[r] = len(plan.is_decode) - decodes[r]
+            firsts[r] = [q for q, new in zip(plan.requests, run.new[run.bounds[r]:run.bounds[r + 1]]) if new]
+            consecutive[r] -= len(firsts[r])
+    itl = consecutive > 0
     rec.itl_values.extend(np.repeat(end - start, R)[itl].tolist())
-    rec.itl_counts.extend(flat[itl].tolist())
+    rec.itl_counts.extend(consecutive[itl].tolist())
     zeros = np.zeros(m * R, dtype=np.int64)
     base = run.ranks[0].num_passes - m
     rec.passes.extend(role, provenance if R == 1 else [p for p in provenance for _ in range(R)], {
         "worker": np.full(m * R, w), "dp_rank": np.tile(np.arange(R), m),
         "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start, R),
-        "end_ns": np.repeat(end, R), "num_scheduled_tokens": flat, "num_prefill_tokens": zeros,
-        "num_prefill_seqs": zeros, "num_decode_seqs": flat, "num_sampled": flat,
+        "end_ns": np.repeat(end, R), "num_scheduled_tokens": tokens, "num_prefill_tokens": prefill_tokens,
+        "num_prefill_seqs": prefill_seqs, "num_decode_seqs": decodes, "num_sampled": flat,
         "kv_blocks_used": used.ravel(), "num_preempted": zeros, "rank_busy_ns": busy.ravel()})
     if not (rec.keep_events or rec.sink is not None):
         rec.num_done += sum(len(done) for done in finished.values())
         return
     new_event = tuple.__new__
     PASS_BEGIN, PASS_END, FINISH = EventKind.PASS_BEGIN, EventKind.PASS_END, EventKind.FINISH
+    FIRST_TOKEN = EventKind.FIRST_TOKEN
     rows = []
     add = rows.append
-    per_pass = count.tolist()
+    per_pass = tokens.reshape(m, R).tolist()
     for k, (t0, t1) in enumerate(zip(start.tolist(), end.tolist())):
         n = per_pass[k]
         for r in range(R):
             add(new_event(EventRow, (t0, PASS_BEGIN, w, r, -1, n[r], role)))
         done = finished.get(k + 1)
         for r in range(R):
+            if k == 0:
+                for request in firsts[r]:
+                    add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role)))
             if done:
                 for q, request in done:
                     if q == r:

@@ -174,17 +174,21 @@ class Worker:
                 if not blocked and not any(plan.preempted for plan in plans):
                     yield from self._sleep_until_work()
             else:
-                start, cost = self._start(plans)
-                yield Late(self.env, int(cost[0].max()))
-                self._finish(plans, start, cost)
-                self._count_prefill_round(plans)
+                if self.coalesce and (end := self._coalesced_run(plans)) is not None:
+                    yield Late(self.env, end - self.env.now)  # this pass and the decodes after it
+                else:
+                    start, cost = self._start(plans)
+                    yield Late(self.env, int(cost[0].max()))
+                    self._finish(plans, start, cost)
+                    self._count_prefill_round(plans)
                 while self.coalesce and (end := self._coalesced_run()) is not None:
                     yield Late(self.env, end - self.env.now)
             self._release()
 
-    def _coalesced_run(self) -> int | None:
-        """Apply the decode-only passes that follow now as one run (``decode_run``); returns when its last
-        pass ends, or None when the next pass must be planned on its own."""
+    def _coalesced_run(self, plans: list[SchedulerOutput] | None = None) -> int | None:
+        """Apply the decode-only passes that follow now as one run (``decode_run``), starting with the
+        pass the ranks just planned if ``plans`` are given; returns when its last pass ends, or None when
+        the next pass must run on its own."""
         if self.prefill_decode_interval or self.vision is not None:
             return None
         arrival = None
@@ -202,7 +206,7 @@ class Worker:
             horizon = min(horizon, self.horizon + 1)
         if horizon <= self.env.now:
             return None
-        return advance(self, horizon, arrival)
+        return advance(self, horizon, arrival, plans)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
@@ -324,6 +328,12 @@ class Worker:
         self.open_pass_ends.remove(end)  # only now: its pass-end events are recorded
 
     def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
+        if len(plans) == 1:
+            plan = plans[0]
+            n = len(plan.requests)
+            return PassBatch(1, np.zeros(n, dtype=np.int64), np.array(plan.num_new_tokens, dtype=np.int64),
+                             np.array(plan.num_context_tokens, dtype=np.int64), np.array(plan.is_decode, dtype=bool),
+                             np.array(plan.samples, dtype=bool), self._kv_capacity_tokens)
         counts = [len(plan.requests) for plan in plans]
         rank = np.repeat(np.arange(len(plans)), counts)
         new = np.fromiter((n for p in plans for n in p.num_new_tokens), np.int64, rank.size)
