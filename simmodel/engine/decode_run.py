@@ -86,7 +86,7 @@ class _Run:
             return False
         rows = np.array([(r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens, r.max_tokens,
                           r.num_blocks, r.num_cached_blocks, r.last_token_pass, r.is_prefill_chunk,
-                          r.first_token_at is None)
+                          r.first_token_at is None, r.on_finish is not None)
                          for r in requests], dtype=np.int64)
         computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
         self.new = rows[:, 8].astype(bool)
@@ -108,6 +108,8 @@ class _Run:
         # Passes until each request stops: max_tokens outputs, or its sequence reaching max_model_len.
         self.left = np.minimum(rows[:, 3] - self.outputs, max_model_len - prompt - self.outputs)
         self.rank_of = np.repeat(np.arange(len(self.ranks)), np.diff(self.bounds))
+        self.calls_back = rows[:, 9].astype(bool)
+        """Requests whose finish calls back into the simulation."""
         return True
 
     def candidates(self, num_passes: int) -> None:
@@ -154,9 +156,8 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     # Candidate passes: to the horizon at the last pass's pace (a longer run continues as the next one),
     # and not past a finish that calls back (it acts at that time), the pass limit or the last finish.
     limit = min(MAX_RUN, int(run.left.max()), (min(horizon, arrival) - now) // max(typical, 1) + 2)
-    for i, request in enumerate(run.requests):
-        if request.on_finish is not None:
-            limit = min(limit, int(run.left[i]) - 1)
+    if run.calls_back.any():
+        limit = min(limit, int(run.left[run.calls_back].min()) - 1)
     if worker.limits is not None:
         limit = min(limit, worker.limits.spec.max_passes - worker.limits.num_passes)
     if limit < 1:
@@ -186,6 +187,7 @@ def _kv_limit(run: _Run, limit: int) -> int:
     preempt there). Frees from requests finishing in the run count (only when needed), conservatively
     with prefix caching (only blocks no other request shares)."""
     taken = np.cumsum(run.allocations(limit), axis=0)
+    run.taken = taken
     free = np.array([rank.pool.num_free_blocks for rank in run.ranks])
     if not (taken > free).any():
         return limit
@@ -252,7 +254,7 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     worker.last_pass_ns = worker.decode_pass_ns = ends[-1] - starts[-1]
 
     count = run.per_rank(run.active[:m])
-    allocs = run.allocations(m)
+    allocs = np.diff(run.taken[:m], axis=0, prepend=0)
     finished, returned = _pool_ops(run, m)
     # Blocks in use when each pass was planned: allocations so far, minus the frees of earlier pass ends.
     free_now = np.array([rank.pool.num_free_blocks for rank in ranks])

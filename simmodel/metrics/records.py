@@ -6,6 +6,8 @@ from array import array
 from enum import IntEnum
 from typing import NamedTuple
 
+import numpy as np
+
 
 class EventKind(IntEnum):
     """Request lifecycle milestones and pass boundaries, in the event log's ``kind`` column."""
@@ -81,11 +83,12 @@ class PassLog:
             put(value)
 
     def extend(self, role: str, provenance: list[str], columns: dict) -> None:
-        """Many rows at once: one array (or list) per integer field, all of the same length."""
+        """Many rows at once: one array per integer field, all of the same length."""
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
-        for name, column in self.columns.items():
-            column.extend(columns[name].tolist())
+        values = np.stack([columns[name] for name in self.INT_FIELDS]).tolist()
+        for column, new in zip(self.columns.values(), values):
+            column.extend(new)
 
     def __len__(self) -> int:
         return len(self.role)

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import make_scenario
+from factories import SHARED_TRACES, make_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
+
+
+AZURE_CODE = SHARED_TRACES / "AzureLLMInferenceTrace_code.csv"
 
 
 @st.composite
@@ -25,17 +28,23 @@ def scenarios(draw):
         {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
         {"type": "poisson", "requests_per_second": draw(st.floats(1, 200))},
         {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 200))},
+        {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))},
     ]))
-    return make_scenario(
-        traffic={"source": {"input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
-                            "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}},
-                 "load": load, "stop": {"requests": draw(st.integers(1, 25))}},
+    source = {"input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
+              "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}}
+    if load["type"] == "trace_timestamps":  # a real trace's first rows (long prompts: many are refused)
+        source = {"type": "trace", "format": "azure", "path": str(AZURE_CODE)}
+    data = make_scenario(
+        traffic={"source": source, "load": load, "stop": {"requests": draw(st.integers(1, 25))}},
         engine={"seed": seed, "context_length": context, "workers": {"aggregated": {
-            "parallelism": {"attention_data": draw(st.integers(1, 3)), "replicas": draw(st.integers(1, 2))},
+            "parallelism": {"attention_data": draw(st.integers(1, 4)), "replicas": draw(st.integers(1, 2))},
             "scheduler": {"max_sequences": max_seqs, "max_batched_tokens": budget,
                           "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16]))},
             "kv_cache": {"block_size": block, "capacity": {"type": "fixed", "blocks": blocks}},
             "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 5, 20])), "decode_ms": 3}}}})
+    if load["type"] == "trace_timestamps":
+        data["traffic"]["source"] = source  # not merged into the synthetic defaults
+    return data
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,6 +72,9 @@ def test_every_request_ends_once_and_resources_come_back(data):
     for worker in sim.workers:
         for rank in worker.ranks:
             assert rank.pool.num_free_blocks == rank.pool.num_blocks and not rank.running and not rank.waiting
+    again = Simulation(parse_scenario(data, Path("."))).run()  # the same seed: the same outputs
+    for name in ("requests", "passes", "events"):
+        assert getattr(again, name).equals(getattr(res, name)), name
 
 
 @settings(max_examples=15, deadline=None)
@@ -124,7 +136,7 @@ def coalescing_scenarios(draw):
     role = data["engine"]["workers"]["aggregated"]
     role["kv_cache"]["prefix_caching"] = draw(st.booleans())
     role["timing"] = draw(st.sampled_from([role["timing"], {"type": "polynomial"}, {"type": "default"}]))
-    if draw(st.booleans()):
+    if data["traffic"]["source"].get("type") != "trace" and draw(st.booleans()):
         data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
     return data
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import make_sglang_scenario
+from factories import SHARED_TRACES, make_sglang_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +53,7 @@ def scenarios(draw):
                                  "scheduler": {"max_sequences": draw(st.integers(1, 8))},
                                  "kv_cache": {"capacity": {"type": "fixed", "blocks": decode_kv}}}}}
     else:
-        dp = draw(st.integers(1, 3))
+        dp = draw(st.integers(1, 4))
         scheduler = {"max_sequences": draw(st.integers(1, 8)),
                      "schedule_policy": draw(st.sampled_from(["fcfs", "lpm"])),
                      "prefill_decode_interval": draw(st.sampled_from([0, 0, 1, 3]))}
@@ -63,6 +63,9 @@ def scenarios(draw):
             "scheduler": scheduler,
             "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}}}}
     engine["seed"] = draw(st.integers(0, 2**32 - 1))
+    if draw(st.integers(0, 4)) == 0:  # a real trace's first rows at their own times (long prompts: many refused)
+        traffic["source"] = {"type": "trace", "format": "azure", "path": str(SHARED_TRACES / "AzureLLMInferenceTrace_conv.csv")}
+        traffic["load"] = {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))}
     data = make_sglang_scenario(traffic=traffic)
     data["engine"] = {"model": data["engine"]["model"], "hardware": data["engine"]["hardware"],
                       "backend": "sglang", **engine}
