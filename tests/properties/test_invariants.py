@@ -1,4 +1,5 @@
-"""Invariants over randomly generated small scenarios (fixed timing, tight and loose KV, DP 1–3)."""
+"""Invariants over randomly generated small scenarios (fixed, polynomial and roofline timing; tight and loose KV;
+DP 1–4; every load type, a real trace among them)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from hypothesis import strategies as st
 
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
-
 
 AZURE_CODE = SHARED_TRACES / "AzureLLMInferenceTrace_code.csv"
 
