@@ -238,6 +238,14 @@ def token_block_content(token_ids: list[int], block_size: int, unique: object) -
 def trace_block_content(hash_ids: tuple[int, ...], trace_block_size: int, num_prompt_tokens: int,
                         block_size: int, unique: object) -> object:
     """Content of block j from a trace's per-block hash ids (e.g. Mooncake's 512-token blocks)."""
+    known = min(num_prompt_tokens, len(hash_ids) * trace_block_size)
+    if trace_block_size == block_size:  # the common case, one trace block per KV block: the same keys, faster
+        def same_size(j: int) -> object:
+            if (j + 1) * block_size > known:
+                return (unique, j)
+            return ((hash_ids[j], 0, block_size),)
+        return same_size
+
     def content(j: int) -> object:
         lo, hi = j * block_size, (j + 1) * block_size
         if hi > num_prompt_tokens or hi > len(hash_ids) * trace_block_size:

@@ -48,3 +48,19 @@ def test_trace_hash_ids_map_onto_engine_blocks(tmp_path):
                        "load": {"type": "trace_timestamps"}}
     res = run_scenario(data)
     assert res.requests.cached_tokens.tolist() == [0, 1024, 512, 1088]
+
+
+def test_trace_block_content_by_hand():
+    """What each KV block holds, from a trace's hash ids [7, 8, 9] of 4 tokens each, prompt of 10 tokens
+    (so hash 9's block is cut at token 10): with 4-token KV blocks, blocks 0 and 1 are trace blocks 7 and
+    8 whole, block 2 (tokens 8–11) passes the prompt and is the request's own; with 2-token blocks, block
+    1 is the second half of trace block 7 and block 4 (tokens 8–9) the first half of 9; with 8-token
+    blocks, block 0 spans trace blocks 7 and 8."""
+    from simmodel.engine.kv_cache import trace_block_content
+
+    same = trace_block_content((7, 8, 9), 4, 10, 4, "u")
+    assert [same(j) for j in range(3)] == [((7, 0, 4),), ((8, 0, 4),), ("u", 2)]
+    half = trace_block_content((7, 8, 9), 4, 10, 2, "u")
+    assert [half(j) for j in (1, 4, 5)] == [((7, 2, 4),), ((9, 0, 2),), ("u", 5)]
+    double = trace_block_content((7, 8, 9), 4, 10, 8, "u")
+    assert [double(j) for j in range(2)] == [((7, 0, 4), (8, 0, 4)), ("u", 1)]
