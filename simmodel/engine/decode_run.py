@@ -24,6 +24,7 @@ else runs pass by pass.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +38,10 @@ from simmodel.perf.timing import PassBatch, price_passes
 
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
+
+_FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
+                     "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
+_FLAGS = attrgetter("first_token_at", "on_finish", "bootstrap")
 
 MAX_RUN = 256
 """Most passes one run covers (bounds the arrays priced at once)."""
@@ -84,17 +89,18 @@ class _Run:
             self.bounds.append(len(requests))
         if not requests:
             return False
-        rows = np.array([(r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens, r.max_tokens,
-                          r.num_blocks, r.num_cached_blocks, r.last_token_pass, r.is_prefill_chunk,
-                          r.first_token_at is None, r.on_finish is not None)
-                         for r in requests], dtype=np.int64)
-        computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
-        self.new = rows[:, 8].astype(bool)
+        rows = np.array(list(map(_FIELDS, requests)), dtype=np.int64)
+        flags = list(map(_FLAGS, requests))
+        self.new = np.array([first is None for first, _, _ in flags], dtype=bool)
         """Requests whose first token the run's first pass samples (planned runs only)."""
+        self.calls_back = np.array([call is not None for _, call, _ in flags], dtype=bool)
+        """Requests whose finish calls back into the simulation."""
+        if any(leg for _, _, leg in flags):
+            return False  # a prefill leg hands off when it finishes
+        computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
         # Every rank has run as many passes as the others; a request that sampled before sampled in the
-        # pass just ended (so its interval is the pass gap); none is a prefill leg.
-        known = ~self.new
-        if np.any(rows[known, 6] != self.ranks[0].num_passes - 1) or any(r.bootstrap for r in requests):
+        # pass just ended (so its interval is the pass gap).
+        if np.any(rows[~self.new, 6] != self.ranks[0].num_passes - 1):
             return False
         if plans is None:  # decoding: one token left to compute, not mid-prefill
             if np.any(computed != prompt + self.outputs - 1) or np.any(rows[:, 7]) or self.new.any():
@@ -108,8 +114,6 @@ class _Run:
         # Passes until each request stops: max_tokens outputs, or its sequence reaching max_model_len.
         self.left = np.minimum(rows[:, 3] - self.outputs, max_model_len - prompt - self.outputs)
         self.rank_of = np.repeat(np.arange(len(self.ranks)), np.diff(self.bounds))
-        self.calls_back = rows[:, 9].astype(bool)
-        """Requests whose finish calls back into the simulation."""
         return True
 
     def candidates(self, num_passes: int) -> None:
@@ -186,8 +190,8 @@ def _kv_limit(run: _Run, limit: int) -> int:
     """Passes the run can take before one would need more KV blocks than its rank has free (vLLM would
     preempt there). Frees from requests finishing in the run count (only when needed), conservatively
     with prefix caching (only blocks no other request shares)."""
-    taken = np.cumsum(run.allocations(limit), axis=0)
-    run.taken = taken
+    run.allocs = run.allocations(limit)
+    taken = np.cumsum(run.allocs, axis=0)
     free = np.array([rank.pool.num_free_blocks for rank in run.ranks])
     if not (taken > free).any():
         return limit
@@ -254,7 +258,7 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     worker.last_pass_ns = worker.decode_pass_ns = ends[-1] - starts[-1]
 
     count = run.per_rank(run.active[:m])
-    allocs = np.diff(run.taken[:m], axis=0, prepend=0)
+    allocs = run.allocs[:m]
     finished, returned = _pool_ops(run, m)
     # Blocks in use when each pass was planned: allocations so far, minus the frees of earlier pass ends.
     free_now = np.array([rank.pool.num_free_blocks for rank in ranks])
@@ -380,7 +384,7 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     zeros = np.zeros(m * R, dtype=np.int64)
     base = run.ranks[0].num_passes - m
     rec.passes.extend(role, provenance if R == 1 else [p for p in provenance for _ in range(R)], {
-        "worker": np.full(m * R, w), "dp_rank": np.tile(np.arange(R), m),
+        "worker": np.full(m * R, w), "dp_rank": np.tile(np.arange(R), m) if R > 1 else zeros,
         "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start, R),
         "end_ns": np.repeat(end, R), "num_scheduled_tokens": tokens, "num_prefill_tokens": prefill_tokens,
         "num_prefill_seqs": prefill_seqs, "num_decode_seqs": decodes, "num_sampled": flat,

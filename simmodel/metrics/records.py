@@ -86,7 +86,10 @@ class PassLog:
         """Many rows at once: one array per integer field, all of the same length."""
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
-        values = np.stack([columns[name] for name in self.INT_FIELDS]).tolist()
+        block = np.empty((len(self.INT_FIELDS), len(provenance)), dtype=np.int64)
+        for row, name in zip(block, self.INT_FIELDS):
+            row[:] = columns[name]
+        values = block.tolist()
         for column, new in zip(self.columns.values(), values):
             column.extend(new)
 
