@@ -64,17 +64,33 @@ class PassRecord(NamedTuple):
 
 
 class PassLog:
-    """The pass rows as columns: one 64-bit integer array per numeric field of ``PassRecord`` and a list of
-    (shared) strings for ``role`` and ``provenance``. A long run has millions of passes; as tuples they
-    would take several hundred bytes each, as columns about 120."""
+    """The pass rows as columns: 64-bit integers per numeric field of ``PassRecord`` and a list of (shared)
+    strings for ``role`` and ``provenance``. A long run has millions of passes; as tuples they would take
+    several hundred bytes each, as columns about 120.
+
+    Rows come one by one (``append``, a pass planned on its own) into growing arrays, or many at a time
+    (``extend``, a coalesced run) as a block kept as it is; ``column`` joins them in order.
+    """
 
     INT_FIELDS = tuple(f for f in PassRecord._fields if f not in ("role", "provenance"))
 
     def __init__(self) -> None:
         self.role: list[str] = []
         self.provenance: list[str] = []
-        self.columns: dict[str, array] = {f: array("q") for f in self.INT_FIELDS}
-        self._appenders = [self.columns[f].append for f in self.INT_FIELDS]
+        self._blocks: list[np.ndarray] = []
+        """Finished blocks of rows, shape (fields, rows), in row order."""
+        self._open: list[array] = []
+        self._appenders: list = []
+        self._new_open_block()
+
+    def _new_open_block(self) -> None:
+        self._open = [array("q") for _ in self.INT_FIELDS]
+        self._appenders = [column.append for column in self._open]
+
+    def _close_open_block(self) -> None:
+        if self._open[0]:
+            self._blocks.append(np.array([np.frombuffer(c, dtype=np.int64) for c in self._open]))
+            self._new_open_block()
 
     def append(self, record: PassRecord) -> None:
         self.role.append(record.role)
@@ -84,26 +100,34 @@ class PassLog:
 
     def extend(self, role: str, provenance: list[str], columns: dict) -> None:
         """Many rows at once: one array per integer field, all of the same length."""
+        self._close_open_block()
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
         block = np.empty((len(self.INT_FIELDS), len(provenance)), dtype=np.int64)
         for row, name in zip(block, self.INT_FIELDS):
             row[:] = columns[name]
-        values = block.tolist()
-        for column, new in zip(self.columns.values(), values):
-            column.extend(new)
+        self._blocks.append(block)
+
+    def column(self, name: str) -> np.ndarray:
+        """All rows' values of one integer field, in row order."""
+        self._close_open_block()
+        if len(self._blocks) > 1:  # join once, keep the joined block
+            self._blocks = [np.concatenate(self._blocks, axis=1)]
+        if not self._blocks:
+            return np.zeros(0, dtype=np.int64)
+        return self._blocks[0][self.INT_FIELDS.index(name)]
 
     def __len__(self) -> int:
         return len(self.role)
 
     def __iter__(self):
-        columns = [self.columns[f] for f in self.INT_FIELDS]
+        columns = [self.column(f).tolist() for f in self.INT_FIELDS]
         for i, role in enumerate(self.role):
             yield PassRecord(role, *(c[i] for c in columns), self.provenance[i])
 
     def max_end_ns(self, default: int = 0) -> int:
-        ends = self.columns["end_ns"]
-        return max(ends) if ends else default
+        ends = self.column("end_ns")
+        return int(ends.max()) if ends.size else default
 
 
 class Recorder:

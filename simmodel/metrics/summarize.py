@@ -112,7 +112,7 @@ def passes_frame(passes: PassLog) -> pd.DataFrame:
     """One row per pass and rank; times in seconds, the rank's own forward time in ms."""
     data: dict[str, object] = {"role": passes.role}
     for name in PassLog.INT_FIELDS:
-        data[name] = np.frombuffer(passes.columns[name], dtype=np.int64) if len(passes) else np.zeros(0, np.int64)
+        data[name] = passes.column(name)
     data["provenance"] = passes.provenance
     frame = pd.DataFrame(data, columns=list(PassRecord._fields))
     frame.insert(3, "start_s", frame.pop("start_ns") / NS_PER_S)
