@@ -259,12 +259,13 @@ class Simulation:
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True,
-                  event_sink=None) -> Simulation:
+                  event_sink=None, coalesce: bool = True) -> Simulation:
         """Load, override and validate a scenario file, then build its model. ``event_sink`` (a
-        ``ParquetEventSink``) streams the event log instead of keeping it."""
+        ``ParquetEventSink``) streams the event log instead of keeping it; ``coalesce=False`` plans every
+        pass on its own (see the class)."""
         scenario = load_scenario(path, overrides)
         try:
-            return cls(scenario, keep_events, event_sink)
+            return cls(scenario, keep_events, event_sink, coalesce)
         except ScenarioError as exc:
             raise ScenarioError(f"{Path(path).name}: {exc}") from None
 

@@ -9,8 +9,9 @@ scheduler would, and records exactly the pass rows, events and inter-token inter
 recorded. A faster path that changed an answer would be a bug: ``tests/scenarios/test_decode_runs.py``
 compares whole runs with coalescing on and off, byte for byte.
 
-A run covers passes 1..m after the pass just ended, and only while nothing outside the worker can see
-or change it: every pass of the run ends strictly before the next event of any other process (an
+A run covers passes 1..m after the pass just ended — or, when the ranks have just planned a pass that runs
+every running request to the end of its sequence (admitting new requests with their whole prompt), that
+pass and the decodes after it — and only while nothing outside the worker can see or change it: every pass of the run ends strictly before the next event of any other process (an
 arrival, a transfer, another worker's pass end, the end of the run), so no one observes the worker
 mid-run and the event log, ordered by time, is the same. It stops before a pass that would preempt (not
 enough free KV blocks), before a request whose finish calls back into the simulation (closed-loop
@@ -18,8 +19,8 @@ clients, P/D handoffs) would finish, at the safety limits, and when every reques
 Requests finishing inside the run leave it as they would (status, blocks freed, ``FINISH`` event).
 
 Only vLLM's synchronous scheduler without speculative decoding is coalesced, and only from a state
-where every rank's queue is empty and every running request sampled in the pass just ended; anything
-else runs pass by pass.
+where every rank's queue is empty and every running request sampled in the pass just ended (or samples its
+first token in the planned pass); anything else runs pass by pass. ``docs/speed.md`` has the details.
 """
 
 from __future__ import annotations

@@ -136,3 +136,10 @@ def test_the_pass_limit_is_hit_at_the_same_pass(tmp_path):
     assert messages[0] == messages[1]
     # 1 prefill pass (20 ms) then decodes of 10 ms: pass 58 would start at 20 + 56 × 10 ms
     assert messages[0][2] == 58
+
+
+def test_from_yaml_passes_the_choice_on():
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
+    sim = Simulation.from_yaml(path, overrides=["traffic.stop.requests=5"], coalesce=False)
+    assert [w.coalesce for w in sim.workers] == [False]
+    assert all(w.coalesce for w in Simulation.from_yaml(path, overrides=["traffic.stop.requests=5"]).workers)
