@@ -32,6 +32,7 @@ import numpy as np
 
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.request import RequestStatus
+from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
 _FLAGS = attrgetter("first_token_at", "on_finish", "bootstrap")
+_ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
 MAX_RUN = 256
 """Most passes one run covers (bounds the arrays priced at once)."""
@@ -56,9 +58,12 @@ class _Run:
     """The running requests of every rank of a worker, rank after rank, as arrays, and the matrices of
     the run's candidate passes (one row per pass, one column per request)."""
 
-    def __init__(self, worker: Worker, plans: list | None = None) -> None:
+    def __init__(self, worker: Worker, plans: list | None = None, asynchronous: bool = False) -> None:
         self.worker = worker
         self.ranks = worker.ranks
+        self.asynchronous = asynchronous
+        """vLLM's async scheduling: ``plans`` is the pass in flight, and each pass is planned while the one
+        before it runs (see ``advance_async``)."""
         self.plans = plans
         """The ranks' plans of the run's first pass when the schedulers have planned it already, or None."""
         self.requests: list = []
@@ -75,7 +80,7 @@ class _Run:
         requests, plans = self.requests, self.plans
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
-            if (type(s) is not VllmScheduler or s.waiting or s.handoffs or s.async_scheduling
+            if (type(s) is not VllmScheduler or s.waiting or s.handoffs or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank._pending_releases):
                 return False
             running = s.running
@@ -98,6 +103,11 @@ class _Run:
         """Requests whose finish calls back into the simulation."""
         if any(leg for _, _, leg in flags):
             return False  # a prefill leg hands off when it finishes
+        if self.asynchronous:  # exactly the pass in flight has outputs to come, none stale
+            state = np.array(list(map(_ASYNC, requests)), dtype=np.int64)
+            planned = [k for plan in plans for k in plan.num_new_tokens]
+            if np.any(state[:, 0] != 1) or np.any(state[:, 2] != 0) or state[:, 1].tolist() != planned:
+                return False
         computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
         # Every rank has run as many passes as the others; a request that sampled before sampled in the
         # pass just ended (so its interval is the pass gap).
@@ -213,7 +223,10 @@ def _kv_limit(run: _Run, limit: int) -> int:
                 frees[left] += own + final - int(run.blocks[i])
             else:
                 frees[left] += final
-        short = np.nonzero(taken[:, r] > free[r] + np.cumsum(frees[:-1]))[0]
+        freed = np.cumsum(frees[:-1])  # freed[j]: returned by passes 1..j, before pass j + 1 is planned
+        if run.asynchronous:  # pass j + 1 is planned before pass j ends
+            freed = np.concatenate(([0], freed[:-1]))
+        short = np.nonzero(taken[:, r] > free[r] + freed)[0]
         if short.size:
             limit = min(limit, int(short[0]))
     return limit
@@ -359,15 +372,20 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
 
 def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray, provenance: list[str],
             count: np.ndarray, used: np.ndarray, finished: dict[int, list]) -> None:
-    """Record the run as the barrier records passes, pass by pass: each rank's begin event; then per rank
-    its inter-token interval, finish events, pass row and end event."""
+    """Record passes 1..m as the barrier records them: pass rows, inter-token intervals and events, each
+    event appended when the pass-by-pass path appends it (the log is ordered by time, then by that order).
+
+    Synchronous: per pass, each rank's begin event; then per rank its first-token and finish events and
+    its end event. Asynchronous (the arrays then also hold pass m + 1, left in flight): a pass's begin
+    events are appended when it is planned, during the pass before the one before it ends.
+    """
     worker = run.worker
     rec = worker.ranks[0].recorder
     R = len(run.ranks)
     role, w = worker.role, worker.worker_id
     flat = count.ravel()
     tokens, decodes, consecutive = flat, flat, flat
-    prefill_tokens = prefill_seqs = np.zeros(m * R, dtype=np.int64)
+    prefill_tokens = prefill_seqs = np.zeros(flat.size, dtype=np.int64)
     firsts: list[list] = [[] for _ in range(R)]
     if run.plans is not None:  # the planned first pass: its own tokens, prefills and first tokens
         tokens, decodes, consecutive = flat.copy(), flat.copy(), flat.copy()
@@ -379,17 +397,18 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
             prefill_seqs[r] = len(plan.is_decode) - decodes[r]
             firsts[r] = [q for q, new in zip(plan.requests, run.new[run.bounds[r]:run.bounds[r + 1]]) if new]
             consecutive[r] -= len(firsts[r])
-    itl = consecutive > 0
-    rec.itl_values.extend(np.repeat(end - start, R)[itl].tolist())
-    rec.itl_counts.extend(consecutive[itl].tolist())
-    zeros = np.zeros(m * R, dtype=np.int64)
+    n = m * R  # rows of the delivered passes
+    itl = consecutive[:n] > 0
+    rec.itl_values.extend(np.repeat(end[:m] - start[:m], R)[itl].tolist())
+    rec.itl_counts.extend(consecutive[:n][itl].tolist())
+    zeros = np.zeros(n, dtype=np.int64)
     base = run.ranks[0].num_passes - m
-    rec.passes.extend(role, provenance if R == 1 else [p for p in provenance for _ in range(R)], {
-        "worker": np.full(m * R, w), "dp_rank": np.tile(np.arange(R), m) if R > 1 else zeros,
-        "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start, R),
-        "end_ns": np.repeat(end, R), "num_scheduled_tokens": tokens, "num_prefill_tokens": prefill_tokens,
-        "num_prefill_seqs": prefill_seqs, "num_decode_seqs": decodes, "num_sampled": flat,
-        "kv_blocks_used": used.ravel(), "num_preempted": zeros, "rank_busy_ns": busy.ravel()})
+    rec.passes.extend(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)], {
+        "worker": np.full(n, w), "dp_rank": np.tile(np.arange(R), m) if R > 1 else zeros,
+        "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start[:m], R),
+        "end_ns": np.repeat(end[:m], R), "num_scheduled_tokens": tokens[:n], "num_prefill_tokens": prefill_tokens[:n],
+        "num_prefill_seqs": prefill_seqs[:n], "num_decode_seqs": decodes[:n], "num_sampled": flat[:n],
+        "kv_blocks_used": used[:m].ravel(), "num_preempted": zeros, "rank_busy_ns": busy[:m].ravel()})
     if not (rec.keep_events or rec.sink is not None):
         rec.num_done += sum(len(done) for done in finished.values())
         return
@@ -398,12 +417,15 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     FIRST_TOKEN = EventKind.FIRST_TOKEN
     rows = []
     add = rows.append
-    per_pass = tokens.reshape(m, R).tolist()
-    for k, (t0, t1) in enumerate(zip(start.tolist(), end.tolist())):
-        n = per_pass[k]
+    per_pass = tokens.reshape(-1, R).tolist()
+    starts, ends = start.tolist(), end.tolist()
+
+    def begin(k: int) -> None:  # pass k + 1 starts
         for r in range(R):
-            add(new_event(EventRow, (t0, PASS_BEGIN, w, r, -1, n[r], role)))
-        done = finished.get(k + 1)
+            add(new_event(EventRow, (starts[k], PASS_BEGIN, w, r, -1, per_pass[k][r], role)))
+
+    def deliver(k: int) -> None:  # pass k + 1 ends
+        t1, done = ends[k], finished.get(k + 1)
         for r in range(R):
             if k == 0:
                 for request in firsts[r]:
@@ -413,7 +435,15 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
                     if q == r:
                         add(new_event(EventRow, (t1, FINISH, w, r, request.request_id, request.num_output_tokens,
                                                  role)))
-            add(new_event(EventRow, (t1, PASS_END, w, r, -1, n[r], role)))
+            add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_pass[k][r], role)))
+
+    for k in range(m):
+        if run.asynchronous:  # pass k + 2 was planned (and its begin appended) before pass k + 1 ended
+            begin(k + 1)
+            deliver(k)
+        else:
+            begin(k)
+            deliver(k)
     rec.add_events(rows)
 
 
@@ -423,3 +453,209 @@ def _finish(sched: VllmScheduler, request) -> None:
     request.status = RequestStatus.FINISHED
     request.block_keys = None
     sched._free(request)
+
+
+# -- asynchronous scheduling ------------------------------------------------------------------------
+
+def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: tuple) -> tuple | None:
+    """Coalesce decode passes under vLLM's async scheduling; returns the new pass in flight (as the
+    worker's async loop keeps it: plans, start, cost, end) and the time the run's last outputs are
+    delivered, or None if no run qualifies.
+
+    Called at the end of pass k − 1, once its outputs are processed, with pass k in flight (``in_flight``)
+    and pass k + 1 about to be planned. A run of M passes processes the outputs of passes k … k + M − 1 and
+    plans passes k + 1 … k + M, each while the one before it runs, exactly as the loop would: pass j is
+    planned when pass j − 2's outputs are in (its blocks are taken before pass j − 1's finishes free
+    theirs), prefix-cache insertions follow the delivered tokens, and pass k + M is left in flight. Every
+    output delivery ends before ``horizon``; every planning comes before ``arrival`` (a plan never sees a
+    request arriving after it), and no delivery coincides with it.
+    """
+    now = worker.env.now
+    if arrival is None:
+        arrival = horizon
+    if worker.launch is not None:
+        return None  # launches move the planning times
+    plans, first_start, (first_busy, first_provenance), first_end = in_flight
+    if first_end >= horizon or first_end == arrival or now >= arrival:
+        return None
+    run = _Run(worker, plans, asynchronous=True)
+    if not run.gather():
+        return None
+    # M passes delivered, M + 1 planned: the last planned one must still have a request.
+    limit = min(MAX_RUN, int(run.left.max()) - 1,
+                (min(horizon, arrival) - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1) + 2)
+    if run.calls_back.any():
+        limit = min(limit, int(run.left[run.calls_back].min()) - 1)
+    if worker.limits is not None:
+        limit = min(limit, worker.limits.spec.max_passes - worker.limits.num_passes)
+    if limit < 1:
+        return None
+    run.candidates(limit + 1)
+    limit = min(limit, _kv_limit(run, limit + 1) - 1)
+    if limit < 1:
+        return None
+    seconds, labels = _price(run, limit + 1)
+    if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+        return None
+    busy = np.rint(seconds * NS_PER_S).astype(np.int64)
+    busy[0] = first_busy  # the pass in flight was priced when it started
+    labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
+    end = first_end + np.concatenate(([0], np.cumsum(busy[1:].max(axis=1))))  # end[j]: pass j + 1 ends
+    delivered, planned = end[:limit], np.concatenate(([now], end[:limit - 1]))
+    ok = (delivered < horizon) & (planned < arrival) & (delivered != arrival)
+    if worker.limits is not None:  # passes 2 … M + 1 start when the one before them ends
+        ok &= delivered <= worker.limits._max_time_ns
+    m = limit if ok.all() else int(np.argmin(ok))
+    if m < 1:
+        return None
+    start = np.concatenate(([first_start], end[:m]))
+    new_in_flight = _apply_async(run, m, start, end[:m + 1], busy[:m + 1], labels[:m + 1], first_provenance)
+    return new_in_flight, int(end[m - 1])
+
+
+def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
+                 labels: list[tuple[str, ...]], first_provenance: str) -> tuple:
+    """Deliver passes 1..m of the run and plan passes 2..m + 1 (async order); returns the pass left in flight."""
+    worker, ranks = run.worker, run.ranks
+    R = len(ranks)
+    ends = end.tolist()
+    ends_at = [int(start[0]), *ends]  # ends_at[j]: when run pass j ends (j = 0: the pass before the run)
+    provenance = [first_provenance, *("+".join(p) for p in labels[1:])]
+    for p in labels[1:]:  # counted when a pass starts: passes 2..m + 1
+        for label in p:
+            worker.provenance_counts[label] = worker.provenance_counts.get(label, 0) + 1
+    if worker.limits is not None:
+        worker.limits.num_passes += m
+    worker._wave_step += m
+    worker.num_passes += m
+    worker.last_pass_ns = worker.decode_pass_ns = int(busy[m].max())
+    worker.open_pass_ends.remove(ends[0])
+    worker.open_pass_ends.append(ends[m])
+
+    count = run.per_rank(run.active[:m + 1])
+    allocs = run.allocs[:m + 1]
+    used_now = np.array([rank.pool.num_used_blocks for rank in ranks])
+    finished, returned = _pool_ops_async(run, m)
+    # Blocks in use when pass j (2..m + 1) was planned: its allocations and earlier ones, minus the frees
+    # of passes 1..j − 2 (pass j − 1 was still running).
+    taken = np.cumsum(allocs, axis=0)
+    freed = np.concatenate((np.zeros((2, R), np.int64), np.cumsum(returned[1:m], axis=0)))[:m + 1]
+    used = used_now + taken - freed
+    used[0] = [plan.kv_blocks_used for plan in run.plans]
+    # Request state: outputs delivered through pass m; those still running have pass m + 1 in flight.
+    base = ranks[0].num_passes
+    runs = np.minimum(run.left, m).tolist()
+    planned = np.minimum(run.left, m + 1).tolist()
+    computed, outputs = run.computed.tolist(), run.outputs.tolist()
+    second = ends_at[1]
+    for i, request in enumerate(run.requests):
+        n = runs[i]
+        request.num_computed_tokens = computed[i] + planned[i]
+        request.num_output_tokens = outputs[i] + n
+        in_flight = 1 if planned[i] > n else 0
+        request.num_output_placeholders = request.num_in_flight_tokens = in_flight
+        request.is_prefill_chunk = False
+        request.num_emitted = 1
+        request.num_scheduled_drafts = 0
+        if request.first_token_at is None:
+            request.first_token_at = second
+            if n >= 2:
+                request.second_token_at = ends_at[2]
+        elif request.second_token_at is None:
+            request.second_token_at = second
+        request.last_token_at = ends_at[n]
+        request.last_token_pass = base + n - 1
+    for k, done in finished.items():
+        for _, request in done:
+            request.finished_at = ends_at[k]
+    # The pass left in flight, as the scheduler would have planned it.
+    active = run.active[m]
+    contexts = (run.cj[m] - 1).tolist()
+    new_plans = []
+    for r, rank in enumerate(ranks):
+        rank.num_passes += m
+        rank._last_delivery = ends[m - 1]
+        sched = rank.scheduler
+        sched.prefill_capacity_bound = False
+        sched.finished_since_schedule = any(q == r for q, _ in finished.get(m, ()))
+        if finished and run.bounds[r] < run.bounds[r + 1]:
+            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+        lo, hi = run.bounds[r], run.bounds[r + 1]
+        plan = SchedulerOutput()
+        plan.requests = [q for q, a in zip(run.requests[lo:hi], active[lo:hi]) if a]
+        n = len(plan.requests)
+        plan.num_new_tokens, plan.is_decode, plan.samples = [1] * n, [True] * n, [True] * n
+        plan.num_context_tokens = [c for c, a in zip(contexts[lo:hi], active[lo:hi]) if a]
+        plan.kv_blocks_used = int(used[m, r])
+        new_plans.append(plan)
+    _record(run, m, start, end, busy, provenance, count, used, finished)
+    return new_plans, ends[m - 1], (busy[m], provenance[m]), ends[m]
+
+
+def _pool_ops_async(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
+    """``_pool_ops`` in async order: pass j's blocks are taken (and its delivered tokens cached) when it
+    is planned, right after pass j − 2's outputs are processed; processing a pass's outputs caches the
+    blocks its delivered tokens fill, then retires the finished."""
+    ranks, requests = run.ranks, run.requests
+    left, computed = run.left, run.computed
+    returned = np.zeros((m + 1, len(ranks)), dtype=np.int64)
+    finished: dict[int, list] = {}
+    ending = np.nonzero(left <= m)[0].tolist()
+    pool0 = ranks[0].pool
+    if not pool0.caching:
+        bs = pool0.block_size
+        final_blocks = np.maximum(run.blocks, _cdiv(computed + np.minimum(left, m + 1), bs)).tolist()
+        taken = run.allocs[:m + 1].sum(axis=0).tolist()
+        for r, rank in enumerate(ranks):
+            rank.pool.num_free_blocks -= taken[r]
+        for i, request in enumerate(requests):
+            request.num_blocks = final_blocks[i]
+        for i in ending:
+            request, r, k = requests[i], int(run.rank_of[i]), int(left[i])
+            returned[k, r] += request.num_blocks
+            _finish(ranks[r].scheduler, request)
+            finished.setdefault(k, []).append((r, request))
+        return finished, returned
+    bs = pool0.block_size
+    # Cache targets in order, per request: at step s (0..m) the outputs of pass s are processed (tokens
+    # known: computed + s) and then pass s + 2 is planned (its delivered tokens: computed + s + 1).
+    s = np.arange(m + 1)[:, None]
+    upd_ok = (s >= 1) & (s <= np.minimum(left, m))
+    plan_ok = s + 2 <= np.minimum(left, m + 1)
+    targets = np.empty((2 * (m + 1), len(requests)), dtype=np.int64)
+    targets[0::2] = np.where(upd_ok, (computed + s) // bs, -1)
+    targets[1::2] = np.where(plan_ok, (computed + s + 1) // bs, -1)
+    reach = np.maximum.accumulate(np.vstack((run.cached[None, :], targets)), axis=0)
+    effective = targets > reach[:-1]
+    ua, ui = np.nonzero(effective[0::2])
+    pa, pi = np.nonzero(effective[1::2])
+    ga, gi = np.nonzero(run.grows[1:m + 1])  # allocations of passes 2..m + 1 (row a: planned at step a)
+    fi = np.array(ending, dtype=np.int64)
+    fa = left[fi]
+    # Keys (step, phase, column, kind): phase 0 processes outputs, phase 1 plans; within a request, its
+    # cache insertion comes before its finish, its allocation before its caching.
+    step = np.concatenate((ua, fa, ga, pa))
+    phase = np.concatenate((np.zeros(ua.size + fa.size, np.int64), np.ones(ga.size + pa.size, np.int64)))
+    column = np.concatenate((ui, fi, gi, pi))
+    kind = np.concatenate((np.full(ua.size, 2), np.full(fa.size, 3), np.zeros(ga.size, np.int64),
+                           np.ones(pa.size, np.int64)))
+    target = np.concatenate((computed[ui] + ua, np.zeros(fa.size, np.int64), np.zeros(ga.size, np.int64),
+                             computed[pi] + pa + 1))
+    order = np.lexsort((kind, column, phase, step))
+    rank_of = run.rank_of
+    for a, i, op, t in zip(step[order].tolist(), column[order].tolist(), kind[order].tolist(),
+                           target[order].tolist()):
+        request = requests[i]
+        pool = ranks[rank_of[i]].pool
+        if op == 0:
+            request.block_ids.extend(pool.allocate_ids(1))
+            request.num_blocks = len(request.block_ids)
+        elif op == 1 or op == 2:
+            pool.cache_full_blocks(request, t)
+        else:
+            r = int(rank_of[i])
+            before = pool.num_free_blocks
+            _finish(ranks[r].scheduler, request)
+            returned[a, r] += pool.num_free_blocks - before
+            finished.setdefault(a, []).append((r, request))
+    return finished, returned

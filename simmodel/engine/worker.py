@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.decode_run import advance
+from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -191,6 +191,14 @@ class Worker:
         the next pass must run on its own."""
         if self.prefill_decode_interval or self.vision is not None:
             return None
+        horizon, arrival = self._horizon()
+        if horizon <= self.env.now:
+            return None
+        return advance(self, horizon, arrival, plans)
+
+    def _horizon(self) -> tuple[float, int | None]:
+        """The next event that may read or change this worker, and the next arrival if it only queues a
+        request here (see ``next_arrival``), else None."""
         arrival = None
         pending = self.next_arrival() if self.next_arrival is not None else None
         if pending is None:
@@ -204,9 +212,16 @@ class Worker:
                     horizon = at
         if self.horizon is not None:
             horizon = min(horizon, self.horizon + 1)
+        return horizon, arrival
+
+    def _coalesced_async_run(self, in_flight: tuple) -> tuple | None:
+        """``_coalesced_run`` for the async loop, with ``in_flight`` the pass now running (``advance_async``)."""
+        if self.prefill_decode_interval or self.vision is not None:
+            return None
+        horizon, arrival = self._horizon()
         if horizon <= self.env.now:
             return None
-        return advance(self, horizon, arrival, plans)
+        return advance_async(self, horizon, arrival, in_flight)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
@@ -259,6 +274,10 @@ class Worker:
                 pending = None
                 # requests arriving from now on react to these outputs: not read before this decision
                 self.plan_cutoff = self.env.now
+                while self.coalesce and in_flight is not None and (run := self._coalesced_async_run(in_flight)):
+                    in_flight, end = run  # decodes coalesced up to this delivery; the next pass is in flight
+                    yield Late(self.env, end - self.env.now)
+                    self.plan_cutoff = self.env.now
             self._release()
 
     def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:

@@ -135,13 +135,14 @@ def coalescing_scenarios(draw):
     data = draw(scenarios())
     role = data["engine"]["workers"]["aggregated"]
     role["kv_cache"]["prefix_caching"] = draw(st.booleans())
+    role["scheduler"]["async_scheduling"] = draw(st.booleans())
     role["timing"] = draw(st.sampled_from([role["timing"], {"type": "polynomial"}, {"type": "default"}]))
     if data["traffic"]["source"].get("type") != "trace" and draw(st.booleans()):
         data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
     return data
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(coalescing_scenarios())
 def test_coalesced_decode_runs_change_nothing(data):
     """Every output of a run with coalesced decode runs equals the pass-by-pass run's."""

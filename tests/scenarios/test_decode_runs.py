@@ -81,10 +81,19 @@ def assert_same(a, b) -> None:
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True, obj=name)
 
 
+def with_async(data: dict, asynchronous: bool) -> dict:
+    data = copy.deepcopy(data)
+    for role in data["engine"]["workers"].values():
+        role.setdefault("scheduler", {})["async_scheduling"] = asynchronous
+    return data
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_coalesced_runs_give_identical_outputs(name):
-    _, by_pass = run(SCENARIOS[name], coalesce=False)
-    _, coalesced = run(SCENARIOS[name], coalesce=True)
+def test_coalesced_runs_give_identical_outputs(name, asynchronous):
+    data = with_async(SCENARIOS[name], asynchronous)
+    _, by_pass = run(data, coalesce=False)
+    _, coalesced = run(data, coalesce=True)
     assert len(by_pass.passes) > 100
     assert_same(by_pass, coalesced)
 
@@ -96,12 +105,13 @@ def steps(sim: Simulation) -> int:
     return n
 
 
-def test_runs_are_actually_coalesced(tmp_path):
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_runs_are_actually_coalesced(tmp_path, asynchronous):
     """Three requests, then a fourth: pass by pass every pass takes several SimPy steps; coalesced, each
     stretch of decodes between the arrival and the finishes takes one."""
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 200), (0.0, 300, 150), (0.0, 50, 120),
                                                  (1.0, 80, 60)])
-    data = trace_scenario(trace)
+    data = with_async(trace_scenario(trace), asynchronous)
     by_pass = steps(Simulation(parse_scenario(data, Path(".")), coalesce=False))
     coalesced = steps(Simulation(parse_scenario(data, Path(".")), coalesce=True))
     assert by_pass > 3 * 200 and coalesced < 30
