@@ -18,9 +18,10 @@ enough free KV blocks), before a request whose finish calls back into the simula
 clients, P/D handoffs) would finish, at the safety limits, and when every request has finished.
 Requests finishing inside the run leave it as they would (status, blocks freed, ``FINISH`` event).
 
-Only vLLM's synchronous scheduler without speculative decoding is coalesced, and only from a state
-where every rank's queue is empty and every running request sampled in the pass just ended (or samples its
-first token in the planned pass); anything else runs pass by pass. ``docs/speed.md`` has the details.
+Only vLLM's scheduler without speculative decoding is coalesced (synchronous with ``advance``, async with
+``advance_async``), and only from a state where every rank's queue is empty and every running request
+sampled in the pass just ended (or samples its first token in the planned pass); anything else runs pass
+by pass. ``docs/speed.md`` has the details.
 """
 
 from __future__ import annotations
