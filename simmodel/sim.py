@@ -187,6 +187,7 @@ class Simulation:
         if len(self.workers) == 1 and engine.mode == "aggregated" and engine.backend == "vllm":
             # An arrival only queues a request on the one worker's rank (round robin or the trace's hint).
             self.workers[0].next_arrival = lambda: self.source.pending
+            self.workers[0].quiet_until = self.source.quiet_until
         for worker in self.workers:
             self.env.process(worker.run())
             for rank in worker.ranks:

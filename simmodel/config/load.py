@@ -404,7 +404,7 @@ def _model(node: _Node, base_dir: Path) -> tuple[str, ModelSpec]:
     path = Path(value) if isinstance(value, str) else None
     if path is not None and not path.is_absolute():
         path = base_dir / path
-    if path is not None and (path.suffix == ".json" or path.is_dir()) and path.exists():
+    if path is not None and _local(path):
         from simmodel.perf.hf_config import model_from_hf_config
 
         try:
@@ -413,6 +413,14 @@ def _model(node: _Node, base_dir: Path) -> tuple[str, ModelSpec]:
             raise ScenarioError(f"{node.at('model')}: {exc}") from None
     raise ScenarioError(f"{node.at('model')}: unknown model {_show(value)}: give a registry id "
                         f"({', '.join(sorted(MODELS))}) or the path of a local config.json")
+
+
+def _local(path: Path) -> bool:
+    """A config.json file or a folder here; a name the OS refuses (too long, say) is none."""
+    try:
+        return (path.suffix == ".json" or path.is_dir()) and path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _hardware(node: _Node, base_dir: Path) -> tuple[str, HardwareSpec]:

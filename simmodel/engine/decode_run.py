@@ -192,10 +192,18 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if worker.limits is not None:
         ok &= start <= worker.limits._max_time_ns
     m = limit if ok.all() else int(np.argmin(ok))
+    if m and end[m - 1] > arrival and not _may_span(worker, int(end[m - 1])):
+        m -= 1  # the pass spanning the arrival would end as a later request arrives (or one over the limit)
     if m < 1:
         return None
     _apply(run, m, start[:m], end[:m], busy[:m], labels[:m])
     return int(end[m - 1])
+
+
+def _may_span(worker: Worker, end: int) -> bool:
+    """A run may end at ``end`` after the next arrival: unless a later arrival comes at that very instant
+    (it would be recorded before the pass end), or an arrival by then breaks ``limits.max_requests``."""
+    return worker.quiet_until is not None and worker.quiet_until(end)
 
 
 def _kv_limit(run: _Run, limit: int) -> int:
@@ -213,7 +221,7 @@ def _kv_limit(run: _Run, limit: int) -> int:
             continue
         first = int(short[0])  # the first pass short of blocks if nothing were freed
         pool, bs = rank.pool, rank.pool.block_size
-        frees = np.zeros(limit + 1, dtype=np.int64)  # frees[j]: blocks returned at the end of pass j
+        frees = np.zeros(len(taken) + 1, dtype=np.int64)  # frees[j]: blocks returned at the end of pass j
         for i in range(run.bounds[r], run.bounds[r + 1]):
             left = int(run.left[i])
             if left > first:
@@ -507,6 +515,8 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     if worker.limits is not None:  # passes 2 … M + 1 start when the one before them ends
         ok &= delivered <= worker.limits._max_time_ns
     m = limit if ok.all() else int(np.argmin(ok))
+    if m and delivered[m - 1] > arrival and not _may_span(worker, int(delivered[m - 1])):
+        m -= 1
     if m < 1:
         return None
     start = np.concatenate(([first_start], end[:m]))

@@ -78,6 +78,9 @@ class Worker:
         self.next_arrival = None
         """Returns the pending arrival event when an arrival only queues a request here (one worker, and
         placement reads no state), so a coalesced run may span it; None otherwise."""
+        self.quiet_until = None
+        """With ``next_arrival``: whether a run spanning the next arrival may end at a given time (see
+        ``TrafficSource.quiet_until``)."""
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""

@@ -140,6 +140,25 @@ class TrafficSource:
         limit = self.stream.limit
         return limit is None or len(self.requests) < limit
 
+    def quiet_until(self, end_ns: int) -> bool:
+        """Whether the requests arriving from now to ``end_ns`` (open loop) leave that instant free: none
+        arrives exactly then, and none breaks ``limits.max_requests``. A coalesced run spanning the next
+        arrival may then end at ``end_ns``."""
+        limits = self.stream.limits
+        i = len(self.requests)
+        while self._has_next_index(i):
+            at = to_ns(self.stream.arrival(i))
+            if at > end_ns:
+                return True
+            if at == end_ns or (limits is not None and i + 1 > limits.spec.max_requests):
+                return False
+            i += 1
+        return True
+
+    def _has_next_index(self, i: int) -> bool:
+        limit = self.stream.limit
+        return limit is None or i < limit
+
     def run(self) -> Generator[simpy.Event, Any, None]:
         if self.concurrency:
             for _ in range(self.concurrency):

@@ -213,8 +213,9 @@ def check_validate(scenario: Path, items: list[str]) -> None:
     "engine.seed=" + "[" * 400 + "]" * 400,      # parses, then too deep to show or copy
     "traffic.source.input_tokens={distribution: choice, values: &a [*a]}",  # not bugs: lists that contain
     "engine.seed=&a [*a, *a]",                                              # themselves are refused cleanly
+    "engine.model=" + "1e999" * 300,             # a model name too long for the OS to look up as a path
 ], ids=["int_5000_digits", "hex_int_5000_digits", "tag_int", "tag_bool", "tag_timestamp", "bad_date", "deep_open",
-        "deep_400", "self_list_values", "self_list"])
+        "deep_400", "self_list_values", "self_list", "model_name_too_long"])
 def test_set_reproducers(item):
     check_validate(SCENARIOS / "quickstart.yaml", [item])
 

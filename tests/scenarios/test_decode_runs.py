@@ -153,3 +153,50 @@ def test_from_yaml_passes_the_choice_on():
     sim = Simulation.from_yaml(path, overrides=["traffic.stop.requests=5"], coalesce=False)
     assert [w.coalesce for w in sim.workers] == [False]
     assert all(w.coalesce for w in Simulation.from_yaml(path, overrides=["traffic.stop.requests=5"]).workers)
+
+
+# -- cases found by review (each failed before its fix) -------------------------------------------------
+
+def same_both_ways(data: dict) -> None:
+    for asynchronous in (False, True):
+        case = with_async(data, asynchronous)
+        assert_same(run(case, coalesce=False)[1], run(case, coalesce=True)[1])
+
+
+def test_two_ranks_short_of_blocks_in_one_run(tmp_path):
+    """DP 2 with 12 blocks a rank: both ranks run out of KV inside one candidate run (the KV bound of the
+    second rank used to be computed with arrays sized for the first's)."""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 150, 0), (0.0, 20, 150, 0), (0.0, 30, 150, 1),
+                                                 (0.0, 10, 150, 1)])
+    data = trace_scenario(trace, engine={"context_length": 192, "workers": {"aggregated": {
+        "parallelism": {"attention_data": 2},
+        "kv_cache": {"prefix_caching": False, "block_size": 16, "capacity": {"type": "fixed", "blocks": 12}}}}})
+    data["traffic"]["stop"] = {"requests": 4}
+    same_both_ways(data)
+
+
+@pytest.mark.parametrize("rows", [
+    [(0.0, 100, 3), (0.01, 100, 3), (0.02, 100, 3)],
+    [(0.0, 100, 10), (0.025, 100, 3), (0.03, 100, 3)],
+])
+def test_a_later_arrival_on_the_last_pass_end(tmp_path, rows):
+    """A run spanning an arrival must not end exactly when a later request arrives: that arrival's events
+    come before the pass end's (fixed 20/10 ms passes, arrivals on pass boundaries)."""
+    data = trace_scenario(write_csv_trace(tmp_path / "t.csv", rows))
+    data["traffic"]["stop"] = {"requests": len(rows)}
+    same_both_ways(data)
+
+
+def test_the_request_limit_inside_a_spanned_arrival(tmp_path):
+    """limits.max_requests broken by an arrival a run would span: the error comes with the same state."""
+    data = merged(worker(**ROOFLINE), {"traffic": {"load": {"type": "poisson", "requests_per_second": 3}}})
+    data["traffic"]["stop"] = {"max_virtual_time_seconds": 60}
+    data["limits"] = {"max_requests": 2}
+    states = []
+    for coalesce in (False, True):
+        sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+        with pytest.raises(SimulationError, match="max_requests"):
+            sim.run()
+        res = sim.results()
+        states.append((sim.env.now, len(res.passes), len(res.events), sim.limits.num_passes))
+    assert states[0] == states[1]
