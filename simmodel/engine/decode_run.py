@@ -289,15 +289,26 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     used0 = total - (free_now + allocs.sum(axis=0) - returned.sum(axis=0))
     used = used0 + np.cumsum(allocs, axis=0) - np.concatenate((np.zeros((1, R), np.int64),
                                                                np.cumsum(returned[1:m], axis=0)))
-    # Request state after the run (finished ones as of their last pass).
+    _deliver(run, m, ends_at, finished)
+    _record(run, m, start, end, busy, provenance, count, used, finished)
+
+
+def _deliver(run: _Run, m: int, ends_at: list[int], finished: dict[int, list]) -> None:
+    """The requests and schedulers once passes 1..m delivered their tokens (``ends_at[j]``: when pass j
+    ended); async, the requests still running have pass m + 1 in flight."""
+    ranks = run.ranks
     base = ranks[0].num_passes
     runs = np.minimum(run.left, m).tolist()
+    planned = np.minimum(run.left, m + 1).tolist() if run.asynchronous else runs
     computed, outputs = run.computed.tolist(), run.outputs.tolist()
     second = ends_at[1]
     for i, request in enumerate(run.requests):
         n = runs[i]
-        request.num_computed_tokens = computed[i] + n
+        request.num_computed_tokens = computed[i] + planned[i]
         request.num_output_tokens = outputs[i] + n
+        if run.asynchronous:
+            request.num_output_placeholders = request.num_in_flight_tokens = planned[i] - n
+            request.is_prefill_chunk = False
         request.num_emitted = 1
         request.num_scheduled_drafts = 0
         if request.first_token_at is None:  # the first pass samples its first token (planned runs)
@@ -313,70 +324,12 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
             request.finished_at = ends_at[k]
     for r, rank in enumerate(ranks):
         rank.num_passes += m
-        rank._last_delivery = ends[-1]
+        rank._last_delivery = ends_at[m]
         sched = rank.scheduler
         sched.prefill_capacity_bound = False
         sched.finished_since_schedule = any(q == r for q, _ in finished.get(m, ()))
         if finished and run.bounds[r] < run.bounds[r + 1]:
             sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
-    _record(run, m, start, end, busy, provenance, count, used, finished)
-
-
-def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
-    """Apply the run's block allocations, prefix-cache insertions and finishes in the order vLLM makes them
-    (pass by pass; in a pass, each request's allocation then its caching, in running order; finishes at
-    the pass end). Returns the requests finishing at the end of each pass (by pass number, with their
-    rank) and the blocks returned at the end of each pass per rank, shape (m + 1, ranks)."""
-    ranks, requests = run.ranks, run.requests
-    left, computed = run.left, run.computed
-    returned = np.zeros((m + 1, len(ranks)), dtype=np.int64)
-    finished: dict[int, list] = {}
-    ending = np.nonzero(left <= m)[0].tolist()
-    pool0 = ranks[0].pool
-    if not pool0.caching:
-        bs = pool0.block_size
-        final_blocks = np.maximum(run.blocks, _cdiv(computed + np.minimum(left, m), bs)).tolist()
-        taken = run.allocations(m).sum(axis=0).tolist()
-        for r, rank in enumerate(ranks):
-            rank.pool.num_free_blocks -= taken[r]
-        for i, request in enumerate(requests):
-            request.num_blocks = final_blocks[i]
-        for i in ending:
-            request, r, k = requests[i], int(run.rank_of[i]), int(left[i])
-            returned[k, r] += request.num_blocks
-            _finish(ranks[r].scheduler, request)
-            finished.setdefault(k, []).append((r, request))
-        return finished, returned
-    bs = pool0.block_size
-    cj = run.cj[:m]
-    caches = ((cj // bs) > np.maximum(run.cached, (cj - 1) // bs)) & run.active[:m]
-    # Operations as (pass, phase, column, kind): phase 0 is planning, 1 the pass end; the column order is
-    # rank after rank, running order within a rank, and ranks' pools are independent.
-    ga, gi = np.nonzero(run.grows[:m])
-    ca, ci = np.nonzero(caches)
-    fi = np.array(ending, dtype=np.int64)
-    fa = left[fi] - 1
-    passes = np.concatenate((ga, ca, fa))
-    phase = np.concatenate((np.zeros(ga.size + ca.size, np.int64), np.ones(fi.size, np.int64)))
-    column = np.concatenate((gi, ci, fi))
-    kind = np.concatenate((np.zeros(ga.size, np.int64), np.ones(ca.size, np.int64), np.full(fi.size, 2)))
-    order = np.lexsort((kind, column, phase, passes))
-    rank_of = run.rank_of
-    for a, i, op in zip(passes[order].tolist(), column[order].tolist(), kind[order].tolist()):
-        request = requests[i]
-        pool = ranks[rank_of[i]].pool
-        if op == 0:
-            request.block_ids.extend(pool.allocate_ids(1))
-            request.num_blocks = len(request.block_ids)
-        elif op == 1:
-            pool.cache_full_blocks(request, int(computed[i]) + a + 1)
-        else:
-            r = int(rank_of[i])
-            before = pool.num_free_blocks
-            _finish(ranks[r].scheduler, request)
-            returned[a + 1, r] += pool.num_free_blocks - before
-            finished.setdefault(a + 1, []).append((r, request))
-    return finished, returned
 
 
 def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray, provenance: list[str],
@@ -546,7 +499,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     count = run.per_rank(run.active[:m + 1])
     allocs = run.allocs[:m + 1]
     used_now = np.array([rank.pool.num_used_blocks for rank in ranks])
-    finished, returned = _pool_ops_async(run, m)
+    finished, returned = _pool_ops(run, m)
     # Blocks in use when pass j (2..m + 1) was planned: its allocations and earlier ones, minus the frees
     # of passes 1..j − 2 (pass j − 1 was still running).
     taken = np.cumsum(allocs, axis=0)
@@ -554,43 +507,12 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     used = used_now + taken - freed
     used[0] = [plan.kv_blocks_used for plan in run.plans]
     # Request state: outputs delivered through pass m; those still running have pass m + 1 in flight.
-    base = ranks[0].num_passes
-    runs = np.minimum(run.left, m).tolist()
-    planned = np.minimum(run.left, m + 1).tolist()
-    computed, outputs = run.computed.tolist(), run.outputs.tolist()
-    second = ends_at[1]
-    for i, request in enumerate(run.requests):
-        n = runs[i]
-        request.num_computed_tokens = computed[i] + planned[i]
-        request.num_output_tokens = outputs[i] + n
-        in_flight = 1 if planned[i] > n else 0
-        request.num_output_placeholders = request.num_in_flight_tokens = in_flight
-        request.is_prefill_chunk = False
-        request.num_emitted = 1
-        request.num_scheduled_drafts = 0
-        if request.first_token_at is None:
-            request.first_token_at = second
-            if n >= 2:
-                request.second_token_at = ends_at[2]
-        elif request.second_token_at is None:
-            request.second_token_at = second
-        request.last_token_at = ends_at[n]
-        request.last_token_pass = base + n - 1
-    for k, done in finished.items():
-        for _, request in done:
-            request.finished_at = ends_at[k]
+    _deliver(run, m, ends_at, finished)
     # The pass left in flight, as the scheduler would have planned it.
     active = run.active[m]
     contexts = (run.cj[m] - 1).tolist()
     new_plans = []
-    for r, rank in enumerate(ranks):
-        rank.num_passes += m
-        rank._last_delivery = ends[m - 1]
-        sched = rank.scheduler
-        sched.prefill_capacity_bound = False
-        sched.finished_since_schedule = any(q == r for q, _ in finished.get(m, ()))
-        if finished and run.bounds[r] < run.bounds[r + 1]:
-            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+    for r in range(len(ranks)):
         lo, hi = run.bounds[r], run.bounds[r + 1]
         plan = SchedulerOutput()
         plan.requests = [q for q, a in zip(run.requests[lo:hi], active[lo:hi]) if a]
@@ -603,70 +525,97 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     return new_plans, ends[m - 1], (busy[m], provenance[m]), ends[m]
 
 
-def _pool_ops_async(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
-    """``_pool_ops`` in async order: pass j's blocks are taken (and its delivered tokens cached) when it
-    is planned, right after pass j − 2's outputs are processed; processing a pass's outputs caches the
-    blocks its delivered tokens fill, then retires the finished."""
+def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
+    """Apply the run's block allocations, prefix-cache insertions and finishes in the order vLLM makes them,
+    for passes 1..m delivered (and, async, pass m + 1 planned). Returns the requests finishing at the end
+    of each pass (by pass number, with their rank) and the blocks returned then per rank, shape
+    (m + 1, ranks).
+
+    Synchronous: pass by pass, each request's allocation then its caching in running order, finishes at
+    the pass end. Async: pass j's blocks are taken (and its delivered tokens cached) when it is planned,
+    right after pass j − 2's outputs are processed; processing a pass's outputs caches the blocks its
+    delivered tokens fill, then retires the finished.
+    """
     ranks, requests = run.ranks, run.requests
-    left, computed = run.left, run.computed
+    left = run.left
+    planned = m + 1 if run.asynchronous else m
     returned = np.zeros((m + 1, len(ranks)), dtype=np.int64)
     finished: dict[int, list] = {}
     ending = np.nonzero(left <= m)[0].tolist()
     pool0 = ranks[0].pool
-    if not pool0.caching:
-        bs = pool0.block_size
-        final_blocks = np.maximum(run.blocks, _cdiv(computed + np.minimum(left, m + 1), bs)).tolist()
-        taken = run.allocs[:m + 1].sum(axis=0).tolist()
+    if not pool0.caching:  # counted blocks: only the totals matter
+        final_blocks = np.maximum(run.blocks, _cdiv(run.computed + np.minimum(left, planned), pool0.block_size))
+        taken = run.allocs[:planned].sum(axis=0).tolist()
         for r, rank in enumerate(ranks):
             rank.pool.num_free_blocks -= taken[r]
-        for i, request in enumerate(requests):
-            request.num_blocks = final_blocks[i]
+        for request, blocks in zip(requests, final_blocks.tolist()):
+            request.num_blocks = blocks
         for i in ending:
             request, r, k = requests[i], int(run.rank_of[i]), int(left[i])
             returned[k, r] += request.num_blocks
             _finish(ranks[r].scheduler, request)
             finished.setdefault(k, []).append((r, request))
         return finished, returned
-    bs = pool0.block_size
-    # Cache targets in order, per request: at step s (0..m) the outputs of pass s are processed (tokens
-    # known: computed + s) and then pass s + 2 is planned (its delivered tokens: computed + s + 1).
-    s = np.arange(m + 1)[:, None]
-    upd_ok = (s >= 1) & (s <= np.minimum(left, m))
-    plan_ok = s + 2 <= np.minimum(left, m + 1)
-    targets = np.empty((2 * (m + 1), len(requests)), dtype=np.int64)
-    targets[0::2] = np.where(upd_ok, (computed + s) // bs, -1)
-    targets[1::2] = np.where(plan_ok, (computed + s + 1) // bs, -1)
-    reach = np.maximum.accumulate(np.vstack((run.cached[None, :], targets)), axis=0)
-    effective = targets > reach[:-1]
-    ua, ui = np.nonzero(effective[0::2])
-    pa, pi = np.nonzero(effective[1::2])
-    ga, gi = np.nonzero(run.grows[1:m + 1])  # allocations of passes 2..m + 1 (row a: planned at step a)
-    fi = np.array(ending, dtype=np.int64)
-    fa = left[fi]
-    # Keys (step, phase, column, kind): phase 0 processes outputs, phase 1 plans; within a request, its
-    # cache insertion comes before its finish, its allocation before its caching.
-    step = np.concatenate((ua, fa, ga, pa))
-    phase = np.concatenate((np.zeros(ua.size + fa.size, np.int64), np.ones(ga.size + pa.size, np.int64)))
-    column = np.concatenate((ui, fi, gi, pi))
-    kind = np.concatenate((np.full(ua.size, 2), np.full(fa.size, 3), np.zeros(ga.size, np.int64),
-                           np.ones(pa.size, np.int64)))
-    target = np.concatenate((computed[ui] + ua, np.zeros(fa.size, np.int64), np.zeros(ga.size, np.int64),
-                             computed[pi] + pa + 1))
-    order = np.lexsort((kind, column, phase, step))
+    column, kind, value = (_async_ops if run.asynchronous else _sync_ops)(run, m, np.array(ending, dtype=np.int64))
     rank_of = run.rank_of
-    for a, i, op, t in zip(step[order].tolist(), column[order].tolist(), kind[order].tolist(),
-                           target[order].tolist()):
+    for i, op, v in zip(column.tolist(), kind.tolist(), value.tolist()):
         request = requests[i]
         pool = ranks[rank_of[i]].pool
         if op == 0:
             request.block_ids.extend(pool.allocate_ids(1))
             request.num_blocks = len(request.block_ids)
-        elif op == 1 or op == 2:
-            pool.cache_full_blocks(request, t)
+        elif op == 1:
+            pool.cache_full_blocks(request, v)  # v: the tokens known
         else:
             r = int(rank_of[i])
             before = pool.num_free_blocks
             _finish(ranks[r].scheduler, request)
-            returned[a, r] += pool.num_free_blocks - before
-            finished.setdefault(a, []).append((r, request))
+            returned[v, r] += pool.num_free_blocks - before  # v: the pass it finishes in
+            finished.setdefault(v, []).append((r, request))
     return finished, returned
+
+
+def _ordered(step: tuple, phase: tuple, column: tuple, kind: tuple, value: tuple):
+    """Operations sorted by (step, phase, column, kind); kinds 0 allocate, 1 cache, 2 finish (the column
+    order is rank after rank, running order within a rank, and ranks' pools are independent)."""
+    step, phase, column, kind, value = (np.concatenate(x) for x in (step, phase, column, kind, value))
+    order = np.lexsort((kind, column, phase, step))
+    return column[order], kind[order], value[order]
+
+
+def _sync_ops(run: _Run, m: int, fi: np.ndarray):
+    """Synchronous order: step a plans pass a + 1 (phase 0) and ends it (phase 1)."""
+    bs = run.ranks[0].pool.block_size
+    cj = run.cj[:m]
+    caches = ((cj // bs) > np.maximum(run.cached, (cj - 1) // bs)) & run.active[:m]
+    ga, gi = np.nonzero(run.grows[:m])
+    ca, ci = np.nonzero(caches)
+    fa = run.left[fi] - 1
+    z = np.zeros
+    return _ordered((ga, ca, fa), (z(ga.size + ca.size, np.int64), np.ones(fi.size, np.int64)), (gi, ci, fi),
+                    (z(ga.size, np.int64), np.ones(ca.size, np.int64), np.full(fi.size, 2)),
+                    (z(ga.size, np.int64), run.computed[ci] + ca + 1, fa + 1))
+
+
+def _async_ops(run: _Run, m: int, fi: np.ndarray):
+    """Async order: at step s (0..m) the outputs of pass s are processed (phase 0: tokens known computed +
+    s cached, then the finished retired) and pass s + 2 is planned (phase 1: blocks, then its delivered
+    tokens, computed + s + 1, cached). A cache insertion happens only where it reaches a new block."""
+    bs = run.ranks[0].pool.block_size
+    computed, left = run.computed, run.left
+    s = np.arange(m + 1)[:, None]
+    targets = np.empty((2 * (m + 1), len(run.requests)), dtype=np.int64)
+    targets[0::2] = np.where((s >= 1) & (s <= np.minimum(left, m)), (computed + s) // bs, -1)
+    targets[1::2] = np.where(s + 2 <= np.minimum(left, m + 1), (computed + s + 1) // bs, -1)
+    reach = np.maximum.accumulate(np.vstack((run.cached[None, :], targets)), axis=0)
+    effective = targets > reach[:-1]
+    ua, ui = np.nonzero(effective[0::2])
+    pa, pi = np.nonzero(effective[1::2])
+    ga, gi = np.nonzero(run.grows[1:m + 1])  # allocations of passes 2..m + 1 (row a: planned at step a)
+    fa = left[fi]
+    z = np.zeros
+    # Within a request: its cache insertion before its finish, its allocation before its caching.
+    return _ordered((ua, fa, ga, pa), (z(ua.size + fa.size, np.int64), np.ones(ga.size + pa.size, np.int64)),
+                    (ui, fi, gi, pi),
+                    (np.ones(ua.size, np.int64), np.full(fa.size, 2), z(ga.size, np.int64), np.ones(pa.size, np.int64)),
+                    (computed[ui] + ua, fa, z(ga.size, np.int64), computed[pi] + pa + 1))
