@@ -169,13 +169,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     run = _Run(worker, plans)
     if not run.gather():
         return None
-    # Candidate passes: to the horizon at the last pass's pace (a longer run continues as the next one),
-    # and not past a finish that calls back (it acts at that time), the pass limit or the last finish.
-    limit = min(MAX_RUN, int(run.left.max()), (min(horizon, arrival) - now) // max(typical, 1) + 2)
-    if run.calls_back.any():
-        limit = min(limit, int(run.left[run.calls_back].min()) - 1)
-    if worker.limits is not None:
-        limit = min(limit, worker.limits.spec.max_passes - worker.limits.num_passes)
+    limit = min(_pass_cap(run, now, horizon, arrival), int(run.left.max()))
     if limit < 1:
         return None
     run.candidates(limit)
@@ -183,21 +177,50 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if limit < 1:
         return None
     seconds, labels = _price(run, limit)
-    if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
-        return None  # the pass-by-pass path reports it
-    busy = np.rint(seconds * NS_PER_S).astype(np.int64)
+    busy = _busy_ns(seconds)
+    if busy is None:
+        return None
     end = now + np.cumsum(busy.max(axis=1))
     start = np.concatenate(([now], end[:-1]))
-    ok = (end < horizon) & (start < arrival) & (end != arrival)
-    if worker.limits is not None:
-        ok &= start <= worker.limits._max_time_ns
-    m = limit if ok.all() else int(np.argmin(ok))
-    if m and end[m - 1] > arrival and not _may_span(worker, int(end[m - 1])):
-        m -= 1  # the pass spanning the arrival would end as a later request arrives (or one over the limit)
+    m = _run_length(worker, start, end, horizon, arrival, start)
     if m < 1:
         return None
     _apply(run, m, start[:m], end[:m], busy[:m], labels[:m])
     return int(end[m - 1])
+
+
+def _pass_cap(run: _Run, now: int, horizon: int, arrival: int) -> int:
+    """Passes worth pricing: to the horizon at the last pass's pace (a longer run continues as the next
+    one), and not past a finish that calls back (it acts at that time) or the pass limit."""
+    worker = run.worker
+    cap = min(MAX_RUN, (min(horizon, arrival) - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1) + 2)
+    if run.calls_back.any():
+        cap = min(cap, int(run.left[run.calls_back].min()) - 1)
+    if worker.limits is not None:
+        cap = min(cap, worker.limits.spec.max_passes - worker.limits.num_passes)
+    return int(cap)
+
+
+def _busy_ns(seconds: np.ndarray) -> np.ndarray | None:
+    """Each pass's and rank's time in integer nanoseconds, or None where one would not fit the clock (the
+    pass-by-pass path then reports it)."""
+    if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+        return None
+    return np.rint(seconds * NS_PER_S).astype(np.int64)
+
+
+def _run_length(worker: Worker, planned: np.ndarray, delivered: np.ndarray, horizon: int, arrival: int,
+                started: np.ndarray) -> int:
+    """How many of the candidate steps the run takes: each step's outputs are delivered before ``horizon``
+    and not at the arrival, its plan made before the arrival, and its pass started within the time limit;
+    a last step spanning the arrival only if no later request then arrives (``_may_span``)."""
+    ok = (delivered < horizon) & (planned < arrival) & (delivered != arrival)
+    if worker.limits is not None:
+        ok &= started <= worker.limits.max_time_ns
+    m = len(ok) if ok.all() else int(np.argmin(ok))
+    if m and delivered[m - 1] > arrival and not _may_span(worker, int(delivered[m - 1])):
+        m -= 1  # the step spanning the arrival would end as a later request arrives (or one over the limit)
+    return m
 
 
 def _may_span(worker: Worker, end: int) -> bool:
@@ -271,14 +294,7 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     starts, ends = start.tolist(), end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[k]: when run pass k ends (k = 0: the pass before the run)
     provenance = ["+".join(p) for p in labels]
-    for p in labels:
-        for label in p:
-            worker.provenance_counts[label] = worker.provenance_counts.get(label, 0) + 1
-    if worker.limits is not None:
-        worker.limits.num_passes += m
-    worker._wave_step += m
-    worker.num_passes += m
-    worker.last_pass_ns = worker.decode_pass_ns = ends[-1] - starts[-1]
+    _count_passes(worker, m, labels, ends[-1] - starts[-1])
 
     count = run.per_rank(run.active[:m])
     allocs = run.allocs[:m]
@@ -291,6 +307,19 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
                                                                np.cumsum(returned[1:m], axis=0)))
     _deliver(run, m, ends_at, finished)
     _record(run, m, start, end, busy, provenance, count, used, finished)
+
+
+def _count_passes(worker: Worker, m: int, started: list[tuple[str, ...]], last_ns: int) -> None:
+    """The worker's counters once the run started and finished m passes each (``started``: the
+    provenance labels of those it started; ``last_ns``: how long the last one started takes)."""
+    for labels in started:
+        for label in labels:
+            worker.provenance_counts[label] = worker.provenance_counts.get(label, 0) + 1
+    if worker.limits is not None:
+        worker.limits.num_passes += m
+    worker._wave_step += m
+    worker.num_passes += m
+    worker.last_pass_ns = worker.decode_pass_ns = last_ns
 
 
 def _deliver(run: _Run, m: int, ends_at: list[int], finished: dict[int, list]) -> None:
@@ -444,12 +473,7 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     if not run.gather():
         return None
     # M passes delivered, M + 1 planned: the last planned one must still have a request.
-    limit = min(MAX_RUN, int(run.left.max()) - 1,
-                (min(horizon, arrival) - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1) + 2)
-    if run.calls_back.any():
-        limit = min(limit, int(run.left[run.calls_back].min()) - 1)
-    if worker.limits is not None:
-        limit = min(limit, worker.limits.spec.max_passes - worker.limits.num_passes)
+    limit = min(_pass_cap(run, now, horizon, arrival), int(run.left.max()) - 1)
     if limit < 1:
         return None
     run.candidates(limit + 1)
@@ -457,19 +481,16 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     if limit < 1:
         return None
     seconds, labels = _price(run, limit + 1)
-    if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+    busy = _busy_ns(seconds)
+    if busy is None:
         return None
-    busy = np.rint(seconds * NS_PER_S).astype(np.int64)
     busy[0] = first_busy  # the pass in flight was priced when it started
     labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
     end = first_end + np.concatenate(([0], np.cumsum(busy[1:].max(axis=1))))  # end[j]: pass j + 1 ends
-    delivered, planned = end[:limit], np.concatenate(([now], end[:limit - 1]))
-    ok = (delivered < horizon) & (planned < arrival) & (delivered != arrival)
-    if worker.limits is not None:  # passes 2 … M + 1 start when the one before them ends
-        ok &= delivered <= worker.limits._max_time_ns
-    m = limit if ok.all() else int(np.argmin(ok))
-    if m and delivered[m - 1] > arrival and not _may_span(worker, int(delivered[m - 1])):
-        m -= 1
+    # Step j plans pass j + 2 when pass j ends, then delivers pass j + 1; passes 2 … M + 1 start as the one
+    # before them ends.
+    delivered = end[:limit]
+    m = _run_length(worker, np.concatenate(([now], end[:limit - 1])), delivered, horizon, arrival, delivered)
     if m < 1:
         return None
     start = np.concatenate(([first_start], end[:m]))
@@ -485,14 +506,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     ends = end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[j]: when run pass j ends (j = 0: the pass before the run)
     provenance = [first_provenance, *("+".join(p) for p in labels[1:])]
-    for p in labels[1:]:  # counted when a pass starts: passes 2..m + 1
-        for label in p:
-            worker.provenance_counts[label] = worker.provenance_counts.get(label, 0) + 1
-    if worker.limits is not None:
-        worker.limits.num_passes += m
-    worker._wave_step += m
-    worker.num_passes += m
-    worker.last_pass_ns = worker.decode_pass_ns = int(busy[m].max())
+    _count_passes(worker, m, labels[1:], int(busy[m].max()))  # passes 2..m + 1 started in the run
     worker.open_pass_ends.remove(ends[0])
     worker.open_pass_ends.append(ends[m])
 

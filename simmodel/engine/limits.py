@@ -18,7 +18,7 @@ class RunLimits:
     def __init__(self, spec: LimitsSpec) -> None:
         self.spec = spec
         self.num_passes = 0
-        self._max_time_ns = to_ns(spec.max_virtual_time_seconds)
+        self.max_time_ns = to_ns(spec.max_virtual_time_seconds)
 
     def count_pass(self, start_ns: int) -> None:
         self.num_passes += 1
@@ -29,7 +29,7 @@ class RunLimits:
         self.check_time(start_ns)
 
     def check_time(self, now_ns: int) -> None:
-        if now_ns > self._max_time_ns:
+        if now_ns > self.max_time_ns:
             raise SimulationError(f"the run reached {now_ns / NS_PER_S:,.0f} s of simulated time, beyond "
                                   f"limits.max_virtual_time_seconds ({self.spec.max_virtual_time_seconds:g}); "
                                   f"raise it with --set limits.max_virtual_time_seconds=S if that is intended")

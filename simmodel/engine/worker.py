@@ -188,15 +188,18 @@ class Worker:
                     yield Late(self.env, end - self.env.now)
             self._release()
 
-    def _coalesced_run(self, plans: list[SchedulerOutput] | None = None) -> int | None:
-        """Apply the decode-only passes that follow now as one run (``decode_run``), starting with the
-        pass the ranks just planned if ``plans`` are given; returns when its last pass ends, or None when
-        the next pass must run on its own."""
+    def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
+        """Apply the decode-only passes that follow now as one run (``decode_run``). Synchronous: starting
+        with the pass the ranks just planned if ``plans`` are given; returns when its last pass ends. Async
+        (``in_flight``: the pass now running): returns the new pass in flight and when the run's last
+        outputs are delivered. None when the next pass must run on its own."""
         if self.prefill_decode_interval or self.vision is not None:
             return None
         horizon, arrival = self._horizon()
         if horizon <= self.env.now:
             return None
+        if in_flight is not None:
+            return advance_async(self, horizon, arrival, in_flight)
         return advance(self, horizon, arrival, plans)
 
     def _horizon(self) -> tuple[float, int | None]:
@@ -216,15 +219,6 @@ class Worker:
         if self.horizon is not None:
             horizon = min(horizon, self.horizon + 1)
         return horizon, arrival
-
-    def _coalesced_async_run(self, in_flight: tuple) -> tuple | None:
-        """``_coalesced_run`` for the async loop, with ``in_flight`` the pass now running (``advance_async``)."""
-        if self.prefill_decode_interval or self.vision is not None:
-            return None
-        horizon, arrival = self._horizon()
-        if horizon <= self.env.now:
-            return None
-        return advance_async(self, horizon, arrival, in_flight)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
@@ -277,7 +271,7 @@ class Worker:
                 pending = None
                 # requests arriving from now on react to these outputs: not read before this decision
                 self.plan_cutoff = self.env.now
-                while self.coalesce and in_flight is not None and (run := self._coalesced_async_run(in_flight)):
+                while self.coalesce and in_flight is not None and (run := self._coalesced_run(in_flight=in_flight)):
                     in_flight, end = run  # decodes coalesced up to this delivery; the next pass is in flight
                     yield Late(self.env, end - self.env.now)
                     self.plan_cutoff = self.env.now
