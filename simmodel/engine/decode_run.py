@@ -37,7 +37,7 @@ from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
-from simmodel.perf.timing import PassBatch, price_passes
+from simmodel.perf.timing import PassSums, price_passes
 
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
@@ -265,25 +265,28 @@ def _kv_limit(run: _Run, limit: int) -> int:
 
 
 def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    """Seconds per pass and rank, shape (n, ranks), for passes 1..n of the run."""
+    """Seconds per pass and rank, shape (n, ranks), for passes 1..n of the run, priced from their
+    per-rank totals (``PassSums``): each decoding request computes one token on its context, cj − 1
+    (in a planned first pass too), and a prefill of the planned first pass is read from its plan."""
     worker, num_ranks = run.worker, len(run.ranks)
-    active = run.active[:n]
-    ctx = (run.cj[:n] - 1)[active]  # row-major: by pass, then rank, then running order
-    if num_ranks == 1:
-        vrank = np.repeat(np.arange(n), active.sum(axis=1))
-        capacity = np.full(n, worker._kv_capacity_tokens[0])
-    else:
-        vrank = (np.arange(n)[:, None] * num_ranks + run.rank_of)[active]
-        capacity = np.tile(worker._kv_capacity_tokens, n)
-    new = np.ones(ctx.size, dtype=np.int64)
-    decode = np.ones(ctx.size, dtype=bool)
-    if run.plans is not None:  # the first pass as planned: its rows come first
-        first = len(run.requests)
-        new[:first] = [k for plan in run.plans for k in plan.num_new_tokens]
-        ctx[:first] = [k for plan in run.plans for k in plan.num_context_tokens]
-        decode[:first] = [d for plan in run.plans for d in plan.is_decode]
-    batch = PassBatch(n * num_ranks, vrank, new, ctx, decode, np.ones(ctx.size, dtype=bool), capacity)
-    return price_passes(worker.timing, batch, n)
+    decoding = run.active[:n]
+    if run.plans is not None:
+        decoding = decoding.copy()
+        decoding[0] = [d for plan in run.plans for d in plan.is_decode]
+    count = run.per_rank(decoding).ravel()
+    context = run.per_rank(np.where(decoding, run.cj[:n] - 1, 0)).ravel()
+    table = np.zeros((n * num_ranks, 10))
+    table[:, 5] = table[:, 6] = table[:, 9] = count  # decodes, their new tokens (one each), their samples
+    table[:, 7] = context
+    table[:, 8] = context + count  # query·key pairs: context + 1 per decode
+    if run.plans is not None:  # the planned first pass's prefills (each samples: see ``gather``)
+        for r, plan in enumerate(run.plans):
+            for q, c, d in zip(plan.num_new_tokens, plan.num_context_tokens, plan.is_decode):
+                if not d:
+                    table[r, :5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+    capacity = worker._kv_capacity_tokens
+    capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
+    return price_passes(worker.timing, PassSums(table, capacity, n), n)
 
 
 def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
@@ -555,9 +558,9 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
     planned = m + 1 if run.asynchronous else m
     returned = np.zeros((m + 1, len(ranks)), dtype=np.int64)
     finished: dict[int, list] = {}
-    ending = np.nonzero(left <= m)[0].tolist()
     pool0 = ranks[0].pool
     if not pool0.caching:  # counted blocks: only the totals matter
+        ending = np.nonzero(left <= m)[0].tolist()
         final_blocks = np.maximum(run.blocks, _cdiv(run.computed + np.minimum(left, planned), pool0.block_size))
         taken = run.allocs[:planned].sum(axis=0).tolist()
         for r, rank in enumerate(ranks):
@@ -570,66 +573,69 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
             _finish(ranks[r].scheduler, request)
             finished.setdefault(k, []).append((r, request))
         return finished, returned
-    column, kind, value = (_async_ops if run.asynchronous else _sync_ops)(run, m, np.array(ending, dtype=np.int64))
-    rank_of = run.rank_of
-    for i, op, v in zip(column.tolist(), kind.tolist(), value.tolist()):
-        request = requests[i]
-        pool = ranks[rank_of[i]].pool
-        if op == 0:
-            request.block_ids.extend(pool.allocate_ids(1))
+    steps, columns = np.nonzero((_async_ops if run.asynchronous else _sync_ops)(run, m))
+    # Decode each operation from its step and column (see ``_sync_ops``): code = phase × 2 + kind.
+    if run.asynchronous:  # a finish at step s: in pass s
+        finish_at, actions = 0, (_CACHE, _FINISH, _ALLOCATE, _CACHE_NEXT)
+    else:  # a finish at step a: in pass a + 1
+        finish_at, actions = 1, (_ALLOCATE, _CACHE_NEXT, _FINISH, None)
+    width = 2 * len(requests)
+    computed, rank_of = run.computed.tolist(), run.rank_of.tolist()
+    pools = [rank.pool for rank in ranks]
+    for s, c in zip(steps.tolist(), columns.tolist()):
+        phase, c = divmod(c, width)
+        i = c >> 1
+        action = actions[2 * phase + (c & 1)]
+        request, r = requests[i], rank_of[i]
+        if action is _ALLOCATE:
+            request.block_ids.append(pools[r].allocate_one())
             request.num_blocks = len(request.block_ids)
-        elif op == 1:
-            pool.cache_full_blocks(request, v)  # v: the tokens known
-        else:
-            r = int(rank_of[i])
+        elif action is _FINISH:
+            pool = pools[r]
             before = pool.num_free_blocks
             _finish(ranks[r].scheduler, request)
-            returned[v, r] += pool.num_free_blocks - before  # v: the pass it finishes in
-            finished.setdefault(v, []).append((r, request))
+            returned[s + finish_at, r] += pool.num_free_blocks - before
+            finished.setdefault(s + finish_at, []).append((r, request))
+        else:  # the tokens known: computed + s, and one more once the step's pass is planned or ended
+            pools[r].cache_full_blocks(request, computed[i] + s + (action is _CACHE_NEXT))
     return finished, returned
 
 
-def _ordered(step: tuple, phase: tuple, column: tuple, kind: tuple, value: tuple):
-    """Operations sorted by (step, phase, column, kind); kinds 0 allocate, 1 cache, 2 finish (the column
-    order is rank after rank, running order within a rank, and ranks' pools are independent)."""
-    step, phase, column, kind, value = (np.concatenate(x) for x in (step, phase, column, kind, value))
-    order = np.lexsort((kind, column, phase, step))
-    return column[order], kind[order], value[order]
+_ALLOCATE, _CACHE, _CACHE_NEXT, _FINISH = "allocate", "cache", "cache next", "finish"
 
 
-def _sync_ops(run: _Run, m: int, fi: np.ndarray):
-    """Synchronous order: step a plans pass a + 1 (phase 0) and ends it (phase 1)."""
-    bs = run.ranks[0].pool.block_size
+def _sync_ops(run: _Run, m: int) -> np.ndarray:
+    """Synchronous order: step a plans pass a + 1 (phase 0: per request in running order, its allocation,
+    then its caching of the tokens computed + a + 1) and ends it (phase 1: the finished retire).
+
+    Returned as a boolean matrix, one row per step and columns [phase 0: (request, kind) interleaved;
+    phase 1: likewise], so that ``np.nonzero`` lists the operations in order: step, phase, request, kind.
+    """
+    bs, n = run.ranks[0].pool.block_size, len(run.requests)
     cj = run.cj[:m]
-    caches = ((cj // bs) > np.maximum(run.cached, (cj - 1) // bs)) & run.active[:m]
-    ga, gi = np.nonzero(run.grows[:m])
-    ca, ci = np.nonzero(caches)
-    fa = run.left[fi] - 1
-    z = np.zeros
-    return _ordered((ga, ca, fa), (z(ga.size + ca.size, np.int64), np.ones(fi.size, np.int64)), (gi, ci, fi),
-                    (z(ga.size, np.int64), np.ones(ca.size, np.int64), np.full(fi.size, 2)),
-                    (z(ga.size, np.int64), run.computed[ci] + ca + 1, fa + 1))
+    ops = np.zeros((m, 4 * n), dtype=bool)
+    ops[:, 0:2 * n:2] = run.grows[:m]
+    ops[:, 1:2 * n:2] = ((cj // bs) > np.maximum(run.cached, (cj - 1) // bs)) & run.active[:m]
+    ops[:, 2 * n::2] = run.left == np.arange(1, m + 1)[:, None]  # finishing in pass a + 1
+    return ops
 
 
-def _async_ops(run: _Run, m: int, fi: np.ndarray):
-    """Async order: at step s (0..m) the outputs of pass s are processed (phase 0: tokens known computed +
-    s cached, then the finished retired) and pass s + 2 is planned (phase 1: blocks, then its delivered
-    tokens, computed + s + 1, cached). A cache insertion happens only where it reaches a new block."""
-    bs = run.ranks[0].pool.block_size
+def _async_ops(run: _Run, m: int) -> np.ndarray:
+    """Async order: at step s (0..m) the outputs of pass s are processed (phase 0: per request, its tokens
+    known, computed + s, cached, then its finish) and pass s + 2 is planned (phase 1: per request, its
+    block, then its delivered tokens, computed + s + 1, cached). A cache insertion happens only where it
+    reaches a new block. Same matrix layout as ``_sync_ops``."""
+    bs, n = run.ranks[0].pool.block_size, len(run.requests)
     computed, left = run.computed, run.left
     s = np.arange(m + 1)[:, None]
-    targets = np.empty((2 * (m + 1), len(run.requests)), dtype=np.int64)
+    targets = np.empty((2 * (m + 1), n), dtype=np.int64)
     targets[0::2] = np.where((s >= 1) & (s <= np.minimum(left, m)), (computed + s) // bs, -1)
     targets[1::2] = np.where(s + 2 <= np.minimum(left, m + 1), (computed + s + 1) // bs, -1)
     reach = np.maximum.accumulate(np.vstack((run.cached[None, :], targets)), axis=0)
     effective = targets > reach[:-1]
-    ua, ui = np.nonzero(effective[0::2])
-    pa, pi = np.nonzero(effective[1::2])
-    ga, gi = np.nonzero(run.grows[1:m + 1])  # allocations of passes 2..m + 1 (row a: planned at step a)
-    fa = left[fi]
-    z = np.zeros
-    # Within a request: its cache insertion before its finish, its allocation before its caching.
-    return _ordered((ua, fa, ga, pa), (z(ua.size + fa.size, np.int64), np.ones(ga.size + pa.size, np.int64)),
-                    (ui, fi, gi, pi),
-                    (np.ones(ua.size, np.int64), np.full(fa.size, 2), z(ga.size, np.int64), np.ones(pa.size, np.int64)),
-                    (computed[ui] + ua, fa, z(ga.size, np.int64), computed[pi] + pa + 1))
+    ops = np.zeros((m + 1, 4 * n), dtype=bool)
+    ops[:, 0:2 * n:2] = effective[0::2]
+    ops[:, 1:2 * n:2] = left == s  # finishing in pass s, retired as its outputs are processed
+    ops[:m, 2 * n::2] = run.grows[1:m + 1]  # allocations of passes 2..m + 1 (row a: planned at step a)
+    ops[:, 2 * n + 1::2] = effective[1::2]
+    return ops

@@ -161,6 +161,23 @@ class PrefixCachingBlockPool:
             taken.append(b)
         return taken
 
+    def allocate_one(self) -> int:
+        """``allocate_ids(1)``'s block, for the per-block loop of a coalesced decode run."""
+        queue = self.free_queue
+        if not queue.size:
+            raise RuntimeError("allocating 1 block with 0 free")
+        b = queue.next[queue.head]
+        queue.remove(b)
+        key = self.key_of[b]
+        if key is not None:  # evict its cached content
+            holders = self.blocks_by_key[key]
+            del holders[b]
+            if not holders:
+                del self.blocks_by_key[key]
+            self.key_of[b] = None
+        self.ref_cnt[b] = 1
+        return b
+
     def cache_full_blocks(self, request, num_tokens: int) -> None:
         """Cache the request's blocks that ``num_tokens`` known tokens fill (from where it left off)."""
         full = min(num_tokens // self.block_size, len(request.block_ids))

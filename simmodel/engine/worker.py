@@ -193,8 +193,8 @@ class Worker:
         with the pass the ranks just planned if ``plans`` are given; returns when its last pass ends. Async
         (``in_flight``: the pass now running): returns the new pass in flight and when the run's last
         outputs are delivered. None when the next pass must run on its own."""
-        if self.prefill_decode_interval or self.vision is not None:
-            return None
+        if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
+            return None  # runs are priced from per-rank totals
         horizon, arrival = self._horizon()
         if horizon <= self.env.now:
             return None

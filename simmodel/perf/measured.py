@@ -53,7 +53,7 @@ import numpy as np
 
 from simmodel.errors import ScenarioError
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.timing import PassBatch, PassCost
+from simmodel.perf.timing import PassSums, SumsTiming
 
 QueryFn = Callable[[int, int, int, int, int], float]
 """``(num_prefill_requests, sum_prefill_tokens, sum_prefill_kv_tokens, num_decode_requests,
@@ -243,7 +243,7 @@ def interpolate(table: np.ndarray, axes: tuple[np.ndarray, ...],
     return GridTable(table, axes)(*coords)
 
 
-class MeasuredTiming:
+class MeasuredTiming(SumsTiming):
     """Prices each rank's pass from AIConfigurator's measured tables (see the module docstring).
 
     ``MeasuredTiming(deployment, backend)`` queries aiconfigurator-core once per scenario (a few
@@ -305,26 +305,12 @@ class MeasuredTiming:
                 code = np.where(mixed, np.maximum(code, c), code)
         return np.maximum(ms, 0.0), code
 
-    def _rank_ms(self, batch: PassBatch) -> tuple[np.ndarray, np.ndarray]:
-        # Per rank and kind (prefill 0, decode 1): sequences, KV tokens already cached, new tokens.
-        key = 2 * batch.rank + batch.is_decode
-        size = 2 * batch.num_ranks
-        count = np.bincount(key, minlength=size).reshape(-1, 2).astype(np.float64)
-        cached = np.bincount(key, weights=batch.num_context_tokens, minlength=size).reshape(-1, 2)
-        new = np.bincount(key, weights=batch.num_new_tokens, minlength=size).reshape(-1, 2)
-        return self.forward_ms(count[:, 0], new[:, 0], cached[:, 0], count[:, 1], cached[:, 1])
-
-    def price(self, batch: PassBatch) -> PassCost:
-        ms, code = self._rank_ms(batch)
-        worst = int(code.max(initial=-1))
-        return PassCost(ms / 1000.0, (LABELS[worst],) if worst >= 0 else ())
-
-    def price_passes(self, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-        """Several passes at once (see ``timing.price_passes``): every rank is interpolated on its own, and
-        each pass is labelled by its own least certain rank."""
-        ms, code = self._rank_ms(batch)
-        worst = code.reshape(num_passes, -1).max(axis=1).tolist()
-        return (ms / 1000.0).reshape(num_passes, -1), [(LABELS[c],) if c >= 0 else () for c in worst]
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+        """Every rank interpolated on its own; each pass labelled by its least certain rank."""
+        t = sums.table
+        ms, code = self.forward_ms(t[:, 0], t[:, 1], t[:, 2], t[:, 5], t[:, 7])
+        worst = code.reshape(sums.num_passes, -1).max(axis=1).tolist()
+        return ms / 1000.0, [(LABELS[c],) if c >= 0 else () for c in worst]
 
 
 # -- aiconfigurator-core ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The default GPU performance model: a roofline per kernel group, priced for every rank at once.
 
 Each group of kernels costs max(FLOPs / (compute efficiency × peak FLOP/s), bytes / (memory efficiency
-× HBM bandwidth)), from per-sequence vectors of new (query) tokens and context lengths, never from
-totals alone. Groups (as in the reference's "Kernel groups and roofline floors"):
+× HBM bandwidth)), from per-rank totals of per-sequence work (``PassSums``: each sequence's
+query·key pairs come from its own new and context tokens), never from token totals alone. Groups (as in the reference's "Kernel groups and roofline floors"):
 
 - ``linear``: every GEMM a token runs through — q/k/v/o (or MLA's projections), the gated MLP's three
   projections or the active experts' — 2 FLOPs per weight per token; bytes are the weights the GPU
@@ -18,7 +18,7 @@ totals alone. Groups (as in the reference's "Kernel groups and roofline floors")
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing;
 - ``host``: a per-pass overhead by pass kind (prefill, decode, mixed), an assumed constant.
 
-Pure and vectorized: arrays in, arrays out, no Python loop over sequences.
+Pure and vectorized: arrays in, arrays out, no Python loop over sequences or ranks.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.hardware import HardwareSpec
-from simmodel.perf.timing import PassBatch, PassCost
+from simmodel.perf.timing import PassBatch, PassSums, SumsTiming, pass_sums
 
 GROUPS = ("linear", "attention", "kv_write", "lm_head", "sampler", "elementwise", "communication", "layer_overhead",
           "host")
@@ -78,8 +78,10 @@ def _link(hw: HardwareSpec, efficiency: Efficiency, group: int) -> tuple[float, 
     return efficiency.link * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
 
 
-class RooflineTiming:
-    """Prices one pass of every rank of a worker from its ``PassBatch`` (see the module docstring)."""
+class RooflineTiming(SumsTiming):
+    """Prices one pass of every rank of a worker from its ``PassSums`` (see the module docstring)."""
+
+    provenance = PROVENANCE
 
     def __init__(self, deployment: Deployment, efficiency: Efficiency = Efficiency(),
                  host: HostOverhead = HostOverhead()) -> None:
@@ -139,34 +141,21 @@ class RooflineTiming:
         self.exchange_bytes_per_token = (1 if ep == 1 else m.num_experts_per_token) * h * act * (group - 1) / max(group, 1)
         self.exchange_link, self.exchange_latency_s = _link(hw, efficiency, d.tensor * dp)
 
-    def _per_rank_sums(self, batch: PassBatch) -> np.ndarray:
-        """Per rank: new tokens, prefill causal query·key pairs, KV span, sampling, decode and prefill
-        sequences, decode query·key pairs."""
-        q = batch.num_new_tokens.astype(np.float64)
-        c = batch.num_context_tokens.astype(np.float64)
-        decode = batch.is_decode.astype(np.float64)
-        pairs = q * c + q * (q + 1) / 2
-        cols = np.stack([q, pairs * (1.0 - decode), c + q, batch.samples.astype(np.float64), decode, 1.0 - decode,
-                         pairs * decode])
-        if batch.num_ranks == 1:
-            return cols.sum(axis=1)[None, :]
-        # Whole numbers well below 2**53: exact whatever the summation order.
-        return np.stack([np.bincount(batch.rank, weights=col, minlength=batch.num_ranks) for col in cols], axis=1)
-
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
-        table = self._table(batch)
+        table = self._table(pass_sums(batch))
         return {name: table[:, i] for i, name in enumerate(GROUPS)}
 
-    def _table(self, batch: PassBatch, num_passes: int = 1) -> np.ndarray:
-        """Seconds, one row per rank and one column per group of ``GROUPS``.
-
-        Per-sequence work is summed per rank with numpy, then every rank's formulas run as arrays.
-        ``num_passes`` > 1 prices several passes at once (``batch.rank`` = pass × ranks + rank): the
-        experts' load is then each pass's own.
-        """
-        sums = self._per_rank_sums(batch)
-        tokens, pairs, span, samples, decodes, prefills, decode_pairs = sums.T
+    def _table(self, sums: PassSums) -> np.ndarray:
+        """Seconds, one row per rank (of each pass) and one column per group of ``GROUPS``, every rank's
+        formulas running as arrays over its per-sequence totals. With several passes the experts' load
+        is each pass's own."""
+        num_passes = sums.num_passes
+        t = sums.table
+        prefills, decodes, pairs, decode_pairs = t[:, 0], t[:, 5], t[:, 3], t[:, 8]
+        samples = t[:, 4] + t[:, 9]
+        tokens = t[:, 1] + t[:, 6]
+        span = t[:, 1] + t[:, 2] + t[:, 6] + t[:, 7]
         per_pass = tokens.reshape(num_passes, -1)
         worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
         moe_flops = np.zeros(num_passes)
@@ -210,10 +199,5 @@ class RooflineTiming:
                          comm, np.where(busy, self.layer_overhead_s, 0.0), np.where(busy, host_ms / 1000.0, 0.0)],
                         axis=1)
 
-    def price_passes(self, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-        """Several passes at once (see ``timing.price_passes``)."""
-        seconds = self._table(batch, num_passes).sum(axis=1)
-        return seconds.reshape(num_passes, -1), [PROVENANCE] * num_passes
-
-    def price(self, batch: PassBatch) -> PassCost:
-        return PassCost(self._table(batch).sum(axis=1), PROVENANCE)
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
+        return self._table(sums).sum(axis=1), None

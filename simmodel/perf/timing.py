@@ -40,26 +40,63 @@ class PassCost:
     provenance: tuple[str, ...]
 
 
+class PassSums:
+    """What a timing model prices a rank's pass from: per-rank totals of its scheduled sequences.
+
+    ``table`` has one row per rank of each pass (row = pass × ranks + rank) and ten columns, five
+    for the prefill sequences then the same five for the decode sequences (``SUM_COLUMNS``): how many,
+    their new (query) tokens, their context tokens (already in KV), their causal query·key pairs
+    (q·c + q(q+1)/2 for q new tokens on c context tokens, summed per sequence) and how many sample.
+    Whole numbers stored as float64 — exact below 2**53, so the totals do not depend on the order the
+    sequences are added in, and a coalesced decode run may build them from closed forms and get the
+    bits that pricing pass by pass gets.
+    """
+
+    __slots__ = ("table", "kv_capacity_tokens", "num_passes")
+
+    def __init__(self, table: np.ndarray, kv_capacity_tokens: np.ndarray, num_passes: int = 1) -> None:
+        self.table = table
+        self.kv_capacity_tokens = kv_capacity_tokens
+        """Usable KV tokens of each row's rank."""
+        self.num_passes = num_passes
+
+
+SUM_COLUMNS = tuple(f"{kind}_{name}" for kind in ("prefill", "decode")
+                    for name in ("sequences", "new_tokens", "context_tokens", "pairs", "sampled"))
+
+
+def pass_sums(batch: PassBatch, num_passes: int = 1) -> PassSums:
+    """The per-rank totals of a batch (``batch.num_ranks`` rows; ``num_passes`` passes stacked)."""
+    q = batch.num_new_tokens.astype(np.float64)
+    c = batch.num_context_tokens.astype(np.float64)
+    per_sequence = np.stack([np.ones_like(q), q, c, q * c + q * (q + 1) / 2, batch.samples], axis=1)
+    # One row per (rank, kind): a one-hot matrix product sums each group's sequences (exactly, see above).
+    groups = np.zeros((2 * batch.num_ranks, q.size))
+    groups[2 * batch.rank + batch.is_decode, np.arange(q.size)] = 1.0
+    return PassSums((groups @ per_sequence).reshape(batch.num_ranks, 10),
+                    np.asarray(batch.kv_capacity_tokens, dtype=np.float64), num_passes)
+
+
 class PassTiming(Protocol):
     def price(self, batch: PassBatch) -> PassCost: ...
 
 
-def price_passes(timing: PassTiming, batch: PassBatch, num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+def price_passes(timing: PassTiming, batch: PassBatch | PassSums,
+                 num_passes: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     """Price ``num_passes`` passes of one worker at once (a coalesced decode run).
 
     ``batch`` holds every pass's rows with ``rank`` = pass × ranks + rank, sorted by it, and
-    ``kv_capacity_tokens`` repeated per pass. Returns seconds of shape (passes, ranks) and each pass's
-    provenance labels, exactly as ``price`` would give pass by pass. Models whose ranks are priced
-    independently say so with ``ranks_independent`` and are priced in one call; others may offer
-    ``price_passes``; the rest are called once per pass.
+    ``kv_capacity_tokens`` repeated per pass — or their ``PassSums``. Returns seconds of shape
+    (passes, ranks) and each pass's provenance labels, exactly as ``price`` would give pass by pass.
+    Models that price from ``PassSums`` (``price_sums``) are priced in one call; others are called
+    once per pass.
     """
-    ranks = batch.num_ranks // num_passes
-    own = getattr(timing, "price_passes", None)
+    own = getattr(timing, "price_sums", None)
     if own is not None:
-        return own(batch, num_passes)
-    if getattr(timing, "ranks_independent", False):
-        cost = timing.price(batch)
-        return cost.total_s.reshape(num_passes, ranks), [cost.provenance] * num_passes
+        return own(batch if isinstance(batch, PassSums) else pass_sums(batch, num_passes))
+    if isinstance(batch, PassSums):
+        raise TypeError(f"{type(timing).__name__} prices batches, not PassSums")
+    ranks = batch.num_ranks // num_passes
     bounds = np.searchsorted(batch.rank, np.arange(num_passes + 1) * ranks)
     seconds, labels = [], []
     for k in range(num_passes):
@@ -72,30 +109,43 @@ def price_passes(timing: PassTiming, batch: PassBatch, num_passes: int) -> tuple
     return np.array(seconds).reshape(num_passes, ranks), labels
 
 
-def _per_rank(batch: PassBatch, weights: np.ndarray) -> np.ndarray:
-    return np.bincount(batch.rank, weights=weights, minlength=batch.num_ranks)
+class SumsTiming:
+    """A timing model that prices every rank from its ``PassSums`` (``_seconds``); ``price`` and
+    ``price_sums`` share it, so one pass and a run of passes get the same bits."""
+
+    provenance: tuple[str, ...] = ()
+
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]] | None]:
+        """Seconds per row, and per pass its labels (None: ``provenance`` for every pass)."""
+        raise NotImplementedError
+
+    def price(self, batch: PassBatch) -> PassCost:
+        seconds, labels = self._seconds(pass_sums(batch))
+        return PassCost(seconds, self.provenance if labels is None else labels[0])
+
+    def price_sums(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+        seconds, labels = self._seconds(sums)
+        n = sums.num_passes
+        return seconds.reshape(n, -1), [self.provenance] * n if labels is None else labels
 
 
-class FixedTiming:
+class FixedTiming(SumsTiming):
     """A constant cost per pass kind: ``prefill_ms`` if the rank runs any prefill, plus ``decode_ms``
     if it runs any decode, so a mixed pass costs both (as vLLM-style mixed batches do in Dynamo's mocker).
     """
 
-    ranks_independent = True
+    provenance = ("fixed",)
 
     def __init__(self, prefill_ms: float, decode_ms: float) -> None:
         self.prefill_s = prefill_ms / 1000.0
         self.decode_s = decode_ms / 1000.0
 
-    def price(self, batch: PassBatch) -> PassCost:
-        decode = batch.is_decode.astype(np.float64)
-        has_decode = _per_rank(batch, decode) > 0
-        has_prefill = _per_rank(batch, 1.0 - decode) > 0
-        return PassCost(np.where(has_prefill, self.prefill_s, 0.0) + np.where(has_decode, self.decode_s, 0.0),
-                        ("fixed",))
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
+        t = sums.table
+        return np.where(t[:, 0] > 0, self.prefill_s, 0.0) + np.where(t[:, 5] > 0, self.decode_s, 0.0), None
 
 
-class PolynomialTiming:
+class PolynomialTiming(SumsTiming):
     """Dynamo mocker's legacy polynomial curves (AISimulate ``engine/common/perf_model.rs``).
 
     Not calibrated to any GPU: use it for scheduler shape and speed, not for latency answers.
@@ -108,24 +158,18 @@ class PolynomialTiming:
       capacity in tokens), a decoding sequence's length being its prompt plus every token sampled so far.
     """
 
-    ranks_independent = True
+    provenance = ("polynomial",)
     PREFILL = (4.209989e-07, 1.518344e-02, 1.650142e01)
     DECODE = (-25.74, 54.01, 5.74)
 
-    def price(self, batch: PassBatch) -> PassCost:
-        decode = batch.is_decode
-        prefill = ~decode
-        n = _per_rank(batch, prefill.astype(np.float64))
-        ctx = batch.num_context_tokens.astype(np.float64)
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
+        t = sums.table
+        n, prefill_new, prefill_ctx = t[:, 0], t[:, 1], t[:, 2]
         safe_n = np.maximum(n, 1.0)
-        total = np.floor(_per_rank(batch, np.where(prefill, ctx + batch.num_new_tokens, 0.0)) / safe_n)
-        prefix = np.floor(_per_rank(batch, np.where(prefill, ctx, 0.0)) / safe_n)
-        tokens = n * (total - prefix)
+        tokens = n * (np.floor((prefill_ctx + prefill_new) / safe_n) - np.floor(prefill_ctx / safe_n))
         a, b, c = self.PREFILL
         prefill_ms = np.where(n > 0, (a * tokens + b) * tokens + c, 0.0)
-        has_decode = _per_rank(batch, decode.astype(np.float64)) > 0
-        u = np.minimum(1.0, _per_rank(batch, np.where(decode, ctx + batch.num_new_tokens, 0.0)) / batch.kv_capacity_tokens)
+        u = np.minimum(1.0, (t[:, 7] + t[:, 6]) / sums.kv_capacity_tokens)
         d, e, f = self.DECODE
-        decode_ms = np.where(has_decode, np.maximum(1.0, (d * u + e) * u + f), 0.0)
-        return PassCost((prefill_ms + decode_ms) / 1000.0, ("polynomial",))
-
+        decode_ms = np.where(t[:, 5] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
+        return (prefill_ms + decode_ms) / 1000.0, None
