@@ -26,7 +26,7 @@ by pass. ``docs/speed.md`` has the details.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,7 +36,7 @@ from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
-from simmodel.metrics.records import EventKind
+from simmodel.metrics.records import EventKind, PassLog
 from simmodel.perf.timing import PassSums, price_passes
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
-_FLAGS = attrgetter("first_token_at", "on_finish", "bootstrap")
+_FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
 MAX_RUN = 256
@@ -90,34 +90,37 @@ class _Run:
             if plans is not None:
                 plan = plans[r]
                 if (plan.preempted or plan.resumed or len(plan.requests) != len(running) or not all(plan.samples)
-                        or any(a is not b for a, b in zip(plan.requests, running))):
+                        or not all(map(is_, plan.requests, running))):
                     return False
             requests.extend(running)
             self.bounds.append(len(requests))
         if not requests:
             return False
-        rows = np.array(list(map(_FIELDS, requests)), dtype=np.int64)
-        flags = list(map(_FLAGS, requests))
-        self.new = np.array([first is None for first, _, _ in flags], dtype=bool)
-        """Requests whose first token the run's first pass samples (planned runs only)."""
-        self.calls_back = np.array([call is not None for _, call, _ in flags], dtype=bool)
-        """Requests whose finish calls back into the simulation."""
-        if any(leg for _, _, leg in flags):
+        if any(map(_LEG, requests)):
             return False  # a prefill leg hands off when it finishes
+        firsts = list(map(_FIRST, requests))
+        if plans is None and None in firsts:
+            return False  # a request yet to sample its first token is mid-prefill
+        n = len(requests)
+        self.new = np.zeros(n, dtype=bool) if plans is None else np.array([f is None for f in firsts], dtype=bool)
+        """Requests whose first token the run's first pass samples (planned runs only)."""
+        calls = list(map(_CALL, requests))
+        self.calls_back = None if calls.count(None) == n else np.array([c is not None for c in calls], dtype=bool)
+        """Requests whose finish calls back into the simulation (None: no one's)."""
         if self.asynchronous:  # exactly the pass in flight has outputs to come, none stale
             state = np.array(list(map(_ASYNC, requests)), dtype=np.int64)
             planned = [k for plan in plans for k in plan.num_new_tokens]
             if np.any(state[:, 0] != 1) or np.any(state[:, 2] != 0) or state[:, 1].tolist() != planned:
                 return False
+        rows = np.array(list(map(_FIELDS, requests)), dtype=np.int64)
         computed, prompt, self.outputs = rows[:, 0], rows[:, 1], rows[:, 2]
         # Every rank has run as many passes as the others; a request that sampled before sampled in the
         # pass just ended (so its interval is the pass gap).
-        if np.any(rows[~self.new, 6] != self.ranks[0].num_passes - 1):
-            return False
-        if plans is None:  # decoding: one token left to compute, not mid-prefill
-            if np.any(computed != prompt + self.outputs - 1) or np.any(rows[:, 7]) or self.new.any():
+        if plans is None:  # decoding: one token left to compute, not mid-prefill (a nonzero flags a miss)
+            if ((computed - prompt - self.outputs + 1) | rows[:, 7] | (rows[:, 6] - (self.ranks[0].num_passes - 1))).any():
                 return False
-        elif np.any(computed != prompt + self.outputs):  # planned: every sequence computed to its end
+        elif (np.any(rows[~self.new, 6] != self.ranks[0].num_passes - 1)
+              or np.any(computed != prompt + self.outputs)):  # planned: every sequence computed to its end
             return False
         # As if mid-decode: pass j (from 2 on, planned runs) has computed + j − 1 tokens of context.
         self.computed = prompt + self.outputs - 1
@@ -125,7 +128,8 @@ class _Run:
         max_model_len = self.ranks[0].scheduler.config.max_model_len
         # Passes until each request stops: max_tokens outputs, or its sequence reaching max_model_len.
         self.left = np.minimum(rows[:, 3] - self.outputs, max_model_len - prompt - self.outputs)
-        self.rank_of = np.repeat(np.arange(len(self.ranks)), np.diff(self.bounds))
+        self.rank_of = np.repeat(np.arange(len(self.ranks)), np.diff(self.bounds)) if len(self.ranks) > 1 else \
+            np.zeros(len(requests), dtype=np.int64)
         return True
 
     def candidates(self, num_passes: int) -> None:
@@ -194,7 +198,7 @@ def _pass_cap(run: _Run, now: int, horizon: int, arrival: int) -> int:
     one), and not past a finish that calls back (it acts at that time) or the pass limit."""
     worker = run.worker
     cap = min(MAX_RUN, (min(horizon, arrival) - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1) + 2)
-    if run.calls_back.any():
+    if run.calls_back is not None:
         cap = min(cap, int(run.left[run.calls_back].min()) - 1)
     if worker.limits is not None:
         cap = min(cap, worker.limits.spec.max_passes - worker.limits.num_passes)
@@ -204,7 +208,7 @@ def _pass_cap(run: _Run, now: int, horizon: int, arrival: int) -> int:
 def _busy_ns(seconds: np.ndarray) -> np.ndarray | None:
     """Each pass's and rank's time in integer nanoseconds, or None where one would not fit the clock (the
     pass-by-pass path then reports it)."""
-    if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+    if not (seconds.max() * NS_PER_S < 2**62 and seconds.min() >= 0):  # NaN fails both, infinities one
         return None
     return np.rint(seconds * NS_PER_S).astype(np.int64)
 
@@ -284,6 +288,7 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
             for q, c, d in zip(plan.num_new_tokens, plan.num_context_tokens, plan.is_decode):
                 if not d:
                     table[r, :5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+    run.first_pass = table[:num_ranks]
     capacity = worker._kv_capacity_tokens
     capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
     return price_passes(worker.timing, PassSums(table, capacity, n), n)
@@ -378,31 +383,35 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     R = len(run.ranks)
     role, w = worker.role, worker.worker_id
     flat = count.ravel()
-    tokens, decodes, consecutive = flat, flat, flat
-    prefill_tokens = prefill_seqs = np.zeros(flat.size, dtype=np.int64)
+    tokens = decodes = consecutive = flat
+    prefill_tokens = prefill_seqs = 0
     firsts: list[list] = [[] for _ in range(R)]
     if run.plans is not None:  # the planned first pass: its own tokens, prefills and first tokens
+        first = run.first_pass
         tokens, decodes, consecutive = flat.copy(), flat.copy(), flat.copy()
-        prefill_tokens, prefill_seqs = prefill_tokens.copy(), prefill_seqs.copy()
-        for r, plan in enumerate(run.plans):
-            tokens[r] = sum(plan.num_new_tokens)
-            prefill_tokens[r] = sum(k for k, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
-            decodes[r] = sum(plan.is_decode)
-            prefill_seqs[r] = len(plan.is_decode) - decodes[r]
-            firsts[r] = [q for q, new in zip(plan.requests, run.new[run.bounds[r]:run.bounds[r + 1]]) if new]
-            consecutive[r] -= len(firsts[r])
+        prefill_tokens, prefill_seqs = np.zeros(flat.size, np.int64), np.zeros(flat.size, np.int64)
+        prefill_seqs[:R], prefill_tokens[:R], decodes[:R] = first[:, 0], first[:, 1], first[:, 5]
+        tokens[:R] = first[:, 1] + first[:, 6]
+        for i in np.flatnonzero(run.new).tolist():
+            firsts[run.rank_of[i]].append(run.requests[i])
+        consecutive[:R] -= [len(f) for f in firsts]
     n = m * R  # rows of the delivered passes
     itl = consecutive[:n] > 0
-    rec.itl_values.extend(np.repeat(end[:m] - start[:m], R)[itl].tolist())
+    gaps = end[:m] - start[:m]
+    rec.itl_values.extend((gaps if R == 1 else np.repeat(gaps, R))[itl].tolist())
     rec.itl_counts.extend(consecutive[:n][itl].tolist())
-    zeros = np.zeros(n, dtype=np.int64)
-    base = run.ranks[0].num_passes - m
-    rec.passes.extend(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)], {
-        "worker": np.full(n, w), "dp_rank": np.tile(np.arange(R), m) if R > 1 else zeros,
-        "pass_index": np.repeat(base + np.arange(m), R), "start_ns": np.repeat(start[:m], R),
-        "end_ns": np.repeat(end[:m], R), "num_scheduled_tokens": tokens[:n], "num_prefill_tokens": prefill_tokens[:n],
-        "num_prefill_seqs": prefill_seqs[:n], "num_decode_seqs": decodes[:n], "num_sampled": flat[:n],
-        "kv_blocks_used": used[:m].ravel(), "num_preempted": zeros, "rank_busy_ns": busy[:m].ravel()})
+    block = np.empty((len(_PASS_COLUMN), m, R), dtype=np.int64)  # one (passes, ranks) matrix per field
+    for name, value in (("worker", w), ("dp_rank", np.arange(R)),
+                        ("pass_index", run.ranks[0].num_passes - m + np.arange(m)[:, None]),
+                        ("start_ns", start[:m, None]), ("end_ns", end[:m, None]),
+                        ("num_scheduled_tokens", tokens[:n].reshape(m, R)),
+                        ("num_prefill_tokens", prefill_tokens if run.plans is None else prefill_tokens[:n].reshape(m, R)),
+                        ("num_prefill_seqs", prefill_seqs if run.plans is None else prefill_seqs[:n].reshape(m, R)),
+                        ("num_decode_seqs", decodes[:n].reshape(m, R)), ("num_sampled", flat[:n].reshape(m, R)),
+                        ("kv_blocks_used", used[:m]), ("num_preempted", 0), ("rank_busy_ns", busy[:m])):
+        block[_PASS_COLUMN[name]] = value
+    rec.passes.extend_block(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)],
+                            block.reshape(len(_PASS_COLUMN), n))
     if not (rec.keep_events or rec.sink is not None):
         rec.num_done += sum(len(done) for done in finished.values())
         return
@@ -439,6 +448,9 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
             begin(k)
             deliver(k)
     rec.add_events(rows)
+
+
+_PASS_COLUMN = {name: i for i, name in enumerate(PassLog.INT_FIELDS)}
 
 
 def _finish(sched: VllmScheduler, request) -> None:

@@ -71,20 +71,24 @@ class FreeBlockQueue:
         self.inside[b] = False
         self.size -= 1
 
-    def _insert_after(self, p: int, b: int) -> None:
-        n = self.next[p]
-        self.prev[b], self.next[b] = p, n
-        self.next[p] = self.prev[n] = b
-        self.inside[b] = True
-        self.size += 1
-
-    def append(self, b: int) -> None:
-        self._insert_after(self.prev[self.tail], b)
-
     def prepend_all(self, blocks: list[int]) -> None:
         """Put ``blocks`` at the front, keeping their order."""
-        for b in reversed(blocks):
-            self._insert_after(self.head, b)
+        self._splice(self.head, blocks)
+
+    def extend(self, blocks: list[int]) -> None:
+        """Append ``blocks`` at the back, in order."""
+        self._splice(self.prev[self.tail], blocks)
+
+    def _splice(self, p: int, blocks: list[int]) -> None:
+        """Insert ``blocks``, in order, right after ``p``."""
+        nxt, prev, inside = self.next, self.prev, self.inside
+        after = nxt[p]
+        for b in blocks:
+            nxt[p], prev[b] = b, p
+            inside[b] = True
+            p = b
+        nxt[p], prev[after] = after, p
+        self.size += len(blocks)
 
 
 class PrefixCachingBlockPool:
@@ -144,21 +148,28 @@ class PrefixCachingBlockPool:
             self.ref_cnt[b] += 1
 
     def allocate_ids(self, num_blocks: int) -> list[int]:
-        if num_blocks > len(self.free_queue):
-            raise RuntimeError(f"allocating {num_blocks} blocks with {len(self.free_queue)} free")
+        queue = self.free_queue
+        if num_blocks > queue.size:
+            raise RuntimeError(f"allocating {num_blocks} blocks with {queue.size} free")
+        # Take the first num_blocks of the free queue at once (the linked list's front).
+        nxt, prev, inside = queue.next, queue.prev, queue.inside
         taken = []
+        b = nxt[queue.head]
+        key_of, ref_cnt = self.key_of, self.ref_cnt
         for _ in range(num_blocks):
-            b = self.free_queue.first()
-            self.free_queue.remove(b)
-            key = self.key_of[b]
+            taken.append(b)
+            inside[b] = False
+            key = key_of[b]
             if key is not None:  # evict its cached content
                 holders = self.blocks_by_key[key]
                 del holders[b]
                 if not holders:
                     del self.blocks_by_key[key]
-                self.key_of[b] = None
-            self.ref_cnt[b] = 1
-            taken.append(b)
+                key_of[b] = None
+            ref_cnt[b] = 1
+            b = nxt[b]
+        nxt[queue.head], prev[b] = b, queue.head
+        queue.size -= num_blocks
         return taken
 
     def allocate_one(self) -> int:
@@ -196,13 +207,16 @@ class PrefixCachingBlockPool:
     def free_request(self, request) -> None:
         """Drop the request's references; blocks reaching zero rejoin the free queue (see class doc)."""
         first, last = [], []
+        ref_cnt, key_of = self.ref_cnt, self.key_of
         for b in reversed(request.block_ids):
-            self.ref_cnt[b] -= 1
-            if self.ref_cnt[b] == 0:
-                (first if self.key_of[b] is None else last).append(b)
-        self.free_queue.prepend_all(first)
-        for b in last:
-            self.free_queue.append(b)
+            ref_cnt[b] -= 1
+            if ref_cnt[b] == 0:
+                (first if key_of[b] is None else last).append(b)
+        queue = self.free_queue
+        if first:
+            queue.prepend_all(first)
+        if last:
+            queue.extend(last)
         request.block_ids = []
         request.num_cached_blocks = 0
         request.num_blocks = 0

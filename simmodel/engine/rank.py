@@ -112,18 +112,14 @@ class Rank:
         now, w, r, rec, role = self.env.now, self.worker.worker_id, self.rank_id, self.recorder, self.role
         for request in plan.preempted:
             rec.event(now, EventKind.PREEMPTION, w, r, request.request_id, request.num_tokens, role)
-        if plan.admitted or plan.resumed:
-            index = {id(q): i for i, q in enumerate(plan.requests)}
-            for request in plan.admitted:
-                if request.kv_transferred:
-                    request.decode_admitted_at = now
-                else:
-                    request.first_admitted_at = now
-                rec.event(now, EventKind.ADMISSION, w, r, request.request_id,
-                          plan.num_new_tokens[index[id(request)]], role)
-            for request in plan.resumed:
-                rec.event(now, EventKind.RESUME, w, r, request.request_id,
-                          plan.num_new_tokens[index[id(request)]], role)
+        for request in plan.admitted:
+            if request.kv_transferred:
+                request.decode_admitted_at = now
+            else:
+                request.first_admitted_at = now
+            rec.event(now, EventKind.ADMISSION, w, r, request.request_id, _new_tokens(plan, request), role)
+        for request in plan.resumed:
+            rec.event(now, EventKind.RESUME, w, r, request.request_id, _new_tokens(plan, request), role)
 
     def begin_pass(self, plan: SchedulerOutput, start_ns: int) -> None:
         self.recorder.event(start_ns, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
@@ -182,3 +178,11 @@ class Rank:
             num_decode, num_sampled, plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance))
         self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role)
 
+
+def _new_tokens(plan: SchedulerOutput, request) -> int:
+    """The tokens the plan schedules for ``request``, searched from the end (admissions come last)."""
+    requests = plan.requests
+    for i in range(len(requests) - 1, -1, -1):
+        if requests[i] is request:
+            return plan.num_new_tokens[i]
+    raise ValueError(f"request {request.request_id} is not in the plan")

@@ -98,14 +98,12 @@ class PassLog:
         for put, value in zip(self._appenders, record[1:-1]):
             put(value)
 
-    def extend(self, role: str, provenance: list[str], columns: dict) -> None:
-        """Many rows at once: one array per integer field, all of the same length."""
+    def extend_block(self, role: str, provenance: list[str], block: np.ndarray) -> None:
+        """Many rows at once: ``block`` holds the integer fields, one row per field of ``INT_FIELDS`` and
+        one column per pass row (kept as it is: do not change it afterwards)."""
         self._close_open_block()
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
-        block = np.empty((len(self.INT_FIELDS), len(provenance)), dtype=np.int64)
-        for row, name in zip(block, self.INT_FIELDS):
-            row[:] = columns[name]
         self._blocks.append(block)
 
     def column(self, name: str) -> np.ndarray:
