@@ -119,8 +119,8 @@ class _Run:
         if plans is None:  # decoding: one token left to compute, not mid-prefill (a nonzero flags a miss)
             if ((computed - prompt - self.outputs + 1) | rows[:, 7] | (rows[:, 6] - (self.ranks[0].num_passes - 1))).any():
                 return False
-        elif (np.any(rows[~self.new, 6] != self.ranks[0].num_passes - 1)
-              or np.any(computed != prompt + self.outputs)):  # planned: every sequence computed to its end
+        elif (((rows[:, 6] - (self.ranks[0].num_passes - 1)) * ~self.new)  # planned: every sequence computed
+              | (computed - prompt - self.outputs)).any():  # to its end, and a request not new sampled last pass
             return False
         # As if mid-decode: pass j (from 2 on, planned runs) has computed + j − 1 tokens of context.
         self.computed = prompt + self.outputs - 1
