@@ -12,7 +12,7 @@ from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.measured import MeasuredTiming
 from simmodel.perf.models import MODELS
 from simmodel.perf.roofline import RooflineTiming
-from simmodel.perf.timing import FixedTiming, PassBatch, PolynomialTiming, price_passes
+from simmodel.perf.timing import SUM_COLUMNS, FixedTiming, PassBatch, PolynomialTiming, pass_sums, price_passes
 
 
 def random_passes(rng: np.random.Generator, num_passes: int, num_ranks: int, decode_only: bool):
@@ -74,3 +74,18 @@ def test_a_model_without_a_multi_pass_price_is_called_once_per_pass():
     seconds, _ = price_passes(Counting(), stacked, 4)
     assert calls == [b.rank.tolist() for b in singles]
     assert seconds.tolist() == [FixedTiming(20, 10).price(b).total_s.tolist() for b in singles]
+
+
+def test_pass_sums_total_each_rank_and_kind_by_hand():
+    """Rank 0: a prefill chunk of 3 tokens on 2 cached (pairs 3·2 + 3·4/2 = 12, does not sample) and a decode
+    on 10 (pairs 11); rank 1: two decodes on 5 and 7 (pairs 6 + 8 = 14); rank 2 idle."""
+    batch = PassBatch(3, np.array([0, 0, 1, 1]), np.array([3, 1, 1, 1]), np.array([2, 10, 5, 7]),
+                      np.array([False, True, True, True]), np.array([False, True, True, True]),
+                      np.array([100.0, 200.0, 300.0]))
+    sums = pass_sums(batch)
+    # per kind: sequences, new tokens, context tokens, pairs, sampled (prefill, then decode)
+    assert sums.table.tolist() == [[1, 3, 2, 12, 0, 1, 1, 10, 11, 1],
+                                   [0, 0, 0, 0, 0, 2, 2, 12, 14, 2],
+                                   [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
+    assert SUM_COLUMNS[3] == "prefill_pairs" and SUM_COLUMNS[9] == "decode_sampled"
+    assert sums.kv_capacity_tokens.tolist() == [100.0, 200.0, 300.0]
