@@ -238,6 +238,41 @@ def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, c
             click.echo(f"{key:<14} {'-' if value is None else f'{value:.4f}'}")
 
 
+@cli.command()
+@_scenario
+@_set
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Write recommendation.json, recommendation.csv and recommendations/0001.yaml … here.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--executor", type=click.Choice(["local"]), default="local", show_default=True,
+              help="local: a process pool over this machine's cores (optimizer.parallelism of them).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table.")
+def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, overwrite: bool, executor: str,
+              fmt: str, top: int) -> None:
+    """Search deployments: simulate every candidate of the scenario's domains, rank them against the
+    targets, and save the best as runnable scenarios. Exit 1 when no candidate is feasible."""
+    from simmodel.recommend.search import load_search, rank, run_search, write_ledger
+
+    check_output_dir(output_dir, overwrite)
+    spec, candidates, base_dir = load_search(scenario, overrides)
+    entries = run_search(spec, candidates, base_dir)
+    ranked = rank(entries)
+    write_ledger(output_dir, spec, entries, ranked, base_dir)
+    if fmt == "json":
+        click.echo(json.dumps({"target": spec.target, "ranked": [
+            {"id": e["id"], "score": e["score"], "choices": e["choices"], "metrics": e["metrics"]}
+            for e in ranked[:top]], "num_candidates": len(entries), "num_feasible": len(ranked)}, indent=2))
+    else:
+        click.echo(f"{len(entries)} candidates, {len(ranked)} feasible; target {spec.target} "
+                   f"(ledger in {output_dir})")
+        for i, e in enumerate(ranked[:top], start=1):
+            shown = ", ".join(f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in e["choices"].items())
+            click.echo(f"{i:>4}  {e['objective']:>12.4f}  {e['metrics']['gpu_count']:>3} GPUs  {shown}")
+    if not ranked:
+        sys.exit(1)
+
+
 def main() -> None:
     cli()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from simmodel.config.domains import reject_search
 from simmodel.config.schema import (
     CapacitySpec,
     Engine,
@@ -205,11 +206,12 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
         data = apply_overrides(read_yaml(path), overrides)
         return parse_scenario(data, base_dir=path.resolve().parent, path=path)
     except ScenarioError as exc:
-        raise ScenarioError(f"{path.name}: {exc}") from None
+        raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
 
 
 def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scenario:
     """Validate a scenario mapping; relative trace paths resolve against ``base_dir``."""
+    reject_search(data)
     root = _Node(data, "")
     engine = _engine(root.node("engine", required=True), base_dir)
     traffic = _traffic(root.node("traffic", required=True), base_dir)
@@ -547,13 +549,14 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     node.done()
     name = model.model_id
     if p.pipeline != 1:
-        raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}")
+        raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}",
+                            category="invalid_shape")
     if model.num_attention_heads % p.tensor:
         raise ScenarioError(f"{node.at('tensor')}: must divide the {model.num_attention_heads} attention "
-                            f"heads of {name}, got {p.tensor}")
+                            f"heads of {name}, got {p.tensor}", category="invalid_shape")
     if not model.is_mla and model.num_kv_heads % p.tensor and p.tensor % model.num_kv_heads:
         raise ScenarioError(f"{node.at('tensor')}: must divide or be a multiple of the {model.num_kv_heads} "
-                            f"KV heads of {name}, got {p.tensor}")
+                            f"KV heads of {name}, got {p.tensor}", category="invalid_shape")
     if p.tensor % p.decode_context:
         raise ScenarioError(f"{node.at('decode_context')}: must divide tensor ({p.tensor}), "
                             f"got {p.decode_context}")
@@ -562,7 +565,7 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     if not model.is_moe:
         for key in ("moe_tensor", "moe_expert"):
             if getattr(p, key) != 1:
-                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1")
+                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1", category="invalid_shape")
         return p
     # vLLM lays experts over the worker's tensor × attention_data GPUs; unset, they are tensor-sharded.
     gpus = p.tensor * p.attention_data
@@ -570,10 +573,11 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
         p = replace(p, moe_tensor=gpus)
     elif p.moe_tensor * p.moe_expert != gpus:
         raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
-                            f"tensor × attention_data ({gpus}), the GPUs the experts are spread over")
+                            f"tensor × attention_data ({gpus}), the GPUs the experts are spread over",
+                            category="invalid_shape")
     if model.num_experts % p.moe_expert:
         raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
-                            f"got {p.moe_expert}")
+                            f"got {p.moe_expert}", category="invalid_shape")
     return p
 
 
@@ -636,7 +640,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                 else f"{blocks} KV blocks of {kv_cache.block_size} tokens")
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
-                            f"rank more KV")
+                            f"rank more KV", category="kv_capacity")
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
                       host_loop, frontend, profile, vision)
 

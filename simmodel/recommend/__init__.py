@@ -1,0 +1,1 @@
+"""``simmodel recommend``: search deployments against latency targets."""

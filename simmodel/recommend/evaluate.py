@@ -1,0 +1,119 @@
+"""Simulate one candidate of a search and measure it against the search's targets (runs in a worker
+process: everything in and out is plain data)."""
+
+from __future__ import annotations
+
+import math
+import signal
+from pathlib import Path
+
+import numpy as np
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import ScenarioError, SimulationError
+from simmodel.recommend.spec import TARGETS, SearchSpec
+from simmodel.sim import Simulation
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # noqa: ARG001 (signal handler signature)
+    raise _Timeout
+
+
+def check(config: dict, spec: SearchSpec, base_dir: Path):
+    """Validate a candidate before simulating it: (scenario, None) or (None, (status, category, text))."""
+    try:
+        scenario = parse_scenario(config, base_dir)
+    except ScenarioError as exc:
+        status = "infeasible" if exc.category == "kv_capacity" else "unsupported"
+        return None, (status, exc.category, str(exc))
+    gpus = sum(role.parallelism.gpu_count for role in scenario.engine.workers.values())
+    if not spec.min_candidate_gpus <= gpus <= spec.max_candidate_gpus:
+        return None, ("infeasible", "gpu_budget", f"{gpus} GPUs, outside the budget of "
+                      f"{spec.min_candidate_gpus}–{spec.max_candidate_gpus}")
+    return scenario, None
+
+
+def metrics(summary: dict, requests, spec: SearchSpec) -> dict:
+    """The search metrics of a finished run (goodput: completed requests meeting every SLA bound)."""
+    done = requests[requests["status"] == "completed"]
+    good = np.ones(len(done), dtype=bool)
+    sla = spec.sla
+    for bound, column in ((sla.ttft_ms, "ttft_ms"), (sla.itl_ms, "tpot_ms"), (sla.e2e_ms, "e2e_ms")):
+        if bound is not None:
+            values = done[column].to_numpy(dtype=np.float64)
+            good &= ~(values > bound)  # a request with no such value (one output token: no TPOT) meets it
+    duration = summary["duration_s"]
+    gpus = summary["gpu_count"]
+    goodput = int(good.sum()) / duration if duration else None
+    throughput = summary["output_throughput_tok_s"]
+
+    def mean(column):
+        values = done[column].to_numpy(dtype=np.float64)
+        values = values[np.isfinite(values)]
+        return float(values.mean()) if values.size else None
+
+    return {
+        "gpu_count": gpus, "completed_requests": summary["completed_requests"],
+        "incomplete_requests": summary["incomplete_requests"], "rejected_requests": summary["rejected_requests"],
+        "output_throughput_tok_s": throughput,
+        "output_throughput_per_gpu": None if throughput is None else throughput / gpus,
+        "throughput_per_user": summary["mean_output_token_throughput_per_user"],
+        "request_throughput_rps": summary["request_throughput_rps"],
+        "goodput_rps": goodput, "goodput_per_gpu": None if goodput is None else goodput / gpus,
+        "sla_attainment": float(good.mean()) if len(done) else None,
+        "mean_ttft_ms": mean("ttft_ms"), "p90_ttft_ms": summary["ttft_ms"]["p90"],
+        "mean_tpot_ms": mean("tpot_ms"), "mean_e2e_ms": mean("e2e_ms"), "p90_e2e_ms": summary["e2e_latency_ms"]["p90"],
+        "duration_s": duration, "num_passes": summary["num_passes"],
+    }
+
+
+def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict:
+    """One candidate's ledger entry: status, reason, metrics and score (higher is better)."""
+    entry = {"id": number, "status": None, "reason_category": None, "reason": None, "metrics": None,
+             "objective": None, "score": None}
+    scenario, rejected = check(config, spec, Path(base_dir))
+    if rejected is not None:
+        entry["status"], entry["reason_category"], entry["reason"] = rejected
+        return entry
+    timeout = spec.candidate_timeout_seconds
+    previous = None
+    if timeout is not None:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        results = Simulation(scenario, keep_events=False).run()
+    except _Timeout:
+        entry.update(status="timed_out", reason_category="timeout", reason=f"ran past {timeout:g} s")
+        return entry
+    except (SimulationError, ScenarioError) as exc:
+        entry.update(status="failed", reason_category="simulation", reason=str(exc).splitlines()[0])
+        return entry
+    finally:
+        if timeout is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    m = metrics(results.summary, results.requests, spec)
+    metric, higher = TARGETS[spec.target]
+    value = m[metric]
+    entry.update(metrics=m, objective=value)
+    if value is not None and math.isfinite(value):
+        entry["score"] = value if higher else -value
+    if m["incomplete_requests"] or m["rejected_requests"]:
+        entry.update(status="infeasible", reason_category="incomplete",
+                     reason=f"{m['incomplete_requests']} incomplete and {m['rejected_requests']} rejected requests")
+    elif spec.strict_sla and (m["sla_attainment"] or 0.0) < 1.0:
+        entry.update(status="infeasible", reason_category="sla",
+                     reason=f"{m['sla_attainment']:.1%} of completed requests met every SLA bound (strict_sla)")
+    elif spec.min_goodput_rps is not None and (m["goodput_rps"] or 0.0) < spec.min_goodput_rps:
+        entry.update(status="infeasible", reason_category="goodput",
+                     reason=f"goodput {m['goodput_rps'] or 0.0:.4g} req/s below min_goodput_rps "
+                            f"{spec.min_goodput_rps:g}")
+    elif entry["score"] is None:
+        entry.update(status="infeasible", reason_category="no_objective", reason=f"no value of {metric}")
+    else:
+        entry["status"] = "feasible"
+    return entry

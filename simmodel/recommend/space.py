@@ -1,0 +1,200 @@
+"""The search space of ``simmodel recommend``: a scenario whose fields may hold domains, expanded into
+concrete candidate scenarios.
+
+Domains are ``{choices: [...]}`` and ``{range: {...}}`` objects anywhere in the scenario
+(``simmodel.config.domains``), plus what a search adds by default on each worker role (the workers
+reference, "Recommend" column):
+
+- ``parallelism.preset`` — absent or ``default``: the worker shapes of 1, 2, 4, 8 and 16 GPUs valid for
+  the model (tensor dividing the attention heads and dividing or a multiple of the KV heads; for MoE
+  models, experts tensor-sharded or spread by expert parallelism when the experts divide evenly); a list
+  pins the shapes; ``false`` or ``{}`` searches only the parallelism fields as written;
+- ``scheduler.max_batched_tokens`` — unset on aggregated and prefill roles: 8192, 16384, 32768;
+- ``scheduler.max_sequences`` — unset: 1, 2, 4, … 256 on prefill roles, 256, 512, 1024 on the others.
+
+``engine.mode: {choices: [aggregated, disaggregated]}`` searches each mode with its own roles.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simmodel.config.domains import RECOMMEND_SECTIONS, domain_values, find_domains, is_domain
+from simmodel.errors import ScenarioError
+from simmodel.perf.models import ModelSpec
+
+PRESET_GPUS = (1, 2, 4, 8, 16)
+SHAPE_FIELDS = ("tensor", "attention_data", "moe_tensor", "moe_expert")
+MAX_BATCHED_TOKENS = (8192, 16384, 32768)
+PREFILL_MAX_SEQUENCES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_SEQUENCES = (256, 512, 1024)
+ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
+
+
+@dataclass
+class Dimension:
+    """One searched field: its dotted path and the values it takes (a parallelism shape's value is a
+    mapping merged into the role's parallelism)."""
+
+    path: str
+    values: list
+    shape: bool = False
+
+
+@dataclass
+class Candidate:
+    """One concrete scenario of the search, and the value each dimension took."""
+
+    id: int
+    config: dict
+    choices: dict[str, Any] = field(default_factory=dict)
+
+
+def default_shapes(model: ModelSpec) -> list[dict]:
+    """Worker shapes of 1–16 GPUs the model can take (pipeline 1)."""
+    shapes = []
+    for gpus in PRESET_GPUS:
+        for tensor in (t for t in PRESET_GPUS if t <= gpus and gpus % t == 0):
+            if model.num_attention_heads % tensor:
+                continue
+            if not model.is_mla and model.num_kv_heads % tensor and tensor % model.num_kv_heads:
+                continue
+            ranks = gpus // tensor
+            if not model.is_moe:
+                if ranks == 1:  # a dense model's data parallelism is more replicas
+                    shapes.append({"tensor": tensor, "attention_data": 1})
+                continue
+            shapes.append({"tensor": tensor, "attention_data": ranks, "moe_tensor": gpus, "moe_expert": 1})
+            if gpus > 1 and model.num_experts % gpus == 0:
+                shapes.append({"tensor": tensor, "attention_data": ranks, "moe_tensor": 1, "moe_expert": gpus})
+    return shapes
+
+
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _keys(path: str) -> list:
+    return [int(index) if index else name for name, index in _TOKEN.findall(path)]
+
+
+def _set(data: dict, path: str, value: Any) -> None:
+    keys = _keys(path)
+    target = data
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+
+
+def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
+    """Add each role's default domains to ``base`` (in place); returns the parallelism-shape dimensions."""
+    workers = base["engine"]["workers"]
+    shapes: list[Dimension] = []
+    for name in ROLES[mode]:
+        role = workers.get(name)
+        if not isinstance(role, dict):
+            raise ScenarioError(f"engine.workers.{name}: required in {mode} mode")
+        at = f"engine.workers.{name}"
+        parallelism = role.setdefault("parallelism", {}) or {}
+        role["parallelism"] = parallelism
+        preset = parallelism.pop("preset", "default")
+        if preset not in ("default", False) and preset != {} and not isinstance(preset, list):
+            raise ScenarioError(f"{at}.parallelism.preset: must be default, a list of shapes, or false; got {preset!r}")
+        if preset == "default" or isinstance(preset, list):
+            pinned = [key for key in SHAPE_FIELDS if key in parallelism]
+            if pinned:
+                raise ScenarioError(f"{at}.parallelism.{pinned[0]}: set by the parallelism preset; remove it, or "
+                                    f"set preset: false to search the fields as written")
+            if preset == "default":
+                values = default_shapes(model_of(mode))
+            else:
+                if not preset:
+                    raise ScenarioError(f"{at}.parallelism.preset: a list of shapes must not be empty")
+                for i, shape in enumerate(preset):
+                    if not isinstance(shape, dict) or not shape or set(shape) - set(SHAPE_FIELDS):
+                        raise ScenarioError(f"{at}.parallelism.preset[{i}]: must be a mapping of "
+                                            f"{', '.join(SHAPE_FIELDS)}, got {shape!r}")
+                values = [dict(shape) for shape in preset]
+            shapes.append(Dimension(f"{at}.parallelism", values, shape=True))
+        scheduler = role.setdefault("scheduler", {}) or {}
+        role["scheduler"] = scheduler
+        if name != "decode" and scheduler.get("max_batched_tokens") is None:
+            scheduler["max_batched_tokens"] = {"choices": list(MAX_BATCHED_TOKENS)}
+        if scheduler.get("max_sequences") is None:
+            scheduler["max_sequences"] = {"choices": list(PREFILL_MAX_SEQUENCES if name == "prefill"
+                                                      else MAX_SEQUENCES)}
+    for name in list(workers):
+        if name not in ROLES[mode]:
+            del workers[name]
+    return shapes
+
+
+def expand(data: dict, model_of, algorithm: str = "grid", max_trials: int | None = None,
+           seed: int = 0) -> list[Candidate]:
+    """The candidates of a search, in evaluation order. ``model_of(mode)`` gives the model a mode serves
+    (for the default shapes). Grid: every combination, the first dimension varying slowest (capped at
+    ``max_trials``); random: ``max_trials`` distinct combinations drawn with ``seed``."""
+    base = {k: v for k, v in copy.deepcopy(data).items() if k not in RECOMMEND_SECTIONS}
+    engine = base.get("engine")
+    if not isinstance(engine, dict) or not isinstance(engine.get("workers"), dict):
+        raise ScenarioError("engine.workers: required (a mapping of worker roles)")
+    mode = engine.get("mode", "aggregated")
+    modes = domain_values("engine.mode", mode) if is_domain(mode) else [mode]
+    for value in modes:
+        if value not in ROLES:
+            raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {value!r}")
+    grids: list[tuple[dict, list[Dimension]]] = []
+    for value in modes:
+        per_mode = copy.deepcopy(base)
+        per_mode["engine"]["mode"] = value
+        shapes = _role_defaults(per_mode, value, model_of)
+        dims = shapes + [Dimension(path, domain_values(path, domain)) for path, domain in find_domains(per_mode)]
+        grids.append((per_mode, dims))
+    sizes = [int(np.prod([len(d.values) for d in dims], dtype=object)) for _, dims in grids]
+    total = sum(sizes)
+    if algorithm == "random":
+        count = min(max_trials or total, total)
+        picks = np.random.default_rng(seed).choice(total, size=count, replace=False).tolist()
+    else:
+        picks = list(range(min(total, max_trials) if max_trials else total))
+    candidates = []
+    for number, pick in enumerate(picks, start=1):
+        g = 0
+        while pick >= sizes[g]:
+            pick -= sizes[g]
+            g += 1
+        per_mode, dims = grids[g]
+        config, choices = copy.deepcopy(per_mode), {}
+        if len(modes) > 1:
+            choices["engine.mode"] = per_mode["engine"]["mode"]
+        for dim, index in zip(dims, _unravel(pick, [len(d.values) for d in dims])):
+            value = copy.deepcopy(dim.values[index])
+            if dim.shape:
+                parallelism = dict(config_at(config, dim.path))
+                parallelism.update(value)
+                _set(config, dim.path, parallelism)
+            else:
+                _set(config, dim.path, value)
+            choices[dim.path] = value
+        candidates.append(Candidate(number, config, choices))
+    return candidates
+
+
+def config_at(data: dict, path: str) -> Any:
+    target = data
+    for key in _keys(path):
+        target = target[key]
+    return target
+
+
+def _unravel(index: int, sizes: list[int]) -> list[int]:
+    """Mixed-radix digits of ``index``, the first size most significant (itertools.product order)."""
+    digits = []
+    for size in reversed(sizes):
+        index, digit = divmod(index, size)
+        digits.append(digit)
+    return digits[::-1]

@@ -1,0 +1,87 @@
+"""What a search optimizes and under which limits: ``evaluation``, ``optimization`` and ``optimizer``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simmodel.config.load import _Node
+from simmodel.errors import ScenarioError
+
+TARGETS = {
+    # target: (metric, higher is better)
+    "throughput": ("output_throughput_tok_s", True),
+    "throughput_per_gpu": ("output_throughput_per_gpu", True),
+    "throughput_per_user": ("throughput_per_user", True),
+    "goodput": ("goodput_rps", True),
+    "goodput_per_gpu": ("goodput_per_gpu", True),
+    "ttft": ("mean_ttft_ms", False),
+    "e2e_latency": ("mean_e2e_ms", False),
+    "min_gpus": ("gpu_count", False),
+}
+ALGORITHMS = ("grid", "random")
+
+
+@dataclass(frozen=True)
+class Sla:
+    """Latency bounds a request must meet to count as good (inclusive); None: unbounded. The ITL bound
+    is checked on the request's mean time per output token."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    sla: Sla
+    target: str = "throughput_per_gpu"
+    min_candidate_gpus: int = 1
+    max_candidate_gpus: int = 32
+    min_goodput_rps: float | None = None
+    strict_sla: bool = False
+    algorithm: str = "grid"
+    max_trials: int | None = None
+    parallelism: int | None = None
+    seed: int = 0
+    candidate_timeout_seconds: float | None = None
+
+
+def parse_search(data: dict) -> SearchSpec:
+    """Read the search sections of a scenario mapping (each optional)."""
+    root = _Node({k: data.get(k) for k in ("evaluation", "optimization", "optimizer")}, "")
+    evaluation = root.node("evaluation")
+    sla_node = evaluation.node("sla")
+    sla = Sla(*(sla_node.number(k, None, positive=True) for k in ("ttft_ms", "itl_ms", "e2e_ms")))
+    sla_node.done()
+    evaluation.done()
+    opt = root.node("optimization")
+    target = opt.choice("target", (*TARGETS, "pareto"), "throughput_per_gpu")
+    if target == "pareto":
+        raise ScenarioError("optimization.target: pareto is not supported yet; choose one of "
+                            + ", ".join(TARGETS))
+    cons = opt.node("constraints")
+    lo = cons.int("min_candidate_gpus", 1)
+    hi = cons.int("max_candidate_gpus", 32)
+    if hi < lo:
+        raise ScenarioError(f"optimization.constraints.max_candidate_gpus: must be at least min_candidate_gpus "
+                            f"({lo}), got {hi}")
+    min_goodput = cons.number("min_goodput_rps", None)
+    cons.done()
+    strict = opt.bool("strict_sla", False)
+    opt.done()
+    if (strict or min_goodput is not None or target.startswith("goodput")) and sla == Sla():
+        raise ScenarioError("evaluation.sla: needed by goodput, strict_sla and min_goodput_rps; give at least one "
+                            "of ttft_ms, itl_ms, e2e_ms")
+    optimizer = root.node("optimizer")
+    algorithm = optimizer.choice("algorithm", (*ALGORITHMS, "bayesian"), "grid")
+    if algorithm == "bayesian":
+        raise ScenarioError("optimizer.algorithm: bayesian is not supported yet; use grid or random")
+    max_trials = optimizer.int("max_trials", None)
+    if algorithm == "random" and max_trials is None:
+        raise ScenarioError("optimizer.max_trials: required by random search")
+    workers = optimizer.int("parallelism", None)
+    seed = optimizer.int("seed", 0, minimum=0)
+    timeout = optimizer.number("candidate_timeout_seconds", None, positive=True)
+    optimizer.done()
+    root.done()
+    return SearchSpec(sla, target, lo, hi, min_goodput, strict, algorithm, max_trials, workers, seed, timeout)
