@@ -146,3 +146,17 @@ def test_default_shapes_follow_the_models_heads_and_experts():
     assert {"tensor": 2, "attention_data": 4, "moe_tensor": 1, "moe_expert": 8} in shapes
     assert {"tensor": 2, "attention_data": 4, "moe_tensor": 8, "moe_expert": 1} in shapes
     assert len(shapes) == 1 + 2 * (2 + 3 + 4 + 5)  # splits per GPU count: 1, 2, 3, 4, 5
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"model": {"choices": ["a", "b"]}}, "engine.model: one per search"),
+    ({"workers": {"aggregated": {"parallelism": 5}}}, "engine.workers.aggregated.parallelism: must be a mapping"),
+    ({"workers": {"aggregated": {"scheduler": [1]}}}, "engine.workers.aggregated.scheduler: must be a mapping"),
+])
+def test_bad_search_input_is_one_line_and_exit_2(tmp_path, change, message):
+    data = search()
+    data["engine"].update(change)
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -37,7 +37,16 @@ from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind, PassLog
-from simmodel.perf.timing import PassSums, price_passes
+from simmodel.perf.timing import (
+    CONTEXT_TOKENS,
+    NEW_TOKENS,
+    PAIRS,
+    SAMPLED,
+    SEQUENCES,
+    SUM_COLUMNS,
+    PassSums,
+    price_passes,
+)
 
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
@@ -279,19 +288,20 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
         decoding[0] = [d for plan in run.plans for d in plan.is_decode]
     count = run.per_rank(decoding).ravel()
     context = run.per_rank(np.where(decoding, run.cj[:n] - 1, 0)).ravel()
-    table = np.zeros((n * num_ranks, 10))
-    table[:, 5] = table[:, 6] = table[:, 9] = count  # decodes, their new tokens (one each), their samples
-    table[:, 7] = context
-    table[:, 8] = context + count  # query·key pairs: context + 1 per decode
+    capacity = worker._kv_capacity_tokens
+    capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
+    sums = PassSums(np.zeros((n * num_ranks, len(SUM_COLUMNS))), capacity, n)
+    pre, dec = sums.kinds()
+    dec[:, SEQUENCES] = dec[:, NEW_TOKENS] = dec[:, SAMPLED] = count  # decodes: one new token each, all sample
+    dec[:, CONTEXT_TOKENS] = context
+    dec[:, PAIRS] = context + count  # query·key pairs: context + 1 per decode
     if run.plans is not None:  # the planned first pass's prefills (each samples: see ``gather``)
         for r, plan in enumerate(run.plans):
             for q, c, d in zip(plan.num_new_tokens, plan.num_context_tokens, plan.is_decode):
                 if not d:
-                    table[r, :5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
-    run.first_pass = table[:num_ranks]
-    capacity = worker._kv_capacity_tokens
-    capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
-    return price_passes(worker.timing, PassSums(table, capacity, n), n)
+                    pre[r] += (1, q, c, q * c + q * (q + 1) // 2, 1)  # SEQUENCES … SAMPLED
+    run.first_pass = PassSums(sums.table[:num_ranks], capacity[:num_ranks])
+    return price_passes(worker.timing, sums, n)
 
 
 def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
@@ -390,8 +400,9 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
         first = run.first_pass
         tokens, decodes, consecutive = flat.copy(), flat.copy(), flat.copy()
         prefill_tokens, prefill_seqs = np.zeros(flat.size, np.int64), np.zeros(flat.size, np.int64)
-        prefill_seqs[:R], prefill_tokens[:R], decodes[:R] = first[:, 0], first[:, 1], first[:, 5]
-        tokens[:R] = first[:, 1] + first[:, 6]
+        pre, dec = first.kinds()
+        prefill_seqs[:R], prefill_tokens[:R], decodes[:R] = pre[:, SEQUENCES], pre[:, NEW_TOKENS], dec[:, SEQUENCES]
+        tokens[:R] = pre[:, NEW_TOKENS] + dec[:, NEW_TOKENS]
         for i in np.flatnonzero(run.new).tolist():
             firsts[run.rank_of[i]].append(run.requests[i])
         consecutive[:R] -= [len(f) for f in firsts]

@@ -62,9 +62,6 @@ class FreeBlockQueue:
     def __len__(self) -> int:
         return self.size
 
-    def first(self) -> int:
-        return self.next[self.head]
-
     def remove(self, b: int) -> None:
         p, n = self.prev[b], self.next[b]
         self.next[p], self.prev[n] = n, p

@@ -53,7 +53,13 @@ import numpy as np
 
 from simmodel.errors import ScenarioError
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.timing import PassSums, SumsTiming
+from simmodel.perf.timing import (
+    CONTEXT_TOKENS,
+    NEW_TOKENS,
+    SEQUENCES,
+    PassSums,
+    SumsTiming,
+)
 
 QueryFn = Callable[[int, int, int, int, int], float]
 """``(num_prefill_requests, sum_prefill_tokens, sum_prefill_kv_tokens, num_decode_requests,
@@ -307,8 +313,9 @@ class MeasuredTiming(SumsTiming):
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
         """Every rank interpolated on its own; each pass labelled by its least certain rank."""
-        t = sums.table
-        ms, code = self.forward_ms(t[:, 0], t[:, 1], t[:, 2], t[:, 5], t[:, 7])
+        pre, dec = sums.kinds()
+        ms, code = self.forward_ms(pre[:, SEQUENCES], pre[:, NEW_TOKENS], pre[:, CONTEXT_TOKENS], dec[:, SEQUENCES],
+                                   dec[:, CONTEXT_TOKENS])
         worst = code.reshape(sums.num_passes, -1).max(axis=1).tolist()
         return ms / 1000.0, [(LABELS[c],) if c >= 0 else () for c in worst]
 

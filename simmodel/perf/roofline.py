@@ -30,7 +30,17 @@ import numpy as np
 
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.hardware import HardwareSpec
-from simmodel.perf.timing import PassBatch, PassSums, SumsTiming, pass_sums
+from simmodel.perf.timing import (
+    CONTEXT_TOKENS,
+    NEW_TOKENS,
+    PAIRS,
+    SAMPLED,
+    SEQUENCES,
+    PassBatch,
+    PassSums,
+    SumsTiming,
+    pass_sums,
+)
 
 GROUPS = ("linear", "attention", "kv_write", "lm_head", "sampler", "elementwise", "communication", "layer_overhead",
           "host")
@@ -151,11 +161,11 @@ class RooflineTiming(SumsTiming):
         formulas running as arrays over its per-sequence totals. With several passes the experts' load
         is each pass's own."""
         num_passes = sums.num_passes
-        t = sums.table
-        prefills, decodes, pairs, decode_pairs = t[:, 0], t[:, 5], t[:, 3], t[:, 8]
-        samples = t[:, 4] + t[:, 9]
-        tokens = t[:, 1] + t[:, 6]
-        span = t[:, 1] + t[:, 2] + t[:, 6] + t[:, 7]
+        pre, dec = sums.kinds()
+        prefills, decodes, pairs, decode_pairs = pre[:, SEQUENCES], dec[:, SEQUENCES], pre[:, PAIRS], dec[:, PAIRS]
+        samples = pre[:, SAMPLED] + dec[:, SAMPLED]
+        tokens = pre[:, NEW_TOKENS] + dec[:, NEW_TOKENS]
+        span = pre[:, NEW_TOKENS] + pre[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS] + dec[:, CONTEXT_TOKENS]
         per_pass = tokens.reshape(num_passes, -1)
         worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
         moe_flops = np.zeros(num_passes)

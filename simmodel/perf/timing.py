@@ -60,9 +60,17 @@ class PassSums:
         """Usable KV tokens of each row's rank."""
         self.num_passes = num_passes
 
+    def kinds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The prefill and the decode columns, each (rows, 5), indexed by ``SEQUENCES`` … ``SAMPLED``."""
+        return self.table[:, PREFILL:PREFILL + 5], self.table[:, DECODE:DECODE + 5]
+
 
 SUM_COLUMNS = tuple(f"{kind}_{name}" for kind in ("prefill", "decode")
                     for name in ("sequences", "new_tokens", "context_tokens", "pairs", "sampled"))
+PREFILL, DECODE = 0, 5
+"""Where each kind's five columns start in ``PassSums.table``."""
+SEQUENCES, NEW_TOKENS, CONTEXT_TOKENS, PAIRS, SAMPLED = range(5)
+"""A column's place among its kind's five."""
 
 
 def pass_sums(batch: PassBatch, num_passes: int = 1) -> PassSums:
@@ -141,8 +149,8 @@ class FixedTiming(SumsTiming):
         self.decode_s = decode_ms / 1000.0
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
-        t = sums.table
-        return np.where(t[:, 0] > 0, self.prefill_s, 0.0) + np.where(t[:, 5] > 0, self.decode_s, 0.0), None
+        pre, dec = sums.kinds()
+        return np.where(pre[:, SEQUENCES] > 0, self.prefill_s, 0.0) + np.where(dec[:, SEQUENCES] > 0, self.decode_s, 0.0), None
 
 
 class PolynomialTiming(SumsTiming):
@@ -163,13 +171,13 @@ class PolynomialTiming(SumsTiming):
     DECODE = (-25.74, 54.01, 5.74)
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
-        t = sums.table
-        n, prefill_new, prefill_ctx = t[:, 0], t[:, 1], t[:, 2]
+        pre, dec = sums.kinds()
+        n, prefill_new, prefill_ctx = pre[:, SEQUENCES], pre[:, NEW_TOKENS], pre[:, CONTEXT_TOKENS]
         safe_n = np.maximum(n, 1.0)
         tokens = n * (np.floor((prefill_ctx + prefill_new) / safe_n) - np.floor(prefill_ctx / safe_n))
         a, b, c = self.PREFILL
         prefill_ms = np.where(n > 0, (a * tokens + b) * tokens + c, 0.0)
-        u = np.minimum(1.0, (t[:, 7] + t[:, 6]) / sums.kv_capacity_tokens)
+        u = np.minimum(1.0, (dec[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS]) / sums.kv_capacity_tokens)
         d, e, f = self.DECODE
-        decode_ms = np.where(t[:, 5] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
+        decode_ms = np.where(dec[:, SEQUENCES] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
         return (prefill_ms + decode_ms) / 1000.0, None

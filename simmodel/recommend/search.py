@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, read_yaml
 from simmodel.errors import ScenarioError
 from simmodel.recommend.evaluate import evaluate
@@ -29,6 +30,9 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, list[Candidate], 
         spec = parse_search(data)
         base_dir = path.resolve().parent
         engine = data.get("engine") if isinstance(data.get("engine"), dict) else {}
+        for key in ("model", "hardware"):
+            if is_domain(engine.get(key)):
+                raise ScenarioError(f"engine.{key}: one per search (not searched); run one search per {key}")
         model = _model(_Node(engine, "engine"), base_dir)[1]
         candidates = expand(data, lambda mode: model, spec.algorithm, spec.max_trials, spec.seed)
     except ScenarioError as exc:

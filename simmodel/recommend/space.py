@@ -82,12 +82,29 @@ def _keys(path: str) -> list:
     return [int(index) if index else name for name, index in _TOKEN.findall(path)]
 
 
+def _walk(data: Any, keys: list) -> Any:
+    for key in keys:
+        data = data[key]
+    return data
+
+
 def _set(data: dict, path: str, value: Any) -> None:
     keys = _keys(path)
-    target = data
-    for key in keys[:-1]:
-        target = target[key]
-    target[keys[-1]] = value
+    _walk(data, keys[:-1])[keys[-1]] = value
+
+
+def config_at(data: dict, path: str) -> Any:
+    return _walk(data, _keys(path))
+
+
+def _mapping(role: dict, key: str, at: str) -> dict:
+    """The role's ``key`` mapping, created empty if unset."""
+    value = role.get(key)
+    if value is None:
+        value = role[key] = {}
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{at}.{key}: must be a mapping, got {value!r}")
+    return value
 
 
 def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
@@ -99,8 +116,7 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
         if not isinstance(role, dict):
             raise ScenarioError(f"engine.workers.{name}: required in {mode} mode")
         at = f"engine.workers.{name}"
-        parallelism = role.setdefault("parallelism", {}) or {}
-        role["parallelism"] = parallelism
+        parallelism = _mapping(role, "parallelism", at)
         preset = parallelism.pop("preset", "default")
         if preset not in ("default", False) and preset != {} and not isinstance(preset, list):
             raise ScenarioError(f"{at}.parallelism.preset: must be default, a list of shapes, or false; got {preset!r}")
@@ -120,8 +136,7 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
                                             f"{', '.join(SHAPE_FIELDS)}, got {shape!r}")
                 values = [dict(shape) for shape in preset]
             shapes.append(Dimension(f"{at}.parallelism", values, shape=True))
-        scheduler = role.setdefault("scheduler", {}) or {}
-        role["scheduler"] = scheduler
+        scheduler = _mapping(role, "scheduler", at)
         if name != "decode" and scheduler.get("max_batched_tokens") is None:
             scheduler["max_batched_tokens"] = {"choices": list(MAX_BATCHED_TOKENS)}
         if scheduler.get("max_sequences") is None:
@@ -182,13 +197,6 @@ def expand(data: dict, model_of, algorithm: str = "grid", max_trials: int | None
             choices[dim.path] = value
         candidates.append(Candidate(number, config, choices))
     return candidates
-
-
-def config_at(data: dict, path: str) -> Any:
-    target = data
-    for key in _keys(path):
-        target = target[key]
-    return target
 
 
 def _unravel(index: int, sizes: list[int]) -> list[int]:
