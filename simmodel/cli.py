@@ -244,33 +244,70 @@ def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, c
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Write recommendation.json, recommendation.csv and recommendations/0001.yaml … here.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
-@click.option("--executor", type=click.Choice(["local"]), default="local", show_default=True,
-              help="local: a process pool over this machine's cores (optimizer.parallelism of them).")
+@click.option("--executor", default="local", show_default=True, metavar="local|ray[=ADDRESS]",
+              help="local: a process pool on this machine (optimizer.parallelism processes, default one per "
+                   "core); ray: each candidate a Ray task, on the cluster at ADDRESS (auto: this machine's) or "
+                   "on a Ray instance started here.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table.")
 def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, overwrite: bool, executor: str,
               fmt: str, top: int) -> None:
-    """Search deployments: simulate every candidate of the scenario's domains, rank them against the
-    targets, and save the best as runnable scenarios. Exit 1 when no candidate is feasible."""
-    from simmodel.recommend.search import load_search, rank, run_search, write_ledger
+    """Search deployments: simulate the candidates of the scenario's domains, rank them against the
+    targets, and save the best as runnable scenarios. Exit 1 when no candidate is feasible, 130 on
+    Ctrl-C (the ledger of the candidates that finished is still written)."""
+    from simmodel.recommend.executor import make_executor
+    from simmodel.recommend.progress import SearchProgress
+    from simmodel.recommend.search import load_search, planned, rank, run_search, write_ledger
 
     check_output_dir(output_dir, overwrite)
-    spec, candidates, base_dir = load_search(scenario, overrides)
-    entries = run_search(spec, candidates, base_dir)
-    ranked = rank(entries)
-    write_ledger(output_dir, spec, entries, ranked, base_dir)
+    spec, space, base_dir = load_search(scenario, overrides)
+    pool = make_executor(executor, spec.parallelism)
+    progress = SearchProgress(spec, planned(spec, space)) if sys.stderr.isatty() else None
+    try:
+        entries, interrupted = run_search(spec, space, base_dir, pool, progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    ranked = rank(entries, spec)
+    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted)
+    if interrupted:
+        click.echo(f"simmodel: interrupted after {len(entries)} of {planned(spec, space)} candidates; "
+                   f"their ledger is in {output_dir}", err=True)
+        sys.exit(130)
     if fmt == "json":
         click.echo(json.dumps({"target": spec.target, "ranked": [
-            {"id": e["id"], "score": e["score"], "choices": e["choices"], "metrics": e["metrics"]}
-            for e in ranked[:top]], "num_candidates": len(entries), "num_feasible": len(ranked)}, indent=2))
+            {"id": e["id"], "objectives": e["objectives"], "score": e["score"], "choices": e["choices"],
+             "metrics": e["metrics"]} for e in ranked[:top]],
+            "num_candidates": len(entries), "num_feasible": sum(e["status"] == "feasible" for e in entries)},
+            indent=2))
     else:
-        click.echo(f"{len(entries)} candidates, {len(ranked)} feasible; target {spec.target} "
-                   f"(ledger in {output_dir})")
-        for i, e in enumerate(ranked[:top], start=1):
-            shown = ", ".join(f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in e["choices"].items())
-            click.echo(f"{i:>4}  {e['objective']:>12.4f}  {e['metrics']['gpu_count']:>3} GPUs  {shown}")
+        click.echo(format_ranking(spec, entries, ranked[:top], output_dir))
     if not ranked:
         sys.exit(1)
+
+
+def _choice(path: str, value) -> str:
+    """A searched value, short: ``prefill.max_sequences=4``, ``decode.parallelism=tensor 2``."""
+    name = path.removeprefix("engine.workers.").replace(".scheduler.", ".").replace(".parallelism.", ".")
+    if isinstance(value, dict):
+        return f"{name}=" + " ".join(f"{k} {v}" for k, v in value.items() if v != 1 or k == "tensor")
+    return f"{name}={value}"
+
+
+def format_ranking(spec, entries: list[dict], top: list[dict], output_dir: Path) -> str:
+    """The best candidates as a table: rank, objectives, GPUs and the values chosen."""
+    feasible = sum(e["status"] == "feasible" for e in entries)
+    what = "Pareto front of " + " and ".join(m for m, _ in spec.objectives) if spec.target == "pareto" \
+        else f"target {spec.target}"
+    lines = [f"{len(entries)} candidates, {feasible} feasible; {what} (ledger in {output_dir})"]
+    if top:
+        names = [m for m, _ in spec.objectives]
+        lines.append(f"{'rank':>4}  " + "  ".join(f"{n:>26}" for n in names) + "  GPUs  choices")
+    for i, e in enumerate(top, start=1):
+        shown = ", ".join(_choice(k, v) for k, v in e["choices"].items())
+        values = "  ".join(f"{e['objectives'][n]:>26.4f}" for n in names)
+        lines.append(f"{i:>4}  {values}  {e['metrics']['gpu_count']:>4}  {shown}")
+    return "\n".join(lines)
 
 
 def main() -> None:

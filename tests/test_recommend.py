@@ -160,3 +160,209 @@ def test_bad_search_input_is_one_line_and_exit_2(tmp_path, change, message):
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def ledger_of(out: Path) -> dict:
+    return json.loads((out / "recommendation.json").read_text())
+
+
+def choice_pairs(ledger: dict) -> list[tuple]:
+    return [(e["choices"]["engine.workers.aggregated.parallelism.replicas"],
+             e["choices"]["engine.workers.aggregated.scheduler.max_sequences"]) for e in ledger["candidates"]]
+
+
+def test_pareto_front_by_hand():
+    from simmodel.recommend.search import pareto_front, rank
+    from simmodel.recommend.spec import parse_search
+
+    # (per-GPU, per-user) throughput: a=(400, 50) b=(300, 80) c=(300, 60) (b beats it on per-user)
+    # d=(100, 80) (b beats it on per-GPU) e=(400, 50) (a's twin: neither dominates the other).
+    points = {1: (400, 50), 2: (300, 80), 3: (300, 60), 4: (100, 80), 5: (400, 50)}
+    entries = [{"id": i, "status": "feasible", "metrics": {"gpu_count": 2 if i == 1 else 1},
+                "objectives": {"output_throughput_per_gpu": g, "throughput_per_user": u}}
+               for i, (g, u) in points.items()]
+    spec = parse_search({"optimization": {"target": "pareto"}})
+    assert [e["id"] for e in pareto_front(entries, spec.objectives)] == [1, 2, 5]
+    # by per-GPU throughput, then fewer GPUs (5 before 1), then candidate order
+    assert [e["id"] for e in rank(entries, spec)] == [5, 1, 2]
+
+
+def test_pareto_search_saves_the_front(tmp_path):
+    # Per candidate, 12 output tokens over the run's duration (the last finish, from the hand derivation in
+    # search()): (1 worker, 1 seq) 12/0.120 s = 100 tok/s on 1 GPU; (1, 4) 12/0.030 = 400; (2, 1) 12/0.060/2
+    # GPUs = 100; (2, 4) 12/0.030/2 = 200. Every decode pass is 10 ms alone, so every request's TPOT is 10
+    # ms: 100 tok/s per user everywhere, and (1, 4) dominates the rest.
+    out = tmp_path / "out"
+    proc = simmodel("recommend", "-c", str(write(tmp_path, search(optimization={"target": "pareto"}))),
+                    "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    ledger = ledger_of(out)
+    assert [e["objectives"]["output_throughput_per_gpu"] for e in ledger["candidates"]] == pytest.approx(
+        [100, 400, 100, 200])
+    assert [e["objectives"]["throughput_per_user"] for e in ledger["candidates"]] == pytest.approx([100] * 4)
+    assert ledger["ranked"] == [2]
+    assert [p.name for p in (out / "recommendations").iterdir()] == ["0001.yaml"]
+    assert "Pareto front" in proc.stdout
+
+
+def bigger_search(**optimizer) -> dict:
+    """A 3 × 4 × 2 space (replicas × max_sequences × decode cost) of the four-request search."""
+    data = search(optimizer={"parallelism": 1, **optimizer})
+    role = data["engine"]["workers"]["aggregated"]
+    role["parallelism"]["replicas"] = {"range": {"min": 1, "max": 3}}
+    role["scheduler"]["max_sequences"] = {"range": {"min": 1, "max": 8, "scale": "log"}}
+    role["timing"]["decode_ms"] = {"choices": [10, 20]}
+    return data
+
+
+def test_bayesian_search_is_repeatable_and_finds_the_hand_derived_best(tmp_path):
+    pytest.importorskip("optuna")
+    from simmodel.recommend.executor import LocalExecutor
+    from simmodel.recommend.search import load_search, rank, run_search
+
+    path = write(tmp_path, bigger_search(algorithm="bayesian", max_trials=24, seed=3, parallelism=2))
+    spec, space, base = load_search(path)
+    one, interrupted = run_search(spec, space, base, LocalExecutor(1))
+    two, _ = run_search(spec, space, base, LocalExecutor(2))
+    assert not interrupted
+    # the same seed and round size give the same candidates in the same order on 1 or 2 processes
+    assert json.dumps(one) == json.dumps(two)
+    # max_trials covers the whole space: every combination once, and the best by hand: 1 worker (fewest
+    # GPUs) holding all 4 requests (max_sequences 4 or 8, which tie; 4 comes first) at 10 ms a decode pass:
+    # e2e 30 ms, as in search().
+    everything = {json.dumps(space.candidate(0, n).choices) for n in range(space.size)}
+    assert len(one) == space.size == 24 and {json.dumps(e["choices"]) for e in one} == everything
+    best = rank(one, spec)[0]
+    assert best["metrics"]["mean_e2e_ms"] == pytest.approx(30)
+    assert best["metrics"]["gpu_count"] == 1
+    # a smaller budget: exactly max_trials distinct candidates
+    spec, space, base = load_search(write(tmp_path, bigger_search(algorithm="bayesian", max_trials=5, seed=3)))
+    few, _ = run_search(spec, space, base, LocalExecutor(1))
+    assert len(few) == 5 and len({json.dumps(e["choices"]) for e in few}) == 5
+
+
+def test_ctrl_c_keeps_the_ledger_of_what_finished(tmp_path):
+    from simmodel.recommend.executor import LocalExecutor
+    from simmodel.recommend.search import load_search, run_search
+
+    spec, space, base = load_search(write(tmp_path, bigger_search()))
+    seen = []
+
+    def interrupt_after_two(entry):
+        seen.append(entry["id"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    entries, interrupted = run_search(spec, space, base, LocalExecutor(2), interrupt_after_two)
+    assert interrupted
+    assert sorted(e["id"] for e in entries) == sorted(seen)
+
+
+def test_ctrl_c_on_the_command_line(tmp_path):
+    import os
+    import signal
+    import time
+
+    data = bigger_search(parallelism=2)
+    data["traffic"]["stop"] = {"requests": 3000}  # about half a second a candidate, 24 of them
+    data["traffic"]["load"]["concurrency"] = 64
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "simmodel.cli", "recommend", "-c", str(write(tmp_path, data)),
+                             "--output-dir", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted after" in stderr and len(stderr.strip().splitlines()) == 1
+    ledger = ledger_of(out)
+    assert ledger["interrupted"] is True
+    assert 0 < len(ledger["candidates"]) < 24
+    assert all(e["status"] == "feasible" for e in ledger["candidates"])
+
+
+def test_failures_and_timeouts_are_recorded_and_the_search_goes_on(tmp_path):
+    data = search(optimizer={"parallelism": 1, "candidate_timeout_seconds": 0.5})
+    data["traffic"]["stop"] = {"requests": {"choices": [4, 400000]}}
+    data["engine"]["workers"]["aggregated"]["parallelism"]["replicas"] = 1
+    out = tmp_path / "out"
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    statuses = [(e["choices"]["traffic.stop.requests"], e["status"], e["reason_category"])
+                for e in ledger_of(out)["candidates"]]
+    assert statuses == [(4, "feasible", None), (400000, "timed_out", "timeout")] * 2
+
+
+def test_local_and_ray_executors_write_identical_ledgers(tmp_path):
+    pytest.importorskip("ray")
+    outs = {}
+    for executor in ("local", "ray"):
+        outs[executor] = tmp_path / executor
+        data = search(optimizer={"parallelism": 2})
+        proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(outs[executor]),
+                        "--executor", executor)
+        assert proc.returncode == 0, proc.stderr
+    assert (outs["local"] / "recommendation.json").read_bytes() == (outs["ray"] / "recommendation.json").read_bytes()
+    assert (outs["local"] / "recommendation.csv").read_bytes() == (outs["ray"] / "recommendation.csv").read_bytes()
+    assert ledger_of(outs["ray"])["ranked"] == [2, 4, 3, 1]
+
+
+def test_bad_executor_is_one_line(tmp_path):
+    proc = simmodel("recommend", "-c", str(write(tmp_path, search())), "--output-dir", str(tmp_path / "o"),
+                    "--executor", "spark")
+    assert proc.returncode == 2
+    assert "--executor: must be local, ray or ray=ADDRESS" in proc.stderr
+
+
+def disaggregated_search(prefill_limit: dict | int, decode_limit: int) -> dict:
+    """Prompts of 100–300 tokens and outputs of 3–20: the longest request needs 301 tokens of prefill
+    context (prompt and first token) and 320 of decode context."""
+    data = search()
+    data["engine"] = {"mode": "disaggregated", "model": "meta-llama/Llama-3.1-8B-Instruct", "hardware": "h100_sxm",
+                      "workers": {role: {"parallelism": {"preset": False}, "context_length": limit,
+                                         "scheduler": {"max_batched_tokens": 8192, "max_sequences": 4},
+                                         "timing": {"type": "fixed", "prefill_ms": 10, "decode_ms": 10}}
+                                  for role, limit in (("prefill", prefill_limit), ("decode", decode_limit))}}
+    data["traffic"]["source"] = {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 100, "max": 300},
+                                 "output_tokens": {"distribution": "uniform", "min": 3, "max": 20}}
+    return data
+
+
+def test_explicit_context_limits_must_hold_the_longest_synthetic_request(tmp_path):
+    out = tmp_path / "out"
+    data = disaggregated_search({"choices": [300, 301]}, 320)
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    entries = ledger_of(out)["candidates"]
+    assert [(e["status"], e["reason_category"]) for e in entries] == [("infeasible", "context_limit"),
+                                                                      ("feasible", None)]
+    assert "prefill.context_length: 300 is below the longest synthetic request's input + 1 (301)" in entries[0]["reason"]
+    data = disaggregated_search(301, 319)
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out),
+                    "--overwrite").returncode == 1
+    assert "decode.context_length: 319 is below the longest synthetic request's input + output (320)" in \
+        ledger_of(out)["candidates"][0]["reason"]
+
+
+def test_an_aggregated_search_takes_the_engines_context_length(tmp_path):
+    data = search()
+    data["engine"]["workers"]["aggregated"]["context_length"] = 4096
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "engine.workers.aggregated.context_length: an aggregated search takes its limit from " \
+           "engine.context_length" in proc.stderr
+
+
+def test_nsga2_pareto_search_is_repeatable(tmp_path):
+    pytest.importorskip("optuna")
+    from simmodel.recommend.executor import LocalExecutor
+    from simmodel.recommend.search import load_search, pareto_front, rank, run_search
+
+    data = bigger_search(algorithm="bayesian", max_trials=10, seed=1)
+    data["optimization"] = {"target": "pareto"}
+    spec, space, base = load_search(write(tmp_path, data))
+    first, _ = run_search(spec, space, base, LocalExecutor(1))
+    again, _ = run_search(spec, space, base, LocalExecutor(2))
+    assert json.dumps(first) == json.dumps(again)
+    assert len({json.dumps(e["choices"]) for e in first}) == 10
+    feasible = [e for e in first if e["status"] == "feasible"]
+    assert {e["id"] for e in rank(first, spec)} == {e["id"] for e in pareto_front(feasible, spec.objectives)}

@@ -869,5 +869,6 @@ def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:
         raise ScenarioError(
             f"{node.at('kv_cache.capacity')}: {d.model.model_id} needs {d.weight_bytes_per_gpu / 1e9:.1f} GB of "
             f"weights per GPU at tensor {d.tensor}, leaving no KV memory on {d.hardware.system_id} at "
-            f"memory_fraction {kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU")
+            f"memory_fraction {kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU",
+            category="kv_capacity")
     return blocks

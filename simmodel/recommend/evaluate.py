@@ -11,7 +11,7 @@ import numpy as np
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.recommend.spec import TARGETS, SearchSpec
+from simmodel.recommend.spec import SearchSpec
 from simmodel.sim import Simulation
 
 
@@ -23,6 +23,34 @@ def _alarm(signum, frame):  # noqa: ARG001 (signal handler signature)
     raise _Timeout
 
 
+def _largest(length) -> int | None:
+    """The longest a synthetic length can be (None: unbounded)."""
+    if length.distribution == "fixed":
+        return length.value
+    if length.values:
+        return max(length.values)
+    return length.max
+
+
+def context_limit(config: dict, scenario) -> str | None:
+    """The workers reference's rule for synthetic traffic in a disaggregated search: an explicit prefill
+    ``context_length`` must hold the longest prompt plus its first token, an explicit decode one the
+    longest prompt plus the longest output. Why the candidate breaks it, or None."""
+    source = scenario.traffic.source
+    if source.type != "synthetic" or scenario.engine.mode != "disaggregated":
+        return None
+    longest_in, longest_out = _largest(source.input_tokens), _largest(source.output_tokens)
+    workers = config["engine"]["workers"]
+    for name, need, what in (("prefill", None if longest_in is None else longest_in + 1, "input + 1"),
+                             ("decode", None if None in (longest_in, longest_out) else longest_in + longest_out,
+                              "input + output")):
+        explicit = workers[name].get("context_length")
+        if explicit is not None and need is not None and explicit < need:
+            return (f"engine.workers.{name}.context_length: {explicit} is below the longest synthetic request's "
+                    f"{what} ({need})")
+    return None
+
+
 def check(config: dict, spec: SearchSpec, base_dir: Path):
     """Validate a candidate before simulating it: (scenario, None) or (None, (status, category, text))."""
     try:
@@ -30,6 +58,9 @@ def check(config: dict, spec: SearchSpec, base_dir: Path):
     except ScenarioError as exc:
         status = "infeasible" if exc.category == "kv_capacity" else "unsupported"
         return None, (status, exc.category, str(exc))
+    short = context_limit(config, scenario)
+    if short is not None:
+        return None, ("infeasible", "context_limit", short)
     gpus = sum(role.parallelism.gpu_count for role in scenario.engine.workers.values())
     if not spec.min_candidate_gpus <= gpus <= spec.max_candidate_gpus:
         return None, ("infeasible", "gpu_budget", f"{gpus} GPUs, outside the budget of "
@@ -74,7 +105,7 @@ def metrics(summary: dict, requests, spec: SearchSpec) -> dict:
 def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict:
     """One candidate's ledger entry: status, reason, metrics and score (higher is better)."""
     entry = {"id": number, "status": None, "reason_category": None, "reason": None, "metrics": None,
-             "objective": None, "score": None}
+             "objectives": None, "score": None}
     scenario, rejected = check(config, spec, Path(base_dir))
     if rejected is not None:
         entry["status"], entry["reason_category"], entry["reason"] = rejected
@@ -90,18 +121,23 @@ def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict
         entry.update(status="timed_out", reason_category="timeout", reason=f"ran past {timeout:g} s")
         return entry
     except (SimulationError, ScenarioError) as exc:
-        entry.update(status="failed", reason_category="simulation", reason=str(exc).splitlines()[0])
+        entry.update(status="failed", reason_category="simulation", reason=" ".join(str(exc).split()))
+        return entry
+    except Exception as exc:  # noqa: BLE001 (a bug in one candidate must not end the search; it is recorded)
+        entry.update(status="failed", reason_category="error",
+                     reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
         return entry
     finally:
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     m = metrics(results.summary, results.requests, spec)
-    metric, higher = TARGETS[spec.target]
-    value = m[metric]
-    entry.update(metrics=m, objective=value)
-    if value is not None and math.isfinite(value):
-        entry["score"] = value if higher else -value
+    objectives = {metric: m[metric] for metric, _ in spec.objectives}
+    entry.update(metrics=m, objectives=objectives)
+    missing = [k for k, v in objectives.items() if v is None or not math.isfinite(v)]
+    if spec.target != "pareto" and not missing:
+        metric, higher = spec.objectives[0]
+        entry["score"] = m[metric] if higher else -m[metric]
     if m["incomplete_requests"] or m["rejected_requests"]:
         entry.update(status="infeasible", reason_category="incomplete",
                      reason=f"{m['incomplete_requests']} incomplete and {m['rejected_requests']} rejected requests")
@@ -112,8 +148,8 @@ def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict
         entry.update(status="infeasible", reason_category="goodput",
                      reason=f"goodput {m['goodput_rps'] or 0.0:.4g} req/s below min_goodput_rps "
                             f"{spec.min_goodput_rps:g}")
-    elif entry["score"] is None:
-        entry.update(status="infeasible", reason_category="no_objective", reason=f"no value of {metric}")
+    elif missing:
+        entry.update(status="infeasible", reason_category="no_objective", reason=f"no value of {missing[0]}")
     else:
         entry["status"] = "feasible"
     return entry

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, read_yaml
 from simmodel.errors import ScenarioError
-from simmodel.recommend.evaluate import evaluate
-from simmodel.recommend.space import Candidate, expand
+from simmodel.recommend.executor import LocalExecutor
+from simmodel.recommend.space import Candidate, SearchSpace, expand
 from simmodel.recommend.spec import SearchSpec, parse_search
 
+TIE = 1e-9
+"""Relative difference under which two objective values are the same."""
 CSV_METRICS = ("gpu_count", "output_throughput_tok_s", "output_throughput_per_gpu", "throughput_per_user",
                "goodput_rps", "sla_attainment", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms")
 
 
-def load_search(path: Path, overrides=()) -> tuple[SearchSpec, list[Candidate], Path]:
-    """Read a search scenario: its spec and candidates; errors name the file."""
+def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path]:
+    """Read a search scenario: its spec and search space; errors name the file."""
     try:
         data = apply_overrides(read_yaml(path), overrides)
         spec = parse_search(data)
@@ -34,45 +36,75 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, list[Candidate], 
             if is_domain(engine.get(key)):
                 raise ScenarioError(f"engine.{key}: one per search (not searched); run one search per {key}")
         model = _model(_Node(engine, "engine"), base_dir)[1]
-        candidates = expand(data, lambda mode: model, spec.algorithm, spec.max_trials, spec.seed)
+        space = SearchSpace(data, lambda mode: model)
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
-    return spec, candidates, base_dir
+    return spec, space, base_dir
 
 
-def run_search(spec: SearchSpec, candidates: list[Candidate], base_dir: Path, workers: int | None = None,
-               on_result=None) -> list[dict]:
-    """Every candidate's ledger entry, in candidate order (whatever order the pool finishes them in)."""
-    workers = workers or spec.parallelism or os.cpu_count() or 1
+def planned(spec: SearchSpec, space: SearchSpace) -> int:
+    """How many candidates the search will simulate (at most, for Bayesian search)."""
+    return min(spec.max_trials or space.size, space.size)
+
+
+def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=None,
+               on_result: Callable[[dict], None] | None = None) -> tuple[list[dict], bool]:
+    """Every simulated candidate's ledger entry in candidate order (whatever order the executor finishes
+    them in), and whether Ctrl-C stopped the search (the entries are then those that finished)."""
+    executor = executor or LocalExecutor(spec.parallelism)
     entries: dict[int, dict] = {}
-    if workers == 1:
-        for c in candidates:
-            entries[c.id] = evaluate(c.id, c.config, spec, str(base_dir))
+    candidates: dict[int, Candidate] = {}
+
+    def simulate(batch: list[Candidate]) -> None:
+        candidates.update((c.id, c) for c in batch)
+        for entry in executor.map([(c.id, c.config, spec, str(base_dir)) for c in batch]):
+            entries[entry["id"]] = entry
             if on_result is not None:
-                on_result(entries[c.id])
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(evaluate, c.id, c.config, spec, str(base_dir)) for c in candidates]
-            try:
-                for future in futures:
-                    entry = future.result()
-                    entries[entry["id"]] = entry
-                    if on_result is not None:
-                        on_result(entry)
-            except KeyboardInterrupt:
-                for future in futures:
-                    future.cancel()
-                raise
-    for c in candidates:
-        if c.id in entries:
-            entries[c.id]["choices"] = c.choices
-            entries[c.id]["config"] = c.config
-    return [entries[c.id] for c in candidates if c.id in entries]
+                on_result(entry)
+
+    interrupted = False
+    try:
+        if spec.algorithm == "bayesian":
+            from simmodel.recommend.optimize import bayesian
+            bayesian(spec, space, simulate, entries)
+        else:
+            simulate(expand(space, spec.algorithm, spec.max_trials, spec.seed))
+        executor.close()
+    except KeyboardInterrupt:
+        interrupted = True
+        executor.close(abort=True)
+    ledger = []
+    for id in sorted(entries):
+        entry, c = entries[id], candidates[id]
+        entry["choices"], entry["config"] = c.choices, c.config
+        ledger.append(entry)
+    return ledger, interrupted
 
 
-def rank(entries: list[dict]) -> list[dict]:
-    """Feasible candidates best first: by score, then fewer GPUs, then candidate order."""
+def pareto_front(entries: list[dict], objectives) -> list[dict]:
+    """The entries no other entry dominates (at least as good in every objective, better in one).
+    Values within a relative 1e-9 of each other count as equal: metrics that are the same number in
+    exact arithmetic can differ in their last bits, and that must not decide the front."""
+    points = np.array([[e["objectives"][m] if higher else -e["objectives"][m] for m, higher in objectives]
+                       for e in entries], dtype=np.float64).reshape(len(entries), len(objectives))
+    tol = TIE * np.abs(points)
+    front = []
+    for e, p, t in zip(entries, points, tol):
+        at_least = np.all(points >= p - t, axis=1)
+        better = np.any(points > p + t, axis=1)
+        if not np.any(at_least & better):
+            front.append(e)
+    return front
+
+
+def rank(entries: list[dict], spec: SearchSpec) -> list[dict]:
+    """Feasible candidates best first: by score, then fewer GPUs, then candidate order. For ``pareto``:
+    the Pareto front of the feasible candidates, by the first objective, then fewer GPUs, then order."""
     feasible = [e for e in entries if e["status"] == "feasible"]
+    if spec.target == "pareto":
+        first = spec.objectives[0][0]
+        return sorted(pareto_front(feasible, spec.objectives),
+                      key=lambda e: (-e["objectives"][first], e["metrics"]["gpu_count"], e["id"]))
     return sorted(feasible, key=lambda e: (-e["score"], e["metrics"]["gpu_count"], e["id"]))
 
 
@@ -85,13 +117,15 @@ def runnable(config: dict, base_dir: Path) -> dict:
     return config
 
 
-def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path) -> None:
+def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
+                 interrupted: bool = False) -> None:
     """recommendation.json, recommendation.csv and recommendations/0001.yaml … (best first), written to a
     temporary folder beside ``folder`` and moved into place whole."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        ledger = {"target": spec.target, "sla": vars(spec.sla), "algorithm": spec.algorithm,
+        ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": vars(spec.sla),
+                  "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": interrupted,
                   "ranked": [e["id"] for e in ranked], "candidates": entries}
         (staging / "recommendation.json").write_text(json.dumps(ledger, indent=2, default=str) + "\n")
         paths = sorted({p for e in entries for p in e.get("choices", {})})

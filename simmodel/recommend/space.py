@@ -53,6 +53,8 @@ class Candidate:
     id: int
     config: dict
     choices: dict[str, Any] = field(default_factory=dict)
+    number: int = 0
+    """Its combination's number in the search space."""
 
 
 def default_shapes(model: ModelSpec) -> list[dict]:
@@ -116,6 +118,9 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
         if not isinstance(role, dict):
             raise ScenarioError(f"engine.workers.{name}: required in {mode} mode")
         at = f"engine.workers.{name}"
+        if mode == "aggregated" and "context_length" in role:
+            raise ScenarioError(f"{at}.context_length: an aggregated search takes its limit from "
+                                f"engine.context_length; set that instead")
         parallelism = _mapping(role, "parallelism", at)
         preset = parallelism.pop("preset", "default")
         if preset not in ("default", False) and preset != {} and not isinstance(preset, list):
@@ -148,45 +153,52 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
     return shapes
 
 
-def expand(data: dict, model_of, algorithm: str = "grid", max_trials: int | None = None,
-           seed: int = 0) -> list[Candidate]:
-    """The candidates of a search, in evaluation order. ``model_of(mode)`` gives the model a mode serves
-    (for the default shapes). Grid: every combination, the first dimension varying slowest (capped at
-    ``max_trials``); random: ``max_trials`` distinct combinations drawn with ``seed``."""
-    base = {k: v for k, v in copy.deepcopy(data).items() if k not in RECOMMEND_SECTIONS}
-    engine = base.get("engine")
-    if not isinstance(engine, dict) or not isinstance(engine.get("workers"), dict):
-        raise ScenarioError("engine.workers: required (a mapping of worker roles)")
-    mode = engine.get("mode", "aggregated")
-    modes = domain_values("engine.mode", mode) if is_domain(mode) else [mode]
-    for value in modes:
-        if value not in ROLES:
-            raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {value!r}")
-    grids: list[tuple[dict, list[Dimension]]] = []
-    for value in modes:
-        per_mode = copy.deepcopy(base)
-        per_mode["engine"]["mode"] = value
-        shapes = _role_defaults(per_mode, value, model_of)
-        dims = shapes + [Dimension(path, domain_values(path, domain)) for path, domain in find_domains(per_mode)]
-        grids.append((per_mode, dims))
-    sizes = [int(np.prod([len(d.values) for d in dims], dtype=object)) for _, dims in grids]
-    total = sum(sizes)
-    if algorithm == "random":
-        count = min(max_trials or total, total)
-        picks = np.random.default_rng(seed).choice(total, size=count, replace=False).tolist()
-    else:
-        picks = list(range(min(total, max_trials) if max_trials else total))
-    candidates = []
-    for number, pick in enumerate(picks, start=1):
+class SearchSpace:
+    """Every combination of a search's dimensions, numbered: the modes one after the other, and within a
+    mode the first dimension (parallelism shapes first, then the domains in document order) varying
+    slowest, as ``itertools.product`` would. Grid and random search pick numbers; Bayesian search picks a
+    mode and one value index per dimension (``number_of``)."""
+
+    def __init__(self, data: dict, model_of) -> None:
+        base = {k: v for k, v in copy.deepcopy(data).items() if k not in RECOMMEND_SECTIONS}
+        engine = base.get("engine")
+        if not isinstance(engine, dict) or not isinstance(engine.get("workers"), dict):
+            raise ScenarioError("engine.workers: required (a mapping of worker roles)")
+        mode = engine.get("mode", "aggregated")
+        self.modes = domain_values("engine.mode", mode) if is_domain(mode) else [mode]
+        for value in self.modes:
+            if value not in ROLES:
+                raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {value!r}")
+        self.grids: list[tuple[dict, list[Dimension]]] = []
+        for value in self.modes:
+            per_mode = copy.deepcopy(base)
+            per_mode["engine"]["mode"] = value
+            if value == "aggregated" and len(self.modes) > 1:
+                per_mode["engine"].pop("kv_transfer", None)  # the disaggregated candidates' KV link
+            shapes = _role_defaults(per_mode, value, model_of)
+            dims = shapes + [Dimension(path, domain_values(path, domain)) for path, domain in find_domains(per_mode)]
+            self.grids.append((per_mode, dims))
+        self.sizes = [int(np.prod([len(d.values) for d in dims], dtype=object)) for _, dims in self.grids]
+        self.size = sum(self.sizes)
+
+    def number_of(self, mode_index: int, digits: list[int]) -> int:
+        """The number of the combination that takes value ``digits[i]`` of dimension i in a mode."""
+        number = 0
+        for dim, digit in zip(self.grids[mode_index][1], digits):
+            number = number * len(dim.values) + digit
+        return sum(self.sizes[:mode_index]) + number
+
+    def candidate(self, id: int, number: int) -> Candidate:
+        """Combination ``number`` as a concrete scenario, with the value each dimension took."""
         g = 0
-        while pick >= sizes[g]:
-            pick -= sizes[g]
+        while number >= self.sizes[g]:
+            number -= self.sizes[g]
             g += 1
-        per_mode, dims = grids[g]
+        per_mode, dims = self.grids[g]
         config, choices = copy.deepcopy(per_mode), {}
-        if len(modes) > 1:
+        if len(self.modes) > 1:
             choices["engine.mode"] = per_mode["engine"]["mode"]
-        for dim, index in zip(dims, _unravel(pick, [len(d.values) for d in dims])):
+        for dim, index in zip(dims, _unravel(number, [len(d.values) for d in dims])):
             value = copy.deepcopy(dim.values[index])
             if dim.shape:
                 parallelism = dict(config_at(config, dim.path))
@@ -195,8 +207,20 @@ def expand(data: dict, model_of, algorithm: str = "grid", max_trials: int | None
             else:
                 _set(config, dim.path, value)
             choices[dim.path] = value
-        candidates.append(Candidate(number, config, choices))
-    return candidates
+        return Candidate(id, config, choices, number)
+
+
+def expand(space: SearchSpace, algorithm: str = "grid", max_trials: int | None = None,
+           seed: int = 0) -> list[Candidate]:
+    """The candidates of a grid or random search, in evaluation order. Grid: every combination in order
+    (the first ``max_trials`` of them when set); random: ``max_trials`` distinct combinations drawn with
+    ``seed``."""
+    if algorithm == "random":
+        count = min(max_trials or space.size, space.size)
+        picks = np.random.default_rng(seed).choice(space.size, size=count, replace=False).tolist()
+    else:
+        picks = list(range(min(space.size, max_trials) if max_trials else space.size))
+    return [space.candidate(id, pick) for id, pick in enumerate(picks, start=1)]
 
 
 def _unravel(index: int, sizes: list[int]) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from simmodel.config.load import _Node
@@ -18,7 +19,13 @@ TARGETS = {
     "e2e_latency": ("mean_e2e_ms", False),
     "min_gpus": ("gpu_count", False),
 }
-ALGORITHMS = ("grid", "random")
+PARETO = (("output_throughput_per_gpu", True), ("throughput_per_user", True))
+"""The objectives of ``target: pareto``: the serving trade-off between what a GPU delivers and what each
+user sees (both higher is better)."""
+ALGORITHMS = ("grid", "random", "bayesian")
+BAYESIAN_ROUND = 4
+"""Trials a Bayesian search asks for at a time when ``optimizer.parallelism`` is unset: a fixed number,
+so that the candidates do not depend on the machine's cores."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,11 @@ class SearchSpec:
     seed: int = 0
     candidate_timeout_seconds: float | None = None
 
+    @property
+    def objectives(self) -> tuple[tuple[str, bool], ...]:
+        """(metric, higher is better) of each objective: one, or two for ``pareto``."""
+        return PARETO if self.target == "pareto" else (TARGETS[self.target],)
+
 
 def parse_search(data: dict) -> SearchSpec:
     """Read the search sections of a scenario mapping (each optional)."""
@@ -56,9 +68,6 @@ def parse_search(data: dict) -> SearchSpec:
     evaluation.done()
     opt = root.node("optimization")
     target = opt.choice("target", (*TARGETS, "pareto"), "throughput_per_gpu")
-    if target == "pareto":
-        raise ScenarioError("optimization.target: pareto is not supported yet; choose one of "
-                            + ", ".join(TARGETS))
     cons = opt.node("constraints")
     lo = cons.int("min_candidate_gpus", 1)
     hi = cons.int("max_candidate_gpus", 32)
@@ -73,12 +82,12 @@ def parse_search(data: dict) -> SearchSpec:
         raise ScenarioError("evaluation.sla: needed by goodput, strict_sla and min_goodput_rps; give at least one "
                             "of ttft_ms, itl_ms, e2e_ms")
     optimizer = root.node("optimizer")
-    algorithm = optimizer.choice("algorithm", (*ALGORITHMS, "bayesian"), "grid")
-    if algorithm == "bayesian":
-        raise ScenarioError("optimizer.algorithm: bayesian is not supported yet; use grid or random")
+    algorithm = optimizer.choice("algorithm", ALGORITHMS, "grid")
+    if algorithm == "bayesian" and importlib.util.find_spec("optuna") is None:
+        raise ScenarioError("optimizer.algorithm: bayesian search needs Optuna; pip install 'simmodel[optuna]'")
     max_trials = optimizer.int("max_trials", None)
-    if algorithm == "random" and max_trials is None:
-        raise ScenarioError("optimizer.max_trials: required by random search")
+    if algorithm != "grid" and max_trials is None:
+        raise ScenarioError(f"optimizer.max_trials: required by {algorithm} search")
     workers = optimizer.int("parallelism", None)
     seed = optimizer.int("seed", 0, minimum=0)
     timeout = optimizer.number("candidate_timeout_seconds", None, positive=True)
