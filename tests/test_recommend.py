@@ -71,6 +71,7 @@ def test_the_best_candidate_is_the_one_derived_by_hand(tmp_path):
     assert sorted(p.name for p in (out / "recommendations").iterdir()) == ["0001.yaml", "0002.yaml", "0003.yaml",
                                                                            "0004.yaml"]
     assert json.loads(proc.stdout)["ranked"][0]["id"] == 2
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
 
 
 def test_the_saved_best_scenario_reruns_to_the_same_metrics(tmp_path):
@@ -366,3 +367,20 @@ def test_nsga2_pareto_search_is_repeatable(tmp_path):
     assert len({json.dumps(e["choices"]) for e in first}) == 10
     feasible = [e for e in first if e["status"] == "feasible"]
     assert {e["id"] for e in rank(first, spec)} == {e["id"] for e in pareto_front(feasible, spec.objectives)}
+
+
+def test_the_progress_bar_counts_candidates_feasible_and_best():
+    import io
+
+    from simmodel.recommend.progress import SearchProgress
+    from simmodel.recommend.spec import parse_search
+
+    stream = io.StringIO()
+    bar = SearchProgress(parse_search({"optimization": {"target": "e2e_latency"}}), total=3, stream=stream)
+    bar({"status": "feasible", "objectives": {"mean_e2e_ms": 75.0}})
+    bar({"status": "infeasible", "objectives": None})
+    bar({"status": "feasible", "objectives": {"mean_e2e_ms": 30.0}})  # lower is better for e2e latency
+    bar.bar.refresh()
+    text = stream.getvalue()
+    assert "3/3" in text and "2 feasible, best mean_e2e_ms 30" in text
+    bar.close()
