@@ -96,6 +96,7 @@ def test_sla_and_gpu_budget_reject_candidates_with_their_reason(tmp_path):
     assert [(e["status"], e["reason_category"]) for e in entries] == [
         ("infeasible", "sla"), ("feasible", None), ("infeasible", "gpu_budget"), ("infeasible", "gpu_budget")]
     assert entries[2]["metrics"] is None  # rejected before simulating
+    assert [e["gpu_count"] for e in entries] == [1, 1, 2, 2]
 
 
 def test_nothing_feasible_exits_1_and_still_writes_the_ledger(tmp_path):

@@ -52,20 +52,21 @@ def context_limit(config: dict, scenario) -> str | None:
 
 
 def check(config: dict, spec: SearchSpec, base_dir: Path):
-    """Validate a candidate before simulating it: (scenario, None) or (None, (status, category, text))."""
+    """Validate a candidate before simulating it: (scenario, GPU count, None), or (None, GPU count or None
+    when the candidate is not a scenario, (status, category, text))."""
     try:
         scenario = parse_scenario(config, base_dir)
     except ScenarioError as exc:
         status = "infeasible" if exc.category == "kv_capacity" else "unsupported"
-        return None, (status, exc.category, str(exc))
+        return None, None, (status, exc.category, str(exc))
+    gpus = sum(role.parallelism.gpu_count for role in scenario.engine.workers.values())
     short = context_limit(config, scenario)
     if short is not None:
-        return None, ("infeasible", "context_limit", short)
-    gpus = sum(role.parallelism.gpu_count for role in scenario.engine.workers.values())
+        return None, gpus, ("infeasible", "context_limit", short)
     if not spec.min_candidate_gpus <= gpus <= spec.max_candidate_gpus:
-        return None, ("infeasible", "gpu_budget", f"{gpus} GPUs, outside the budget of "
-                      f"{spec.min_candidate_gpus}–{spec.max_candidate_gpus}")
-    return scenario, None
+        return None, gpus, ("infeasible", "gpu_budget", f"{gpus} GPUs, outside the budget of "
+                            f"{spec.min_candidate_gpus}–{spec.max_candidate_gpus}")
+    return scenario, gpus, None
 
 
 def metrics(summary: dict, requests, spec: SearchSpec) -> dict:
@@ -104,9 +105,9 @@ def metrics(summary: dict, requests, spec: SearchSpec) -> dict:
 
 def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict:
     """One candidate's ledger entry: status, reason, metrics and score (higher is better)."""
-    entry = {"id": number, "status": None, "reason_category": None, "reason": None, "metrics": None,
-             "objectives": None, "score": None}
-    scenario, rejected = check(config, spec, Path(base_dir))
+    entry = {"id": number, "status": None, "reason_category": None, "reason": None, "gpu_count": None,
+             "metrics": None, "objectives": None, "score": None}
+    scenario, entry["gpu_count"], rejected = check(config, spec, Path(base_dir))
     if rejected is not None:
         entry["status"], entry["reason_category"], entry["reason"] = rejected
         return entry

@@ -21,7 +21,7 @@ from simmodel.recommend.spec import SearchSpec, parse_search
 
 TIE = 1e-9
 """Relative difference under which two objective values are the same."""
-CSV_METRICS = ("gpu_count", "output_throughput_tok_s", "output_throughput_per_gpu", "throughput_per_user",
+CSV_METRICS = ("output_throughput_tok_s", "output_throughput_per_gpu", "throughput_per_user",
                "goodput_rps", "sla_attainment", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms")
 
 
@@ -131,12 +131,13 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         paths = sorted({p for e in entries for p in e.get("choices", {})})
         with (staging / "recommendation.csv").open("w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["id", "rank", "status", "reason_category", "score", *paths, *CSV_METRICS])
+            writer.writerow(["id", "rank", "status", "reason_category", "score", "gpu_count", *paths, *CSV_METRICS])
             order = {e["id"]: i for i, e in enumerate(ranked, start=1)}
             for e in entries:
                 m = e["metrics"] or {}
                 writer.writerow([e["id"], order.get(e["id"], ""), e["status"], e["reason_category"] or "",
                                  "" if e["score"] is None else e["score"],
+                                 "" if e["gpu_count"] is None else e["gpu_count"],
                                  *(json.dumps(e.get("choices", {}).get(p)) for p in paths),
                                  *("" if m.get(k) is None else m[k] for k in CSV_METRICS)])
         saved = staging / "recommendations"
