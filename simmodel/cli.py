@@ -54,6 +54,18 @@ def format_table(summary: dict) -> str:
         lines.append(f"{'Images encoded on the GPU':<46} {v['images_encoded']}")
         lines.append(f"{'Encoder time (s)':<46} {v['encoder_seconds']:.4f}")
         lines.append(f"{'Embedding cache hit ratio':<46} {'-' if ratio is None else f'{ratio:.4f}'}")
+    if summary.get("stages"):
+        lines += ["", f"{'Stage':>5} {'window (s)':>15} {'target':>10} {'requests':>9} {'req/s':>8} {'tok/s':>9} "
+                      f"{'TTFT mean':>10} {'ITL mean':>9} {'E2E mean':>10}"]
+        for st in summary["stages"]:
+            target = (f"{st['requests_per_second']:g}/s" if st["requests_per_second"] is not None
+                      else f"{st['concurrency']} conc")
+            cells = [st["request_throughput_rps"], st["output_throughput_tok_s"], st["ttft_ms"]["mean"],
+                     st["itl_ms"]["mean"], st["e2e_latency_ms"]["mean"]]
+            shown = ["-" if v is None else f"{v:.2f}" for v in cells]
+            lines.append(f"{st['stage']:>5} {st['start_s']:>7.1f}–{st['end_s']:<7.1f} {target:>10} "
+                         f"{st['num_requests']:>9} {shown[0]:>8} {shown[1]:>9} {shown[2]:>10} {shown[3]:>9} "
+                         f"{shown[4]:>10}")
     if summary.get("frontend"):
         lines += ["", f"{'Frontend stage':<24} {'workers':>8} {'requests':>9} {'wait (ms)':>10} {'service (ms)':>13}"]
         for st in summary["frontend"]:

@@ -26,7 +26,14 @@ from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
 from simmodel.metrics.records import Recorder
-from simmodel.metrics.summarize import events_frame, passes_frame, requests_frame, role_summary, summarize
+from simmodel.metrics.summarize import (
+    events_frame,
+    passes_frame,
+    requests_frame,
+    role_summary,
+    stage_summaries,
+    summarize,
+)
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
@@ -151,6 +158,7 @@ class Simulation:
         self.scenario = scenario
         self.env = simpy.Environment()
         self.recorder = Recorder(keep_events, event_sink)
+        self.recorder.staged = bool(scenario.traffic.load.stages)
         if event_sink is not None:
             event_sink.watermark = self._event_watermark
         engine = scenario.engine
@@ -512,4 +520,16 @@ class Simulation:
                 "embedding_cache_hits": hits, "embedding_cache_misses": misses,
                 "embedding_cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
             }
-        return Results(summary, requests, passes_frame(self.recorder.passes), self.events)
+        sessions = self.source.sessions
+        if sessions is not None:  # multi-turn sessions: which conversation and turn each request is
+            requests["session"] = [sessions.of_request[r.request_id][0].id for r in self.requests]
+            requests["turn"] = [sessions.of_request[r.request_id][1] for r in self.requests]
+        passes = passes_frame(self.recorder.passes)
+        stages = self.scenario.traffic.load.stages
+        if stages:  # a staged load: each request's stage, each pass's stage (by its start), and per stage
+            requests["stage"] = [r.stage for r in self.requests]
+            starts = np.array([to_ns(stage.start_s) for stage in stages], dtype=np.int64)
+            passes["stage"] = np.maximum(np.searchsorted(starts, self.recorder.passes.column("start_ns"),
+                                                         side="right") - 1, 0)
+            summary["stages"] = stage_summaries(requests, self.recorder, stages)
+        return Results(summary, requests, passes, self.events)

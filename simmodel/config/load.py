@@ -27,11 +27,14 @@ from simmodel.config.schema import (
     LengthSpec,
     LimitsSpec,
     LoadSpec,
+    LoadStage,
     Parallelism,
     Scenario,
     SchedulerSpec,
+    SessionsSource,
     SglangSchedulerSpec,
     SharedPrefix,
+    SharedPrefixSource,
     SpeculationSpec,
     StopSpec,
     SyntheticSource,
@@ -337,10 +340,56 @@ def _length(node: _Node, key: str) -> LengthSpec:
     return result
 
 
+MAX_STAGES = 1000
+
+
+def _burstiness(ld: _Node) -> float:
+    return ld.number("burstiness", 1.0, positive=True, minimum=1e-3)
+
+
+def _stages(ld: _Node) -> tuple[LoadStage, ...]:
+    """The stages in order, each starting where the one before ended."""
+    raw = ld.raw("stages")
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_STAGES:
+        raise ScenarioError(f"{ld.at('stages')}: must be a list of 1 to {MAX_STAGES} stages, each "
+                            f"{{requests_per_second | concurrency, duration_s}}, got {_show(raw)}")
+    stages, start = [], 0.0
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{ld.at('stages')}[{i}]: must be a mapping, got {_show(item)}")
+        node = _Node(item, f"{ld.at('stages')}[{i}]")
+        if ("requests_per_second" in item) == ("concurrency" in item):
+            raise ScenarioError(f"{node.path}: give exactly one of requests_per_second and concurrency")
+        duration = node.number("duration_s", positive=True, minimum=1e-6)
+        if "concurrency" in item:
+            stage = LoadStage(duration, start, concurrency=node.int("concurrency"))
+        else:
+            stage = LoadStage(duration, start,
+                              requests_per_second=node.number("requests_per_second", positive=True, minimum=1e-6))
+        node.done()
+        stages.append(stage)
+        start += duration
+    return tuple(stages)
+
+
 def _traffic(node: _Node, base_dir: Path) -> Traffic:
     src = node.node("source", required=True)
-    kind = src.choice("type", ("synthetic", "trace"))
-    if kind == "synthetic":
+    kind = src.choice("type", ("synthetic", "shared_prefix", "sessions", "trace"))
+    if kind == "sessions":
+        source = SessionsSource(_length(src, "turns"), _length(src, "new_input_tokens_per_turn"),
+                                _length(src, "output_tokens_per_turn"),
+                                src.number("inter_turn_delay_ms", 0.0), src.number("shared_prefix_ratio", 0.0,
+                                                                                   maximum=1.0))
+        if source.turns.max is None and source.turns.distribution in ("normal", "lognormal"):
+            raise ScenarioError(f"{src.at('turns')}.max: required (a session needs a bounded number of turns)")
+    elif kind == "shared_prefix":
+        source = SharedPrefixSource(src.int("num_groups", maximum=1_000_000),
+                                    src.int("prompts_per_group", maximum=1_000_000),
+                                    _length(src, "system_prompt_tokens"), _length(src, "question_tokens"),
+                                    _length(src, "output_tokens"))
+        if source.num_groups * source.prompts_per_group > 10_000_000:
+            raise ScenarioError(f"{src.path}: num_groups × prompts_per_group must be at most 10,000,000")
+    elif kind == "synthetic":
         shared = None
         if src.raw("shared_prefix", None) is not None:
             sp = src.node("shared_prefix")
@@ -368,14 +417,23 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         source = TraceSource(path if path.is_absolute() else base_dir / path, fmt, block_size=hash_block)
     src.done()
 
-    loads = ("concurrency", "poisson", "constant_rate", "trace_timestamps")
-    ld = node.node("load", required=kind == "synthetic")
+    loads = ("concurrency", "poisson", "gamma", "constant_rate", "trace_timestamps", "stages")
+    ld = node.node("load", required=kind != "trace")
     load_type = ld.choice("type", loads, "trace_timestamps" if kind == "trace" else _MISSING)
     if load_type == "concurrency":
         load = LoadSpec(load_type, concurrency=ld.int("concurrency"))
     elif load_type == "poisson":
         load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6),
                         seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1))
+    elif load_type == "gamma":
+        load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6),
+                        seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1), burstiness=_burstiness(ld))
+    elif load_type == "stages":
+        arrivals = ld.choice("arrivals", ("constant", "poisson", "gamma"), "poisson")
+        if arrivals != "gamma" and ld.raw("burstiness", None) is not None:
+            raise ScenarioError(f"{ld.at('burstiness')}: only applies to arrivals: gamma")
+        load = LoadSpec(load_type, seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1), arrivals=arrivals,
+                        burstiness=_burstiness(ld) if arrivals == "gamma" else 1.0, stages=_stages(ld))
     elif load_type == "constant_rate":
         load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6))
     else:
@@ -388,7 +446,8 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     stop = StopSpec(st.int("requests", None),
                     st.number("max_virtual_time_seconds", None, positive=True))
     st.done()
-    if kind == "synthetic" and stop.requests is None and stop.max_virtual_time_seconds is None:
+    if (kind != "trace" and load_type != "stages" and stop.requests is None
+            and stop.max_virtual_time_seconds is None):
         raise ScenarioError(f"{st.path}: synthetic traffic needs requests or max_virtual_time_seconds")
     node.done()
     return Traffic(source, load, stop)

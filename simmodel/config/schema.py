@@ -46,6 +46,54 @@ class SyntheticSource:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedPrefixSource:
+    """inference-perf's and SGLang bench's shared-prefix workload: ``num_groups`` system prompts, each
+    followed by ``prompts_per_group`` questions, make a pool of distinct prompts whose order is shuffled
+    once; request i sends prompt i mod pool size (so the pool repeats once every prompt was sent). A
+    group's system prompt length is drawn once per group, a question's once per prompt, an output length
+    per request."""
+
+    num_groups: int
+    prompts_per_group: int
+    system_prompt_tokens: LengthSpec
+    question_tokens: LengthSpec
+    output_tokens: LengthSpec
+    type: str = "shared_prefix"
+
+    @property
+    def input_tokens(self) -> LengthSpec:
+        """The least a prompt can be, for the context-length checks: both parts at their smallest."""
+        from simmodel.traffic.lengths import smallest_length
+
+        return LengthSpec("fixed", value=smallest_length(self.system_prompt_tokens)
+                          + smallest_length(self.question_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsSource:
+    """Multi-turn chat sessions (``simmodel.traffic.sessions``): per session a number of ``turns``, per
+    turn a new message and an answer length, ``inter_turn_delay_ms`` of user think time between an answer
+    and the next message, and the leading ``shared_prefix_ratio`` of each session's first message shared
+    by every session (a system prompt). The load's unit is a session."""
+
+    turns: LengthSpec
+    new_input_tokens_per_turn: LengthSpec
+    output_tokens_per_turn: LengthSpec
+    inter_turn_delay_ms: float = 0.0
+    shared_prefix_ratio: float = 0.0
+    type: str = "sessions"
+
+    @property
+    def input_tokens(self) -> LengthSpec:
+        """The least a prompt can be (a first turn's message), for the context-length checks."""
+        return self.new_input_tokens_per_turn
+
+    @property
+    def output_tokens(self) -> LengthSpec:
+        return self.output_tokens_per_turn
+
+
+@dataclass(frozen=True, slots=True)
 class TraceSource:
     path: Path
     format: str
@@ -55,14 +103,31 @@ class TraceSource:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadStage:
+    """One stage of a staged load: a request rate or a number of closed-loop clients, held for
+    ``duration_s`` seconds from ``start_s`` (the previous stages' durations summed)."""
+
+    duration_s: float
+    start_s: float
+    requests_per_second: float | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LoadSpec:
-    """``concurrency`` (closed loop), ``poisson``, ``constant_rate`` or ``trace_timestamps``."""
+    """``concurrency`` (closed loop), ``poisson``, ``gamma``, ``constant_rate``, ``trace_timestamps`` or
+    ``stages``."""
 
     type: str
     concurrency: int = 0
     requests_per_second: float = 0.0
     seed: int | None = None
     speedup: float = 1.0
+    burstiness: float = 1.0
+    """Gamma arrivals: the shape of the gaps' gamma distribution (vLLM's ``--burstiness``); 1 is Poisson."""
+    stages: tuple[LoadStage, ...] = ()
+    arrivals: str = "poisson"
+    """How a rate stage spaces its requests: ``constant``, ``poisson`` or ``gamma``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +138,7 @@ class StopSpec:
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
-    source: SyntheticSource | TraceSource
+    source: SyntheticSource | SharedPrefixSource | SessionsSource | TraceSource
     load: LoadSpec
     stop: StopSpec
 

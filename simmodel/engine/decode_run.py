@@ -107,6 +107,12 @@ class _Run:
             return False
         if any(map(_LEG, requests)):
             return False  # a prefill leg hands off when it finishes
+        self.stage = 0
+        if self.ranks[0].recorder.staged:  # a run's intervals are recorded under one stage
+            stages = {r.stage for r in requests}
+            if len(stages) > 1:
+                return False
+            self.stage = stages.pop()
         firsts = list(map(_FIRST, requests))
         if plans is None and None in firsts:
             return False  # a request yet to sample its first token is mid-prefill
@@ -411,6 +417,8 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     gaps = end[:m] - start[:m]
     rec.itl_values.extend((gaps if R == 1 else np.repeat(gaps, R))[itl].tolist())
     rec.itl_counts.extend(consecutive[:n][itl].tolist())
+    if rec.staged:
+        rec.itl_stages.extend([run.stage] * int(itl.sum()))
     block = np.empty((len(_PASS_COLUMN), m, R), dtype=np.int64)  # one (passes, ranks) matrix per field
     for name, value in (("worker", w), ("dp_rank", np.arange(R)),
                         ("pass_index", run.ranks[0].num_passes - m + np.arange(m)[:, None]),

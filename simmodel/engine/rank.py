@@ -136,6 +136,7 @@ class Rank:
         sampled, finished = self.scheduler.update_from_output(plan)
         w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
         consecutive = 0
+        by_stage: dict[int, int] | None = {} if rec.staged else None  # staged loads count per stage
         for request in sampled:
             if request.bootstrap:
                 continue  # the prefill leg's token never reaches the client
@@ -145,15 +146,21 @@ class Rank:
                 rec.event(end_ns, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, role)
             elif request.last_token_pass == pass_index - 1:
                 consecutive += 1
+                if by_stage is not None:
+                    by_stage[request.stage] = by_stage.get(request.stage, 0) + 1
             else:
-                rec.intervals(end_ns - request.last_token_at, 1)
+                rec.intervals(end_ns - request.last_token_at, 1, request.stage)
             if request.num_emitted > 1:  # speculative decoding: the extra tokens arrive together
-                rec.intervals(0, request.num_emitted - 1)
+                rec.intervals(0, request.num_emitted - 1, request.stage)
             if n >= 2 and request.second_token_at is None:
                 request.second_token_at = end_ns
             request.last_token_at = end_ns
             request.last_token_pass = pass_index
-        rec.intervals(end_ns - self._last_delivery, consecutive)
+        if by_stage is None:
+            rec.intervals(end_ns - self._last_delivery, consecutive)
+        else:
+            for stage, count in sorted(by_stage.items()):
+                rec.intervals(end_ns - self._last_delivery, count, stage)
         self._last_delivery = end_ns
         for request in finished:
             request.finished_at = end_ns

@@ -41,6 +41,8 @@ class Request:
         # SGLang: what the prompt's tokens are (radix cache segments), when it reached the scheduler,
         # and the time it spent in the frontend stages.
         "prompt_segments", "queued_at", "frontend_ns",
+        # Staged loads: the stage that sent the request.
+        "stage",
     )
 
     def __init__(self, request_id: int, arrived_at: int, num_prompt_tokens: int, max_tokens: int,
@@ -60,6 +62,7 @@ class Request:
         self.hash_ids = hash_ids
         self.prompt_segments = None
         self.queued_at = arrived_at
+        self.stage = 0
         self.frontend_ns = 0
         self.first_admitted_at: int | None = None
         self.first_token_at: int | None = None

@@ -145,6 +145,9 @@ class Recorder:
         self.itl_values = array("q")
         self.itl_counts = array("q")
         """Inter-token intervals (ns) and how many tokens saw each: 8 bytes an entry, not a Python int's 36."""
+        self.staged = False
+        """A staged load: every interval entry also records the stage of the requests it counts."""
+        self.itl_stages = array("q")
         self.num_done = 0
         """Requests that finished or were rejected so far (for progress reports)."""
 
@@ -166,7 +169,9 @@ class Recorder:
             for row in rows:
                 self.sink.add(row)
 
-    def intervals(self, value_ns: int, count: int) -> None:
+    def intervals(self, value_ns: int, count: int, stage: int = 0) -> None:
         if count:
             self.itl_values.append(value_ns)
             self.itl_counts.append(count)
+            if self.staged:
+                self.itl_stages.append(stage)

@@ -143,19 +143,17 @@ def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: 
     }
 
 
-def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
-              end_s: float, provenance_counts: dict[str, int]) -> dict:
-    """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
-    top level are the last role's (decode) and ``roles`` has each one."""
+def request_figures(requests: pd.DataFrame, itl_values: np.ndarray, itl_counts: np.ndarray) -> dict:
+    """What the requests of a run (or of one stage of it) measured: counts, tokens, duration from the
+    first arrival to the last token, throughputs, preemptions and the latency statistics (ITL from the
+    inter-token intervals, in ns, and how many tokens saw each)."""
     done = requests[requests["status"] == "completed"]
     total_out = int(requests["output_tokens"].sum())
-    arrivals = requests["arrival_s"]
     last_token = requests["last_token_s"].max()
-    duration = float(last_token - arrivals.min()) if np.isfinite(last_token) else 0.0
+    duration = float(last_token - requests["arrival_s"].min()) if np.isfinite(last_token) else 0.0
     tpot = done["tpot_ms"].to_numpy()
     per_user = 1000.0 / tpot[np.isfinite(tpot) & (tpot > 0)]
-    last_role = list(roles.values())[-1]
-    summary = {
+    return {
         "num_requests": int(len(requests)),
         "completed_requests": int(len(done)),
         "incomplete_requests": int((requests["status"] == "incomplete").sum()),
@@ -163,25 +161,60 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict]
         "total_input_tokens": int(requests["input_tokens"][requests["status"] != "rejected"].sum()),
         "total_output_tokens": total_out,
         "duration_s": duration,
-        "end_time_s": float(end_s),
-        "wall_time_s": float(wall_time_s),
         "request_throughput_rps": len(done) / duration if duration > 0 else None,
         "output_throughput_tok_s": total_out / duration if duration > 0 else None,
         "mean_output_token_throughput_per_user": float(per_user.mean()) if len(per_user) else None,
+        "num_preemptions": int(requests["preemptions"].sum()),
+        "ttft_ms": stats(requests["ttft_ms"].to_numpy()),
+        "ttst_ms": stats(requests["ttst_ms"].to_numpy()),
+        "tpot_ms": stats(tpot),
+        "itl_ms": weighted_stats(itl_values.astype(np.float64) / 1e6, itl_counts),
+        "e2e_latency_ms": stats(done["e2e_ms"].to_numpy()),
+        "queue_ms": stats(requests["queue_ms"].to_numpy()),
+    }
+
+
+def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
+              end_s: float, provenance_counts: dict[str, int]) -> dict:
+    """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
+    top level are the last role's (decode) and ``roles`` has each one."""
+    f = request_figures(requests, np.frombuffer(recorder.itl_values, dtype=np.int64),
+                        np.frombuffer(recorder.itl_counts, dtype=np.int64))
+    last_role = list(roles.values())[-1]
+    summary = {key: f[key] for key in ("num_requests", "completed_requests", "incomplete_requests",
+                                       "rejected_requests", "total_input_tokens", "total_output_tokens",
+                                       "duration_s")}
+    summary.update({
+        "end_time_s": float(end_s),
+        "wall_time_s": float(wall_time_s),
+        "request_throughput_rps": f["request_throughput_rps"],
+        "output_throughput_tok_s": f["output_throughput_tok_s"],
+        "mean_output_token_throughput_per_user": f["mean_output_token_throughput_per_user"],
         "gpu_count": sum(r["gpu_count"] for r in roles.values()),
         "gpu_hours": sum(r["gpu_hours"] for r in roles.values()),
         "num_passes": sum(r["num_passes"] for r in roles.values()),
-        "num_preemptions": int(requests["preemptions"].sum()),
+        "num_preemptions": f["num_preemptions"],
         "kv_blocks_per_rank": last_role["kv_blocks_per_rank"],
         "kv_capacity_tokens_per_rank": last_role["kv_capacity_tokens_per_rank"],
         "provenance_counts": dict(sorted(provenance_counts.items())),
         "roles": roles,
-    }
-    summary["ttft_ms"] = stats(requests["ttft_ms"].to_numpy())
-    summary["ttst_ms"] = stats(requests["ttst_ms"].to_numpy())
-    summary["tpot_ms"] = stats(tpot)
-    summary["itl_ms"] = weighted_stats(np.frombuffer(recorder.itl_values, dtype=np.int64).astype(np.float64) / 1e6,
-                                       np.frombuffer(recorder.itl_counts, dtype=np.int64))
-    summary["e2e_latency_ms"] = stats(done["e2e_ms"].to_numpy())
-    summary["queue_ms"] = stats(requests["queue_ms"].to_numpy())
+    })
+    for key in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms"):
+        summary[key] = f[key]
     return summary
+
+
+def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages) -> list[dict]:
+    """A staged load's per-stage block: each stage's window and target, and the figures of the requests
+    it sent (``request_figures``; ITL from the intervals of those requests)."""
+    values = np.frombuffer(recorder.itl_values, dtype=np.int64)
+    counts = np.frombuffer(recorder.itl_counts, dtype=np.int64)
+    of_stage = np.frombuffer(recorder.itl_stages, dtype=np.int64)
+    blocks = []
+    for k, spec in enumerate(stages):
+        mine = of_stage == k
+        block = {"stage": k, "start_s": spec.start_s, "end_s": spec.start_s + spec.duration_s,
+                 "requests_per_second": spec.requests_per_second, "concurrency": spec.concurrency}
+        block.update(request_figures(requests[requests["stage"] == k], values[mine], counts[mine]))
+        blocks.append(block)
+    return blocks

@@ -8,13 +8,15 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simmodel.config.schema import Scenario, SyntheticSource
+from simmodel.config.schema import Scenario, SessionsSource, SharedPrefixSource, SyntheticSource
 from simmodel.engine.clock import to_ns
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
-from simmodel.traffic.arrivals import gaps
+from simmodel.traffic.arrivals import gaps, stage_arrivals
 from simmodel.traffic.lengths import sample_lengths
+from simmodel.traffic.sessions import Sessions
+from simmodel.traffic.shared_prefix import SharedPrefixPool
 from simmodel.traffic.traces import TraceData
 
 CHUNK = 1024  # draws are made in fixed-size chunks so a run's randomness never depends on its length
@@ -35,6 +37,7 @@ class RequestStream:
         if traffic.load.seed is not None:
             arrivals_seq = np.random.SeedSequence(traffic.load.seed)
         self._rngs = [np.random.default_rng(s) for s in (arrivals_seq, input_seq, output_seq)]
+        self.arrival_rng = self._rngs[0]
         limits = [n for n in (traffic.stop.requests, None if trace is None else len(trace)) if n is not None]
         self.limit: int | None = min(limits) if limits else None
         self.limits = None
@@ -48,12 +51,22 @@ class RequestStream:
             self._isl, self._osl = trace.input_tokens, trace.output_tokens
             if traffic.load.type == "trace_timestamps":
                 self._arrival = trace.arrival_s / traffic.load.speedup
+        self.pool = None
+        if isinstance(self.source, SharedPrefixSource):
+            self.pool = SharedPrefixPool(self.source, self._rngs[1])
+        self.sessions = None
+        if isinstance(self.source, SessionsSource):
+            self.sessions = Sessions(self.source, self._rngs[1], self._rngs[2])
 
     def request(self, i: int) -> tuple[int, int, int | None, tuple[int, ...] | None]:
         """Prompt tokens, output tokens, dp_rank hint and hash ids of request ``i``."""
         while i >= len(self._isl):
-            assert isinstance(self.source, SyntheticSource)
-            self._isl = np.concatenate([self._isl, sample_lengths(self.source.input_tokens, self._rngs[1], CHUNK)])
+            if self.pool is not None:
+                prompts = self.pool.prompt_of(np.arange(len(self._isl), len(self._isl) + CHUNK))
+                self._isl = np.concatenate([self._isl, self.pool.prompt_tokens[prompts]])
+            else:
+                assert isinstance(self.source, SyntheticSource)
+                self._isl = np.concatenate([self._isl, sample_lengths(self.source.input_tokens, self._rngs[1], CHUNK)])
             self._osl = np.concatenate([self._osl, sample_lengths(self.source.output_tokens, self._rngs[2], CHUNK)])
         isl = int(self._isl[i]) + self.extra_prompt_tokens
         if self.trace is None:
@@ -68,6 +81,10 @@ class RequestStream:
         if self.trace is not None and self.trace.hash_ids[i] is not None:
             return trace_block_content(self.trace.hash_ids[i], self.source.block_size, num_prompt_tokens,
                                        block_size, unique)
+        if self.pool is not None:
+            return self.pool.block_content(i, num_prompt_tokens, block_size)
+        if self.sessions is not None:
+            return self.sessions.block_content(i, block_size)
         shared = getattr(self.source, "shared_prefix", None)
         if shared is not None:
             group, limit = i % shared.groups, min(shared.tokens, num_prompt_tokens)
@@ -94,6 +111,10 @@ class RequestStream:
             if left > 0:
                 segs.append((unique, left))
             return segs
+        if self.pool is not None:
+            return self.pool.segments(i, num_prompt_tokens)
+        if self.sessions is not None:
+            return self.sessions.segments(i)
         shared = getattr(self.source, "shared_prefix", None)
         if shared is not None:
             limit = min(shared.tokens, num_prompt_tokens)
@@ -124,8 +145,10 @@ class RequestStream:
 class TrafficSource:
     """Injects requests into the deployment through ``place`` and keeps every request it made.
 
-    Open loop: one timeout per arrival. Closed loop (``concurrency``): N clients each send their next
-    request the moment the previous one finishes (or is rejected), until the request limit.
+    The load's unit is a request, or a whole session with a ``sessions`` source (its turns follow one
+    another, see ``simmodel.traffic.sessions``). Open loop: one timeout per arrival. Closed loop
+    (``concurrency``): N clients each start their next unit the moment the previous one finishes (or is
+    rejected), until the request limit. Staged loads run their stages one after the other.
     """
 
     def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], object],
@@ -133,8 +156,15 @@ class TrafficSource:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
         self.requests: list[Request] = []
+        self.sessions = stream.sessions
+        self.units = 0
+        """Units (requests, or sessions) the load has started."""
+        self.stage = 0
+        """The stage of a staged load now sending requests."""
+        self.stage_end = -1
+        """The end (ns) of the concurrency stage now running, or -1 when none is."""
         self.pending: simpy.Event | None = None
-        """The timeout of the next open-loop arrival while it is scheduled."""
+        """The timeout of the next open-loop arrival while it is scheduled (request units only)."""
 
     def _has_next(self) -> bool:
         limit = self.stream.limit
@@ -159,19 +189,65 @@ class TrafficSource:
         limit = self.stream.limit
         return limit is None or i < limit
 
+    def _closed(self, stage: int) -> bool:
+        """Whether a finished unit of ``stage`` is followed by another: a closed-loop load, or a
+        concurrency stage still running."""
+        return bool(self.concurrency) or (stage == self.stage and self.env.now < self.stage_end)
+
     def run(self) -> Generator[simpy.Event, Any, None]:
+        if self.stream.load.type == "stages":
+            yield from self._run_stages()
+            return
         if self.concurrency:
             for _ in range(self.concurrency):
                 if not self._has_next():
                     break
-                self._inject()
+                self._start_unit()
             return
         while self._has_next():
-            at = to_ns(self.stream.arrival(len(self.requests)))
+            at = to_ns(self.stream.arrival(self.units))
             if at > self.env.now:
-                self.pending = self.env.timeout(at - self.env.now)
-                yield self.pending
+                timeout = self.env.timeout(at - self.env.now)
+                if self.sessions is None:
+                    self.pending = timeout
+                yield timeout
+            self._start_unit()
+
+    def _run_stages(self) -> Generator[simpy.Event, Any, None]:
+        """A staged load: each stage from its start for its duration, one after the other. A rate stage
+        starts its units at ``stage_arrivals``; a concurrency stage starts its N clients at its start, each
+        starting its next unit when the previous one finishes, until the stage ends (units still in
+        flight then run to completion, and don't count against the next stage's clients). Each request
+        carries the index of the stage that started its unit."""
+        load = self.stream.load
+        for k, spec in enumerate(load.stages):
+            start = to_ns(spec.start_s)
+            if start > self.env.now:
+                yield self.env.timeout(start - self.env.now)
+            self.stage = k
+            if spec.concurrency is not None:
+                self.stage_end = to_ns(spec.start_s + spec.duration_s)
+                for _ in range(spec.concurrency):
+                    if not self._has_next():
+                        return
+                    self._start_unit()
+            else:
+                self.stage_end = -1
+                for at_s in stage_arrivals(spec, load.arrivals, load.burstiness, self.stream.arrival_rng):
+                    at = to_ns(at_s)
+                    if at > self.env.now:
+                        yield self.env.timeout(at - self.env.now)
+                    if not self._has_next():
+                        return
+                    self._start_unit()
+
+    def _start_unit(self) -> None:
+        """Start one unit of load now: a request, or a session's first turn."""
+        self.units += 1
+        if self.sessions is None:
             self._inject()
+        else:
+            self._send_turn(self.sessions.start(self.stage))
 
     def _inject(self) -> None:
         """Create request number ``len(self.requests)`` now; loop while closed-loop rejections return at once."""
@@ -180,22 +256,66 @@ class TrafficSource:
             if self.stream.limits is not None:
                 self.stream.limits.check_requests(i + 1)
             isl, osl, hint, hashes = self.stream.request(i)
-            request = Request(i, self.env.now, isl, osl, hint, hashes)
-            request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
-            self.requests.append(request)
-            self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl, "client")
-            if self.concurrency:
+            request = self._create(i, isl, osl, self.stage, hint, hashes)
+            if self.concurrency or self.stage_end >= 0:
                 request.on_finish = self._on_finish
-            if isl < self.context_length:
-                self.place(request)  # the rank it lands on records the placement (maybe later: frontend)
+            if self._admit(request):
                 return
-            # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
-            request.status = RequestStatus.REJECTED
-            request.finished_at = self.env.now
-            self.recorder.event(self.env.now, EventKind.REJECTION, -1, -1, i, isl, "client")
-            if not (self.concurrency and self._has_next()):
+            if not (self._closed(request.stage) and self._has_next()):
                 return
 
+    def _create(self, i: int, isl: int, osl: int, stage: int, hint: int | None = None, hashes=None) -> Request:
+        request = Request(i, self.env.now, isl, osl, hint, hashes)
+        request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
+        request.stage = stage
+        self.requests.append(request)
+        self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl, "client")
+        return request
+
+    def _admit(self, request: Request) -> bool:
+        """Hand the request to the deployment, or refuse it; whether it was handed over."""
+        if request.num_prompt_tokens < self.context_length:
+            self.place(request)  # the rank it lands on records the placement (maybe later: frontend)
+            return True
+        # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
+        request.status = RequestStatus.REJECTED
+        request.finished_at = self.env.now
+        self.recorder.event(self.env.now, EventKind.REJECTION, -1, -1, request.request_id,
+                            request.num_prompt_tokens, "client")
+        return False
+
     def _on_finish(self, request: Request) -> None:
-        if self._has_next():
+        if self._closed(request.stage) and self._has_next():
             self._inject()
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def _send_turn(self, session) -> None:
+        """Send the session's next turn now; a refused turn ends the session."""
+        while True:
+            if not self._has_next():
+                return
+            i = len(self.requests)
+            if self.stream.limits is not None:
+                self.stream.limits.check_requests(i + 1)
+            isl, osl = self.sessions.next_prompt(session)
+            request = self._create(i, isl, osl, session.stage)  # a turn belongs to its session's stage
+            self.sessions.sent(session, i)
+            request.on_finish = self._on_turn_finish
+            if self._admit(request):
+                return
+            if not (self._closed(session.stage) and self._has_next()):
+                return  # the session ends with its refused turn; a closed loop starts another at once
+            session = self.sessions.start(self.stage)
+            self.units += 1
+
+    def _on_turn_finish(self, request: Request) -> None:
+        session, _ = self.sessions.of_request[request.request_id]
+        self.sessions.answered(session, request.request_id, request.num_output_tokens)
+        if session.turn < session.turns:
+            delay = to_ns(self.sessions.source.inter_turn_delay_ms / 1000.0)
+            if delay:
+                self.env.timeout(delay).callbacks.append(lambda _event: self._send_turn(session))
+            else:
+                self._send_turn(session)
+        elif self._closed(session.stage) and self._has_next():
+            self._start_unit()

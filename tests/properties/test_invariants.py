@@ -28,10 +28,21 @@ def scenarios(draw):
         {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
         {"type": "poisson", "requests_per_second": draw(st.floats(1, 200))},
         {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 200))},
+        {"type": "gamma", "requests_per_second": draw(st.floats(1, 200)), "burstiness": draw(st.floats(0.1, 5))},
         {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))},
     ]))
-    source = {"input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
-              "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}}
+    source = draw(st.sampled_from([
+        {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 1, "max": context + 20},
+         "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}},
+        {"type": "shared_prefix", "num_groups": draw(st.integers(1, 3)), "prompts_per_group": draw(st.integers(1, 4)),
+         "system_prompt_tokens": {"distribution": "uniform", "min": 1, "max": context // 2},
+         "question_tokens": {"distribution": "uniform", "min": 1, "max": context // 2 + 20},
+         "output_tokens": {"distribution": "uniform", "min": 1, "max": 60}},
+        {"type": "sessions", "turns": {"distribution": "uniform", "min": 1, "max": 4},
+         "new_input_tokens_per_turn": {"distribution": "uniform", "min": 1, "max": context // 3},
+         "output_tokens_per_turn": {"distribution": "uniform", "min": 1, "max": 40},
+         "inter_turn_delay_ms": draw(st.sampled_from([0, 5])), "shared_prefix_ratio": draw(st.floats(0, 1))},
+    ]))
     if load["type"] == "trace_timestamps":  # a real trace's first rows (long prompts: many are refused)
         source = {"type": "trace", "format": "azure", "path": str(AZURE_CODE)}
     data = make_scenario(
@@ -42,8 +53,7 @@ def scenarios(draw):
                           "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 16]))},
             "kv_cache": {"block_size": block, "capacity": {"type": "fixed", "blocks": blocks}},
             "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 5, 20])), "decode_ms": 3}}}})
-    if load["type"] == "trace_timestamps":
-        data["traffic"]["source"] = source  # not merged into the synthetic defaults
+    data["traffic"]["source"] = source  # not merged into the synthetic defaults
     return data
 
 
@@ -137,7 +147,13 @@ def coalescing_scenarios(draw):
     role["kv_cache"]["prefix_caching"] = draw(st.booleans())
     role["scheduler"]["async_scheduling"] = draw(st.booleans())
     role["timing"] = draw(st.sampled_from([role["timing"], {"type": "polynomial"}, {"type": "default"}]))
-    if data["traffic"]["source"].get("type") != "trace" and draw(st.booleans()):
+    if data["traffic"]["source"]["type"] != "trace" and draw(st.booleans()):  # a staged load instead
+        stages = [draw(st.sampled_from([{"requests_per_second": draw(st.floats(5, 200))},
+                                        {"concurrency": draw(st.integers(1, 6))}])) | {"duration_s": draw(
+                                            st.floats(0.01, 0.3))} for _ in range(draw(st.integers(1, 3)))]
+        data["traffic"]["load"] = {"type": "stages", "stages": stages,
+                                   "arrivals": draw(st.sampled_from(["constant", "poisson", "gamma"]))}
+    if data["traffic"]["source"]["type"] == "synthetic" and draw(st.booleans()):
         data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
     return data
 
