@@ -440,6 +440,11 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         if kind != "trace":
             raise ScenarioError(f"{ld.at('type')}: trace_timestamps needs traffic.source.type: trace")
         load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True, minimum=1e-6))
+    if load_type in ("poisson", "gamma", "constant_rate", "trace_timestamps"):
+        load = replace(load, max_concurrency=ld.int("max_concurrency", None))
+        if kind == "sessions" and load.max_concurrency is not None:
+            raise ScenarioError(f"{ld.at('max_concurrency')}: not with sessions (a session's turns are "
+                                f"its own closed loop); use type: concurrency for a number of sessions")
     ld.done()
 
     st = node.node("stop")

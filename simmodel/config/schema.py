@@ -128,6 +128,9 @@ class LoadSpec:
     stages: tuple[LoadStage, ...] = ()
     arrivals: str = "poisson"
     """How a rate stage spaces its requests: ``constant``, ``poisson`` or ``gamma``."""
+    max_concurrency: int | None = None
+    """Open-loop loads: at most this many requests in flight; an arrival beyond it waits at the client for
+    the first slot a finish frees, and is sent then (``vllm bench serve --max-concurrency``)."""
 
 
 @dataclass(frozen=True, slots=True)

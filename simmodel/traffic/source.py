@@ -165,10 +165,15 @@ class TrafficSource:
         """The end (ns) of the concurrency stage now running, or -1 when none is."""
         self.pending: simpy.Event | None = None
         """The timeout of the next open-loop arrival while it is scheduled (request units only)."""
+        self.in_flight = 0
+        """Requests handed to the deployment and not finished (counted under ``max_concurrency`` only)."""
+        self.backlog = 0
+        """Arrivals waiting at the client for a slot under ``max_concurrency``."""
 
-    def _has_next(self) -> bool:
+    def _has_next(self, waiting: int = 0) -> bool:
+        """Whether another request may be created (``waiting`` more already promised)."""
         limit = self.stream.limit
-        return limit is None or len(self.requests) < limit
+        return limit is None or len(self.requests) + waiting < limit
 
     def quiet_until(self, end_ns: int) -> bool:
         """Whether the requests arriving from now to ``end_ns`` (open loop) leave that instant free: none
@@ -204,14 +209,18 @@ class TrafficSource:
                     break
                 self._start_unit()
             return
-        while self._has_next():
-            at = to_ns(self.stream.arrival(self.units))
+        cap = self.stream.load.max_concurrency
+        while self._has_next(self.backlog):
+            at = to_ns(self.stream.arrival(self.units + self.backlog))
             if at > self.env.now:
                 timeout = self.env.timeout(at - self.env.now)
-                if self.sessions is None:
+                if self.sessions is None and cap is None:
                     self.pending = timeout
                 yield timeout
-            self._start_unit()
+            if cap is not None and self.in_flight >= cap:
+                self.backlog += 1  # waits at the client for a free slot
+            else:
+                self._start_unit()
 
     def _run_stages(self) -> Generator[simpy.Event, Any, None]:
         """A staged load: each stage from its start for its duration, one after the other. A rate stage
@@ -259,7 +268,10 @@ class TrafficSource:
             request = self._create(i, isl, osl, self.stage, hint, hashes)
             if self.concurrency or self.stage_end >= 0:
                 request.on_finish = self._on_finish
+            elif self.stream.load.max_concurrency is not None:
+                request.on_finish = self._on_slot_free
             if self._admit(request):
+                self.in_flight += 1
                 return
             if not (self._closed(request.stage) and self._has_next()):
                 return
@@ -287,6 +299,13 @@ class TrafficSource:
     def _on_finish(self, request: Request) -> None:
         if self._closed(request.stage) and self._has_next():
             self._inject()
+
+    def _on_slot_free(self, request: Request) -> None:
+        """Under ``max_concurrency``: a finish frees a slot for the longest-waiting arrival."""
+        self.in_flight -= 1
+        while self.backlog and self.in_flight < self.stream.load.max_concurrency:  # a refusal frees it again
+            self.backlog -= 1
+            self._start_unit()
 
     # -- sessions ---------------------------------------------------------------------------------
     def _send_turn(self, session) -> None:

@@ -26,7 +26,8 @@ def scenarios(draw):
     budget = draw(st.integers(max(max_seqs, 8), 256))
     load = draw(st.sampled_from([
         {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
-        {"type": "poisson", "requests_per_second": draw(st.floats(1, 200))},
+        {"type": "poisson", "requests_per_second": draw(st.floats(1, 200)),
+         "max_concurrency": draw(st.one_of(st.none(), st.integers(1, 4)))},
         {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 200))},
         {"type": "gamma", "requests_per_second": draw(st.floats(1, 200)), "burstiness": draw(st.floats(0.1, 5))},
         {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))},
@@ -54,6 +55,8 @@ def scenarios(draw):
             "kv_cache": {"block_size": block, "capacity": {"type": "fixed", "blocks": blocks}},
             "timing": {"type": "fixed", "prefill_ms": draw(st.sampled_from([0, 5, 20])), "decode_ms": 3}}}})
     data["traffic"]["source"] = source  # not merged into the synthetic defaults
+    if source["type"] == "sessions":
+        data["traffic"]["load"].pop("max_concurrency", None)  # refused with sessions (a rule of its own)
     return data
 
 

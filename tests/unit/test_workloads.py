@@ -223,3 +223,17 @@ def test_turns_never_start_before_the_previous_answer_plus_the_think_time():
         # each prompt is the previous prompt, its answer, and a new message of 20–400 tokens
         grown = turns.input_tokens.to_numpy()[1:] - (turns.input_tokens + turns.output_tokens).to_numpy()[:-1]
         assert ((grown >= 20) & (grown <= 400)).all()
+
+
+def test_max_concurrency_holds_arrivals_at_the_client_until_a_slot_frees():
+    """Arrivals every 10 ms, one request in flight at most, each taking 60 ms (a 20 ms prefill pass and
+    four 10 ms decodes): request 0 is sent at 0; the arrivals at 10 and 20 ms wait, and are sent as the
+    slot frees, at 60 and 120 ms (their TTFT counts from then, as vllm bench measures it)."""
+    data = make_scenario(traffic={"load": {"type": "constant_rate", "requests_per_second": 100,
+                                           "max_concurrency": 1}, "stop": {"requests": 3}})
+    req = run_scenario(data).requests
+    assert req.arrival_s.tolist() == pytest.approx([0, 0.06, 0.12])
+    assert req.e2e_ms.tolist() == pytest.approx([60, 60, 60])
+    # without the cap the three arrive at 0, 10 and 20 ms and share passes
+    del data["traffic"]["load"]["max_concurrency"]
+    assert run_scenario(data).requests.arrival_s.tolist() == pytest.approx([0, 0.01, 0.02])
