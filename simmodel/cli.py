@@ -13,7 +13,7 @@ import click
 
 from simmodel.config.load import load_scenario
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.export import check_output_dir, has_pyarrow, summary_json, write_results
+from simmodel.export import check_output_dir, has_pyarrow, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.sim import Simulation, check_workload, make_timing
 
@@ -296,6 +296,49 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
         click.echo(format_ranking(spec, entries, ranked[:top], output_dir))
     if not ranked:
         sys.exit(1)
+
+
+@cli.command()
+@_scenario
+@_set
+@click.option("--measured", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The benchmark tool's result file: vllm bench --save-result JSON, inference-perf "
+                   "summary_lifecycle_metrics.json (stage_N_… files beside it are read too), GuideLLM report "
+                   "JSON, AIPerf profile_export_aiperf.json.")
+@click.option("--tool", type=click.Choice(["vllm-bench", "inference-perf", "guidellm", "aiperf"]),
+              help="The tool that wrote --measured (default: told by the file's keys).")
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write compare.csv, compare.json and the run's summary.json here.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: str | None, output_dir: Path | None,
+            overwrite: bool, fmt: str) -> None:
+    """Simulate a scenario and set its metrics beside a benchmark tool's measured ones, each simulated
+    figure computed the way that tool defines it (docs/compare.md)."""
+    from simmodel.compare.measured import read_measured
+    from simmodel.compare.table import COLUMNS, format_rows
+    from simmodel.compare.table import compare as compare_runs
+
+    if output_dir is not None:
+        check_output_dir(output_dir, overwrite)
+    measurement = read_measured(measured, tool)
+    sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
+    results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+    rows, notes = compare_runs(measurement, sim, results)
+    report = {"tool": measurement.tool, "measured": str(measured), "scenario": str(scenario), "rows": rows,
+              "notes": notes}
+    if output_dir is not None:
+        import csv
+        import io
+
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_files(output_dir, overwrite, {"compare.csv": text.getvalue(),
+                                            "compare.json": json.dumps(report, indent=2) + "\n",
+                                            "summary.json": summary_json(results.summary)})
+    click.echo(json.dumps(report, indent=2) if fmt == "json" else format_rows(rows, notes, measurement.tool))
 
 
 def _choice(path: str, value) -> str:

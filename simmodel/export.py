@@ -83,3 +83,19 @@ def write_results(results: Results, path: Path, overwrite: bool, events: str = "
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return names
+
+
+def write_files(path: Path, overwrite: bool, files: dict[str, str]) -> None:
+    """Write text files (name → content) into ``path`` whole: staged beside it, then moved into place."""
+    check_output_dir(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        for name, text in files.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -1,0 +1,223 @@
+"""Benchmark result files read as they are: ``vllm bench serve --save-result`` JSON, inference-perf's
+``summary_lifecycle_metrics.json`` (with its ``stage_N_lifecycle_metrics.json`` beside it), GuideLLM's
+report JSON and AIPerf's ``profile_export_aiperf.json``.
+
+Each file becomes ``Measurement``: scopes (the whole run, or one stage / one GuideLLM benchmark each),
+each a list of ``Figure`` rows — the tool's own metric name and statistic, its value in milliseconds
+(latencies) or per second (rates), and the definition (``simmodel.compare.definitions``) under which
+the simulated side computes the same thing. Units are converted here: inference-perf writes seconds,
+GuideLLM seconds for ``request_latency`` and ms for the rest, vLLM and AIPerf ms.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simmodel.errors import ScenarioError
+
+TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
+
+
+@dataclass(frozen=True)
+class Figure:
+    metric: str
+    """The tool's name for it (e.g. ``p99_ttft_ms``'s metric ``ttft``, inference-perf's
+    ``time_to_first_token``)."""
+    stat: str
+    """``mean``, ``median``, ``std``, ``min``, ``max`` or ``pQ`` (``p99``, ``p99.9``)."""
+    value: float
+    definition: str
+    """Which simulated quantity it is (a key of ``definitions.DEFINITIONS``)."""
+
+
+@dataclass
+class Scope:
+    name: str
+    stage: int | None
+    """The scenario's stage it is compared with, None for the whole run."""
+    figures: list[Figure] = field(default_factory=list)
+
+
+@dataclass
+class Measurement:
+    tool: str
+    path: Path
+    scopes: list[Scope]
+
+
+def detect(data) -> str | None:
+    """Which tool wrote a parsed result file, from its keys."""
+    if isinstance(data, dict):
+        if "benchmarks" in data and isinstance(data["benchmarks"], list):
+            return "guidellm"
+        if "successes" in data and "load_summary" in data:
+            return "inference-perf"
+        if "mean_ttft_ms" in data or ("duration" in data and "completed" in data):
+            return "vllm-bench"
+        if isinstance(data.get("time_to_first_token"), dict) or isinstance(data.get("request_latency"), dict):
+            return "aiperf"
+    return None
+
+
+def read_measured(path: Path, tool: str | None = None) -> Measurement:
+    """Read a result file; ``tool`` is detected from its keys when not given."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"--measured {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        lines = [line for line in text.splitlines() if line.strip()]  # vllm bench --append-result: one per line
+        try:
+            data = json.loads(lines[-1]) if len(lines) > 1 else None
+        except json.JSONDecodeError:
+            data = None
+        if data is None:
+            raise ScenarioError(f"--measured {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    found = detect(data)
+    if tool is None:
+        if found is None:
+            raise ScenarioError(f"--measured {path}: not a result file of {', '.join(TOOLS)}; give --tool")
+        tool = found
+    elif found is not None and found != tool:
+        raise ScenarioError(f"--measured {path}: looks like a {found} result, not {tool}")
+    reader = {"vllm-bench": _vllm_bench, "inference-perf": _inference_perf, "guidellm": _guidellm,
+              "aiperf": _aiperf}[tool]
+    scopes = reader(data, path)
+    if not any(scope.figures for scope in scopes):
+        raise ScenarioError(f"--measured {path}: no metric this comparison knows was found in the {tool} file")
+    return Measurement(tool, path, scopes)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# -- vllm bench serve ------------------------------------------------------------------------------------------
+
+_VLLM = {"ttft": "ttft", "tpot": "tpot_per_request", "itl": "itl_pooled", "e2el": "e2e"}
+_VLLM_KEY = re.compile(r"^(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def _vllm_bench(data: dict, path: Path) -> list[Scope]:
+    scope = Scope("run", None)
+    for key, value in data.items():
+        m = _VLLM_KEY.match(key)
+        if m and _number(value) is not None:
+            scope.figures.append(Figure(m.group(2), m.group(1), float(value), _VLLM[m.group(2)]))
+    for key, definition in (("request_throughput", "request_throughput"), ("output_throughput", "output_throughput")):
+        if _number(data.get(key)) is not None:
+            scope.figures.append(Figure(key, "value", float(data[key]), definition))
+    return [scope]
+
+
+# -- inference-perf ------------------------------------------------------------------------------------------
+
+_IPERF = {"time_to_first_token": "ttft_multi_token", "time_per_output_token": "tpot_per_request",
+          "inter_token_latency": "itl_pooled", "normalized_time_per_output_token": "ntpot",
+          "request_latency": "e2e"}
+
+
+def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
+    scope = Scope(name, stage)
+    successes = data.get("successes") if isinstance(data.get("successes"), dict) else {}
+    latency = successes.get("latency") if isinstance(successes.get("latency"), dict) else {}
+    for metric, definition in _IPERF.items():
+        block = latency.get(metric)
+        if isinstance(block, dict):
+            for stat, value in block.items():
+                if _number(value) is not None:
+                    scope.figures.append(Figure(metric, stat, float(value) * 1000.0, definition))  # s → ms
+    throughput = successes.get("throughput") if isinstance(successes.get("throughput"), dict) else {}
+    for metric, definition in (("requests_per_sec", "request_throughput"), ("output_tokens_per_sec", "output_throughput")):
+        if _number(throughput.get(metric)) is not None:
+            scope.figures.append(Figure(metric, "value", float(throughput[metric]), definition))
+    return scope
+
+
+def _inference_perf(data: dict, path: Path) -> list[Scope]:
+    scopes = [_iperf_scope(data, "run", None)]
+    stage_files = sorted(path.parent.glob("stage_*_lifecycle_metrics.json"),
+                         key=lambda p: int(re.findall(r"\d+", p.name)[0]))
+    for stage_path in stage_files:
+        k = int(re.findall(r"\d+", stage_path.name)[0])
+        try:
+            stage = json.loads(stage_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ScenarioError(f"--measured {stage_path}: not a readable stage file ({exc})") from None
+        scopes.append(_iperf_scope(stage, f"stage {k}", k))
+    return scopes
+
+
+# -- GuideLLM ------------------------------------------------------------------------------------------------
+
+# metric: (definition, value scale to ms or /s, weighting)
+_GUIDELLM = {
+    "time_to_first_token_ms": ("ttft", 1.0),
+    "inter_token_latency_ms": ("itl_per_request_weighted", 1.0),
+    "time_per_output_token_ms": ("tpot_guidellm", 1.0),
+    "request_latency": ("e2e", 1000.0),  # seconds
+    "requests_per_second": ("request_throughput", 1.0),
+    "output_tokens_per_second": ("output_throughput", 1.0),
+}
+
+
+def _guidellm(data: dict, path: Path) -> list[Scope]:
+    benchmarks = data["benchmarks"]
+    scopes = []
+    for k, bench in enumerate(benchmarks):
+        if not isinstance(bench, dict):
+            raise ScenarioError(f"--measured {path}: benchmarks[{k}] is not a mapping")
+        scope = Scope("run" if len(benchmarks) == 1 else f"benchmark {k}", None if len(benchmarks) == 1 else k)
+        metrics = bench.get("metrics") if isinstance(bench.get("metrics"), dict) else {}
+        for metric, (definition, scale) in _GUIDELLM.items():
+            block = metrics.get(metric)
+            block = block.get("successful") if isinstance(block, dict) else None
+            if not isinstance(block, dict):
+                continue
+            rate = definition.endswith("throughput")
+            for stat in ("mean", "median", "std_dev", "min", "max"):
+                if _number(block.get(stat)) is not None and not (rate and stat != "mean"):
+                    name = "value" if rate else "std" if stat == "std_dev" else stat
+                    scope.figures.append(Figure(metric, name, float(block[stat]) * scale, definition))
+            percentiles = block.get("percentiles") if isinstance(block.get("percentiles"), dict) else {}
+            for name, value in percentiles.items():
+                m = re.fullmatch(r"p(\d+)", name)
+                if m and _number(value) is not None and not rate:
+                    digits = m.group(1)  # p001 → 0.1, p01 → 1, p05 → 5, p50 → 50, p999 → 99.9
+                    q = float(digits) / 10 if len(digits) == 3 else float(digits)
+                    scope.figures.append(Figure(metric, f"p{q:g}", float(value) * scale, definition))
+        scopes.append(scope)
+    return scopes
+
+
+# -- AIPerf --------------------------------------------------------------------------------------------------
+
+_AIPERF = {"time_to_first_token": "ttft", "inter_token_latency": "tpot_per_request",
+           "inter_chunk_latency": "itl_pooled", "request_latency": "e2e",
+           "request_throughput": "request_throughput", "output_token_throughput": "output_throughput"}
+_SCALE = {"ms": 1.0, "s": 1000.0, "sec": 1000.0, "us": 1e-3, "ns": 1e-6}
+
+
+def _aiperf(data: dict, path: Path) -> list[Scope]:
+    scope = Scope("run", None)
+    for metric, definition in _AIPERF.items():
+        block = data.get(metric)
+        if not isinstance(block, dict):
+            continue
+        rate = definition.endswith("throughput")
+        scale = 1.0 if rate else _SCALE.get(str(block.get("unit", "ms")))
+        if scale is None:
+            raise ScenarioError(f"--measured {path}: {metric}.unit {block.get('unit')!r} is not a time unit")
+        for stat, value in block.items():
+            if stat == "unit" or _number(value) is None or (rate and stat != "avg"):
+                continue
+            if not re.fullmatch(r"avg|min|max|std|p[0-9.]+", stat):
+                continue  # adj_p99 and the like: failure-adjusted percentiles, not compared
+            name = {"avg": "mean", "p50": "median"}.get(stat, stat)
+            scope.figures.append(Figure(metric, "value" if rate else name, float(value) * scale, definition))
+    return [scope]
