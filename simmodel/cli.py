@@ -281,7 +281,7 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
         if progress is not None:
             progress.close()
     ranked = rank(entries, spec)
-    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted)
+    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite)
     if interrupted:
         click.echo(f"simmodel: interrupted after {len(entries)} of {planned(spec, space)} candidates; "
                    f"their ledger is in {output_dir}", err=True)

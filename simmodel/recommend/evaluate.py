@@ -15,8 +15,8 @@ from simmodel.recommend.spec import SearchSpec
 from simmodel.sim import Simulation
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """Raised by the alarm: a BaseException, so no ``except Exception`` inside a run can swallow it."""
 
 
 def _alarm(signum, frame):  # noqa: ARG001 (signal handler signature)
@@ -51,6 +51,26 @@ def context_limit(config: dict, scenario) -> str | None:
     return None
 
 
+def raw_gpu_count(config: dict) -> int | None:
+    """The GPUs a candidate asks for, read from its fields as written (for candidates that are not a valid
+    scenario): per role replicas × pipeline × tensor × attention_data × prefill_context; None where a field
+    is not a positive integer."""
+    workers = (config.get("engine") or {}).get("workers")
+    if not isinstance(workers, dict):
+        return None
+    total = 0
+    for role in workers.values():
+        p = role.get("parallelism") if isinstance(role, dict) else None
+        p = p if isinstance(p, dict) else {}
+        for key in ("replicas", "pipeline", "tensor", "attention_data", "prefill_context"):
+            value = p.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return None
+        total += p.get("replicas", 1) * p.get("pipeline", 1) * p.get("tensor", 1) * p.get("attention_data", 1) \
+            * p.get("prefill_context", 1)
+    return total
+
+
 def check(config: dict, spec: SearchSpec, base_dir: Path):
     """Validate a candidate before simulating it: (scenario, GPU count, None), or (None, GPU count or None
     when the candidate is not a scenario, (status, category, text))."""
@@ -58,7 +78,7 @@ def check(config: dict, spec: SearchSpec, base_dir: Path):
         scenario = parse_scenario(config, base_dir)
     except ScenarioError as exc:
         status = "infeasible" if exc.category == "kv_capacity" else "unsupported"
-        return None, None, (status, exc.category, str(exc))
+        return None, raw_gpu_count(config), (status, exc.category, str(exc))
     gpus = sum(role.parallelism.gpu_count for role in scenario.engine.workers.values())
     short = context_limit(config, scenario)
     if short is not None:
@@ -112,12 +132,15 @@ def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict
         entry["status"], entry["reason_category"], entry["reason"] = rejected
         return entry
     timeout = spec.candidate_timeout_seconds
-    previous = None
-    if timeout is not None:
-        previous = signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+    previous = signal.signal(signal.SIGALRM, _alarm) if timeout is not None else None
     try:
-        results = Simulation(scenario, keep_events=False).run()
+        try:
+            if timeout is not None:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+            results = Simulation(scenario, keep_events=False).run()
+        finally:  # disarmed before anything else; an alarm firing here is still a timeout
+            if timeout is not None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     except _Timeout:
         entry.update(status="timed_out", reason_category="timeout", reason=f"ran past {timeout:g} s")
         return entry
@@ -130,7 +153,6 @@ def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict
         return entry
     finally:
         if timeout is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     m = metrics(results.summary, results.requests, spec)
     objectives = {metric: m[metric] for metric, _ in spec.objectives}

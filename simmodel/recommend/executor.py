@@ -1,61 +1,132 @@
-"""Where a search's candidates are simulated: a pool of processes on this machine, or tasks on a Ray
+"""Where a search's candidates are simulated: worker processes on this machine, or tasks on a Ray
 cluster. Both take the same plain-data tasks and give back the same ledger entries, in the order they
-finish; the search puts them back in candidate order, so the executor never changes a result."""
+finish; the search puts them back in candidate order, so the executor never changes a result.
+
+A worker that dies while simulating a candidate (killed for memory, a crash in a native library) costs
+that candidate only: it is recorded as ``failed`` (``worker_died``), a new worker takes its place, and the
+search goes on.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 
 from simmodel.errors import ScenarioError
 from simmodel.recommend.evaluate import evaluate
 
 Task = tuple  # (candidate id, config, SearchSpec, base folder): evaluate's arguments
-
-
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the search, which stops them itself."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+MAX_WORKERS = 256
 
 
 def _evaluate(task: Task) -> dict:
     return evaluate(*task)
 
 
-class LocalExecutor:
-    """A pool of ``workers`` processes (forked once, kept for the whole search); one worker simulates in
-    this process."""
+def died(task: Task, what: str) -> dict:
+    """The ledger entry of a candidate whose worker died."""
+    return {"id": task[0], "status": "failed", "reason_category": "worker_died", "reason": what,
+            "gpu_count": None, "metrics": None, "objectives": None, "score": None}
 
-    def __init__(self, workers: int | None = None) -> None:
-        self.workers = max(1, workers or os.cpu_count() or 1)
-        self._pool = None
+
+def _serve(conn, function: Callable[[Task], dict]) -> None:
+    """A worker: simulate each task it is sent, until it is sent None. Ctrl-C is the search's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        conn.send(function(task))
+
+
+class LocalExecutor:
+    """``workers`` processes (forked once, kept for the whole search), each simulating one candidate at a
+    time; with one worker, candidates run in this process. ``function`` is what a worker runs per task."""
+
+    def __init__(self, workers: int | None = None, function: Callable[[Task], dict] = _evaluate) -> None:
+        self.workers = min(max(1, workers or os.cpu_count() or 1), MAX_WORKERS)
+        self.function = function
+        self._procs: list = []  # (process, connection)
+
+    def _spawn(self):
+        parent, child = multiprocessing.get_context("fork").Pipe()
+        proc = multiprocessing.get_context("fork").Process(target=_serve, args=(child, self.function), daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
 
     def map(self, tasks: list[Task]) -> Iterator[dict]:
         if self.workers == 1:
             for task in tasks:
-                yield _evaluate(task)
+                yield self.function(task)
             return
-        if self._pool is None:
-            self._pool = multiprocessing.get_context("fork").Pool(self.workers, initializer=_ignore_sigint)
-        yield from self._pool.imap_unordered(_evaluate, tasks)
+        while len(self._procs) < min(self.workers, len(tasks)):
+            self._procs.append(self._spawn())
+        queue = list(reversed(tasks))
+        busy: dict[int, Task] = {}  # worker index → its task
+        idle = list(range(len(self._procs)))
+        while queue or busy:
+            while queue and idle:
+                i = idle.pop()
+                busy[i] = queue.pop()
+                self._procs[i][1].send(busy[i])
+            waiting = {}
+            for i in busy:
+                proc, conn = self._procs[i]
+                waiting[conn] = i
+                waiting[proc.sentinel] = i
+            for ready in multiprocessing.connection.wait(list(waiting)):
+                i = waiting[ready]
+                if i not in busy:
+                    continue  # both its pipe and its sentinel were ready
+                proc, conn = self._procs[i]
+                task = busy.pop(i)
+                try:
+                    entry = conn.recv()
+                except (EOFError, OSError):  # the worker died with the task
+                    proc.join()
+                    entry = died(task, f"the worker process died (exit code {proc.exitcode})")
+                    self._procs[i] = self._spawn()
+                idle.append(i)
+                yield entry
 
     def close(self, abort: bool = False) -> None:
         """Stop the workers: at once (``abort``, dropping what they were simulating) or when idle."""
-        if self._pool is not None:
+        for proc, conn in self._procs:
             if abort:
-                self._pool.terminate()
+                proc.terminate()
             else:
-                self._pool.close()
-            self._pool.join()
-            self._pool = None
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+        for proc, conn in self._procs:
+            proc.join()
+            conn.close()
+        self._procs = []
+
+
+def _reachable(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) address must accept a connection within a few seconds: Ray itself
+    would retry for minutes."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, or a form Ray parses itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ScenarioError(f"--executor ray={address}: cannot connect: {exc.strerror or exc}") from None
 
 
 class RayExecutor:
     """Each candidate a Ray task of one CPU on the cluster at ``address`` (``auto``: the one this machine
     belongs to), or on a Ray instance started here when no address is given. The nodes need simmodel
-    installed and the scenario's trace files at the same paths."""
+    installed and the scenario's files at the same paths."""
 
     def __init__(self, address: str | None = None) -> None:
         try:
@@ -65,26 +136,36 @@ class RayExecutor:
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:
+            if address:
+                _reachable(address)
+            import warnings
+
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise ScenarioError(f"--executor ray={address}: cannot connect: {' '.join(str(exc).split())}") \
                     from None
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_evaluate)
-        self._pending: list = []
+        self._pending: dict = {}
 
     def map(self, tasks: list[Task]) -> Iterator[dict]:
         ray = self._ray
-        self._pending = [self._remote.remote(task) for task in tasks]
+        self._pending = {self._remote.remote(task): task for task in tasks}
         while self._pending:
-            done, self._pending = ray.wait(self._pending, num_returns=1)
-            yield ray.get(done[0])
+            done, _ = ray.wait(list(self._pending), num_returns=1)
+            task = self._pending.pop(done[0])
+            try:
+                yield ray.get(done[0])
+            except ray.exceptions.RayError as exc:  # the task's worker or node died
+                yield died(task, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 
     def close(self, abort: bool = False) -> None:
         if abort:
             for ref in self._pending:
                 self._ray.cancel(ref, force=True)
-        self._pending = []
+        self._pending = {}
         if self._started:
             self._ray.shutdown()
 

@@ -13,8 +13,11 @@ import numpy as np
 import yaml
 
 from simmodel.config.domains import is_domain
-from simmodel.config.load import _model, _Node, apply_overrides, read_yaml
+from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
+from simmodel.export import check_output_dir
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.models import MODELS
 from simmodel.recommend.executor import LocalExecutor
 from simmodel.recommend.space import Candidate, SearchSpace, expand
 from simmodel.recommend.spec import SearchSpec, parse_search
@@ -37,9 +40,26 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path
                 raise ScenarioError(f"engine.{key}: one per search (not searched); run one search per {key}")
         model = _model(_Node(engine, "engine"), base_dir)[1]
         space = SearchSpace(data, lambda mode: model)
+        check_unsearched(space, base_dir)
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
     return spec, space, base_dir
+
+
+def check_unsearched(space: SearchSpace, base_dir: Path) -> None:
+    """Bad input outside the searched fields (a typo, a value out of range) would make every candidate
+    unsupported: refuse the search instead, naming the field. Checked on each mode's first candidate."""
+    for g, (_, dims) in enumerate(space.grids):
+        candidate = space.candidate(0, space.number_of(g, [0] * len(dims)))
+        try:
+            parse_scenario(candidate.config, base_dir)
+        except ScenarioError as exc:
+            if exc.category != "invalid_config":
+                continue  # a shape the model cannot take, or no room for KV: that candidate's own verdict
+            field = str(exc).split(":", 1)[0].strip()
+            searched = ["engine.mode", *(d.path for d in dims)]
+            if not any(field.startswith(p) or p.startswith(field) for p in searched):
+                raise
 
 
 def planned(spec: SearchSpec, space: SearchSpace) -> int:
@@ -63,6 +83,7 @@ def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=No
                 on_result(entry)
 
     interrupted = False
+    closed = False
     try:
         if spec.algorithm == "bayesian":
             from simmodel.recommend.optimize import bayesian
@@ -70,9 +91,12 @@ def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=No
         else:
             simulate(expand(space, spec.algorithm, spec.max_trials, spec.seed))
         executor.close()
+        closed = True
     except KeyboardInterrupt:
         interrupted = True
-        executor.close(abort=True)
+    finally:
+        if not closed:
+            executor.close(abort=True)
     ledger = []
     for id in sorted(entries):
         entry, c = entries[id], candidates[id]
@@ -104,23 +128,49 @@ def rank(entries: list[dict], spec: SearchSpec) -> list[dict]:
     if spec.target == "pareto":
         first = spec.objectives[0][0]
         return sorted(pareto_front(feasible, spec.objectives),
-                      key=lambda e: (-e["objectives"][first], e["metrics"]["gpu_count"], e["id"]))
-    return sorted(feasible, key=lambda e: (-e["score"], e["metrics"]["gpu_count"], e["id"]))
+                      key=lambda e: (-_rounded(e["objectives"][first]), e["metrics"]["gpu_count"], e["id"]))
+    return sorted(feasible, key=lambda e: (-_rounded(e["score"]), e["metrics"]["gpu_count"], e["id"]))
+
+
+def _rounded(value: float) -> float:
+    """A score to 12 significant digits: scores equal in exact arithmetic tie (then fewer GPUs win)
+    whatever their last bits."""
+    return float(f"{value:.12g}")
 
 
 def runnable(config: dict, base_dir: Path) -> dict:
-    """A candidate as a scenario file saved elsewhere: a relative trace path made absolute."""
+    """A candidate as a scenario file saved elsewhere: every relative file path it names (the trace, a
+    model's config.json, a system .yaml, a host profile) made absolute against the search's folder."""
+    config = json.loads(json.dumps(config))
+
+    def absolute(holder: dict, key: str, is_file) -> None:
+        value = holder.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and is_file(value):
+            holder[key] = str((base_dir / value).resolve())
+
     source = (config.get("traffic") or {}).get("source")
-    if isinstance(source, dict) and isinstance(source.get("path"), str) and not Path(source["path"]).is_absolute():
-        config = json.loads(json.dumps(config))
-        config["traffic"]["source"]["path"] = str((base_dir / source["path"]).resolve())
+    if isinstance(source, dict):
+        absolute(source, "path", lambda v: True)
+    engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
+    absolute(engine, "model", lambda v: v not in MODELS and (base_dir / v).exists())
+    def hardware_file(value: str) -> bool:
+        return value not in HARDWARE and value.endswith((".yaml", ".yml"))
+
+    absolute(engine, "hardware", hardware_file)
+    for role in (engine.get("workers") or {}).values():
+        if isinstance(role, dict):
+            absolute(role, "hardware", hardware_file)
+            if isinstance(role.get("host_profile"), dict):
+                absolute(role["host_profile"], "path", lambda v: True)
     return config
 
 
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
-                 interrupted: bool = False) -> None:
+                 interrupted: bool = False, overwrite: bool = False) -> None:
     """recommendation.json, recommendation.csv and recommendations/0001.yaml … (best first), written to a
-    temporary folder beside ``folder`` and moved into place whole."""
+    temporary folder beside ``folder`` and moved into place whole (a folder that filled up while the
+    search ran is refused as at the start, unless ``overwrite``)."""
+    check_output_dir(folder, overwrite)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:

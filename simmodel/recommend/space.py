@@ -18,6 +18,7 @@ reference, "Recommend" column):
 from __future__ import annotations
 
 import copy
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ MAX_BATCHED_TOKENS = (8192, 16384, 32768)
 PREFILL_MAX_SEQUENCES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SEQUENCES = (256, 512, 1024)
 ROLES = {"aggregated": ("aggregated",), "disaggregated": ("prefill", "decode")}
+MAX_GRID = 10_000
+"""Most candidates a grid search runs without ``max_trials``."""
 
 
 @dataclass
@@ -123,7 +126,9 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
                                 f"engine.context_length; set that instead")
         parallelism = _mapping(role, "parallelism", at)
         preset = parallelism.pop("preset", "default")
-        if preset not in ("default", False) and preset != {} and not isinstance(preset, list):
+        if preset is None:
+            preset = "default"
+        if preset != "default" and preset is not False and preset != {} and not isinstance(preset, list):
             raise ScenarioError(f"{at}.parallelism.preset: must be default, a list of shapes, or false; got {preset!r}")
         if preset == "default" or isinstance(preset, list):
             pinned = [key for key in SHAPE_FIELDS if key in parallelism]
@@ -136,9 +141,11 @@ def _role_defaults(base: dict, mode: str, model_of) -> list[Dimension]:
                 if not preset:
                     raise ScenarioError(f"{at}.parallelism.preset: a list of shapes must not be empty")
                 for i, shape in enumerate(preset):
-                    if not isinstance(shape, dict) or not shape or set(shape) - set(SHAPE_FIELDS):
+                    if (not isinstance(shape, dict) or not shape or set(shape) - set(SHAPE_FIELDS)
+                            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                       for v in shape.values())):
                         raise ScenarioError(f"{at}.parallelism.preset[{i}]: must be a mapping of "
-                                            f"{', '.join(SHAPE_FIELDS)}, got {shape!r}")
+                                            f"{', '.join(SHAPE_FIELDS)} to positive integers, got {shape!r}")
                 values = [dict(shape) for shape in preset]
             shapes.append(Dimension(f"{at}.parallelism", values, shape=True))
         scheduler = _mapping(role, "scheduler", at)
@@ -167,7 +174,7 @@ class SearchSpace:
         mode = engine.get("mode", "aggregated")
         self.modes = domain_values("engine.mode", mode) if is_domain(mode) else [mode]
         for value in self.modes:
-            if value not in ROLES:
+            if not isinstance(value, str) or value not in ROLES:
                 raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {value!r}")
         self.grids: list[tuple[dict, list[Dimension]]] = []
         for value in self.modes:
@@ -217,8 +224,20 @@ def expand(space: SearchSpace, algorithm: str = "grid", max_trials: int | None =
     ``seed``."""
     if algorithm == "random":
         count = min(max_trials or space.size, space.size)
-        picks = np.random.default_rng(seed).choice(space.size, size=count, replace=False).tolist()
+        rng = random.Random(seed)
+        if space.size <= 10**7:
+            picks = rng.sample(range(space.size), count)
+        else:  # spaces past what ``sample`` takes (even past 2**63): draw until ``count`` distinct
+            picks, seen = [], set()
+            while len(picks) < count:
+                pick = rng.randrange(space.size)
+                if pick not in seen:
+                    seen.add(pick)
+                    picks.append(pick)
     else:
+        if not max_trials and space.size > MAX_GRID:
+            raise ScenarioError(f"optimizer.max_trials: the grid has {space.size:,} candidates, more than "
+                                f"{MAX_GRID:,}; set max_trials, or search it with random or bayesian")
         picks = list(range(min(space.size, max_trials) if max_trials else space.size))
     return [space.candidate(id, pick) for id, pick in enumerate(picks, start=1)]
 

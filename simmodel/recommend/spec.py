@@ -88,7 +88,7 @@ def parse_search(data: dict) -> SearchSpec:
     max_trials = optimizer.int("max_trials", None)
     if algorithm != "grid" and max_trials is None:
         raise ScenarioError(f"optimizer.max_trials: required by {algorithm} search")
-    workers = optimizer.int("parallelism", None)
+    workers = optimizer.int("parallelism", None, maximum=256)
     seed = optimizer.int("seed", 0, minimum=0)
     timeout = optimizer.number("candidate_timeout_seconds", None, positive=True)
     optimizer.done()
