@@ -63,7 +63,9 @@ def format_table(summary: dict) -> str:
             cells = [st["request_throughput_rps"], st["output_throughput_tok_s"], st["ttft_ms"]["mean"],
                      st["itl_ms"]["mean"], st["e2e_latency_ms"]["mean"]]
             shown = ["-" if v is None else f"{v:.2f}" for v in cells]
-            lines.append(f"{st['stage']:>5} {st['start_s']:>7.1f}–{st['end_s']:<7.1f} {target:>10} "
+            window = "-" if st["start_s"] is None else (
+                f"{st['start_s']:.1f}–" + ("" if st["end_s"] is None else f"{st['end_s']:.1f}"))
+            lines.append(f"{st['stage']:>5} {window:>15} {target:>10} "
                          f"{st['num_requests']:>9} {shown[0]:>8} {shown[1]:>9} {shown[2]:>10} {shown[3]:>9} "
                          f"{shown[4]:>10}")
     if summary.get("frontend"):

@@ -528,8 +528,9 @@ class Simulation:
         stages = self.scenario.traffic.load.stages
         if stages:  # a staged load: each request's stage, each pass's stage (by its start), and per stage
             requests["stage"] = [r.stage for r in self.requests]
-            starts = np.array([to_ns(stage.start_s) for stage in stages], dtype=np.int64)
+            starts = np.array(self.source.stage_starts_ns or [0], dtype=np.int64)
             passes["stage"] = np.maximum(np.searchsorted(starts, self.recorder.passes.column("start_ns"),
                                                          side="right") - 1, 0)
-            summary["stages"] = stage_summaries(requests, self.recorder, stages)
+            summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
+                                                self.source.stage_ends_ns)
         return Results(summary, requests, passes, self.events)

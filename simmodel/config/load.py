@@ -348,27 +348,29 @@ def _burstiness(ld: _Node) -> float:
 
 
 def _stages(ld: _Node) -> tuple[LoadStage, ...]:
-    """The stages in order, each starting where the one before ended."""
+    """The stages in order: each sends for ``duration_s`` and/or until it sent ``requests``."""
     raw = ld.raw("stages")
     if not isinstance(raw, list) or not raw or len(raw) > MAX_STAGES:
         raise ScenarioError(f"{ld.at('stages')}: must be a list of 1 to {MAX_STAGES} stages, each "
-                            f"{{requests_per_second | concurrency, duration_s}}, got {_show(raw)}")
-    stages, start = [], 0.0
+                            f"{{requests_per_second | concurrency, duration_s and/or requests}}, got {_show(raw)}")
+    stages = []
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise ScenarioError(f"{ld.at('stages')}[{i}]: must be a mapping, got {_show(item)}")
         node = _Node(item, f"{ld.at('stages')}[{i}]")
         if ("requests_per_second" in item) == ("concurrency" in item):
             raise ScenarioError(f"{node.path}: give exactly one of requests_per_second and concurrency")
-        duration = node.number("duration_s", positive=True, minimum=1e-6)
+        if "duration_s" not in item and "requests" not in item:
+            raise ScenarioError(f"{node.path}: give duration_s, requests, or both (the stage ends at the first)")
+        duration = node.number("duration_s", None, positive=True, minimum=1e-6)
+        requests = node.int("requests", None)
         if "concurrency" in item:
-            stage = LoadStage(duration, start, concurrency=node.int("concurrency"))
+            stage = LoadStage(duration, requests, concurrency=node.int("concurrency"))
         else:
-            stage = LoadStage(duration, start,
+            stage = LoadStage(duration, requests,
                               requests_per_second=node.number("requests_per_second", positive=True, minimum=1e-6))
         node.done()
         stages.append(stage)
-        start += duration
     return tuple(stages)
 
 
@@ -429,11 +431,17 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6),
                         seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1), burstiness=_burstiness(ld))
     elif load_type == "stages":
-        arrivals = ld.choice("arrivals", ("constant", "poisson", "gamma"), "poisson")
+        arrivals = ld.choice("arrivals", ("constant", "poisson", "gamma", "fixed_count"), "poisson")
         if arrivals != "gamma" and ld.raw("burstiness", None) is not None:
             raise ScenarioError(f"{ld.at('burstiness')}: only applies to arrivals: gamma")
         load = LoadSpec(load_type, seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1), arrivals=arrivals,
-                        burstiness=_burstiness(ld) if arrivals == "gamma" else 1.0, stages=_stages(ld))
+                        burstiness=_burstiness(ld) if arrivals == "gamma" else 1.0, stages=_stages(ld),
+                        drain=ld.bool("drain", False), pause_s=ld.number("pause_s", 0.0))
+        if arrivals == "fixed_count":
+            for i, stage in enumerate(load.stages):
+                if stage.requests_per_second is not None and stage.duration_s is None:
+                    raise ScenarioError(f"{ld.at('stages')}[{i}].duration_s: required by arrivals: fixed_count "
+                                        f"(⌊rate × duration⌋ requests spread over the stage)")
     elif load_type == "constant_rate":
         load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6))
     else:
@@ -442,6 +450,8 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True, minimum=1e-6))
     if load_type in ("poisson", "gamma", "constant_rate", "trace_timestamps"):
         load = replace(load, max_concurrency=ld.int("max_concurrency", None))
+    if load_type in ("poisson", "gamma"):
+        load = replace(load, rescale_to_rate=ld.bool("rescale_to_rate", False))
         if kind == "sessions" and load.max_concurrency is not None:
             raise ScenarioError(f"{ld.at('max_concurrency')}: not with sessions (a session's turns are "
                                 f"its own closed loop); use type: concurrency for a number of sessions")
@@ -451,6 +461,9 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     stop = StopSpec(st.int("requests", None),
                     st.number("max_virtual_time_seconds", None, positive=True))
     st.done()
+    if load.rescale_to_rate and stop.requests is None:
+        raise ScenarioError(f"{ld.at('rescale_to_rate')}: needs traffic.stop.requests (the N requests spread "
+                            f"over N / requests_per_second)")
     if (kind != "trace" and load_type != "stages" and stop.requests is None
             and stop.max_virtual_time_seconds is None):
         raise ScenarioError(f"{st.path}: synthetic traffic needs requests or max_virtual_time_seconds")

@@ -104,11 +104,11 @@ class TraceSource:
 
 @dataclass(frozen=True, slots=True)
 class LoadStage:
-    """One stage of a staged load: a request rate or a number of closed-loop clients, held for
-    ``duration_s`` seconds from ``start_s`` (the previous stages' durations summed)."""
+    """One stage of a staged load: a request rate or a number of closed-loop clients, sending for
+    ``duration_s`` seconds and/or until it has sent ``requests`` requests, whichever comes first."""
 
-    duration_s: float
-    start_s: float
+    duration_s: float | None = None
+    requests: int | None = None
     requests_per_second: float | None = None
     concurrency: int | None = None
 
@@ -127,7 +127,14 @@ class LoadSpec:
     """Gamma arrivals: the shape of the gaps' gamma distribution (vLLM's ``--burstiness``); 1 is Poisson."""
     stages: tuple[LoadStage, ...] = ()
     arrivals: str = "poisson"
-    """How a rate stage spaces its requests: ``constant``, ``poisson`` or ``gamma``."""
+    """How a rate stage spaces its requests: ``constant``, ``poisson``, ``gamma`` or ``fixed_count``."""
+    drain: bool = False
+    """Stages: the next stage starts only once every request of this one has finished."""
+    pause_s: float = 0.0
+    """Stages: idle time between one stage's end (and drain) and the next stage's start."""
+    rescale_to_rate: bool = False
+    """``poisson``/``gamma`` with ``stop.requests`` N, as ``vllm bench serve``: the first request waits its
+    own gap too, and the N arrival times are scaled so the last is at exactly N / requests_per_second."""
     max_concurrency: int | None = None
     """Open-loop loads: at most this many requests in flight; an arrival beyond it waits at the client for
     the first slot a finish frees, and is sent then (``vllm bench serve --max-concurrency``)."""

@@ -204,17 +204,21 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict]
     return summary
 
 
-def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages) -> list[dict]:
-    """A staged load's per-stage block: each stage's window and target, and the figures of the requests
-    it sent (``request_figures``; ITL from the intervals of those requests)."""
+def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages, starts_ns: list[int],
+                    ends_ns: list[int]) -> list[dict]:
+    """A staged load's per-stage block: when each stage began and stopped sending (None for a stage the
+    run never reached or that never stopped), its target, and the figures of the requests it sent
+    (``request_figures``; ITL from the intervals of those requests)."""
     values = np.frombuffer(recorder.itl_values, dtype=np.int64)
     counts = np.frombuffer(recorder.itl_counts, dtype=np.int64)
     of_stage = np.frombuffer(recorder.itl_stages, dtype=np.int64)
     blocks = []
     for k, spec in enumerate(stages):
         mine = of_stage == k
-        block = {"stage": k, "start_s": spec.start_s, "end_s": spec.start_s + spec.duration_s,
-                 "requests_per_second": spec.requests_per_second, "concurrency": spec.concurrency}
+        block = {"stage": k, "start_s": starts_ns[k] / NS_PER_S if k < len(starts_ns) else None,
+                 "end_s": ends_ns[k] / NS_PER_S if k < len(ends_ns) else None,
+                 "requests_per_second": spec.requests_per_second, "concurrency": spec.concurrency,
+                 "duration_s": spec.duration_s, "max_requests": spec.requests}
         block.update(request_figures(requests[requests["stage"] == k], values[mine], counts[mine]))
         blocks.append(block)
     return blocks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,22 +27,49 @@ def gaps(load: LoadSpec, rng: np.random.Generator, n: int) -> np.ndarray:
     return rate_gaps(load.type, load.requests_per_second, load.burstiness, rng, n)
 
 
-def stage_arrivals(stage: LoadStage, kind: str, burstiness: float, rng: np.random.Generator,
-                   chunk: int = 1024) -> np.ndarray:
-    """Arrival times (seconds from the run's start) of a rate stage: the first at the stage's start, then
-    ``kind``-spaced gaps while the time stays before the stage's end. A ``constant`` stage of r req/s for
-    d s sends ⌈r·d⌉ requests, at start + i / r."""
-    start, end, rate = stage.start_s, stage.start_s + stage.duration_s, stage.requests_per_second
+def stage_arrivals(stage: LoadStage, start_s: float, kind: str, burstiness: float,
+                   rng: np.random.Generator, chunk: int = 1024) -> Iterator[float]:
+    """Arrival times (seconds) of a rate stage starting at ``start_s``, in order, while before the stage's
+    end (if it has a duration) and at most ``stage.requests``:
+
+    - ``constant``: start + i / r (a stage of r req/s for d s sends ⌈r·d⌉);
+    - ``poisson`` / ``gamma``: the first at the start, then exponential or gamma gaps;
+    - ``fixed_count``: ⌊r·d⌋ requests whose exponential gaps (the first before request 0 included) are
+      scaled to sum to d, so the last arrives at the stage's end (inference-perf's constant load: a Poisson
+      process conditioned on its count).
+    """
+    rate, cap = stage.requests_per_second, stage.requests
+    end = None if stage.duration_s is None else start_s + stage.duration_s
     assert rate is not None
+    if kind == "fixed_count":
+        assert stage.duration_s is not None
+        count = int(rate * stage.duration_s + 1e-9)
+        gaps = rng.exponential(1.0, size=count)
+        times = start_s + np.cumsum(gaps) * (stage.duration_s / gaps.sum()) if count else np.zeros(0)
+        yield from times[:cap].tolist()
+        return
+    sent = 0
     if kind == "constant":
-        count = max(1, math.ceil(rate * stage.duration_s - 1e-9))
-        return start + np.arange(count) / rate
-    times = [np.array([start])]
-    last = start
+        count = math.ceil(rate * stage.duration_s - 1e-9) if stage.duration_s is not None else None
+        i = 0
+        while (count is None or i < count) and (cap is None or i < cap):
+            yield start_s + i / rate
+            i += 1
+        return
+    last = start_s
+    times = np.array([start_s])
     while True:
-        steps = last + np.cumsum(rate_gaps(kind, rate, burstiness, rng, chunk))
-        inside = steps[steps < end]
-        times.append(inside)
-        if len(inside) < chunk:
-            return np.concatenate(times)
-        last = steps[-1]
+        for t in times.tolist():
+            if (end is not None and t >= end) or (cap is not None and sent >= cap):
+                return
+            yield t
+            sent += 1
+        times = last + np.cumsum(rate_gaps(kind, rate, burstiness, rng, chunk))
+        last = float(times[-1])
+
+
+def rescaled_arrivals(load: LoadSpec, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``vllm bench serve``'s schedule: ``count`` gaps (the first one too) summed, then scaled so the last
+    request arrives at count / rate."""
+    times = np.cumsum(rate_gaps(load.type, load.requests_per_second, load.burstiness, rng, count))
+    return times * ((count / load.requests_per_second) / times[-1]) if count and times[-1] > 0 else times

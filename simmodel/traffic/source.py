@@ -9,11 +9,11 @@ import numpy as np
 import simpy
 
 from simmodel.config.schema import Scenario, SessionsSource, SharedPrefixSource, SyntheticSource
-from simmodel.engine.clock import to_ns
+from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
-from simmodel.traffic.arrivals import gaps, stage_arrivals
+from simmodel.traffic.arrivals import gaps, rescaled_arrivals, stage_arrivals
 from simmodel.traffic.lengths import sample_lengths
 from simmodel.traffic.sessions import Sessions
 from simmodel.traffic.shared_prefix import SharedPrefixPool
@@ -132,6 +132,8 @@ class RequestStream:
 
     def arrival(self, i: int) -> float:
         """Arrival time of request ``i`` in seconds (open-loop loads only)."""
+        if self.load.rescale_to_rate and not len(self._arrival):
+            self._arrival = rescaled_arrivals(self.load, self._rngs[0], self.limit)
         while i >= len(self._arrival):
             start = self._arrival[-1] if len(self._arrival) else None
             steps = gaps(self.load, self._rngs[0], CHUNK)
@@ -159,10 +161,21 @@ class TrafficSource:
         self.sessions = stream.sessions
         self.units = 0
         """Units (requests, or sessions) the load has started."""
+        self.staged = stream.load.type == "stages"
         self.stage = 0
-        """The stage of a staged load now sending requests."""
-        self.stage_end = -1
-        """The end (ns) of the concurrency stage now running, or -1 when none is."""
+        """The stage of a staged load now sending requests (or the last one that did)."""
+        self.stage_open = False
+        """Whether that stage still sends."""
+        self.stage_closed_loop = False
+        """Whether it is a concurrency stage (its clients send again when a request finishes)."""
+        self.stage_sent = 0
+        self.stage_starts_ns: list[int] = []
+        self.stage_ends_ns: list[int] = []
+        """When each stage began, and stopped sending."""
+        self.outstanding: list[int] = []
+        """Units of each stage in flight (kept under ``drain`` only)."""
+        self._stage_done: simpy.Event | None = None
+        self._draining: tuple[int, simpy.Event] | None = None
         self.pending: simpy.Event | None = None
         """The timeout of the next open-loop arrival while it is scheduled (request units only)."""
         self.in_flight = 0
@@ -196,8 +209,26 @@ class TrafficSource:
 
     def _closed(self, stage: int) -> bool:
         """Whether a finished unit of ``stage`` is followed by another: a closed-loop load, or a
-        concurrency stage still running."""
-        return bool(self.concurrency) or (stage == self.stage and self.env.now < self.stage_end)
+        concurrency stage still sending."""
+        return bool(self.concurrency) or (stage == self.stage and self.stage_open and self.stage_closed_loop)
+
+    def _close_stage(self) -> None:
+        self.stage_open = False
+        if self._stage_done is not None and not self._stage_done.triggered:
+            self._stage_done.succeed()
+
+    def _unit_started(self, stage: int) -> None:
+        if self.staged and self.stream.load.drain:
+            self.outstanding[stage] += 1
+
+    def _unit_done(self, stage: int) -> None:
+        """A unit (a request, or a whole session) of ``stage`` ended: a stage waiting to drain may go on."""
+        if not (self.staged and self.stream.load.drain):
+            return
+        self.outstanding[stage] -= 1
+        if self._draining is not None and self._draining[0] == stage and not self.outstanding[stage]:
+            self._draining[1].succeed()
+            self._draining = None
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         if self.stream.load.type == "stages":
@@ -223,32 +254,50 @@ class TrafficSource:
                 self._start_unit()
 
     def _run_stages(self) -> Generator[simpy.Event, Any, None]:
-        """A staged load: each stage from its start for its duration, one after the other. A rate stage
-        starts its units at ``stage_arrivals``; a concurrency stage starts its N clients at its start, each
-        starting its next unit when the previous one finishes, until the stage ends (units still in
-        flight then run to completion, and don't count against the next stage's clients). Each request
-        carries the index of the stage that started its unit."""
+        """A staged load: the stages one after the other. A stage sends for its duration and/or until it
+        sent its ``requests``, whichever comes first: a rate stage at ``stage_arrivals``, a concurrency
+        stage through N clients that each send again when their request finishes. Units still in flight
+        when a stage stops sending run to completion and don't count against the next stage's clients;
+        with ``drain`` the next stage waits for them, then ``pause_s``. Each request carries the index of
+        the stage that started its unit."""
         load = self.stream.load
         for k, spec in enumerate(load.stages):
-            start = to_ns(spec.start_s)
-            if start > self.env.now:
-                yield self.env.timeout(start - self.env.now)
-            self.stage = k
+            if k and load.pause_s:
+                yield self.env.timeout(to_ns(load.pause_s))
+            start = self.env.now
+            self.stage, self.stage_sent, self.stage_open = k, 0, True
+            self.stage_closed_loop = spec.concurrency is not None
+            self.stage_starts_ns.append(start)
+            self.outstanding.append(0)
+            end = None if spec.duration_s is None else start + to_ns(spec.duration_s)
             if spec.concurrency is not None:
-                self.stage_end = to_ns(spec.start_s + spec.duration_s)
+                self._stage_done = self.env.event()
                 for _ in range(spec.concurrency):
-                    if not self._has_next():
-                        return
+                    if not (self.stage_open and self._has_next()):
+                        break
                     self._start_unit()
+                if self.stage_open and self._has_next():
+                    waits = [self._stage_done] if end is None else [self._stage_done, self.env.timeout(end - start)]
+                    yield self.env.any_of(waits)
             else:
-                self.stage_end = -1
-                for at_s in stage_arrivals(spec, load.arrivals, load.burstiness, self.stream.arrival_rng):
+                for at_s in stage_arrivals(spec, start / NS_PER_S, load.arrivals, load.burstiness,
+                                           self.stream.arrival_rng):
                     at = to_ns(at_s)
                     if at > self.env.now:
                         yield self.env.timeout(at - self.env.now)
-                    if not self._has_next():
-                        return
+                    if not (self.stage_open and self._has_next()):
+                        break
                     self._start_unit()
+                if self.stage_open and end is not None and end > self.env.now and self._has_next():
+                    yield self.env.timeout(end - self.env.now)
+            self.stage_open = False
+            self.stage_ends_ns.append(self.env.now)
+            if not self._has_next():
+                return
+            if load.drain and self.outstanding[k] > 0:
+                drained = self.env.event()
+                self._draining = (k, drained)
+                yield drained
 
     def _start_unit(self) -> None:
         """Start one unit of load now: a request, or a session's first turn."""
@@ -256,6 +305,7 @@ class TrafficSource:
         if self.sessions is None:
             self._inject()
         else:
+            self._unit_started(self.stage)
             self._send_turn(self.sessions.start(self.stage))
 
     def _inject(self) -> None:
@@ -266,12 +316,13 @@ class TrafficSource:
                 self.stream.limits.check_requests(i + 1)
             isl, osl, hint, hashes = self.stream.request(i)
             request = self._create(i, isl, osl, self.stage, hint, hashes)
-            if self.concurrency or self.stage_end >= 0:
+            if self.concurrency or (self.staged and (self.stage_closed_loop or self.stream.load.drain)):
                 request.on_finish = self._on_finish
             elif self.stream.load.max_concurrency is not None:
                 request.on_finish = self._on_slot_free
             if self._admit(request):
                 self.in_flight += 1
+                self._unit_started(request.stage)
                 return
             if not (self._closed(request.stage) and self._has_next()):
                 return
@@ -281,6 +332,11 @@ class TrafficSource:
         request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
         request.stage = stage
         self.requests.append(request)
+        if self.staged and stage == self.stage and self.stage_open:
+            self.stage_sent += 1
+            cap = self.stream.load.stages[stage].requests
+            if cap is not None and self.stage_sent >= cap:
+                self._close_stage()
         self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl, "client")
         return request
 
@@ -297,6 +353,7 @@ class TrafficSource:
         return False
 
     def _on_finish(self, request: Request) -> None:
+        self._unit_done(request.stage)
         if self._closed(request.stage) and self._has_next():
             self._inject()
 
@@ -312,6 +369,7 @@ class TrafficSource:
         """Send the session's next turn now; a refused turn ends the session."""
         while True:
             if not self._has_next():
+                self._unit_done(session.stage)
                 return
             i = len(self.requests)
             if self.stream.limits is not None:
@@ -322,9 +380,11 @@ class TrafficSource:
             request.on_finish = self._on_turn_finish
             if self._admit(request):
                 return
+            self._unit_done(session.stage)  # the session ends with its refused turn
             if not (self._closed(session.stage) and self._has_next()):
-                return  # the session ends with its refused turn; a closed loop starts another at once
-            session = self.sessions.start(self.stage)
+                return
+            session = self.sessions.start(self.stage)  # a closed loop starts another at once
+            self._unit_started(self.stage)
             self.units += 1
 
     def _on_turn_finish(self, request: Request) -> None:
@@ -336,5 +396,7 @@ class TrafficSource:
                 self.env.timeout(delay).callbacks.append(lambda _event: self._send_turn(session))
             else:
                 self._send_turn(session)
-        elif self._closed(session.stage) and self._has_next():
-            self._start_unit()
+        else:
+            self._unit_done(session.stage)
+            if self._closed(session.stage) and self._has_next():
+                self._start_unit()

@@ -152,10 +152,17 @@ def coalescing_scenarios(draw):
     role["timing"] = draw(st.sampled_from([role["timing"], {"type": "polynomial"}, {"type": "default"}]))
     if data["traffic"]["source"]["type"] != "trace" and draw(st.booleans()):  # a staged load instead
         stages = [draw(st.sampled_from([{"requests_per_second": draw(st.floats(5, 200))},
-                                        {"concurrency": draw(st.integers(1, 6))}])) | {"duration_s": draw(
-                                            st.floats(0.01, 0.3))} for _ in range(draw(st.integers(1, 3)))]
-        data["traffic"]["load"] = {"type": "stages", "stages": stages,
-                                   "arrivals": draw(st.sampled_from(["constant", "poisson", "gamma"]))}
+                                        {"concurrency": draw(st.integers(1, 6))}]))
+                  | draw(st.sampled_from([{"duration_s": draw(st.floats(0.01, 0.3))},
+                                          {"requests": draw(st.integers(1, 8))},
+                                          {"duration_s": draw(st.floats(0.01, 0.3)), "requests": draw(st.integers(1, 8))}]))
+                  for _ in range(draw(st.integers(1, 3)))]
+        arrivals = draw(st.sampled_from(["constant", "poisson", "gamma", "fixed_count"]))
+        if arrivals == "fixed_count":
+            for stage in stages:
+                stage.setdefault("duration_s", 0.1)
+        data["traffic"]["load"] = {"type": "stages", "stages": stages, "arrivals": arrivals,
+                                   "drain": draw(st.booleans()), "pause_s": draw(st.sampled_from([0, 0.02]))}
     if data["traffic"]["source"]["type"] == "synthetic" and draw(st.booleans()):
         data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
     return data

@@ -26,14 +26,14 @@ def test_a_constant_stage_of_r_per_second_for_d_seconds_sends_r_times_d_requests
     assert res.requests.arrival_s.tolist() == pytest.approx([0, 0.5, 1, 1.5, 2, 2.5, 3, 4])
     assert res.requests.stage.tolist() == [0] * 6 + [1] * 2
     # 3 req/s for 0.5 s: 1.5 requests, rounded up: at 0 and 1/3
-    assert stage_arrivals(LoadStage(0.5, 0.0, requests_per_second=3), "constant", 1.0,
-                          np.random.default_rng(0)).tolist() == pytest.approx([0, 1 / 3])
+    assert list(stage_arrivals(LoadStage(0.5, requests_per_second=3), 0.0, "constant", 1.0,
+                               np.random.default_rng(0))) == pytest.approx([0, 1 / 3])
 
 
 def test_poisson_and_gamma_stages_start_at_the_stage_start_and_stay_inside_it():
     rng = np.random.default_rng(5)
     for kind in ("poisson", "gamma"):
-        times = stage_arrivals(LoadStage(400.0, 100.0, requests_per_second=5), kind, 0.25, rng)
+        times = np.array(list(stage_arrivals(LoadStage(400.0, requests_per_second=5), 100.0, kind, 0.25, rng)))
         assert times[0] == 100.0 and times[-1] < 500.0 and np.all(np.diff(times) >= 0)
         assert len(times) == pytest.approx(5 * 400, rel=0.1)  # mean rate kept (±10 %: 2,000 draws, CV² 4)
 
@@ -114,7 +114,11 @@ def test_staged_runs_are_the_same_coalesced_or_pass_by_pass(asynchronous):
     ({"type": "stages", "stages": []}, "traffic.load.stages: must be a list of 1 to 1000 stages"),
     ({"type": "stages", "stages": [{"requests_per_second": 1, "concurrency": 2, "duration_s": 1}]},
      "traffic.load.stages[0]: give exactly one of requests_per_second and concurrency"),
-    ({"type": "stages", "stages": [{"requests_per_second": 1}]}, "traffic.load.stages[0].duration_s"),
+    ({"type": "stages", "stages": [{"requests_per_second": 1}]},
+     "traffic.load.stages[0]: give duration_s, requests, or both"),
+    ({"type": "stages", "arrivals": "fixed_count", "stages": [{"requests_per_second": 1, "requests": 3}]},
+     "traffic.load.stages[0].duration_s: required by arrivals: fixed_count"),
+
     ({"type": "stages", "stages": [{"requests_per_second": 1, "duration_s": 1, "rate": 2}]},
      "traffic.load.stages[0]"),
     ({"type": "stages", "burstiness": 2, "stages": [{"requests_per_second": 1, "duration_s": 1}]},
@@ -237,3 +241,54 @@ def test_max_concurrency_holds_arrivals_at_the_client_until_a_slot_frees():
     # without the cap the three arrive at 0, 10 and 20 ms and share passes
     del data["traffic"]["load"]["max_concurrency"]
     assert run_scenario(data).requests.arrival_s.tolist() == pytest.approx([0, 0.01, 0.02])
+
+
+def test_drained_stages_with_request_caps_and_a_pause_by_hand():
+    """Stage 0 sends 2 requests at 100/s (0 and 10 ms); stage 1 is one client sending 2 requests; with
+    drain, stage 1 waits for stage 0's requests, then the 50 ms pause. By hand (20 ms prefill, 10 ms
+    decode passes, 5 tokens each): request 0 prefills 0–20 ms; request 1 joins the next pass, which
+    also decodes request 0 (20 + 10 ms: 20–50); then decodes of 10 ms: request 0 ends at 80 ms, request 1
+    at 90. Stage 1 starts at 90 + 50 = 140 ms: its requests go 140–200 and 200–260 ms."""
+    data = staged([{"requests_per_second": 100, "requests": 2}, {"concurrency": 1, "requests": 2}],
+                  drain=True, pause_s=0.05)
+    res = run_scenario(data)
+    req = res.requests
+    assert req.arrival_s.tolist() == pytest.approx([0, 0.01, 0.14, 0.20])
+    assert req.finish_s.tolist() == pytest.approx([0.08, 0.09, 0.20, 0.26])
+    assert req.stage.tolist() == [0, 0, 1, 1]
+    blocks = res.summary["stages"]
+    assert [(b["start_s"], b["end_s"]) for b in blocks] == [(0.0, pytest.approx(0.01)),
+                                                            (pytest.approx(0.14), pytest.approx(0.20))]
+    assert (res.passes.stage == (res.passes.start_s >= 0.14 - 1e-12)).all()
+    # without drain, stage 1 starts when stage 0 stops sending (10 ms) plus the pause: 60 ms
+    data["traffic"]["load"]["drain"] = False
+    assert run_scenario(data).requests.arrival_s.tolist()[2] == pytest.approx(0.06)
+
+
+def test_fixed_count_stages_spread_rate_times_duration_requests_over_the_stage():
+    times = list(stage_arrivals(LoadStage(2.0, requests_per_second=5), 10.0, "fixed_count", 1.0,
+                                np.random.default_rng(1)))
+    assert len(times) == 10 and times[-1] == pytest.approx(12.0) and 10.0 < times[0]
+    assert times == sorted(times)
+    capped = list(stage_arrivals(LoadStage(2.0, 4, requests_per_second=5), 10.0, "fixed_count", 1.0,
+                                 np.random.default_rng(1)))
+    assert capped == times[:4]
+
+
+def test_rescale_to_rate_ends_the_schedule_at_n_over_rate():
+    # vllm bench serve: 20 requests at 10/s: the last is sent at exactly 20 / 10 = 2 s, the first after
+    # its own gap (not at 0)
+    data = make_scenario(traffic={"load": {"type": "gamma", "requests_per_second": 10, "burstiness": 0.5, "seed": 3,
+                                           "rescale_to_rate": True}, "stop": {"requests": 20}})
+    arrivals = run_scenario(data).requests.arrival_s.to_numpy()
+    assert arrivals[-1] == pytest.approx(2.0) and arrivals[0] > 0
+    draws = np.cumsum(np.random.default_rng(3).gamma(0.5, 1 / (10 * 0.5), 20))
+    assert arrivals == pytest.approx(draws * 2.0 / draws[-1], abs=1e-9)
+
+
+def test_rescale_to_rate_needs_a_request_count():
+    data = make_scenario(traffic={"load": {"type": "poisson", "requests_per_second": 1, "rescale_to_rate": True},
+                                  "stop": {"max_virtual_time_seconds": 10}})
+    del data["traffic"]["stop"]["requests"]
+    with pytest.raises(ScenarioError, match="traffic.load.rescale_to_rate: needs traffic.stop.requests"):
+        parse_scenario(data, None)
