@@ -109,6 +109,12 @@ class ProgressBar:
         self._drawn = True
 
 
+def _warn(scenario) -> None:
+    """An imported workload's fields the simulation does not reproduce, one line each on stderr."""
+    for warning in scenario.traffic.warnings:
+        click.echo(f"simmodel: warning: {warning}", err=True)
+
+
 def _one_line(exc: BaseException) -> str:
     """The error message on one line, whatever text (a file's contents, a library's message) it quotes."""
     return " ".join(str(exc).split())
@@ -152,6 +158,7 @@ def cli() -> None:
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     """Check a scenario file (and its trace) without running it."""
     loaded = load_scenario(scenario, overrides)
+    _warn(loaded)
     try:
         check_workload(loaded)
         for role in loaded.engine.workers.values():
@@ -200,6 +207,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         # Without --output-dir the event log is never written: do not keep it.
         keep = events == "memory" and output_dir is not None
         sim = Simulation.from_yaml(scenario, overrides, keep_events=keep, event_sink=sink)
+        _warn(sim.scenario)
         results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
         if sink is not None:
             sink.close()
@@ -325,6 +333,7 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
         check_output_dir(output_dir, overwrite)
     measurement = read_measured(measured, tool)
     sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
+    _warn(sim.scenario)
     results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
     rows, notes = compare_runs(measurement, sim, results)
     report = {"tool": measurement.tool, "measured": str(measured), "scenario": str(scenario), "rows": rows,

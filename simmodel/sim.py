@@ -524,6 +524,8 @@ class Simulation:
         if sessions is not None:  # multi-turn sessions: which conversation and turn each request is
             requests["session"] = [sessions.of_request[r.request_id][0].id for r in self.requests]
             requests["turn"] = [sessions.of_request[r.request_id][1] for r in self.requests]
+        if self.scenario.traffic.warnings:
+            summary["workload_warnings"] = list(self.scenario.traffic.warnings)
         passes = passes_frame(self.recorder.passes)
         stages = self.scenario.traffic.load.stages
         if stages:  # a staged load: each request's stage, each pass's stage (by its start), and per stage

@@ -374,9 +374,38 @@ def _stages(ld: _Node) -> tuple[LoadStage, ...]:
     return tuple(stages)
 
 
+def _imported(node: _Node, base_dir: Path) -> Traffic:
+    """``source: {type: import, tool, path}``: the workload a benchmark tool's own file describes
+    (``simmodel.traffic.importers``); it sets the load and stop too."""
+    from simmodel.traffic.importers import TOOLS, import_workload
+
+    src = node.node("source")
+    src.choice("type", ("import",))
+    tool = src.choice("tool", TOOLS)
+    raw_path = src.raw("path")
+    if not isinstance(raw_path, str) or not raw_path:
+        raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
+    src.done()
+    for key in ("load", "stop"):
+        if node.raw(key, None) is not None:
+            raise ScenarioError(f"{node.at(key)}: set by the imported {tool} workload; remove it")
+    node.done()
+    path = Path(raw_path) if Path(raw_path).is_absolute() else base_dir / raw_path
+    mapping, warnings = import_workload(tool, path)
+    try:
+        traffic = _traffic(_Node(mapping, "traffic"), base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"traffic.source.path: {path.name}: the {tool} workload it describes is refused: "
+                            f"{exc}") from None
+    return replace(traffic, warnings=tuple(warnings))
+
+
 def _traffic(node: _Node, base_dir: Path) -> Traffic:
+    raw_source = node.raw("source", None)
+    if isinstance(raw_source, dict) and raw_source.get("type") == "import":
+        return _imported(node, base_dir)
     src = node.node("source", required=True)
-    kind = src.choice("type", ("synthetic", "shared_prefix", "sessions", "trace"))
+    kind = src.choice("type", ("synthetic", "shared_prefix", "sessions", "trace", "import"))
     if kind == "sessions":
         source = SessionsSource(_length(src, "turns"), _length(src, "new_input_tokens_per_turn"),
                                 _length(src, "output_tokens_per_turn"),

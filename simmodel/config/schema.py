@@ -151,6 +151,8 @@ class Traffic:
     source: SyntheticSource | SharedPrefixSource | SessionsSource | TraceSource
     load: LoadSpec
     stop: StopSpec
+    warnings: tuple[str, ...] = ()
+    """What an imported benchmark workload asked for that the simulation does not reproduce."""
 
 
 @dataclass(frozen=True, slots=True)
