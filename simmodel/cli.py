@@ -352,6 +352,39 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     click.echo(json.dumps(report, indent=2) if fmt == "json" else format_rows(rows, notes, measurement.tool))
 
 
+@cli.command()
+@click.option("--runs", "runs_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="RUNS.yaml: the measured runs, each {scenario, measured[, tool, name, set, holdout]}, and "
+                   "optionally parameters, holdout and seed.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The calibration file to write (use it with timing: {type: default, calibration: FILE}).")
+@click.option("--holdout", help="Runs to keep out of the fit: a fraction of the deployments (0.25) or run names "
+                                "(a,b). Default: RUNS.yaml's holdout, else a quarter of the deployments when "
+                                "there are several.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --output file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: bool, fmt: str) -> None:
+    """Fit the default performance model's named parameters to measured runs, and report the error
+    before and after on the fit runs and on held-out ones (docs/calibration.md)."""
+    import importlib.util
+
+    from simmodel.calibrate.fit import calibrate as fit
+    from simmodel.calibrate.fit import format_report, load_runs, report, write_calibration
+
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"--output {output}: exists (use --overwrite to replace it)")
+    if importlib.util.find_spec("scipy") is None:
+        raise ScenarioError("simmodel calibrate needs SciPy; pip install 'simmodel[calibrate]'")
+    plan = load_runs(runs_path, holdout)
+    values = fit(plan)
+    document = report(plan, values)
+    write_calibration(output, document)
+    click.echo(json.dumps(document, indent=2) if fmt == "json" else format_report(document))
+    warning = document["calibration"]["warning"]
+    if warning:
+        click.echo(f"simmodel: warning: {warning}", err=True)
+
+
 def _choice(path: str, value) -> str:
     """A searched value, short: ``prefill.max_sequences=4``, ``decode.parallelism=tensor 2``."""
     name = path.removeprefix("engine.workers.").replace(".scheduler.", ".").replace(".parallelism.", ".")

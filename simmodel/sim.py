@@ -61,7 +61,10 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
     if spec.type == "fixed":
         return FixedTiming(spec.prefill_ms, spec.decode_ms)
     if spec.type == "default":
-        return RooflineTiming(role.deployment, spec.efficiency, spec.host)
+        timing = RooflineTiming(role.deployment, spec.efficiency, spec.host)
+        if spec.calibration is not None:  # fitted to measured runs (simmodel calibrate)
+            timing.provenance = ("calibrated:roofline", "transferred") if spec.transferred else ("calibrated:roofline",)
+        return timing
     if spec.type == "measured":
         from simmodel.perf.measured import MeasuredTiming
 

@@ -573,7 +573,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
-                              backend, mode)
+                              backend, mode, base_dir)
     workers.done()
     if backend == "sglang" and mode == "disaggregated":
         dec = roles["decode"]
@@ -689,7 +689,7 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
             chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
-            backend: str = "vllm", mode: str = "aggregated") -> WorkerRole:
+            backend: str = "vllm", mode: str = "aggregated", base_dir: Path | None = None) -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
@@ -725,7 +725,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"), backend)
-    timing = _timing(node.node("timing"))
+    timing = _timing(node.node("timing"), base_dir)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
@@ -739,6 +739,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel)
+    if timing.calibration is not None:
+        timing = _check_calibration(node, timing, model, hardware, backend, p)
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:
@@ -940,7 +942,7 @@ def _fraction(node: _Node, key: str, default: float) -> float:
     return node.number(key, default, positive=True, maximum=1.0)
 
 
-def _timing(node: _Node) -> TimingSpec:
+def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
     kind = node.choice("type", ("default", "fixed", "polynomial", "measured"), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
@@ -951,9 +953,28 @@ def _timing(node: _Node) -> TimingSpec:
                                 host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us))
         host.done()
         eff = Efficiency()
-        spec = TimingSpec(kind, efficiency=Efficiency(
-            _fraction(node, "compute_efficiency", eff.compute), _fraction(node, "memory_efficiency", eff.memory),
-            _fraction(node, "link_efficiency", eff.link)), host=overhead)
+        efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
+                                _fraction(node, "memory_efficiency", eff.memory),
+                                _fraction(node, "link_efficiency", eff.link))
+        calibration, transfer = None, node.bool("allow_transfer", False)
+        if node.raw("calibration", None) is not None:
+            from simmodel.calibrate.params import apply, read_calibration, timing_fields
+
+            raw = node.raw("calibration")
+            if not isinstance(raw, str) or not raw:
+                raise ScenarioError(f"{node.at('calibration')}: must be a calibration file's path, got {_show(raw)}")
+            calibration = Path(raw) if Path(raw).is_absolute() else (base_dir or Path(".")) / raw
+            cal = read_calibration(calibration, node.at("calibration"))
+            fields = timing_fields(cal.values)
+            for key, value in fields.items():
+                clash = [f"{key}.{k}" for k in value if k in (node.raw(key, None) or {})] if isinstance(value, dict) \
+                    else ([key] if node.raw(key, None) is not None else [])
+                if clash:
+                    raise ScenarioError(f"{node.at(clash[0])}: set by the calibration {calibration.name}; remove it")
+            efficiency, overhead = apply(cal.values, efficiency, overhead)
+        elif transfer:
+            raise ScenarioError(f"{node.at('allow_transfer')}: only applies with a calibration")
+        spec = TimingSpec(kind, efficiency=efficiency, host=overhead, calibration=calibration, transferred=transfer)
     elif kind == "measured":
         version = node.raw("backend_version", None)
         if version is not None and not isinstance(version, str):
@@ -964,6 +985,24 @@ def _timing(node: _Node) -> TimingSpec:
         spec = TimingSpec(kind)
     node.done()
     return spec
+
+
+def _check_calibration(node: _Node, timing: TimingSpec, model: ModelSpec, hardware: HardwareSpec, backend: str,
+                       p: Parallelism) -> TimingSpec:
+    """A calibration applies to the deployments it was fitted on; elsewhere only with ``allow_transfer``
+    (then marked transferred)."""
+    from simmodel.calibrate.params import describe, identity_of, read_calibration
+
+    cal = read_calibration(timing.calibration, node.at("timing.calibration"))
+    identity = identity_of(model.model_id, hardware.system_id, backend, p)
+    if cal.matches(identity):
+        return replace(timing, transferred=False)
+    if not timing.transferred:
+        raise ScenarioError(f"{node.at('timing.calibration')}: {cal.path.name} was fitted on "
+                            f"{'; '.join(describe(d) for d in cal.fitted_on)}, not on this role's "
+                            f"{describe(identity)}; set timing.allow_transfer: true to use it anyway (its passes "
+                            f"are then marked transferred)")
+    return timing
 
 
 def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:

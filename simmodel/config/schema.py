@@ -245,6 +245,10 @@ class TimingSpec:
     efficiency: Efficiency = field(default_factory=Efficiency)
     host: HostOverhead = field(default_factory=HostOverhead)
     backend_version: str | None = None
+    calibration: Path | None = None
+    """``default`` timing fitted by ``simmodel calibrate``: the file its values come from."""
+    transferred: bool = False
+    """The calibration was fitted on another deployment and used anyway (``allow_transfer``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,287 @@
+"""Fit the performance model's named parameters to measured runs, and say how well it did on runs the fit
+never saw.
+
+Each run is a scenario and the benchmark tool's result file of the same workload on the real deployment
+(``simmodel.compare``). For a candidate set of parameter values every fit run is simulated with them, and
+each measured figure (TTFT, TPOT/ITL, E2E means and percentiles, throughput) gives one residual,
+log(simulated / measured); SciPy's ``least_squares`` (trust region reflective, bounded so every parameter
+stays physical) finds the values that minimise their squares. The report gives, per run and figure, the
+error before (the model's defaults) and after, on the fit and the held-out runs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from simmodel.calibrate.params import IDENTITY, PARAMETERS, identity_of, timing_fields
+from simmodel.compare.measured import Measurement, read_measured
+from simmodel.compare.table import compare
+from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
+from simmodel.errors import ScenarioError
+from simmodel.sim import Simulation
+
+DEFAULT_PARAMETERS = ("compute_efficiency", "memory_efficiency", "host_prefill_ms", "host_decode_ms")
+DEFAULT_HOLDOUT = 0.25
+FAR_ABOVE = 2.0
+"""Held-out error above this many times the fit error (and above 5 %) is warned about."""
+
+
+@dataclass
+class Run:
+    name: str
+    scenario: Path
+    overrides: list[str]
+    measurement: Measurement
+    roles: list[str]
+    """Roles priced by the default timing: the calibrated parameters apply to them."""
+    deployments: list[dict]
+    held_out: bool = False
+    before: list[dict] = field(default_factory=list)
+    after: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    runs: list[Run]
+    parameters: list[str]
+
+
+def load_runs(path: Path, holdout: str | None = None) -> Plan:
+    """Read RUNS.yaml; ``holdout`` (the CLI's) is a fraction or a comma-separated list of run names."""
+    data = read_yaml(path)
+    root = _Node(data, "")
+    base = path.resolve().parent
+    raw_runs = root.raw("runs")
+    if not isinstance(raw_runs, list) or not raw_runs:
+        raise ScenarioError(f"{path.name}: runs: must be a non-empty list of {{scenario, measured}}")
+    runs: list[Run] = []
+    for i, item in enumerate(raw_runs):
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{path.name}: runs[{i}]: must be a mapping, got {item!r}")
+        node = _Node(item, f"runs[{i}]")
+        scenario = _file(node, "scenario", base, path)
+        measured = _file(node, "measured", base, path)
+        tool = None if node.raw("tool", None) is None else node.choice(
+            "tool", ("vllm-bench", "inference-perf", "guidellm", "aiperf"))
+        overrides = node.raw("set", [])
+        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+            raise ScenarioError(f"{path.name}: runs[{i}].set: must be a list of PATH=VALUE strings")
+        name = node.raw("name", scenario.stem)
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{path.name}: runs[{i}].name: must be a non-empty string")
+        held = node.bool("holdout", False)
+        node.done()
+        try:
+            loaded = parse_scenario(apply_overrides(read_yaml(scenario), overrides), scenario.resolve().parent)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path.name}: runs[{i}] ({name}): {scenario.name}: {exc}") from None
+        roles = [r for r, role in loaded.engine.workers.items() if role.timing.type == "default"]
+        if not roles:
+            raise ScenarioError(f"{path.name}: runs[{i}] ({name}): no worker role uses the default timing, so "
+                                f"there is nothing to calibrate")
+        for r in roles:
+            if loaded.engine.workers[r].timing.calibration is not None:
+                raise ScenarioError(f"{path.name}: runs[{i}] ({name}): engine.workers.{r}.timing.calibration: "
+                                    f"calibrate from the model's own defaults; remove it")
+        deployments = [identity_of(loaded.engine.workers[r].deployment.model.model_id,
+                                   loaded.engine.workers[r].deployment.hardware.system_id,
+                                   loaded.engine.backend, loaded.engine.workers[r].parallelism) for r in roles]
+        try:
+            measurement = read_measured(measured, tool)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path.name}: runs[{i}] ({name}): {exc}") from None
+        runs.append(Run(name, scenario, list(overrides), measurement, roles, deployments, held))
+    if len({r.name for r in runs}) != len(runs):
+        raise ScenarioError(f"{path.name}: runs: names must be distinct")
+    parameters = root.raw("parameters", list(DEFAULT_PARAMETERS))
+    if not isinstance(parameters, list) or not parameters or len(set(parameters)) != len(parameters) or \
+            any(p not in PARAMETERS for p in parameters):
+        raise ScenarioError(f"{path.name}: parameters: must be a list of distinct names among "
+                            f"{', '.join(PARAMETERS)}, got {parameters!r}")
+    split = holdout if holdout is not None else root.raw("holdout", None)
+    seed = root.int("seed", 0, minimum=0)
+    root.done()
+    _split(runs, split, seed, path.name)
+    if all(r.held_out for r in runs):
+        raise ScenarioError(f"{path.name}: holdout: leaves no run to fit on")
+    return Plan(runs, parameters)
+
+
+def _file(node: _Node, key: str, base: Path, path: Path) -> Path:
+    value = node.raw(key)
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(f"{path.name}: {node.at(key)}: must be a file path, got {value!r}")
+    file = Path(value) if Path(value).is_absolute() else base / value
+    if not file.is_file():
+        raise ScenarioError(f"{path.name}: {node.at(key)}: {file}: no such file")
+    return file
+
+
+def _split(runs: list[Run], split, seed: int, where: str) -> None:
+    """Mark held-out runs: listed by name, or a fraction of the deployments (whole deployments, chosen with
+    ``seed``), on top of runs marked ``holdout: true``. One deployment alone holds nothing out by default."""
+    if split is None:
+        groups = sorted({_key(r) for r in runs})
+        if len(groups) < 2:
+            return
+        split = DEFAULT_HOLDOUT
+    if isinstance(split, str):
+        try:
+            split = float(split)
+        except ValueError:
+            split = [s.strip() for s in split.split(",") if s.strip()]
+    if isinstance(split, list):
+        unknown = set(split) - {r.name for r in runs}
+        if unknown:
+            raise ScenarioError(f"{where}: holdout: no run named {sorted(unknown)[0]!r}")
+        for r in runs:
+            r.held_out = r.held_out or r.name in split
+        return
+    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
+        raise ScenarioError(f"{where}: holdout: must be a fraction in [0, 1) or a list of run names, got {split!r}")
+    groups = sorted({_key(r) for r in runs})
+    count = math.ceil(split * len(groups)) if split > 0 else 0
+    if count >= len(groups):
+        count = len(groups) - 1
+    chosen = set(random.Random(seed).sample(groups, count)) if count else set()
+    for r in runs:
+        r.held_out = r.held_out or _key(r) in chosen
+
+
+def _key(run: Run) -> tuple:
+    return tuple(tuple(d[k] for k in IDENTITY) for d in run.deployments)
+
+
+def scenario_with(run: Run, values: dict[str, float]):
+    """The run's scenario with its default-timing roles priced by these parameter values."""
+    data = apply_overrides(read_yaml(run.scenario), run.overrides)
+    for role in run.roles:
+        timing = data["engine"]["workers"][role].setdefault("timing", None) or {}
+        data["engine"]["workers"][role]["timing"] = timing
+        for key, value in timing_fields(values).items():
+            if isinstance(value, dict):
+                timing[key] = {**(timing.get(key) or {}), **value}
+            else:
+                timing[key] = value
+    return parse_scenario(data, run.scenario.resolve().parent)
+
+
+def simulate(run: Run, values: dict[str, float]) -> list[dict]:
+    """The comparison rows of the run simulated with these parameter values."""
+    sim = Simulation(scenario_with(run, values), keep_events=False)
+    results = sim.run()
+    rows, _ = compare(run.measurement, sim, results)
+    return rows
+
+
+def residuals(rows: list[dict]) -> list[float]:
+    """log(simulated / measured) of every figure both sides have a positive value of."""
+    return [math.log(r["simulated"] / r["measured"]) for r in rows
+            if r["simulated"] is not None and r["measured"] > 0 and r["simulated"] > 0]
+
+
+def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
+    """The fitted values of ``plan.parameters`` (and each run's rows before and after)."""
+    from scipy.optimize import least_squares
+
+    names = plan.parameters
+    x0 = np.array([PARAMETERS[n][0] for n in names], dtype=np.float64)
+    lo = np.array([PARAMETERS[n][1] for n in names], dtype=np.float64)
+    hi = np.array([PARAMETERS[n][2] for n in names], dtype=np.float64)
+    # a default on a bound (a zero overhead) starts 1 % of the range inside it: trust-region steps taken
+    # from a bound can stay stuck on it while another parameter compensates
+    x0 = np.where(x0 <= lo, lo + 0.01 * (hi - lo), np.where(x0 >= hi, hi - 0.01 * (hi - lo), x0))
+    fit = [r for r in plan.runs if not r.held_out]
+    width = None
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        nonlocal width
+        values = dict(zip(names, x.tolist()))
+        res = [v for run in fit for v in residuals(simulate(run, values))]
+        if width is None:
+            width = len(res)
+        elif len(res) != width:  # a figure appeared or vanished (a metric with no value): keep the shape
+            res = (res + [0.0] * width)[:width]
+        if on_evaluation is not None:
+            on_evaluation(values)
+        return np.array(res, dtype=np.float64)
+
+    first = fun(x0)
+    if len(first) < len(names):
+        raise ScenarioError(f"the fit runs give {len(first)} measured figures for {len(names)} parameters; "
+                            f"add runs or fit fewer parameters")
+    result = least_squares(fun, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4, xtol=1e-12, ftol=1e-12,
+                           gtol=1e-12, max_nfev=60 * len(names))
+    values = dict(zip(names, (float(v) for v in result.x)))
+    defaults = {n: PARAMETERS[n][0] for n in names}
+    for run in plan.runs:
+        run.before = simulate(run, defaults)
+        run.after = simulate(run, values)
+    return values
+
+
+def mean_abs_error(runs: list[Run], which: str) -> float | None:
+    errors = [abs(r["error_pct"]) for run in runs for r in getattr(run, which) if r["error_pct"] is not None]
+    return float(np.mean(errors)) if errors else None
+
+
+def report(plan: Plan, values: dict[str, float]) -> dict:
+    """What the calibration file records beside the values: the runs, the errors, and a warning."""
+    fit = [r for r in plan.runs if not r.held_out]
+    held = [r for r in plan.runs if r.held_out]
+    error = {"fit": {"before_pct": mean_abs_error(fit, "before"), "after_pct": mean_abs_error(fit, "after")},
+             "held_out": {"before_pct": mean_abs_error(held, "before"), "after_pct": mean_abs_error(held, "after")}}
+    warning = None
+    f, h = error["fit"]["after_pct"], error["held_out"]["after_pct"]
+    if h is not None and f is not None and h > 5.0 and h > FAR_ABOVE * f:
+        warning = (f"the held-out runs' error ({h:.1f} %) is far above the fit runs' ({f:.1f} %): the calibration "
+                   f"may not carry over to those deployments or workloads")
+    deployments = []
+    for run in fit:
+        for d in run.deployments:
+            if d not in deployments:
+                deployments.append(d)
+    runs = [{"name": r.name, "set": "held_out" if r.held_out else "fit", "scenario": str(r.scenario),
+             "measured": str(r.measurement.path), "tool": r.measurement.tool,
+             "error_pct": [{"scope": a["scope"], "metric": a["metric"], "stat": a["stat"],
+                            "before": b["error_pct"], "after": a["error_pct"]} for b, a in zip(r.before, r.after)]}
+            for r in plan.runs]
+    return {"calibration": {"parameters": values, "fitted_on": deployments,
+                            "fit_runs": [r.name for r in fit], "held_out_runs": [r.name for r in held],
+                            "mean_abs_error": error, "warning": warning, "runs": runs}}
+
+
+def write_calibration(path: Path, document: dict) -> None:
+    """Write the calibration file whole (a temporary file beside it, then renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(document, sort_keys=False))
+    tmp.replace(path)
+
+
+def format_report(document: dict) -> str:
+    cal = document["calibration"]
+    lines = ["fitted parameters:"]
+    lines += [f"  {name:<20} {value:.6g}   ({PARAMETERS[name][3]}; default {PARAMETERS[name][0]:g})"
+              for name, value in cal["parameters"].items()]
+    lines += ["", f"{'run':<24} {'set':<9} {'figures':>7} {'mean |error| before':>20} {'after':>8}"]
+    for run in cal["runs"]:
+        before = [abs(e["before"]) for e in run["error_pct"] if e["before"] is not None]
+        after = [abs(e["after"]) for e in run["error_pct"] if e["after"] is not None]
+        lines.append(f"{run['name']:<24} {run['set']:<9} {len(after):>7} "
+                     f"{(np.mean(before) if before else float('nan')):>19.1f}% {(np.mean(after) if after else float('nan')):>7.1f}%")
+    e = cal["mean_abs_error"]
+
+    def show(v):
+        return "-" if v is None else f"{v:.1f} %"
+    lines += ["", f"fit runs:      {show(e['fit']['before_pct'])} → {show(e['fit']['after_pct'])}",
+              f"held-out runs: {show(e['held_out']['before_pct'])} → {show(e['held_out']['after_pct'])}"]
+    if not cal["held_out_runs"]:
+        lines.append("note: no run is held out (one deployment); --holdout NAMES holds runs out to check the fit")
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""The performance model's named parameters a calibration fits, and the calibration file.
+
+The parameters are the roofline's own assumptions (``simmodel.perf.roofline``): the fractions of the
+datasheet's peaks that kernels reach, and the fixed time each pass adds by kind and per layer. A
+calibration file records the values fitted and the deployments (model, hardware, backend, parallelism)
+whose runs they were fitted on; a scenario uses it with ``timing: {type: default, calibration: FILE}``
+(``allow_transfer: true`` to use it on another deployment, marked ``transferred`` in provenance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from simmodel.errors import ScenarioError
+from simmodel.perf.roofline import Efficiency, HostOverhead
+
+# name: (default, lower bound, upper bound, unit)
+PARAMETERS = {
+    "compute_efficiency": (Efficiency().compute, 0.01, 1.0, "fraction of the dense BF16/FP8 peak"),
+    "memory_efficiency": (Efficiency().memory, 0.01, 1.0, "fraction of HBM bandwidth"),
+    "link_efficiency": (Efficiency().link, 0.01, 1.0, "fraction of the GPU link's bandwidth"),
+    "host_prefill_ms": (HostOverhead().prefill_ms, 0.0, 100.0, "ms a prefill pass adds"),
+    "host_decode_ms": (HostOverhead().decode_ms, 0.0, 100.0, "ms a decode pass adds"),
+    "host_mixed_ms": (HostOverhead().mixed_ms, 0.0, 100.0, "ms a mixed pass adds"),
+    "per_layer_us": (HostOverhead().per_layer_us, 0.0, 1000.0, "µs each layer adds to a pass"),
+}
+IDENTITY = ("model", "hardware", "backend", "tensor", "attention_data", "moe_tensor", "moe_expert", "pipeline")
+
+
+def timing_fields(values: dict[str, float]) -> dict:
+    """The ``timing`` mapping fields (``type: default``) that set these parameter values."""
+    fields: dict = {}
+    host = {"host_prefill_ms": "prefill", "host_decode_ms": "decode", "host_mixed_ms": "mixed"}
+    for name, value in values.items():
+        if name in host:
+            fields.setdefault("host_overhead_ms", {})[host[name]] = value
+        else:
+            fields[name] = value
+    return fields
+
+
+def apply(values: dict[str, float], efficiency: Efficiency, host: HostOverhead) -> tuple[Efficiency, HostOverhead]:
+    """Efficiency and host overhead with the calibrated values in place of the given ones."""
+    v = {**{"compute_efficiency": efficiency.compute, "memory_efficiency": efficiency.memory,
+            "link_efficiency": efficiency.link, "host_prefill_ms": host.prefill_ms,
+            "host_decode_ms": host.decode_ms, "host_mixed_ms": host.mixed_ms, "per_layer_us": host.per_layer_us},
+         **values}
+    return (Efficiency(v["compute_efficiency"], v["memory_efficiency"], v["link_efficiency"]),
+            HostOverhead(v["host_prefill_ms"], v["host_decode_ms"], v["host_mixed_ms"], v["per_layer_us"]))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration file: fitted values and the deployments they were fitted on."""
+
+    path: Path
+    values: dict[str, float]
+    fitted_on: tuple[dict, ...]
+
+    def matches(self, identity: dict) -> bool:
+        return any(all(d.get(k) == identity.get(k) for k in IDENTITY) for d in self.fitted_on)
+
+
+def read_calibration(path: Path, at: str) -> Calibration:
+    """Read and check a calibration file; ``at`` names the scenario field in errors."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{at}: {path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{at}: {path}: not YAML ({' '.join(str(exc).split())[:120]})") from None
+    body = data.get("calibration") if isinstance(data, dict) else None
+    if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict) \
+            or not isinstance(body.get("fitted_on"), list) or not body["fitted_on"]:
+        raise ScenarioError(f"{at}: {path}: not a calibration file (calibration.parameters and "
+                            f"calibration.fitted_on, as simmodel calibrate writes them)")
+    values = {}
+    for name, value in body["parameters"].items():
+        if name not in PARAMETERS:
+            raise ScenarioError(f"{at}: {path}: calibration.parameters.{name}: unknown parameter")
+        _, lo, hi, _ = PARAMETERS[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ScenarioError(f"{at}: {path}: calibration.parameters.{name}: must be a number in [{lo:g}, {hi:g}], "
+                                f"got {value!r}")
+        values[name] = float(value)
+    fitted_on = []
+    for i, d in enumerate(body["fitted_on"]):
+        if not isinstance(d, dict) or set(IDENTITY) - set(d):
+            raise ScenarioError(f"{at}: {path}: calibration.fitted_on[{i}]: must give {', '.join(IDENTITY)}")
+        fitted_on.append({k: d[k] for k in IDENTITY})
+    return Calibration(path, values, tuple(fitted_on))
+
+
+def identity_of(model_id: str, hardware_id: str, backend: str, parallelism) -> dict:
+    """What a calibration is tied to: the model, the GPU system, the backend and the worker's shape."""
+    p = parallelism
+    return {"model": model_id, "hardware": hardware_id, "backend": backend, "tensor": p.tensor,
+            "attention_data": p.attention_data, "moe_tensor": p.moe_tensor, "moe_expert": p.moe_expert,
+            "pipeline": p.pipeline}
+
+
+def describe(identity: dict) -> str:
+    return (f"{identity['model']} on {identity['hardware']} ({identity['backend']}, tensor {identity['tensor']}, "
+            f"attention_data {identity['attention_data']}, moe {identity['moe_tensor']}×{identity['moe_expert']}, "
+            f"pipeline {identity['pipeline']})")
