@@ -156,3 +156,26 @@ def test_bad_runs_files_are_one_line(tmp_path, content, message):
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_collective_latency_is_a_named_parameter():
+    """Tensor parallel 2 on Llama-3.1-8B: two all-reduces per layer, 32 layers, 64 a pass; raising each
+    collective's latency from 5 to 15 µs adds 64 × 10 µs = 0.64 ms to a pass."""
+    from simmodel.perf.estimate import decode_pass_ms
+    from simmodel.perf.roofline import HostOverhead, RooflineTiming
+
+    data = workload(100, 5, 1, tensor=2)
+    deployment = parse_scenario(data, None).engine.workers["aggregated"].deployment
+    five, fifteen = (RooflineTiming(deployment, host=HostOverhead(collective_us=us)) for us in (5.0, 15.0))
+    assert decode_pass_ms(fifteen, 8, 1000, 1e6) - decode_pass_ms(five, 8, 1000, 1e6) == pytest.approx(0.64)
+    # the registry's own latency (5 µs over NVLink) is the default
+    assert decode_pass_ms(RooflineTiming(deployment), 8, 1000, 1e6) == pytest.approx(decode_pass_ms(five, 8, 1000, 1e6))
+
+
+def test_calibration_recovers_a_collective_latency(tmp_path):
+    truth = {"memory_efficiency": 0.7, "collective_latency_us": 12.0}
+    path = runs_file(tmp_path, {"answers": workload(100, 120, 16, tensor=2), "prompts": workload(2000, 8, 2, tensor=2)},
+                     extra={"parameters": list(truth)}, truth=truth)
+    values = calibrate(load_runs(path))
+    for name, value in truth.items():
+        assert values[name] == pytest.approx(value, rel=0.01), name

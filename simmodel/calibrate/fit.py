@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simmodel.calibrate.params import IDENTITY, PARAMETERS, identity_of, timing_fields
+from simmodel.calibrate.params import IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
@@ -191,7 +191,7 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     from scipy.optimize import least_squares
 
     names = plan.parameters
-    x0 = np.array([PARAMETERS[n][0] for n in names], dtype=np.float64)
+    x0 = np.array([START.get(n, PARAMETERS[n][0]) for n in names], dtype=np.float64)
     lo = np.array([PARAMETERS[n][1] for n in names], dtype=np.float64)
     hi = np.array([PARAMETERS[n][2] for n in names], dtype=np.float64)
     # a default on a bound (a zero overhead) starts 1 % of the range inside it: trust-region steps taken
@@ -219,7 +219,7 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     result = least_squares(fun, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4, xtol=1e-12, ftol=1e-12,
                            gtol=1e-12, max_nfev=60 * len(names))
     values = dict(zip(names, (float(v) for v in result.x)))
-    defaults = {n: PARAMETERS[n][0] for n in names}
+    defaults = {n: PARAMETERS[n][0] for n in names if PARAMETERS[n][0] is not None}  # None: the scenario's own
     for run in plan.runs:
         run.before = simulate(run, defaults)
         run.after = simulate(run, values)
@@ -268,7 +268,8 @@ def write_calibration(path: Path, document: dict) -> None:
 def format_report(document: dict) -> str:
     cal = document["calibration"]
     lines = ["fitted parameters:"]
-    lines += [f"  {name:<20} {value:.6g}   ({PARAMETERS[name][3]}; default {PARAMETERS[name][0]:g})"
+    lines += [f"  {name:<22} {value:.6g}   ({PARAMETERS[name][3]}; default "
+              f"{'the hardware' if PARAMETERS[name][0] is None else format(PARAMETERS[name][0], 'g')})"
               for name, value in cal["parameters"].items()]
     lines += ["", f"{'run':<24} {'set':<9} {'figures':>7} {'mean |error| before':>20} {'after':>8}"]
     for run in cal["runs"]:

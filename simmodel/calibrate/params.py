@@ -26,7 +26,11 @@ PARAMETERS = {
     "host_decode_ms": (HostOverhead().decode_ms, 0.0, 100.0, "ms a decode pass adds"),
     "host_mixed_ms": (HostOverhead().mixed_ms, 0.0, 100.0, "ms a mixed pass adds"),
     "per_layer_us": (HostOverhead().per_layer_us, 0.0, 1000.0, "µs each layer adds to a pass"),
+    "collective_latency_us": (None, 0.0, 1000.0, "µs each collective (two tensor-parallel all-reduces a layer, "
+                                                 "each MoE exchange) costs; default: the link's own"),
 }
+START = {"collective_latency_us": 5.0}
+"""Where a fit starts for a parameter whose default is the hardware's own value."""
 IDENTITY = ("model", "hardware", "backend", "tensor", "attention_data", "moe_tensor", "moe_expert", "pipeline")
 
 
@@ -46,10 +50,12 @@ def apply(values: dict[str, float], efficiency: Efficiency, host: HostOverhead) 
     """Efficiency and host overhead with the calibrated values in place of the given ones."""
     v = {**{"compute_efficiency": efficiency.compute, "memory_efficiency": efficiency.memory,
             "link_efficiency": efficiency.link, "host_prefill_ms": host.prefill_ms,
-            "host_decode_ms": host.decode_ms, "host_mixed_ms": host.mixed_ms, "per_layer_us": host.per_layer_us},
+            "host_decode_ms": host.decode_ms, "host_mixed_ms": host.mixed_ms, "per_layer_us": host.per_layer_us,
+            "collective_latency_us": host.collective_us},
          **values}
     return (Efficiency(v["compute_efficiency"], v["memory_efficiency"], v["link_efficiency"]),
-            HostOverhead(v["host_prefill_ms"], v["host_decode_ms"], v["host_mixed_ms"], v["per_layer_us"]))
+            HostOverhead(v["host_prefill_ms"], v["host_decode_ms"], v["host_mixed_ms"], v["per_layer_us"],
+                         v["collective_latency_us"]))
 
 
 @dataclass(frozen=True)

@@ -950,7 +950,8 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         host = node.node("host_overhead_ms")
         base = HostOverhead()
         overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
-                                host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us))
+                                host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us),
+                                node.number("collective_latency_us", None, maximum=10_000.0))
         host.done()
         eff = Efficiency()
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),

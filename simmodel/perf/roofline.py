@@ -76,6 +76,9 @@ class HostOverhead:
     mixed_ms: float = 0.86
     per_layer_us: float = 35.4
     """Fixed GPU time each layer adds to a pass (small-kernel latency floors)."""
+    collective_us: float | None = None
+    """The latency of one collective (each tensor-parallel all-reduce, two per layer, and each MoE
+    exchange): None takes the link's own from the hardware registry (5 µs over NVLink)."""
 
 
 INTER_NODE_LATENCY_S = 10e-6  # assumed: one collective step over the NIC (RDMA)
@@ -141,6 +144,8 @@ class RooflineTiming(SumsTiming):
         self.num_all_reduces = 2 * layers if tp > 1 else 0
         self.all_reduce_bytes_per_token = h * act * 2 * (tp - 1) / tp
         self.all_reduce_link, self.all_reduce_latency_s = _link(hw, efficiency, tp)
+        if host.collective_us is not None:
+            self.all_reduce_latency_s = host.collective_us * 1e-6
         # MoE token exchange, two per MoE layer: expert parallelism sends each token's hidden state to its
         # top-k experts' GPUs and back (all-to-all); with tensor-sharded experts under attention DP, every
         # GPU gathers the other ranks' tokens and scatters the results (all-gather, reduce-scatter).
@@ -150,6 +155,8 @@ class RooflineTiming(SumsTiming):
         group = dp if ep == 1 else ep
         self.exchange_bytes_per_token = (1 if ep == 1 else m.num_experts_per_token) * h * act * (group - 1) / max(group, 1)
         self.exchange_link, self.exchange_latency_s = _link(hw, efficiency, d.tensor * dp)
+        if host.collective_us is not None:
+            self.exchange_latency_s = host.collective_us * 1e-6
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
