@@ -177,3 +177,28 @@ def test_bad_measured_files_are_one_line(tmp_path, content, args, message):
 def test_a_missing_file_is_one_line():
     with pytest.raises(ScenarioError, match="cannot read"):
         read_measured(Path("/nonexistent/result.json"))
+
+
+@pytest.mark.parametrize(("name", "content", "args", "message"), [
+    ("m.json", json.dumps({"hello": 1}), ("--tool", "guidellm"), "not a guidellm result file (no benchmarks list)"),
+    ("m.json", json.dumps([1, 2]), ("--tool", "vllm-bench"), "not a vllm-bench result file (not a JSON object)"),
+])
+def test_more_bad_measured_files_are_one_line(tmp_path, name, content, args, message):
+    measured = tmp_path / name
+    measured.write_text(content)
+    proc = simmodel("compare", "-c", str(scenario(tmp_path)), "--measured", str(measured), *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_statistics_and_non_numbers_are_not_compared(tmp_path):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    measured = write(folder / "summary_lifecycle_metrics.json", {"load_summary": {}, "successes": {"latency": {
+        "time_to_first_token": {"mean": 0.02, "count": 4, "p150": 1.0, "median": float("nan")}}}})
+    (folder / "stage_x_lifecycle_metrics.json").write_text("{}")  # not a stage file's name: not read
+    m = read_measured(measured)
+    assert [(f.metric, f.stat) for s in m.scopes for f in s.figures] == [("time_to_first_token", "mean")]
+    (folder / "stage_0_lifecycle_metrics.json").write_text("[1]")
+    with pytest.raises(ScenarioError, match="not a stage file"):
+        read_measured(measured)

@@ -12,6 +12,7 @@ GuideLLM seconds for ``request_latency`` and ms for the rest, vLLM and AIPerf ms
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +66,11 @@ def detect(data) -> str | None:
 def read_measured(path: Path, tool: str | None = None) -> Measurement:
     """Read a result file; ``tool`` is detected from its keys when not given."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"--measured {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"--measured {path}: not a text file (UTF-8)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -85,16 +88,33 @@ def read_measured(path: Path, tool: str | None = None) -> Measurement:
         tool = found
     elif found is not None and found != tool:
         raise ScenarioError(f"--measured {path}: looks like a {found} result, not {tool}")
+    if not isinstance(data, dict) or (tool == "guidellm" and not isinstance(data.get("benchmarks"), list)):
+        raise ScenarioError(f"--measured {path}: not a {tool} result file"
+                            + (" (no benchmarks list)" if tool == "guidellm" else " (not a JSON object)"))
     reader = {"vllm-bench": _vllm_bench, "inference-perf": _inference_perf, "guidellm": _guidellm,
               "aiperf": _aiperf}[tool]
     scopes = reader(data, path)
+    for scope in scopes:  # statistics this comparison computes; anything else is not compared
+        scope.figures = [f for f in scope.figures if known_stat(f.stat)]
     if not any(scope.figures for scope in scopes):
         raise ScenarioError(f"--measured {path}: no metric this comparison knows was found in the {tool} file")
     return Measurement(tool, path, scopes)
 
 
 def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number, or None (NaN and infinities are not measured values)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def known_stat(stat: str) -> bool:
+    """``value`` (a rate), ``mean``, ``median``, ``std``, ``min``, ``max``, or a percentile ``pQ`` with Q in
+    [0, 100]."""
+    if stat in ("value", "mean", "median", "std", "min", "max"):
+        return True
+    m = re.fullmatch(r"p(\d+(?:\.\d+)?)", stat)
+    return m is not None and 0 <= float(m.group(1)) <= 100
 
 
 # -- vllm bench serve ------------------------------------------------------------------------------------------
@@ -141,14 +161,16 @@ def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
 
 def _inference_perf(data: dict, path: Path) -> list[Scope]:
     scopes = [_iperf_scope(data, "run", None)]
-    stage_files = sorted(path.parent.glob("stage_*_lifecycle_metrics.json"),
-                         key=lambda p: int(re.findall(r"\d+", p.name)[0]))
-    for stage_path in stage_files:
-        k = int(re.findall(r"\d+", stage_path.name)[0])
+    stage_files = sorted((int(m.group(1)), p) for p in path.parent.iterdir()
+                         if (m := re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)))
+    for k, stage_path in stage_files:
         try:
-            stage = json.loads(stage_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ScenarioError(f"--measured {stage_path}: not a readable stage file ({exc})") from None
+            stage = json.loads(stage_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ScenarioError(f"--measured {stage_path}: not a readable stage file "
+                                f"({' '.join(str(exc).split())[:120]})") from None
+        if not isinstance(stage, dict):
+            raise ScenarioError(f"--measured {stage_path}: not a stage file (not a JSON object)")
         scopes.append(_iperf_scope(stage, f"stage {k}", k))
     return scopes
 
@@ -174,6 +196,8 @@ def _guidellm(data: dict, path: Path) -> list[Scope]:
             raise ScenarioError(f"--measured {path}: benchmarks[{k}] is not a mapping")
         scope = Scope("run" if len(benchmarks) == 1 else f"benchmark {k}", None if len(benchmarks) == 1 else k)
         metrics = bench.get("metrics") if isinstance(bench.get("metrics"), dict) else {}
+        if not metrics:
+            raise ScenarioError(f"--measured {path}: benchmarks[{k}].metrics: missing")
         for metric, (definition, scale) in _GUIDELLM.items():
             block = metrics.get(metric)
             block = block.get("successful") if isinstance(block, dict) else None
@@ -186,7 +210,7 @@ def _guidellm(data: dict, path: Path) -> list[Scope]:
                     scope.figures.append(Figure(metric, name, float(block[stat]) * scale, definition))
             percentiles = block.get("percentiles") if isinstance(block.get("percentiles"), dict) else {}
             for name, value in percentiles.items():
-                m = re.fullmatch(r"p(\d+)", name)
+                m = re.fullmatch(r"p(\d{2,3})", name)  # p01 … p99 and p001 … p999
                 if m and _number(value) is not None and not rate:
                     digits = m.group(1)  # p001 → 0.1, p01 → 1, p05 → 5, p50 → 50, p999 → 99.9
                     q = float(digits) / 10 if len(digits) == 3 else float(digits)

@@ -466,6 +466,13 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         load = LoadSpec(load_type, seed=ld.int("seed", None, minimum=0, maximum=2**32 - 1), arrivals=arrivals,
                         burstiness=_burstiness(ld) if arrivals == "gamma" else 1.0, stages=_stages(ld),
                         drain=ld.bool("drain", False), pause_s=ld.number("pause_s", 0.0))
+        random_stages = [st for st in load.stages if st.requests_per_second is not None and arrivals != "constant"]
+        if load.seed is not None and not random_stages:
+            raise ScenarioError(f"{ld.at('seed')}: no stage draws random arrivals (constant arrivals or "
+                                f"concurrency stages only); remove it")
+        if len(load.stages) == 1 and (load.drain or load.pause_s):
+            raise ScenarioError(f"{ld.at('drain' if load.drain else 'pause_s')}: applies between stages; "
+                                f"there is one stage")
         if arrivals == "fixed_count":
             for i, stage in enumerate(load.stages):
                 if stage.requests_per_second is not None and stage.duration_s is None:
@@ -481,9 +488,9 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         load = replace(load, max_concurrency=ld.int("max_concurrency", None))
     if load_type in ("poisson", "gamma"):
         load = replace(load, rescale_to_rate=ld.bool("rescale_to_rate", False))
-        if kind == "sessions" and load.max_concurrency is not None:
-            raise ScenarioError(f"{ld.at('max_concurrency')}: not with sessions (a session's turns are "
-                                f"its own closed loop); use type: concurrency for a number of sessions")
+    if kind == "sessions" and load.max_concurrency is not None:
+        raise ScenarioError(f"{ld.at('max_concurrency')}: not with sessions (a session's turns are "
+                            f"its own closed loop); use type: concurrency for a number of sessions")
     ld.done()
 
     st = node.node("stop")

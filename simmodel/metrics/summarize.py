@@ -218,7 +218,7 @@ def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages, starts_n
         block = {"stage": k, "start_s": starts_ns[k] / NS_PER_S if k < len(starts_ns) else None,
                  "end_s": ends_ns[k] / NS_PER_S if k < len(ends_ns) else None,
                  "requests_per_second": spec.requests_per_second, "concurrency": spec.concurrency,
-                 "duration_s": spec.duration_s, "max_requests": spec.requests}
+                 "target_duration_s": spec.duration_s, "max_requests": spec.requests}
         block.update(request_figures(requests[requests["stage"] == k], values[mine], counts[mine]))
         blocks.append(block)
     return blocks

@@ -28,17 +28,22 @@ TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
 def import_workload(tool: str, path: Path) -> tuple[dict, list[str]]:
     """The traffic mapping the tool's workload file stands for, and the warnings."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"traffic.source.path: {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"traffic.source.path: {path}: not a text file (UTF-8)") from None
     args = _arguments(text, path)
     build = {"vllm-bench": _vllm_bench, "inference-perf": _inference_perf, "guidellm": _guidellm,
              "aiperf": _aiperf}[tool]
     warnings: list[str] = []
     try:
         traffic = build(args, warnings)
-    except (TypeError, ValueError) as exc:
-        raise ScenarioError(f"traffic.source.path: {path}: a {tool} value is malformed ({exc})") from None
+    except KeyError as exc:
+        raise ScenarioError(f"traffic.source.path: {path}: a {tool} field is missing: {exc.args[0]}") from None
+    except (TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ScenarioError(f"traffic.source.path: {path}: a {tool} value is malformed "
+                            f"({' '.join(str(exc).split())[:160]})") from None
     return traffic, [f"{path.name}: {w}" for w in warnings]
 
 
@@ -200,10 +205,16 @@ def _iperf_length(spec, name: str, warnings: list[str], defaults=(10, 1024, 512,
     """An inference-perf distribution (normal by default: drawn, clipped to [min, max], rounded)."""
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         return int(spec)
-    spec = dict(spec or {})
+    if not isinstance(spec, dict):
+        spec = {} if spec is None else dict(spec)
     lo, hi = int(spec.get("min", defaults[0])), int(spec.get("max", defaults[1]))
-    mean, std = float(spec.get("mean", defaults[2])), float(spec.get("std_dev", defaults[3]))
+    mean = float(spec.get("mean", defaults[2]))
+    if "std_dev" not in spec and "variance" in spec:
+        std = math.sqrt(float(spec["variance"]))
+    else:
+        std = float(spec.get("std_dev", defaults[3]))
     kind = spec.get("type", "normal")
+    _warn_rest(spec, {"min", "max", "mean", "std_dev", "variance", "type"}, {"total_count"}, warnings, f"{name}.")
     if kind == "fixed":
         return int(mean)
     if kind == "uniform":
@@ -241,16 +252,19 @@ def _inference_perf(args: dict, warnings: list[str]) -> dict:
             count = int(rate * duration)
             if count < 1:
                 raise ScenarioError(f"traffic.source.path: load.stages[{i}]: rate × duration sends no request")
-            stages.append({"requests_per_second": rate, "duration_s": duration}
-                          | ({"requests": count} if kind == "poisson" else {}))
+            # constant: the count spread over the stage; poisson: a Poisson process at the rate until
+            # the count was sent (inference-perf queues ⌊rate × duration⌋ requests whatever they take)
+            stages.append({"requests_per_second": rate, "duration_s": duration} if kind == "constant"
+                          else {"requests_per_second": rate, "requests": count})
         else:
             raise ScenarioError(f"traffic.source.path: load.type {kind}: replays a trace of the tool's own; "
                                 f"use a trace source instead")
     if kind == "poisson":
         warnings.append("load.type poisson: inference-perf draws a Poisson count per second; simulated as a "
-                        "Poisson process at the stage's rate, capped at ⌊rate × duration⌋ requests")
-    out = {"type": "stages", "arrivals": "fixed_count" if kind == "constant" else "poisson", "stages": stages,
-           "drain": True, "pause_s": float(load.get("interval", 1.0))}
+                        "Poisson process at the stage's rate until ⌊rate × duration⌋ requests were sent")
+    out = {"type": "stages", "arrivals": "fixed_count" if kind == "constant" else "poisson", "stages": stages}
+    if len(stages) > 1:
+        out |= {"drain": True, "pause_s": float(load.get("interval", 1.0))}
     for key in ("num_workers", "worker_max_concurrency"):
         if key in load:
             warnings.append(f"load.{key}: the client's own concurrency limits are not simulated")
@@ -266,6 +280,15 @@ def _inference_perf(args: dict, warnings: list[str]) -> dict:
                                                  warnings)}
     elif dtype == "shared_prefix":
         sp = data.get("shared_prefix") or {}
+        if not isinstance(sp, dict):
+            raise ScenarioError("traffic.source.path: data.shared_prefix: must be a mapping")
+        sp = dict(sp)
+        for legacy, key in (("question_distribution", "question_len"), ("output_distribution", "output_len")):
+            if legacy in sp:  # the older spelling inference-perf still reads
+                sp[key] = sp.pop(legacy)
+        if isinstance(sp.get("output_len"), dict):
+            warnings.append("data.shared_prefix.output_len: inference-perf keeps one output length per prompt; "
+                            "each simulated request draws its own from the same distribution")
         if sp.get("enable_multi_turn_chat"):
             warnings.append("data.shared_prefix.enable_multi_turn_chat: conversations are not reproduced; each "
                             "request is one prompt of the pool")
@@ -275,9 +298,14 @@ def _inference_perf(args: dict, warnings: list[str]) -> dict:
                   "system_prompt_tokens": _iperf_length(sp.get("system_prompt_len", 100), "system_prompt_len", warnings),
                   "question_tokens": _iperf_length(sp.get("question_len", 50), "question_len", warnings),
                   "output_tokens": _iperf_length(sp.get("output_len", 50), "output_len", warnings)}
+        _warn_rest(sp, {"num_groups", "num_unique_system_prompts", "num_prompts_per_group",
+                        "num_users_per_system_prompt", "system_prompt_len", "question_len", "output_len",
+                        "enable_multi_turn_chat"}, set(), warnings, "data.shared_prefix.")
     else:
         raise ScenarioError(f"traffic.source.path: data.type {dtype}: its prompts are not in the profile; "
                             f"import the random, synthetic or shared_prefix data types, or replay a trace")
+    _warn_rest(data, {"type", "input_distribution", "output_distribution", "shared_prefix"}, {"path"}, warnings,
+               "data.")
     _warn_rest(args, {"load", "data"}, {"api", "server", "tokenizer", "report", "storage", "metrics",
                                         "circuit_breakers", "model_name", "base_url"}, warnings)
     return {"source": source, "load": out}
@@ -362,7 +390,7 @@ def _guidellm(args: dict, warnings: list[str]) -> dict:
             elif kind == "concurrent":
                 stages.append({"concurrency": int(st["streams"]), **ends})
             elif kind == "throughput":
-                stages.append({"concurrency": int(st.get("max_concurrency") or limit_requests or 1), **ends})
+                stages.append({"concurrency": _throughput_cap(st.get("max_concurrency"), limit_requests), **ends})
             elif kind in ("constant", "poisson", "async"):
                 stages.append({"requests_per_second": float(st["rate"]), **ends})
                 kinds.add("rate")
@@ -383,7 +411,7 @@ def _guidellm(args: dict, warnings: list[str]) -> dict:
         elif profile == "concurrent":
             stages += [{"concurrency": int(r), **ends} for r in rates]
         elif profile == "throughput":
-            stages.append({"concurrency": int(rates[0]) if rates else int(limit_requests or 1), **ends})
+            stages.append({"concurrency": _throughput_cap(rates[0] if rates else None, limit_requests), **ends})
         elif profile in ("constant", "poisson", "async"):
             stages += [{"requests_per_second": float(r), **ends} for r in rates]
             kinds.add("rate")
@@ -404,8 +432,23 @@ def _guidellm(args: dict, warnings: list[str]) -> dict:
                 "processor_args", "output_path", "outputs", "disable_progress", "display_scheduler_stats",
                 "disable_console_outputs", "data_args", "data_sampler", "output_extras", "request_type",
                 "max_errors", "max_error_rate", "max_global_error_rate", "request_formatter_kwargs"}, warnings)
-    load = {"type": "stages", "arrivals": arrivals, "stages": stages, "drain": True}
+    load = {"type": "stages", "arrivals": arrivals, "stages": stages}
+    if limit_seconds:
+        warnings.append("max_seconds: GuideLLM cancels the requests still running when a benchmark's time is up "
+                        "and starts the next one; here they run to completion beside the next benchmark's")
+    elif len(stages) > 1:
+        load["drain"] = True  # a benchmark ends when its requests have
     return {"source": source, "load": load}
+
+
+def _throughput_cap(cap, limit_requests) -> int:
+    """GuideLLM's throughput profile: everything at once, at most ``cap`` in flight (its --rate)."""
+    if cap:
+        return int(cap)
+    if limit_requests:
+        return int(limit_requests)
+    raise ScenarioError("traffic.source.path: profile throughput: without --rate (the most requests in flight) or "
+                        "--max-requests, GuideLLM keeps an unbounded number in flight; give one of them")
 
 
 # -- AIPerf ---------------------------------------------------------------------------------------------------
@@ -461,8 +504,9 @@ def _aiperf(args: dict, warnings: list[str]) -> dict:
         if rate is not None:
             raise ScenarioError("traffic.source.path: a concurrency sweep with a request rate is not imported")
         per = int(count or 10)
-        load: dict = {"type": "stages", "stages": [{"concurrency": int(c), "requests": per} for c in concurrency],
-                      "drain": True}
+        load: dict = {"type": "stages", "stages": [{"concurrency": int(c), "requests": per} for c in concurrency]}
+        if len(concurrency) > 1:
+            load["drain"] = True
     elif rate is not None:
         pattern = pick("arrival_pattern", "request_rate_mode", default="poisson")
         pattern = {"constant": "constant_rate"}.get(pattern, pattern)
@@ -487,6 +531,12 @@ def _aiperf(args: dict, warnings: list[str]) -> dict:
                 stop["requests"] = max(10, 2 * int(concurrency or 1))
         if duration:
             stop["max_virtual_time_seconds"] = _num(duration, "benchmark_duration")
+    if duration and "benchmark_grace_period" not in args:
+        warnings.append("benchmark_duration: AIPerf still counts answers within its grace period (30 s by default) "
+                        "after the duration; the simulation stops at the duration")
+    if "benchmark_grace_period" in args:
+        warnings.append("benchmark_grace_period: answers after benchmark_duration are not simulated")
+        args = {k: v for k, v in args.items() if k != "benchmark_grace_period"}
     for key in sorted(k for k in args if k.startswith("warmup")):
         warnings.append(f"{key}: warm-up requests are not simulated")
     if args.get("num_dataset_entries"):
@@ -501,7 +551,7 @@ def _aiperf(args: dict, warnings: list[str]) -> dict:
                       "arrival_pattern", "request_rate_mode", "arrival_smoothness", "vllm_burstiness",
                       "num_dataset_entries", "random_seed"} | {k for k in args if k.startswith("warmup")},
                {"model", "model_names", "url", "endpoint_type", "endpoint", "streaming", "tokenizer", "artifact_dir",
-                "ui_type", "ui", "benchmark_grace_period", "api_key", "header", "extra_inputs", "verbose",
+                "ui_type", "ui", "api_key", "header", "extra_inputs", "verbose",
                 "log_level", "workers_max", "record_processors", "output_artifact_dir", "profile_export_file",
                 "cli_command", "use_server_token_count", "use_legacy_max_tokens"}, warnings)
     traffic = {"source": source, "load": load}

@@ -161,8 +161,9 @@ def coalescing_scenarios(draw):
         if arrivals == "fixed_count":
             for stage in stages:
                 stage.setdefault("duration_s", 0.1)
-        data["traffic"]["load"] = {"type": "stages", "stages": stages, "arrivals": arrivals,
-                                   "drain": draw(st.booleans()), "pause_s": draw(st.sampled_from([0, 0.02]))}
+        data["traffic"]["load"] = {"type": "stages", "stages": stages, "arrivals": arrivals}
+        if len(stages) > 1:
+            data["traffic"]["load"] |= {"drain": draw(st.booleans()), "pause_s": draw(st.sampled_from([0, 0.02]))}
     if data["traffic"]["source"]["type"] == "synthetic" and draw(st.booleans()):
         data["traffic"]["source"]["shared_prefix"] = {"tokens": draw(st.integers(1, 64)), "groups": 2}
     return data

@@ -178,3 +178,45 @@ def test_an_imported_workload_the_simulation_refuses_names_the_file(tmp_path):
     with pytest.raises(ScenarioError, match=r"traffic.source.path: cmd.sh: the vllm-bench workload it describes is "
                                             r"refused: traffic.load.concurrency: must be a positive integer"):
         parse_scenario(data, tmp_path)  # an infinite rate sends all 0 prompts at once: 0 clients
+
+
+@pytest.mark.parametrize(("tool", "name", "content", "message"), [
+    ("inference-perf", "p.yaml", "load: {type: concurrent, stages: [{num_requests: 5}]}\ndata: {type: random}\n",
+     "a inference-perf field is missing: concurrency_level"),
+    ("inference-perf", "p.yaml", "load: {stages: [{rate: 1, duration: 2}]}\ndata: {type: shared_prefix, "
+                                 "shared_prefix: [1]}\n", "data.shared_prefix: must be a mapping"),
+    ("guidellm", "r.json", json.dumps({"args": {"max_requests": 3, "data": "prompt_tokens=1,output_tokens=1"},
+                                       "benchmarks": [{"config": {"strategy": {"type_": "concurrent"}}}]}),
+     "a guidellm field is missing: streams"),
+    ("guidellm", "g.sh", "guidellm benchmark --profile throughput --max-seconds 30 --data prompt_tokens=5,output_tokens=5",
+     "profile throughput: without --rate"),
+    ("aiperf", "e.json", json.dumps({"input_config": {"input": {"prompt": {"input_tokens": "x"}}}}),
+     "a aiperf value is malformed"),
+])
+def test_malformed_workload_files_are_one_clear_error(tmp_path, tool, name, content, message):
+    with pytest.raises(ScenarioError, match=message):
+        import_workload(tool, write(tmp_path / name, content))
+
+
+def test_a_binary_file_is_refused(tmp_path):
+    path = tmp_path / "cmd.sh"
+    path.write_bytes(b"\xff\xfe\x00bench")
+    with pytest.raises(ScenarioError, match="not a text file"):
+        import_workload("vllm-bench", path)
+
+
+def test_inference_perf_poisson_stages_send_their_count_and_data_fields_are_not_dropped(tmp_path):
+    path = write(tmp_path / "p.yaml", """
+load: {type: poisson, stages: [{rate: 20, duration: 5}]}
+data: {type: random, input_distribution: {mean: 100, variance: 4, min: 1, max: 200, skew: 2},
+       output_distribution: {mean: 10, std_dev: 0}, multimodal: {x: 1}}
+""")
+    traffic, warnings = import_workload("inference-perf", path)
+    assert traffic["load"] == {"type": "stages", "arrivals": "poisson",
+                               "stages": [{"requests_per_second": 20.0, "requests": 100}]}  # ⌊20 × 5⌋, however long
+    assert traffic["source"]["input_tokens"]["std"] == pytest.approx(2.0)  # std = √variance
+    assert any("data.input_distribution.skew" in w for w in warnings)
+    assert any("data.multimodal" in w for w in warnings)
+    data = make_scenario()
+    data["traffic"] = {"source": {"type": "import", "tool": "inference-perf", "path": str(path)}}
+    assert len(run_scenario(data).requests) == 100

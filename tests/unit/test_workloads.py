@@ -292,3 +292,27 @@ def test_rescale_to_rate_needs_a_request_count():
     del data["traffic"]["stop"]["requests"]
     with pytest.raises(ScenarioError, match="traffic.load.rescale_to_rate: needs traffic.stop.requests"):
         parse_scenario(data, None)
+
+
+@pytest.mark.parametrize(("load", "message"), [
+    ({"type": "stages", "seed": 3, "arrivals": "constant", "stages": [{"requests_per_second": 2, "duration_s": 1}]},
+     "traffic.load.seed: no stage draws random arrivals"),
+    ({"type": "stages", "drain": True, "stages": [{"concurrency": 2, "duration_s": 1}]},
+     "traffic.load.drain: applies between stages; there is one stage"),
+])
+def test_stage_knobs_without_effect_are_refused(load, message):
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(staged([])  | {"traffic": {"source": make_scenario()["traffic"]["source"], "load": load}}, None)
+
+
+def test_sessions_refuse_a_client_cap_under_any_open_loop_load():
+    data = sessions()
+    data["traffic"]["load"] = {"type": "constant_rate", "requests_per_second": 5, "max_concurrency": 1}
+    with pytest.raises(ScenarioError, match="traffic.load.max_concurrency: not with sessions"):
+        parse_scenario(data, None)
+
+
+def test_a_stage_block_keeps_its_target_duration_beside_the_measured_one():
+    res = run_scenario(staged([{"requests_per_second": 10, "duration_s": 0.5}]))
+    block = res.summary["stages"][0]
+    assert block["target_duration_s"] == 0.5 and block["duration_s"] != 0.5
