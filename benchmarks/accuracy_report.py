@@ -373,24 +373,26 @@ def main(argv=None) -> int:
     w("")
     w("## Calibration: fitted on part of the tables, checked on the rest")
     w("")
-    w("`simmodel calibrate` (docs/calibration.md) fits these same named parameters — the three efficiencies, the")
-    w("per-pass host overheads and the per-layer overhead — to a deployment's own measured runs. Here the fit is")
-    w("made on the FIT points of the tables only and checked on the HELD-OUT ones (the H200, which the fit never")
-    w("sees, and the other half of the H100 grid), starting from the uncalibrated datasheet model: kernels at")
-    w("100 % of every peak and no fixed time per pass or layer.")
+    w("The constants above are themselves a calibration: the named parameters `simmodel calibrate`")
+    w("(docs/calibration.md) fits to a deployment's measured runs — the efficiencies, the prefill and decode host")
+    w("overheads and the per-layer overhead — fitted here, by this report's robust least squares, on the FIT")
+    w("points of the tables only. The table sets them beside the uncalibrated datasheet model (kernels at 100 %")
+    w("of every peak, no fixed time per pass or layer), on the FIT points and on the HELD-OUT ones (the other half")
+    w("of the H100 grid, and the H200, which the fit never saw).")
     w("")
     raw = Constants(1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
     raw_err = price(points, raw) / aic - 1
     cal_rows = []
-    for name, e in (("uncalibrated (datasheet peaks, no overheads)", raw_err), ("calibrated on FIT", err[F])):
+    for name, e in (("uncalibrated (datasheet peaks, no overheads)", raw_err), ("fitted on FIT (the defaults)", err[F])):
         f, h = stats(e[fit_mask]), stats(e[held])
         cal_rows.append([name, pct(f["median"]), pct(f["bias"], True), pct(h["median"]), pct(h["bias"], True),
                          pct(h["within"]), pct(h["worst"], True)])
     w(table(["constants", "fit median abs err", "fit median signed", "held-out median abs err",
              "held-out median signed", "held-out within ±25%", "held-out worst"], cal_rows, "lrrrrrr"))
     w("")
-    w("The held-out error falls with the fit error: what the fit learns about kernels that reach less than their")
-    w("peaks and about fixed per-pass time carries over to the GPU and shapes it never saw.")
+    w("Kernel tables are not end-to-end runs, and `simmodel calibrate` ties a calibration to the deployment it")
+    w("was fitted on (a transfer must be asked for): the held-out columns show how far fitted constants carry")
+    w("across shapes and to another GPU, not a use the tool makes silently.")
     w("")
     w("## Constants")
     w("")

@@ -369,13 +369,14 @@ def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: boo
     import importlib.util
 
     from simmodel.calibrate.fit import calibrate as fit
-    from simmodel.calibrate.fit import format_report, load_runs, report, write_calibration
+    from simmodel.calibrate.fit import check_output, format_report, load_runs, report, write_calibration
 
     if output.exists() and not overwrite:
         raise FileExistsError(f"--output {output}: exists (use --overwrite to replace it)")
     if importlib.util.find_spec("scipy") is None:
         raise ScenarioError("simmodel calibrate needs SciPy; pip install 'simmodel[calibrate]'")
     plan = load_runs(runs_path, holdout)
+    check_output(output)
     values = fit(plan)
     document = report(plan, values)
     write_calibration(output, document)

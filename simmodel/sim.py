@@ -63,7 +63,8 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
     if spec.type == "default":
         timing = RooflineTiming(role.deployment, spec.efficiency, spec.host)
         if spec.calibration is not None:  # fitted to measured runs (simmodel calibrate)
-            timing.provenance = ("calibrated:roofline", "transferred") if spec.transferred else ("calibrated:roofline",)
+            timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
+                                 *(("transferred",) if spec.transferred else ()))
         return timing
     if spec.type == "measured":
         from simmodel.perf.measured import MeasuredTiming

@@ -12,7 +12,9 @@ error before (the model's defaults) and after, on the fit and the held-out runs.
 from __future__ import annotations
 
 import math
+import os
 import random
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +44,7 @@ class Run:
     """Roles priced by the default timing: the calibrated parameters apply to them."""
     deployments: list[dict]
     held_out: bool = False
+    explicit: list[str] = field(default_factory=list)
     before: list[dict] = field(default_factory=list)
     after: list[dict] = field(default_factory=list)
 
@@ -50,11 +53,18 @@ class Run:
 class Plan:
     runs: list[Run]
     parameters: list[str]
+    notes: list[str] = field(default_factory=list)
+    """What the fit says about itself: no convergence, parameters left out or on a bound."""
 
 
 def load_runs(path: Path, holdout: str | None = None) -> Plan:
     """Read RUNS.yaml; ``holdout`` (the CLI's) is a fraction or a comma-separated list of run names."""
-    data = read_yaml(path)
+    try:
+        data = read_yaml(path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"--runs {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"--runs {path}: must be a mapping with runs")
     root = _Node(data, "")
     base = path.resolve().parent
     raw_runs = root.raw("runs")
@@ -89,28 +99,59 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
             if loaded.engine.workers[r].timing.calibration is not None:
                 raise ScenarioError(f"{path.name}: runs[{i}] ({name}): engine.workers.{r}.timing.calibration: "
                                     f"calibrate from the model's own defaults; remove it")
-        deployments = [identity_of(loaded.engine.workers[r].deployment.model.model_id,
-                                   loaded.engine.workers[r].deployment.hardware.system_id,
-                                   loaded.engine.backend, loaded.engine.workers[r].parallelism) for r in roles]
+        deployments = [identity_of(r, loaded.engine.workers[r].deployment, loaded.engine.backend,
+                                   loaded.engine.workers[r].parallelism) for r in roles]
+        explicit = _explicit_timing(apply_overrides(read_yaml(scenario), overrides), roles)
         try:
             measurement = read_measured(measured, tool)
         except ScenarioError as exc:
             raise ScenarioError(f"{path.name}: runs[{i}] ({name}): {exc}") from None
-        runs.append(Run(name, scenario, list(overrides), measurement, roles, deployments, held))
+        run = Run(name, scenario, list(overrides), measurement, roles, deployments, held)
+        run.explicit = explicit
+        runs.append(run)
     if len({r.name for r in runs}) != len(runs):
         raise ScenarioError(f"{path.name}: runs: names must be distinct")
     parameters = root.raw("parameters", list(DEFAULT_PARAMETERS))
-    if not isinstance(parameters, list) or not parameters or len(set(parameters)) != len(parameters) or \
-            any(p not in PARAMETERS for p in parameters):
+    if not isinstance(parameters, list) or not parameters or not all(isinstance(p, str) for p in parameters) \
+            or len(set(parameters)) != len(parameters) or any(p not in PARAMETERS for p in parameters):
         raise ScenarioError(f"{path.name}: parameters: must be a list of distinct names among "
                             f"{', '.join(PARAMETERS)}, got {parameters!r}")
-    split = holdout if holdout is not None else root.raw("holdout", None)
+    for run in runs:  # a value a run fixes but the fit does not fit would not be in the calibration file
+        fixed = sorted(set(run.explicit) - set(parameters))
+        if fixed:
+            raise ScenarioError(f"{path.name}: run {run.name}: {fixed[0]} is set in its scenario but not fitted; "
+                                f"fit it (parameters) or remove it, so that the calibration says every value used")
+    file_split = root.raw("holdout", None)
+    split = holdout if holdout is not None else file_split
     seed = root.int("seed", 0, minimum=0)
-    root.done()
+    try:
+        root.done()
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}") from None
     _split(runs, split, seed, path.name)
     if all(r.held_out for r in runs):
         raise ScenarioError(f"{path.name}: holdout: leaves no run to fit on")
     return Plan(runs, parameters)
+
+
+_FIELD = {"compute_efficiency": ("compute_efficiency",), "memory_efficiency": ("memory_efficiency",),
+          "link_efficiency": ("link_efficiency",), "host_prefill_ms": ("host_overhead_ms", "prefill"),
+          "host_decode_ms": ("host_overhead_ms", "decode"), "host_mixed_ms": ("host_overhead_ms", "mixed"),
+          "per_layer_us": ("per_layer_us",), "collective_latency_us": ("collective_latency_us",)}
+
+
+def _explicit_timing(data: dict, roles: list[str]) -> list[str]:
+    """The calibration parameters a run's default-timing roles set explicitly."""
+    found = set()
+    for role in roles:
+        timing = ((data.get("engine") or {}).get("workers") or {}).get(role, {}).get("timing") or {}
+        for name, path in _FIELD.items():
+            value = timing
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                found.add(name)
+    return sorted(found)
 
 
 def _file(node: _Node, key: str, base: Path, path: Path) -> Path:
@@ -137,6 +178,8 @@ def _split(runs: list[Run], split, seed: int, where: str) -> None:
         except ValueError:
             split = [s.strip() for s in split.split(",") if s.strip()]
     if isinstance(split, list):
+        if not all(isinstance(name, str) for name in split):
+            raise ScenarioError(f"{where}: holdout: a list of run names, got {split!r}")
         unknown = set(split) - {r.name for r in runs}
         if unknown:
             raise ScenarioError(f"{where}: holdout: no run named {sorted(unknown)[0]!r}")
@@ -173,17 +216,37 @@ def scenario_with(run: Run, values: dict[str, float]):
 
 
 def simulate(run: Run, values: dict[str, float]) -> list[dict]:
-    """The comparison rows of the run simulated with these parameter values."""
+    """The comparison rows of the run simulated with these parameter values; a run that does not match
+    its measured file (a measured stage the scenario lacks, another number of requests) is refused."""
     sim = Simulation(scenario_with(run, values), keep_events=False)
     results = sim.run()
-    rows, _ = compare(run.measurement, sim, results)
+    rows, notes = compare(run.measurement, sim, results)
+    if notes:
+        raise ScenarioError(f"run {run.name}: {notes[0]}")
+    measured = run.measurement.requests
+    if measured is not None and measured != len(results.requests):
+        raise ScenarioError(f"run {run.name}: the measured run sent {measured} requests, the scenario "
+                            f"{len(results.requests)}; describe the same workload")
+    if not any(fitted(r) for r in rows):
+        raise ScenarioError(f"run {run.name}: its measured file holds no figure to fit (means, percentiles or "
+                            f"throughputs)")
     return rows
 
 
+def fitted(row: dict) -> bool:
+    """Whether a figure is fitted: a central value (mean, median, percentile) or a throughput; spreads
+    (std, min, max) depend on what the simulation does not see (noise) and would swamp the rest."""
+    return row["stat"] not in ("std", "min", "max") and row["measured"] > 0
+
+
+MISSING = 5.0
+"""The residual of a fitted figure the simulation has no value of (a factor of e⁵ off)."""
+
+
 def residuals(rows: list[dict]) -> list[float]:
-    """log(simulated / measured) of every figure both sides have a positive value of."""
-    return [math.log(r["simulated"] / r["measured"]) for r in rows
-            if r["simulated"] is not None and r["measured"] > 0 and r["simulated"] > 0]
+    """log(simulated / measured) of every fitted figure, one slot each whatever happens."""
+    return [math.log(r["simulated"] / r["measured"]) if r["simulated"] is not None and r["simulated"] > 0
+            else MISSING for r in rows if fitted(r)]
 
 
 def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
@@ -198,16 +261,12 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     # from a bound can stay stuck on it while another parameter compensates
     x0 = np.where(x0 <= lo, lo + 0.01 * (hi - lo), np.where(x0 >= hi, hi - 0.01 * (hi - lo), x0))
     fit = [r for r in plan.runs if not r.held_out]
-    width = None
+    for run in plan.runs:  # every run, held out or not, must match its measured file
+        simulate(run, dict(zip(names, x0.tolist())))
 
     def fun(x: np.ndarray) -> np.ndarray:
-        nonlocal width
         values = dict(zip(names, x.tolist()))
         res = [v for run in fit for v in residuals(simulate(run, values))]
-        if width is None:
-            width = len(res)
-        elif len(res) != width:  # a figure appeared or vanished (a metric with no value): keep the shape
-            res = (res + [0.0] * width)[:width]
         if on_evaluation is not None:
             on_evaluation(values)
         return np.array(res, dtype=np.float64)
@@ -218,7 +277,20 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
                             f"add runs or fit fewer parameters")
     result = least_squares(fun, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4, xtol=1e-12, ftol=1e-12,
                            gtol=1e-12, max_nfev=60 * len(names))
-    values = dict(zip(names, (float(v) for v in result.x)))
+    plan.notes = []
+    if result.status <= 0:
+        plan.notes.append(f"the fit did not converge ({result.message}); the values are the best found")
+    # a parameter no fit run depends on is not calibrated: its Jacobian column is zero
+    influence = np.abs(result.jac).max(axis=0) if result.jac.size else np.zeros(len(names))
+    unused = [n for n, v in zip(names, influence) if v < 1e-9]
+    for n in unused:
+        plan.notes.append(f"{n}: no fit run depends on it (left out of the calibration)")
+    for n, v in zip(names, result.x):
+        if n not in unused and (v <= PARAMETERS[n][1] + 1e-9 or v >= PARAMETERS[n][2] - 1e-9):
+            plan.notes.append(f"{n}: ended on its bound ({v:g}); the runs may ask for what the model cannot give")
+    values = {n: float(v) for n, v in zip(names, result.x) if n not in unused}
+    if not values:
+        raise ScenarioError("no fitted parameter affects the fit runs; nothing to calibrate")
     defaults = {n: PARAMETERS[n][0] for n in names if PARAMETERS[n][0] is not None}  # None: the scenario's own
     for run in plan.runs:
         run.before = simulate(run, defaults)
@@ -227,7 +299,8 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
 
 
 def mean_abs_error(runs: list[Run], which: str) -> float | None:
-    errors = [abs(r["error_pct"]) for run in runs for r in getattr(run, which) if r["error_pct"] is not None]
+    errors = [abs(r["error_pct"]) for run in runs for r in getattr(run, which)
+              if r["error_pct"] is not None and fitted(r)]
     return float(np.mean(errors)) if errors else None
 
 
@@ -254,22 +327,37 @@ def report(plan: Plan, values: dict[str, float]) -> dict:
             for r in plan.runs]
     return {"calibration": {"parameters": values, "fitted_on": deployments,
                             "fit_runs": [r.name for r in fit], "held_out_runs": [r.name for r in held],
-                            "mean_abs_error": error, "warning": warning, "runs": runs}}
+                            "mean_abs_error": error, "warning": warning, "notes": list(plan.notes),
+                            "runs": runs}}
+
+
+def check_output(path: Path) -> None:
+    """Before fitting: the calibration file's folder can be made and written to."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(handle)
+        os.unlink(name)
+    except OSError as exc:
+        raise ScenarioError(f"--output {path}: cannot write there: {exc.strerror or exc}") from None
 
 
 def write_calibration(path: Path, document: dict) -> None:
     """Write the calibration file whole (a temporary file beside it, then renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(document, sort_keys=False))
-    tmp.replace(path)
+    try:
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "w") as f:
+            f.write(yaml.safe_dump(document, sort_keys=False))
+        os.replace(name, path)
+    except OSError as exc:
+        raise ScenarioError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def format_report(document: dict) -> str:
     cal = document["calibration"]
     lines = ["fitted parameters:"]
-    lines += [f"  {name:<22} {value:.6g}   ({PARAMETERS[name][3]}; default "
-              f"{'the hardware' if PARAMETERS[name][0] is None else format(PARAMETERS[name][0], 'g')})"
+    lines += [f"  {name:<22} {value:.6g}   ({PARAMETERS[name][3]}"
+              + ("" if PARAMETERS[name][0] is None else f"; default {PARAMETERS[name][0]:g}") + ")"
               for name, value in cal["parameters"].items()]
     lines += ["", f"{'run':<24} {'set':<9} {'figures':>7} {'mean |error| before':>20} {'after':>8}"]
     for run in cal["runs"]:
@@ -285,4 +373,5 @@ def format_report(document: dict) -> str:
               f"held-out runs: {show(e['held_out']['before_pct'])} → {show(e['held_out']['after_pct'])}"]
     if not cal["held_out_runs"]:
         lines.append("note: no run is held out (one deployment); --holdout NAMES holds runs out to check the fit")
+    lines += [f"note: {n}" for n in cal["notes"]]
     return "\n".join(lines)

@@ -31,7 +31,10 @@ PARAMETERS = {
 }
 START = {"collective_latency_us": 5.0}
 """Where a fit starts for a parameter whose default is the hardware's own value."""
-IDENTITY = ("model", "hardware", "backend", "tensor", "attention_data", "moe_tensor", "moe_expert", "pipeline")
+IDENTITY = ("role", "model", "hardware", "backend", "weight_bytes", "kv_bytes", "tensor", "attention_data",
+            "moe_tensor", "moe_expert", "pipeline")
+HOST = ("host_prefill_ms", "host_decode_ms", "host_mixed_ms", "per_layer_us")
+"""The parameters of the fixed time per pass: while one is not calibrated, it stays an assumption."""
 
 
 def timing_fields(values: dict[str, float]) -> dict:
@@ -73,16 +76,20 @@ class Calibration:
 def read_calibration(path: Path, at: str) -> Calibration:
     """Read and check a calibration file; ``at`` names the scenario field in errors."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError(f"{at}: {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{at}: {path}: not a text file (UTF-8)") from None
+    except Exception as exc:  # noqa: BLE001 (a YAMLError, or PyYAML's constructors: `!!int x`)
         raise ScenarioError(f"{at}: {path}: not YAML ({' '.join(str(exc).split())[:120]})") from None
     body = data.get("calibration") if isinstance(data, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict) \
             or not isinstance(body.get("fitted_on"), list) or not body["fitted_on"]:
         raise ScenarioError(f"{at}: {path}: not a calibration file (calibration.parameters and "
                             f"calibration.fitted_on, as simmodel calibrate writes them)")
+    if not body["parameters"]:
+        raise ScenarioError(f"{at}: {path}: calibration.parameters: empty (nothing was calibrated)")
     values = {}
     for name, value in body["parameters"].items():
         if name not in PARAMETERS:
@@ -100,15 +107,18 @@ def read_calibration(path: Path, at: str) -> Calibration:
     return Calibration(path, values, tuple(fitted_on))
 
 
-def identity_of(model_id: str, hardware_id: str, backend: str, parallelism) -> dict:
-    """What a calibration is tied to: the model, the GPU system, the backend and the worker's shape."""
-    p = parallelism
-    return {"model": model_id, "hardware": hardware_id, "backend": backend, "tensor": p.tensor,
+def identity_of(role: str, deployment, backend: str, parallelism) -> dict:
+    """What a calibration is tied to: the worker role, the model, the GPU system, the backend, the weight
+    and KV-cache bytes per element, and the worker's shape."""
+    p, d = parallelism, deployment
+    return {"role": role, "model": d.model.model_id, "hardware": d.hardware.system_id, "backend": backend,
+            "weight_bytes": float(d.weight_bytes), "kv_bytes": float(d.kv_bytes), "tensor": p.tensor,
             "attention_data": p.attention_data, "moe_tensor": p.moe_tensor, "moe_expert": p.moe_expert,
             "pipeline": p.pipeline}
 
 
 def describe(identity: dict) -> str:
-    return (f"{identity['model']} on {identity['hardware']} ({identity['backend']}, tensor {identity['tensor']}, "
+    return (f"the {identity['role']} role of {identity['model']} on {identity['hardware']} ({identity['backend']}, "
+            f"{identity['weight_bytes']:g}-byte weights, {identity['kv_bytes']:g}-byte KV, tensor {identity['tensor']}, "
             f"attention_data {identity['attention_data']}, moe {identity['moe_tensor']}×{identity['moe_expert']}, "
             f"pipeline {identity['pipeline']})")

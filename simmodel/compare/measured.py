@@ -47,6 +47,8 @@ class Measurement:
     tool: str
     path: Path
     scopes: list[Scope]
+    requests: int | None = None
+    """Requests the measured run sent, where the file says (to check a scenario describes the same run)."""
 
 
 def detect(data) -> str | None:
@@ -98,7 +100,24 @@ def read_measured(path: Path, tool: str | None = None) -> Measurement:
         scope.figures = [f for f in scope.figures if known_stat(f.stat)]
     if not any(scope.figures for scope in scopes):
         raise ScenarioError(f"--measured {path}: no metric this comparison knows was found in the {tool} file")
-    return Measurement(tool, path, scopes)
+    return Measurement(tool, path, scopes, _request_count(tool, data))
+
+
+def _request_count(tool: str, data: dict) -> int | None:
+    """The number of requests sent, as each tool records it (None where it does not)."""
+    def integer(value):
+        return int(value) if _number(value) is not None and float(value).is_integer() else None
+    if tool == "vllm-bench":
+        done, failed = integer(data.get("completed")), integer(data.get("failed"))
+        return None if done is None else done + (failed or 0)
+    if tool == "inference-perf":
+        return integer((data.get("load_summary") or {}).get("count"))
+    if tool == "guidellm":
+        totals = [((b.get("metrics") or {}).get("request_totals") or {}).get("total") for b in data["benchmarks"]
+                  if isinstance(b, dict)]
+        return sum(totals) if totals and all(integer(t) is not None for t in totals) else None
+    count = data.get("request_count")
+    return integer(count.get("avg")) if isinstance(count, dict) else None
 
 
 def _number(value) -> float | None:

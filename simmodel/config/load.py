@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from simmodel.calibrate.params import identity_of
 from simmodel.config.domains import reject_search
 from simmodel.config.schema import (
     CapacitySpec,
@@ -747,7 +748,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel)
     if timing.calibration is not None:
-        timing = _check_calibration(node, timing, model, hardware, backend, p)
+        timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
     if blocks < needed:
@@ -958,15 +959,15 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         base = HostOverhead()
         overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
                                 host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us),
-                                node.number("collective_latency_us", None, maximum=10_000.0))
+                                node.number("collective_latency_us", None, maximum=1000.0))
         host.done()
         eff = Efficiency()
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
                                 _fraction(node, "memory_efficiency", eff.memory),
                                 _fraction(node, "link_efficiency", eff.link))
-        calibration, transfer = None, node.bool("allow_transfer", False)
+        calibration, transfer, host_assumed = None, node.bool("allow_transfer", False), True
         if node.raw("calibration", None) is not None:
-            from simmodel.calibrate.params import apply, read_calibration, timing_fields
+            from simmodel.calibrate.params import HOST, apply, read_calibration, timing_fields
 
             raw = node.raw("calibration")
             if not isinstance(raw, str) or not raw:
@@ -980,9 +981,11 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                 if clash:
                     raise ScenarioError(f"{node.at(clash[0])}: set by the calibration {calibration.name}; remove it")
             efficiency, overhead = apply(cal.values, efficiency, overhead)
+            host_assumed = not all(name in cal.values for name in HOST)
         elif transfer:
             raise ScenarioError(f"{node.at('allow_transfer')}: only applies with a calibration")
-        spec = TimingSpec(kind, efficiency=efficiency, host=overhead, calibration=calibration, transferred=transfer)
+        spec = TimingSpec(kind, efficiency=efficiency, host=overhead, calibration=calibration, transferred=transfer,
+                          host_assumed=host_assumed)
     elif kind == "measured":
         version = node.raw("backend_version", None)
         if version is not None and not isinstance(version, str):
@@ -995,14 +998,12 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
     return spec
 
 
-def _check_calibration(node: _Node, timing: TimingSpec, model: ModelSpec, hardware: HardwareSpec, backend: str,
-                       p: Parallelism) -> TimingSpec:
-    """A calibration applies to the deployments it was fitted on; elsewhere only with ``allow_transfer``
-    (then marked transferred)."""
-    from simmodel.calibrate.params import describe, identity_of, read_calibration
+def _check_calibration(node: _Node, timing: TimingSpec, identity: dict) -> TimingSpec:
+    """A calibration applies to the roles and deployments it was fitted on; elsewhere only with
+    ``allow_transfer`` (then marked transferred)."""
+    from simmodel.calibrate.params import describe, read_calibration
 
     cal = read_calibration(timing.calibration, node.at("timing.calibration"))
-    identity = identity_of(model.model_id, hardware.system_id, backend, p)
     if cal.matches(identity):
         return replace(timing, transferred=False)
     if not timing.transferred:

@@ -249,6 +249,8 @@ class TimingSpec:
     """``default`` timing fitted by ``simmodel calibrate``: the file its values come from."""
     transferred: bool = False
     """The calibration was fitted on another deployment and used anyway (``allow_transfer``)."""
+    host_assumed: bool = True
+    """Some fixed per-pass time is still the model's assumption (not every host parameter calibrated)."""
 
 
 @dataclass(frozen=True, slots=True)
