@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -57,15 +58,29 @@ def write_events(frame: pd.DataFrame, folder: Path) -> str:
     return name
 
 
+@contextmanager
+def staged_folder(path: Path, overwrite: bool):
+    """A temporary folder beside ``path`` to fill; moved into place whole when the block ends, or removed
+    if it fails, so ``path`` is never half-written."""
+    check_output_dir(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield staging
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def write_results(results: Results, path: Path, overwrite: bool, events: str = "memory",
                   streamed: Path | None = None) -> list[str]:
     """Write summary.json, requests.csv, passes.csv and the event log to ``path``: ``events`` ``memory``
     writes ``results.events`` (events.parquet, or events.csv without pyarrow), ``stream`` moves in the
     Parquet file a ``ParquetEventSink`` wrote at ``streamed``, ``off`` writes none."""
-    check_output_dir(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with staged_folder(path, overwrite) as staging:
         (staging / "summary.json").write_text(summary_json(results.summary), encoding="utf-8")
         results.requests.to_csv(staging / "requests.csv", index=False)
         results.passes.to_csv(staging / "passes.csv", index=False)
@@ -76,26 +91,11 @@ def write_results(results: Results, path: Path, overwrite: bool, events: str = "
             assert streamed is not None
             shutil.move(str(streamed), staging / "events.parquet")
             names.append("events.parquet")
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return names
 
 
 def write_files(path: Path, overwrite: bool, files: dict[str, str]) -> None:
-    """Write text files (name → content) into ``path`` whole: staged beside it, then moved into place."""
-    check_output_dir(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    """Write text files (name → content) into ``path`` whole."""
+    with staged_folder(path, overwrite) as staging:
         for name, text in files.items():
             (staging / name).write_text(text, encoding="utf-8")
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

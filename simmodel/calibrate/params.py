@@ -75,12 +75,11 @@ class Calibration:
 
 def read_calibration(path: Path, at: str) -> Calibration:
     """Read and check a calibration file; ``at`` names the scenario field in errors."""
+    from simmodel.config.load import read_text_file
+
+    text = read_text_file(path, at)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ScenarioError(f"{at}: {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{at}: {path}: not a text file (UTF-8)") from None
+        data = yaml.safe_load(text)
     except Exception as exc:  # noqa: BLE001 (a YAMLError, or PyYAML's constructors: `!!int x`)
         raise ScenarioError(f"{at}: {path}: not YAML ({' '.join(str(exc).split())[:120]})") from None
     body = data.get("calibration") if isinstance(data, dict) else None

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simmodel.config.load import read_text_file
 from simmodel.errors import ScenarioError
 
 TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
@@ -67,12 +68,7 @@ def detect(data) -> str | None:
 
 def read_measured(path: Path, tool: str | None = None) -> Measurement:
     """Read a result file; ``tool`` is detected from its keys when not given."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"--measured {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"--measured {path}: not a text file (UTF-8)") from None
+    text = read_text_file(path, "--measured")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

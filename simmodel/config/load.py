@@ -153,6 +153,17 @@ def _show(value: Any) -> str:
 # Public entry points
 
 
+def read_text_file(path: Path, where: str) -> str:
+    """A UTF-8 text file's contents; a file that cannot be read, or is not text, is one line naming
+    ``where`` (the field or option that named it)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{where}: {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{where}: {path}: not a text file (UTF-8)") from None
+
+
 def read_yaml(path: Path) -> dict:
     """Parse one YAML document safely (no object construction)."""
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from simmodel.config.load import read_text_file
 from simmodel.errors import ScenarioError
 
 TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
@@ -27,12 +28,7 @@ TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
 
 def import_workload(tool: str, path: Path) -> tuple[dict, list[str]]:
     """The traffic mapping the tool's workload file stands for, and the warnings."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"traffic.source.path: {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"traffic.source.path: {path}: not a text file (UTF-8)") from None
+    text = read_text_file(path, "traffic.source.path")
     args = _arguments(text, path)
     build = {"vllm-bench": _vllm_bench, "inference-perf": _inference_perf, "guidellm": _guidellm,
              "aiperf": _aiperf}[tool]
