@@ -64,6 +64,7 @@ def test_vllm_bench_result_by_hand(tmp_path):
     assert rows["run", "request_throughput", "value"]["simulated"] == pytest.approx(4 / 0.24)
     assert rows["run", "output_throughput", "value"]["simulated"] == pytest.approx(20 / 0.24)
     assert "[run]" in proc.stdout and "ttft" in proc.stdout
+    assert "note:" not in proc.stdout  # 4 completed requests measured, 4 simulated
     assert (out / "compare.csv").read_text().startswith("scope,metric,stat,definition,measured,simulated")
 
 
@@ -202,3 +203,10 @@ def test_unknown_statistics_and_non_numbers_are_not_compared(tmp_path):
     (folder / "stage_0_lifecycle_metrics.json").write_text("[1]")
     with pytest.raises(ScenarioError, match="not a stage file"):
         read_measured(measured)
+
+
+def test_a_measured_run_of_another_size_is_noted(tmp_path):
+    measured = write(tmp_path / "vllm.json", {"duration": 1.0, "completed": 90, "failed": 10, "mean_ttft_ms": 25.0})
+    proc = simmodel("compare", "-c", str(scenario(tmp_path)), "--measured", str(measured))
+    assert proc.returncode == 0, proc.stderr
+    assert "note: the measured run sent 100 requests, the scenario 4" in proc.stdout

@@ -220,13 +220,13 @@ def simulate(run: Run, values: dict[str, float]) -> list[dict]:
     its measured file (a measured stage the scenario lacks, another number of requests) is refused."""
     sim = Simulation(scenario_with(run, values), keep_events=False)
     results = sim.run()
-    rows, notes = compare(run.measurement, sim, results)
-    if notes:
-        raise ScenarioError(f"run {run.name}: {notes[0]}")
     measured = run.measurement.requests
     if measured is not None and measured != len(results.requests):
         raise ScenarioError(f"run {run.name}: the measured run sent {measured} requests, the scenario "
                             f"{len(results.requests)}; describe the same workload")
+    rows, notes = compare(run.measurement, sim, results)
+    if notes:
+        raise ScenarioError(f"run {run.name}: {notes[0]}")
     if not any(fitted(r) for r in rows):
         raise ScenarioError(f"run {run.name}: its measured file holds no figure to fit (means, percentiles or "
                             f"throughputs)")

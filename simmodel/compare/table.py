@@ -34,6 +34,9 @@ def compare(measurement: Measurement, sim: Simulation, results: Results) -> tupl
     """The comparison rows, and notes on measured scopes that could not be matched with the run."""
     scopes = simulated_scopes(sim, results)
     rows, notes = [], []
+    if measurement.requests is not None and measurement.requests != len(results.requests):
+        notes.append(f"the measured run sent {measurement.requests} requests, the scenario {len(results.requests)}: "
+                     f"they may not describe the same workload")
     nearest = measurement.tool == "guidellm"
     for scope in measurement.scopes:
         if scope.stage not in scopes:
