@@ -13,7 +13,7 @@ import click
 
 from simmodel.config.load import load_scenario
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.export import check_output_dir, has_pyarrow, summary_json, write_files, write_results
+from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.sim import Simulation, check_workload, make_timing
 
@@ -188,7 +188,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         events: str) -> None:
     """Simulate a scenario and print its metrics."""
     if output_dir is not None:
-        check_output_dir(output_dir, overwrite)
+        probe_output_dir(output_dir, overwrite)
     sink = streamed = None
     if events == "stream":
         if output_dir is None:
@@ -281,7 +281,7 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
     from simmodel.recommend.progress import SearchProgress
     from simmodel.recommend.search import load_search, planned, rank, run_search, write_ledger
 
-    check_output_dir(output_dir, overwrite)
+    probe_output_dir(output_dir, overwrite)
     spec, space, base_dir = load_search(scenario, overrides)
     pool = make_executor(executor, spec.parallelism)
     progress = SearchProgress(spec, planned(spec, space)) if sys.stderr.isatty() else None
@@ -330,12 +330,14 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     from simmodel.compare.table import compare as compare_runs
 
     if output_dir is not None:
-        check_output_dir(output_dir, overwrite)
+        probe_output_dir(output_dir, overwrite)
     measurement = read_measured(measured, tool)
     sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
     _warn(sim.scenario)
     results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
     rows, notes = compare_runs(measurement, sim, results)
+    if not rows:
+        raise ScenarioError(f"--measured {measured}: nothing compared: {notes[0] if notes else 'no figure'}")
     report = {"tool": measurement.tool, "measured": str(measured), "scenario": str(scenario), "rows": rows,
               "notes": notes}
     if output_dir is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simmodel.errors import ScenarioError
 from simmodel.sim import Results
 
 
@@ -58,13 +59,35 @@ def write_events(frame: pd.DataFrame, folder: Path) -> str:
     return name
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _staging(path: Path) -> Path:
+    """A new folder beside ``path``, with an ordinary new folder's permissions."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        raise ScenarioError(f"--output-dir {path}: cannot write there: {exc.strerror or exc}") from None
+    os.chmod(staging, 0o777 & ~current_umask())
+    return staging
+
+
+def probe_output_dir(path: Path, overwrite: bool) -> None:
+    """Before a long run: ``path`` is allowed (``check_output_dir``) and its folder can be written to."""
+    check_output_dir(path, overwrite)
+    _staging(path).rmdir()
+
+
 @contextmanager
 def staged_folder(path: Path, overwrite: bool):
     """A temporary folder beside ``path`` to fill; moved into place whole when the block ends, or removed
     if it fails, so ``path`` is never half-written."""
     check_output_dir(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    staging = _staging(path)
     try:
         yield staging
         if path.exists():

@@ -135,7 +135,7 @@ def test_held_out_deployments_are_reported_and_a_calibration_does_not_travel(tmp
     # on tensor 2 it is refused, unless allowed, and then marked transferred
     data["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 2}
     with pytest.raises(ScenarioError, match="was fitted on the aggregated role of meta-llama/Llama-3.1-8B-Instruct "
-                                            "on h100_sxm .vllm, .*tensor 1.*not on this role's .*tensor 2.*allow_transfer"):
+                                            "on h100_sxm .vllm, .*tensor 1.*not on this one: .*tensor 2.*allow_transfer"):
         parse_scenario(data, tmp_path)
     data["engine"]["workers"]["aggregated"]["timing"]["allow_transfer"] = True
     res = Simulation(parse_scenario(data, tmp_path)).run()
@@ -144,7 +144,7 @@ def test_held_out_deployments_are_reported_and_a_calibration_does_not_travel(tmp
     data["engine"]["workers"]["aggregated"]["timing"]["allow_transfer"] = False
     data["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 1}
     data["engine"]["hardware"] = "h200_sxm"
-    with pytest.raises(ScenarioError, match="not on this role's the aggregated role of "
+    with pytest.raises(ScenarioError, match="not on this one: the aggregated role of "
                                             "meta-llama/Llama-3.1-8B-Instruct on h200_sxm"):
         parse_scenario(data, tmp_path)
 
@@ -220,7 +220,7 @@ def test_another_role_or_dtype_is_another_deployment(tmp_path):
     role = data["engine"]["workers"].pop("aggregated")
     data["engine"]["mode"] = "disaggregated"
     data["engine"]["workers"] = {"prefill": role, "decode": dict(role)}
-    with pytest.raises(ScenarioError, match="not on this role's the prefill role"):
+    with pytest.raises(ScenarioError, match="not on this one: the prefill role"):
         parse_scenario(data, tmp_path)
 
 
@@ -264,3 +264,28 @@ def test_a_run_that_fixes_a_parameter_it_does_not_fit_is_refused(tmp_path):
                      truth={"memory_efficiency": 0.7})
     with pytest.raises(ScenarioError, match="run x: per_layer_us is set in its scenario but not fitted"):
         load_runs(path)
+
+
+def test_a_hand_edited_calibration_file_is_checked(tmp_path):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(yaml.safe_dump({"calibration": {"parameters": {"memory_efficiency": 0.5},
+                                                   "fitted_on": [{**IDENTITY, "weight_bytes": "two"}]}}))
+    data = workload(100, 5, 1)
+    data["engine"]["workers"]["aggregated"]["timing"] = {"type": "default", "calibration": "cal.yaml"}
+    with pytest.raises(ScenarioError, match=r"calibration.fitted_on\[0\].weight_bytes: must be a positive number"):
+        parse_scenario(data, tmp_path)
+
+
+def test_the_calibration_file_is_an_ordinary_file(tmp_path):
+    import os
+    import stat
+
+    from simmodel.calibrate.fit import write_calibration
+
+    out = tmp_path / "c.yaml"
+    old = os.umask(0o022)
+    try:
+        write_calibration(out, {"calibration": {}})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644

@@ -113,3 +113,17 @@ def test_measured_timing_without_its_extra_is_one_clear_line(scenario):
     proc = simmodel("validate", "-c", str(scenario), "--set", "engine.workers.aggregated.timing={type: measured}")
     assert proc.returncode == 2
     assert "timing.type measured needs the optional extra: pip install 'simmodel[measured]'" in proc.stderr
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_line_before_the_run(tmp_path):
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "run", "-c", "scenarios/quickstart.yaml",
+                           "--output-dir", str(blocker / "out")], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"--output-dir {blocker / 'out'}: cannot write there" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -26,6 +26,7 @@ from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
+from simmodel.export import current_umask
 from simmodel.sim import Simulation
 
 DEFAULT_PARAMETERS = ("compute_efficiency", "memory_efficiency", "host_prefill_ms", "host_decode_ms")
@@ -59,10 +60,12 @@ class Plan:
 
 def load_runs(path: Path, holdout: str | None = None) -> Plan:
     """Read RUNS.yaml; ``holdout`` (the CLI's) is a fraction or a comma-separated list of run names."""
+    if not path.is_file():
+        raise ScenarioError(f"--runs {path}: no such file")
     try:
         data = read_yaml(path)
     except ScenarioError as exc:
-        raise ScenarioError(f"--runs {path}: {exc}") from None
+        raise ScenarioError(f"--runs {path}: {str(exc).replace('the scenario file', 'the file')}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"--runs {path}: must be a mapping with runs")
     root = _Node(data, "")
@@ -77,16 +80,22 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
         node = _Node(item, f"runs[{i}]")
         scenario = _file(node, "scenario", base, path)
         measured = _file(node, "measured", base, path)
-        tool = None if node.raw("tool", None) is None else node.choice(
-            "tool", ("vllm-bench", "inference-perf", "guidellm", "aiperf"))
+        try:
+            tool = None if node.raw("tool", None) is None else node.choice(
+                "tool", ("vllm-bench", "inference-perf", "guidellm", "aiperf"))
+            held = node.bool("holdout", False)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path.name}: {exc}") from None
         overrides = node.raw("set", [])
         if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
             raise ScenarioError(f"{path.name}: runs[{i}].set: must be a list of PATH=VALUE strings")
         name = node.raw("name", scenario.stem)
         if not isinstance(name, str) or not name:
             raise ScenarioError(f"{path.name}: runs[{i}].name: must be a non-empty string")
-        held = node.bool("holdout", False)
-        node.done()
+        try:
+            node.done()
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path.name}: {exc}") from None
         try:
             loaded = parse_scenario(apply_overrides(read_yaml(scenario), overrides), scenario.resolve().parent)
         except ScenarioError as exc:
@@ -123,8 +132,8 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
                                 f"fit it (parameters) or remove it, so that the calibration says every value used")
     file_split = root.raw("holdout", None)
     split = holdout if holdout is not None else file_split
-    seed = root.int("seed", 0, minimum=0)
     try:
+        seed = root.int("seed", 0, minimum=0)
         root.done()
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}") from None
@@ -216,21 +225,35 @@ def scenario_with(run: Run, values: dict[str, float]):
 
 
 def simulate(run: Run, values: dict[str, float]) -> list[dict]:
-    """The comparison rows of the run simulated with these parameter values; a run that does not match
-    its measured file (a measured stage the scenario lacks, another number of requests) is refused."""
+    """The comparison rows of the run simulated with these parameter values."""
     sim = Simulation(scenario_with(run, values), keep_events=False)
     results = sim.run()
-    measured = run.measurement.requests
-    if measured is not None and measured != len(results.requests):
-        raise ScenarioError(f"run {run.name}: the measured run sent {measured} requests, the scenario "
-                            f"{len(results.requests)}; describe the same workload")
-    rows, notes = compare(run.measurement, sim, results)
-    if notes:
-        raise ScenarioError(f"run {run.name}: {notes[0]}")
+    return compare(run.measurement, sim, results)[0]
+
+
+def check_run(run: Run, notes: list[str]) -> None:
+    """Before fitting, at the model's defaults: the run must match its measured file — every measured
+    stage in the scenario, some figure to fit, and the same number of requests when the scenario fixes it
+    (a run cut by time sends as many as its pace allows: then a note, not a refusal)."""
+    scenario = scenario_with(run, {})  # no value set: the model's defaults
+    sim = Simulation(scenario, keep_events=False)
+    results = sim.run()
+    rows, unmatched = compare(run.measurement, sim, results)
+    if unmatched:
+        raise ScenarioError(f"run {run.name}: {unmatched[0]}")
     if not any(fitted(r) for r in rows):
         raise ScenarioError(f"run {run.name}: its measured file holds no figure to fit (means, percentiles or "
                             f"throughputs)")
-    return rows
+    measured, simulated = run.measurement.requests, len(results.requests)
+    if measured is not None and measured != simulated:
+        traffic = scenario.traffic
+        timed = traffic.stop.max_virtual_time_seconds is not None or any(
+            st.duration_s is not None and st.requests is None for st in traffic.load.stages)
+        if not timed:
+            raise ScenarioError(f"run {run.name}: the measured run sent {measured} requests, the scenario "
+                                f"{simulated}; describe the same workload")
+        notes.append(f"run {run.name}: the measured run sent {measured} requests, the scenario {simulated} at the "
+                     f"defaults (a run cut by time)")
 
 
 def fitted(row: dict) -> bool:
@@ -261,8 +284,9 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     # from a bound can stay stuck on it while another parameter compensates
     x0 = np.where(x0 <= lo, lo + 0.01 * (hi - lo), np.where(x0 >= hi, hi - 0.01 * (hi - lo), x0))
     fit = [r for r in plan.runs if not r.held_out]
+    plan.notes = []
     for run in plan.runs:  # every run, held out or not, must match its measured file
-        simulate(run, dict(zip(names, x0.tolist())))
+        check_run(run, plan.notes)
 
     def fun(x: np.ndarray) -> np.ndarray:
         values = dict(zip(names, x.tolist()))
@@ -277,9 +301,12 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
                             f"add runs or fit fewer parameters")
     result = least_squares(fun, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4, xtol=1e-12, ftol=1e-12,
                            gtol=1e-12, max_nfev=60 * len(names))
-    plan.notes = []
     if result.status <= 0:
         plan.notes.append(f"the fit did not converge ({result.message}); the values are the best found")
+    elif result.cost > 1e-8 and result.optimality > 1e-3:
+        plan.notes.append(f"the fit stopped where the figures still pull (first-order optimality "
+                          f"{result.optimality:.3g}): simulated figures may step as the parameters move (events "
+                          f"crossing pass boundaries); weigh the held-out error, or fit fewer parameters")
     # a parameter no fit run depends on is not calibrated: its Jacobian column is zero
     influence = np.abs(result.jac).max(axis=0) if result.jac.size else np.zeros(len(names))
     unused = [n for n, v in zip(names, influence) if v < 1e-9]
@@ -348,6 +375,7 @@ def write_calibration(path: Path, document: dict) -> None:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(handle, "w") as f:
             f.write(yaml.safe_dump(document, sort_keys=False))
+        os.chmod(name, 0o666 & ~current_umask())  # as an ordinary new file, not mkstemp's private one
         os.replace(name, path)
     except OSError as exc:
         raise ScenarioError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
@@ -361,8 +389,9 @@ def format_report(document: dict) -> str:
               for name, value in cal["parameters"].items()]
     lines += ["", f"{'run':<24} {'set':<9} {'figures':>7} {'mean |error| before':>20} {'after':>8}"]
     for run in cal["runs"]:
-        before = [abs(e["before"]) for e in run["error_pct"] if e["before"] is not None]
-        after = [abs(e["after"]) for e in run["error_pct"] if e["after"] is not None]
+        central = [e for e in run["error_pct"] if e["stat"] not in ("std", "min", "max")]  # the fitted figures
+        before = [abs(e["before"]) for e in central if e["before"] is not None]
+        after = [abs(e["after"]) for e in central if e["after"] is not None]
         lines.append(f"{run['name']:<24} {run['set']:<9} {len(after):>7} "
                      f"{(np.mean(before) if before else float('nan')):>19.1f}% {(np.mean(after) if after else float('nan')):>7.1f}%")
     e = cal["mean_abs_error"]

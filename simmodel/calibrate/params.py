@@ -102,6 +102,15 @@ def read_calibration(path: Path, at: str) -> Calibration:
     for i, d in enumerate(body["fitted_on"]):
         if not isinstance(d, dict) or set(IDENTITY) - set(d):
             raise ScenarioError(f"{at}: {path}: calibration.fitted_on[{i}]: must give {', '.join(IDENTITY)}")
+        for key in IDENTITY:
+            value = d[key]
+            kind = str if key in ("role", "model", "hardware", "backend") else float if key.endswith("bytes") else int
+            ok = isinstance(value, str) if kind is str else (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+                and (kind is float or float(value).is_integer()))
+            if not ok:
+                raise ScenarioError(f"{at}: {path}: calibration.fitted_on[{i}].{key}: must be "
+                                    f"{'a string' if kind is str else 'a positive number'}, got {value!r}")
         fitted_on.append({k: d[k] for k in IDENTITY})
     return Calibration(path, values, tuple(fitted_on))
 

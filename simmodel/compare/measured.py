@@ -71,6 +71,8 @@ def read_measured(path: Path, tool: str | None = None) -> Measurement:
     text = read_text_file(path, "--measured")
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise ScenarioError(f"--measured {path}: nested too deeply to be a result file") from None
     except json.JSONDecodeError as exc:
         lines = [line for line in text.splitlines() if line.strip()]  # vllm bench --append-result: one per line
         try:
@@ -102,18 +104,20 @@ def read_measured(path: Path, tool: str | None = None) -> Measurement:
 def _request_count(tool: str, data: dict) -> int | None:
     """The number of requests sent, as each tool records it (None where it does not)."""
     def integer(value):
-        return int(value) if _number(value) is not None and float(value).is_integer() else None
+        return int(value) if _number(value) is not None and float(value).is_integer() and value >= 0 else None
+
+    def mapping(value) -> dict:
+        return value if isinstance(value, dict) else {}
     if tool == "vllm-bench":
         done, failed = integer(data.get("completed")), integer(data.get("failed"))
         return None if done is None else done + (failed or 0)
     if tool == "inference-perf":
-        return integer((data.get("load_summary") or {}).get("count"))
+        return integer(mapping(data.get("load_summary")).get("count"))
     if tool == "guidellm":
-        totals = [((b.get("metrics") or {}).get("request_totals") or {}).get("total") for b in data["benchmarks"]
-                  if isinstance(b, dict)]
-        return sum(totals) if totals and all(integer(t) is not None for t in totals) else None
-    count = data.get("request_count")
-    return integer(count.get("avg")) if isinstance(count, dict) else None
+        totals = [integer(mapping(mapping(mapping(b).get("metrics")).get("request_totals")).get("total"))
+                  for b in data["benchmarks"]]
+        return sum(totals) if totals and None not in totals else None
+    return integer(mapping(data.get("request_count")).get("avg"))
 
 
 def _number(value) -> float | None:

@@ -1019,7 +1019,7 @@ def _check_calibration(node: _Node, timing: TimingSpec, identity: dict) -> Timin
         return replace(timing, transferred=False)
     if not timing.transferred:
         raise ScenarioError(f"{node.at('timing.calibration')}: {cal.path.name} was fitted on "
-                            f"{'; '.join(describe(d) for d in cal.fitted_on)}, not on this role's "
+                            f"{'; '.join(describe(d) for d in cal.fitted_on)}, not on this one: "
                             f"{describe(identity)}; set timing.allow_transfer: true to use it anyway (its passes "
                             f"are then marked transferred)")
     return timing

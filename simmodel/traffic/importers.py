@@ -35,9 +35,11 @@ def import_workload(tool: str, path: Path) -> tuple[dict, list[str]]:
     warnings: list[str] = []
     try:
         traffic = build(args, warnings)
+    except ScenarioError:
+        raise
     except KeyError as exc:
         raise ScenarioError(f"traffic.source.path: {path}: a {tool} field is missing: {exc.args[0]}") from None
-    except (TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise ScenarioError(f"traffic.source.path: {path}: a {tool} value is malformed "
                             f"({' '.join(str(exc).split())[:160]})") from None
     return traffic, [f"{path.name}: {w}" for w in warnings]
@@ -51,7 +53,7 @@ def _arguments(text: str, path: Path) -> dict:
     if stripped.startswith("{") or path.suffix in (".json", ".yaml", ".yml"):
         try:
             data = yaml.safe_load(stripped)
-        except yaml.YAMLError as exc:
+        except Exception as exc:  # noqa: BLE001 (a YAMLError, or PyYAML's constructors: `!!int x`, bad dates)
             raise ScenarioError(f"traffic.source.path: {path}: not a YAML/JSON mapping "
                                 f"({' '.join(str(exc).split())[:120]})") from None
         if not isinstance(data, dict):
@@ -96,7 +98,7 @@ def _scalar(value: str):
         return math.inf
     try:
         parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
+    except Exception:  # noqa: BLE001 (not a YAML scalar: the word as it is)
         return value
     return parsed if isinstance(parsed, (int, float, bool, list)) else value
 

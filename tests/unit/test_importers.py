@@ -220,3 +220,23 @@ data: {type: random, input_distribution: {mean: 100, variance: 4, min: 1, max: 2
     data = make_scenario()
     data["traffic"] = {"source": {"type": "import", "tool": "inference-perf", "path": str(path)}}
     assert len(run_scenario(data).requests) == 100
+
+
+@pytest.mark.parametrize(("tool", "content", "message"), [
+    ("vllm-bench", "vllm bench serve --num-prompts inf", "a vllm-bench value is malformed"),
+    ("inference-perf", "load: {stages: [{rate: 1, duration: 2}]}\ndata: {type: random, x: 2001-13-45}\n",
+     "not a YAML/JSON mapping"),
+])
+def test_infinite_counts_and_bad_yaml_values_are_one_clear_error(tmp_path, tool, content, message):
+    suffix = ".yaml" if content.startswith("load") else ".sh"
+    with pytest.raises(ScenarioError, match=message):
+        import_workload(tool, write(tmp_path / f"w{suffix}", content))
+
+
+def test_the_importers_own_messages_are_not_rewrapped(tmp_path):
+    path = write(tmp_path / "g.sh", "guidellm benchmark --profile throughput --max-seconds 30 "
+                                    "--data prompt_tokens=5,output_tokens=5")
+    with pytest.raises(ScenarioError) as caught:
+        import_workload("guidellm", path)
+    assert str(caught.value).startswith("traffic.source.path: profile throughput: without --rate")
+    assert str(caught.value).endswith("give one of them")
