@@ -325,6 +325,7 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
             overwrite: bool, fmt: str) -> None:
     """Simulate a scenario and set its metrics beside a benchmark tool's measured ones, each simulated
     figure computed the way that tool defines it (docs/compare.md)."""
+    from simmodel.compare.definitions import DEFINITIONS
     from simmodel.compare.measured import read_measured
     from simmodel.compare.table import COLUMNS, format_rows
     from simmodel.compare.table import compare as compare_runs
@@ -338,8 +339,9 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     rows, notes = compare_runs(measurement, sim, results)
     if not rows:
         raise ScenarioError(f"--measured {measured}: nothing compared: {notes[0] if notes else 'no figure'}")
+    used = sorted({r["definition"] for r in rows})
     report = {"tool": measurement.tool, "measured": str(measured), "scenario": str(scenario), "rows": rows,
-              "notes": notes}
+              "definitions": {d: DEFINITIONS[d] for d in used}, "notes": notes}
     if output_dir is not None:
         import csv
         import io

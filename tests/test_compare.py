@@ -66,6 +66,7 @@ def test_vllm_bench_result_by_hand(tmp_path):
     assert "[run]" in proc.stdout and "ttft" in proc.stdout
     assert "note:" not in proc.stdout  # 4 completed requests measured, 4 simulated
     assert (out / "compare.csv").read_text().startswith("scope,metric,stat,definition,measured,simulated")
+    assert json.loads((out / "compare.json").read_text())["definitions"]["itl_pooled"].startswith("every gap")
 
 
 def test_inference_perf_seconds_and_stage_files(tmp_path):

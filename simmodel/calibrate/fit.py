@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simmodel.calibrate.params import IDENTITY, PARAMETERS, START, identity_of, timing_fields
+from simmodel.calibrate.params import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
@@ -143,18 +143,12 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
     return Plan(runs, parameters)
 
 
-_FIELD = {"compute_efficiency": ("compute_efficiency",), "memory_efficiency": ("memory_efficiency",),
-          "link_efficiency": ("link_efficiency",), "host_prefill_ms": ("host_overhead_ms", "prefill"),
-          "host_decode_ms": ("host_overhead_ms", "decode"), "host_mixed_ms": ("host_overhead_ms", "mixed"),
-          "per_layer_us": ("per_layer_us",), "collective_latency_us": ("collective_latency_us",)}
-
-
 def _explicit_timing(data: dict, roles: list[str]) -> list[str]:
     """The calibration parameters a run's default-timing roles set explicitly."""
     found = set()
     for role in roles:
         timing = ((data.get("engine") or {}).get("workers") or {}).get(role, {}).get("timing") or {}
-        for name, path in _FIELD.items():
+        for name, path in FIELD_PATHS.items():
             value = timing
             for key in path:
                 value = value.get(key) if isinstance(value, dict) else None

@@ -37,15 +37,19 @@ HOST = ("host_prefill_ms", "host_decode_ms", "host_mixed_ms", "per_layer_us")
 """The parameters of the fixed time per pass: while one is not calibrated, it stays an assumption."""
 
 
+FIELD_PATHS = {name: ("host_overhead_ms", name[5:-3]) if name.startswith("host_") else (name,) for name in PARAMETERS}
+"""Each parameter's place in a scenario's ``timing`` mapping (``host_prefill_ms``: ``host_overhead_ms.prefill``)."""
+
+
 def timing_fields(values: dict[str, float]) -> dict:
     """The ``timing`` mapping fields (``type: default``) that set these parameter values."""
     fields: dict = {}
-    host = {"host_prefill_ms": "prefill", "host_decode_ms": "decode", "host_mixed_ms": "mixed"}
     for name, value in values.items():
-        if name in host:
-            fields.setdefault("host_overhead_ms", {})[host[name]] = value
-        else:
-            fields[name] = value
+        *outer, last = FIELD_PATHS[name]
+        target = fields
+        for key in outer:
+            target = target.setdefault(key, {})
+        target[last] = value
     return fields
 
 
