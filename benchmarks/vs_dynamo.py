@@ -13,6 +13,11 @@ in interleaved rounds (``--repeat``, best of each):
 The mocker runs in its own virtual environment (``../shared/oracles/peers.md``: ``install_peers.sh``), given
 by ``--peers-python`` or ``SIMMODEL_PEERS_PYTHON``; without it only simmodel's times are printed.
 
+Both sides start from compiled bytecode, as installed packages do: pip compiled the mocker's ``.pyc`` files
+when it installed them, while an editable simmodel checkout, where ``PYTHONDONTWRITEBYTECODE`` is set,
+would recompile its sources at every start (about 0.1 s). simmodel's commands therefore run with a
+bytecode cache of their own (``PYTHONPYCACHEPREFIX`` in the temporary folder), filled by one untimed run.
+
     python3 benchmarks/vs_dynamo.py [--requests N] [--backend vllm|sglang] [--repeat N] [--peers-python PATH]
 """
 
@@ -68,9 +73,9 @@ def scenario(trace: Path, backend: str, timing: str) -> dict:
                        "workers": {"aggregated": worker}}}
 
 
-def timed(command: list[str]) -> tuple[float, str]:
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{proc.stderr[-2000:]}")
@@ -97,6 +102,10 @@ def main() -> None:
             path.write_text(yaml.safe_dump(scenario(trace, args.backend, timing)))
             commands[f"simmodel {timing}"] = [sys.executable, "-m", "simmodel.cli", "run", "-c", str(path),
                                               "--format", "json"]
+        own_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        own_env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+        # One untimed request fills the bytecode cache.
+        timed(commands["simmodel polynomial"] + ["--set", "traffic.stop.requests=1"], own_env)
         peers = bool(args.peers_python) and DRIVER.exists()
         if peers:
             base = [args.peers_python, str(DRIVER), "--trace", str(trace), "--trace-block-size", str(HASH_BLOCK),
@@ -108,7 +117,7 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(max(args.repeat, 1)):  # interleaved, so both sides see the same stretch of noise
             for name, command in commands.items():
-                elapsed, out = timed(command)
+                elapsed, out = timed(command, own_env if name.startswith("simmodel") else None)
                 times[name].append(elapsed)
                 if name.startswith("simmodel"):
                     done = json.loads(out)["completed_requests"]

@@ -13,11 +13,13 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simmodel.errors import ScenarioError
 from simmodel.sim import Results
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def has_pyarrow() -> bool:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from simmodel.config.load import load_scenario
@@ -28,8 +27,9 @@ from simmodel.frontend.stages import Frontend
 from simmodel.metrics.records import Recorder
 from simmodel.metrics.summarize import (
     events_frame,
+    pass_columns,
     passes_frame,
-    requests_frame,
+    request_table,
     role_summary,
     stage_summaries,
     summarize,
@@ -45,14 +45,40 @@ PROGRESS_EVERY = 20_000
 """Events between two calls of a run's ``progress`` callback."""
 
 
-@dataclass(frozen=True)
-class Results:
-    """What a run produced: the summary mapping and the three tables."""
+if TYPE_CHECKING:
+    import pandas as pd
 
-    summary: dict
-    requests: pd.DataFrame
-    passes: pd.DataFrame
-    events: pd.DataFrame
+
+class Results:
+    """What a run produced: the summary mapping and the three tables (pandas DataFrames).
+
+    The tables hold the run as it was when the results were taken; each is built, and pandas imported,
+    when first read, so a caller that needs only the summary pays for neither.
+    """
+
+    def __init__(self, summary: dict, requests: Callable[[], pd.DataFrame], passes: Callable[[], pd.DataFrame],
+                 events: Callable[[], pd.DataFrame]) -> None:
+        self.summary = summary
+        self._make = {"requests": requests, "passes": passes, "events": events}
+        self._tables: dict[str, pd.DataFrame] = {}
+
+    def _table(self, name: str) -> pd.DataFrame:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self._make[name]()
+        return table
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        return self._table("requests")
+
+    @property
+    def passes(self) -> pd.DataFrame:
+        return self._table("passes")
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self._table("events")
 
 
 def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
@@ -477,10 +503,9 @@ class Simulation:
                 request.prefill_worker, request.prefill_dp_rank = leg.worker, leg.dp_rank
                 request.num_preemptions = leg.num_preemptions
                 request.num_cached_tokens = leg.num_cached_tokens
-        requests = requests_frame(self.requests, disaggregated)
+        requests = request_table(self.requests, disaggregated)
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
-            requests["frontend_ms"] = [r.frontend_ns / 1e6
-                                       for r in self.requests]
+            requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
         roles = {}
         for name, role in self.scenario.engine.workers.items():
             p = role.parallelism
@@ -526,17 +551,19 @@ class Simulation:
             }
         sessions = self.source.sessions
         if sessions is not None:  # multi-turn sessions: which conversation and turn each request is
-            requests["session"] = [sessions.of_request[r.request_id][0].id for r in self.requests]
-            requests["turn"] = [sessions.of_request[r.request_id][1] for r in self.requests]
+            requests.add("session", [sessions.of_request[r.request_id][0].id for r in self.requests])
+            requests.add("turn", [sessions.of_request[r.request_id][1] for r in self.requests])
         if self.scenario.traffic.warnings:
             summary["workload_warnings"] = list(self.scenario.traffic.warnings)
-        passes = passes_frame(self.recorder.passes)
+        passes = pass_columns(self.recorder.passes)
         stages = self.scenario.traffic.load.stages
         if stages:  # a staged load: each request's stage, each pass's stage (by its start), and per stage
-            requests["stage"] = [r.stage for r in self.requests]
+            requests.add("stage", [r.stage for r in self.requests])
             starts = np.array(self.source.stage_starts_ns or [0], dtype=np.int64)
             passes["stage"] = np.maximum(np.searchsorted(starts, self.recorder.passes.column("start_ns"),
                                                          side="right") - 1, 0)
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
-        return Results(summary, requests, passes, self.events)
+        events, num_events = self.recorder.events, len(self.recorder.events)
+        return Results(summary, requests.frame, lambda: passes_frame(passes),
+                       lambda: events_frame(events[:num_events]))

@@ -49,3 +49,34 @@ def test_real_trace_heads_run_to_completion(scenario, requests):
     for worker in sim.workers:
         for rank in worker.ranks:
             assert rank.pool.num_free_blocks == rank.pool.num_blocks
+
+
+def test_results_are_the_run_as_it_was_when_taken():
+    """Same two requests as above: at 15 ms both are admitted and neither has a token; the tables of
+    that moment stay so after the run goes on (they are built when first read)."""
+    sim = Simulation(parse_scenario(make_scenario(traffic={"load": {"concurrency": 2}, "stop": {"requests": 2}}),
+                                    Path(".")))
+    early = sim.run(until=0.015)
+    final = sim.run()
+    assert early.requests.status.tolist() == ["incomplete", "incomplete"]
+    assert early.requests.first_token_s.isna().all()
+    assert len(early.passes) == 0 and early.events["kind"].tolist().count("admission") == 2
+    assert "finish" not in early.events["kind"].tolist()
+    assert final.requests.status.tolist() == ["completed", "completed"]
+    assert len(final.passes) == 5  # 20 ms prefill pass (2 tokens' outputs begin), then 4 decodes to 5 outputs
+
+
+def test_a_run_that_writes_no_tables_does_not_load_pandas(tmp_path):
+    """``simmodel run`` without --output-dir needs only the summary: pandas (a third of a second to import)
+    stays unloaded."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(make_scenario(traffic={"load": {"concurrency": 2}, "stop": {"requests": 2}})))
+    code = ("import sys\nfrom simmodel.cli import cli\ncli.main(['run', '-c', sys.argv[1], '--format', 'json'])\n"
+            "print('pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(scenario)], capture_output=True, text=True, check=True)
+    assert out.stdout.rstrip().endswith("False")

@@ -9,12 +9,16 @@ Output throughput divides all emitted tokens by the time from the first arrival 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import Event, EventKind, PassLog, PassRecord, Recorder
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PERCENTILES = (50, 75, 90, 99)
 LATENCY_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms")
@@ -74,7 +78,54 @@ def _status(request: Request) -> str:
     return "incomplete"
 
 
-def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.DataFrame:
+class RequestTable:
+    """One row per request (``REQUEST_COLUMNS``, then any added columns), as the run left them.
+
+    The summary reads its columns as numpy arrays; ``frame`` makes the pandas table. pandas is imported
+    only there, so a run that writes no tables (``simmodel run`` without ``--output-dir``, a search's
+    candidates) never loads it.
+    """
+
+    _INTS = frozenset(("request_id", "input_tokens", "output_tokens", "requested_output_tokens", "preemptions",
+                       "cached_tokens"))
+
+    def __init__(self, rows: list[tuple]) -> None:
+        self.rows = rows
+        self.added: dict[str, list] = {}
+        """Columns after ``REQUEST_COLUMNS``, in order (as the frame shows them)."""
+        self._columns: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, name: str, values: list) -> None:
+        self.added[name] = values
+        self._columns.pop(name, None)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column: int64 for counts, float64 (NaN where unknown) for times, objects otherwise."""
+        column = self._columns.get(name)
+        if column is None:
+            if name in self.added:
+                values = self.added[name]
+            else:
+                i = REQUEST_COLUMNS.index(name)
+                values = [row[i] for row in self.rows]
+            dtype = np.int64 if name in self._INTS or name == "stage" else (
+                np.float64 if name.endswith(("_s", "_ms")) else object)
+            column = self._columns[name] = np.array(values, dtype=dtype)
+        return column
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        frame = pd.DataFrame.from_records(self.rows, columns=list(REQUEST_COLUMNS))
+        for name, values in self.added.items():
+            frame[name] = values
+        return frame
+
+
+def request_table(requests: list[Request], disaggregated: bool = False) -> RequestTable:
     """One row per request, times in seconds (``*_s``) and latencies in milliseconds (``*_ms``).
 
     Disaggregated runs add the handoff milestones and the prefill worker and rank (``worker`` and
@@ -97,31 +148,50 @@ def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.D
             (t(r.first_admitted_at) - t(r.arrived_at)) * 1e3,
             r.num_preemptions, r.num_cached_tokens, r.worker, r.dp_rank,
         ))
-    frame = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+    table = RequestTable(rows)
     if disaggregated:
-        frame["prefill_worker"] = [r.prefill_worker for r in requests]
-        frame["prefill_dp_rank"] = [r.prefill_dp_rank for r in requests]
+        table.add("prefill_worker", [r.prefill_worker for r in requests])
+        table.add("prefill_dp_rank", [r.prefill_dp_rank for r in requests])
         for column, attr in (("prefill_done_s", "prefill_done_at"), ("transfer_start_s", "transfer_start_at"),
                              ("transfer_end_s", "transfer_end_at"), ("decode_admit_s", "decode_admitted_at"),
                              ("source_released_s", "source_released_at")):
-            frame[column] = [t(getattr(r, attr)) for r in requests]
-    return frame
+            table.add(column, [t(getattr(r, attr)) for r in requests])
+    return table
 
 
-def passes_frame(passes: PassLog) -> pd.DataFrame:
-    """One row per pass and rank; times in seconds, the rank's own forward time in ms."""
-    data: dict[str, object] = {"role": passes.role}
+def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.DataFrame:
+    """``request_table`` as a pandas table."""
+    return request_table(requests, disaggregated).frame()
+
+
+def pass_columns(passes: PassLog) -> dict[str, object]:
+    """The pass rows' columns as they are now (later passes do not change them)."""
+    data: dict[str, object] = {"role": list(passes.role)}
     for name in PassLog.INT_FIELDS:
         data[name] = passes.column(name)
-    data["provenance"] = passes.provenance
+    data["provenance"] = list(passes.provenance)
+    return data
+
+
+def passes_frame(passes: PassLog | dict[str, object]) -> pd.DataFrame:
+    """One row per pass and rank; times in seconds, the rank's own forward time in ms (from a ``PassLog``
+    or its ``pass_columns``)."""
+    import pandas as pd
+
+    data = pass_columns(passes) if isinstance(passes, PassLog) else passes
     frame = pd.DataFrame(data, columns=list(PassRecord._fields))
     frame.insert(3, "start_s", frame.pop("start_ns") / NS_PER_S)
     frame.insert(4, "end_s", frame.pop("end_ns") / NS_PER_S)
     frame["rank_busy_ms"] = frame.pop("rank_busy_ns") / 1e6
+    for name in data:  # added columns (a staged load's ``stage``) come last
+        if name not in PassRecord._fields:
+            frame[name] = data[name]
     return frame
 
 
 def events_frame(events: list[Event]) -> pd.DataFrame:
+    import pandas as pd
+
     frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
     # Async engines record a pass's begin when they commit it; order the log by time (stable for ties).
     frame = frame.sort_values("time_ns", kind="stable", ignore_index=True)
@@ -143,38 +213,59 @@ def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: 
     }
 
 
-def request_figures(requests: pd.DataFrame, itl_values: np.ndarray, itl_counts: np.ndarray) -> dict:
+def request_figures(requests: RequestTable | dict[str, np.ndarray], itl_values: np.ndarray,
+                    itl_counts: np.ndarray) -> dict:
     """What the requests of a run (or of one stage of it) measured: counts, tokens, duration from the
     first arrival to the last token, throughputs, preemptions and the latency statistics (ITL from the
-    inter-token intervals, in ns, and how many tokens saw each)."""
-    done = requests[requests["status"] == "completed"]
-    total_out = int(requests["output_tokens"].sum())
-    last_token = requests["last_token_s"].max()
-    duration = float(last_token - requests["arrival_s"].min()) if np.isfinite(last_token) else 0.0
-    tpot = done["tpot_ms"].to_numpy()
+    inter-token intervals, in ns, and how many tokens saw each). ``requests``: the run's table, or a
+    mapping of its columns (``_rows_of``)."""
+    column = requests.column if isinstance(requests, RequestTable) else requests.__getitem__
+    status = column("status")
+    done = status == "completed"
+    output_tokens = column("output_tokens")
+    total_out = int(output_tokens.sum())
+    last_token = _nanmax(column("last_token_s"))
+    duration = float(last_token - np.nanmin(column("arrival_s"))) if np.isfinite(last_token) else 0.0
+    num_done = int(done.sum())
+    tpot = column("tpot_ms")[done]
     per_user = 1000.0 / tpot[np.isfinite(tpot) & (tpot > 0)]
     return {
-        "num_requests": int(len(requests)),
-        "completed_requests": int(len(done)),
-        "incomplete_requests": int((requests["status"] == "incomplete").sum()),
-        "rejected_requests": int((requests["status"] == "rejected").sum()),
-        "total_input_tokens": int(requests["input_tokens"][requests["status"] != "rejected"].sum()),
+        "num_requests": int(len(status)),
+        "completed_requests": num_done,
+        "incomplete_requests": int((status == "incomplete").sum()),
+        "rejected_requests": int((status == "rejected").sum()),
+        "total_input_tokens": int(column("input_tokens")[status != "rejected"].sum()),
         "total_output_tokens": total_out,
         "duration_s": duration,
-        "request_throughput_rps": len(done) / duration if duration > 0 else None,
+        "request_throughput_rps": num_done / duration if duration > 0 else None,
         "output_throughput_tok_s": total_out / duration if duration > 0 else None,
         "mean_output_token_throughput_per_user": float(per_user.mean()) if len(per_user) else None,
-        "num_preemptions": int(requests["preemptions"].sum()),
-        "ttft_ms": stats(requests["ttft_ms"].to_numpy()),
-        "ttst_ms": stats(requests["ttst_ms"].to_numpy()),
+        "num_preemptions": int(column("preemptions").sum()),
+        "ttft_ms": stats(column("ttft_ms")),
+        "ttst_ms": stats(column("ttst_ms")),
         "tpot_ms": stats(tpot),
         "itl_ms": weighted_stats(itl_values.astype(np.float64) / 1e6, itl_counts),
-        "e2e_latency_ms": stats(done["e2e_ms"].to_numpy()),
-        "queue_ms": stats(requests["queue_ms"].to_numpy()),
+        "e2e_latency_ms": stats(column("e2e_ms")[done]),
+        "queue_ms": stats(column("queue_ms")),
     }
 
 
-def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
+def _nanmax(values: np.ndarray) -> float:
+    """The largest value that is not NaN; NaN if there is none (as pandas' ``max``)."""
+    known = values[~np.isnan(values)]
+    return float(known.max()) if known.size else float("nan")
+
+
+_FIGURE_COLUMNS = ("status", "output_tokens", "last_token_s", "arrival_s", "tpot_ms", "input_tokens", "preemptions",
+                   "ttft_ms", "ttst_ms", "e2e_ms", "queue_ms")
+
+
+def _rows_of(table: RequestTable, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns ``request_figures`` reads, of the rows where ``mask`` holds."""
+    return {name: table.column(name)[mask] for name in _FIGURE_COLUMNS}
+
+
+def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
               end_s: float, provenance_counts: dict[str, int]) -> dict:
     """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
     top level are the last role's (decode) and ``roles`` has each one."""
@@ -204,7 +295,7 @@ def summarize(requests: pd.DataFrame, recorder: Recorder, roles: dict[str, dict]
     return summary
 
 
-def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages, starts_ns: list[int],
+def stage_summaries(requests: RequestTable, recorder: Recorder, stages, starts_ns: list[int],
                     ends_ns: list[int]) -> list[dict]:
     """A staged load's per-stage block: when each stage began and stopped sending (None for a stage the
     run never reached or that never stopped), its target, and the figures of the requests it sent
@@ -219,6 +310,7 @@ def stage_summaries(requests: pd.DataFrame, recorder: Recorder, stages, starts_n
                  "end_s": ends_ns[k] / NS_PER_S if k < len(ends_ns) else None,
                  "requests_per_second": spec.requests_per_second, "concurrency": spec.concurrency,
                  "target_duration_s": spec.duration_s, "max_requests": spec.requests}
-        block.update(request_figures(requests[requests["stage"] == k], values[mine], counts[mine]))
+        block.update(request_figures(_rows_of(requests, requests.column("stage") == k), values[mine],
+                                     counts[mine]))
         blocks.append(block)
     return blocks

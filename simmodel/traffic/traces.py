@@ -10,11 +10,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simmodel.errors import ScenarioError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("mooncake", "azure", "csv")
 
@@ -131,6 +134,8 @@ def _read_mooncake(path: Path):
 
 
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
@@ -145,6 +150,8 @@ def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
 
 def _int_column(path: Path, frame: pd.DataFrame, column: str, blank: int | None = None) -> np.ndarray:
     """An integer column; empty cells become ``blank`` where that is allowed."""
+    import pandas as pd
+
     cells = frame[column]
     values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
     if blank is not None:
@@ -159,6 +166,8 @@ def _int_column(path: Path, frame: pd.DataFrame, column: str, blank: int | None 
 
 
 def _read_azure(path: Path):
+    import pandas as pd
+
     frame = _read_table(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     # The 2023 traces carry 7 fractional digits; datetime parsing takes at most 6.
     try:
@@ -178,6 +187,8 @@ def _read_azure(path: Path):
 
 
 def _read_csv(path: Path):
+    import pandas as pd
+
     frame = _read_table(path, ("arrival_s", "input_tokens", "output_tokens"))
     arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
     n = len(frame)
