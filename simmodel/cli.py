@@ -138,6 +138,9 @@ class _OneLineErrors(click.Group):
         except SimulationError as exc:
             click.echo(f"simmodel: simulation failed: {_one_line(exc)}", err=True)
             sys.exit(1)
+        except OSError as exc:  # a file named on the command line that the OS refuses (checked ones say more)
+            click.echo(f"simmodel: {exc.filename or ''}: {exc.strerror or _one_line(exc)}", err=True)
+            sys.exit(2)
 
 
 _scenario = click.option("-c", "--config", "scenario", required=True,

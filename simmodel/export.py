@@ -31,7 +31,12 @@ def has_pyarrow() -> bool:
 
 
 def check_output_dir(path: Path, overwrite: bool) -> None:
-    """Refuse a non-empty folder without ``overwrite``, or a path that is a file."""
+    """Refuse a non-empty folder without ``overwrite``, a path that is a file, or one the OS refuses."""
+    try:
+        path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, say
+        raise ScenarioError(f"--output-dir {path}: cannot write there: {getattr(exc, 'strerror', None) or exc}") \
+            from None
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"--output-dir {path}: exists and is not a folder")
     if path.is_dir() and any(path.iterdir()) and not overwrite:

@@ -127,3 +127,19 @@ def test_an_output_dir_that_cannot_be_written_is_one_line_before_the_run(tmp_pat
     assert proc.returncode == 2
     assert f"--output-dir {blocker / 'out'}: cannot write there" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["validate", "-c", "{scenario}", "--set", "traffic.source={{type: trace, format: mooncake, path: {long}}}"],
+     "trace file not found"),
+    (["run", "-c", "{scenario}", "--output-dir", "{tmp}/{long}"], "cannot write there"),
+    (["calibrate", "--runs", "{tmp}/{long}", "--output", "{tmp}/c.yaml"], "no such file"),
+    (["calibrate", "--runs", "{tmp}/r.yaml", "--output", "{tmp}/{long}"], "File name too long"),
+])
+def test_a_file_name_the_os_refuses_is_one_line_exit_2(scenario, tmp_path, args, says):
+    """A name longer than the file system allows (255 bytes a component) is an OSError, not a missing file:
+    it is still bad input, reported in one line."""
+    long = "x" * 300
+    proc = simmodel(*(a.format(scenario=scenario, tmp=tmp_path, long=long) for a in args))
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -27,6 +27,7 @@ from simmodel.compare.table import compare
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
 from simmodel.export import current_umask
+from simmodel.paths import is_file
 from simmodel.sim import Simulation
 
 DEFAULT_PARAMETERS = ("compute_efficiency", "memory_efficiency", "host_prefill_ms", "host_decode_ms")
@@ -60,7 +61,7 @@ class Plan:
 
 def load_runs(path: Path, holdout: str | None = None) -> Plan:
     """Read RUNS.yaml; ``holdout`` (the CLI's) is a fraction or a comma-separated list of run names."""
-    if not path.is_file():
+    if not is_file(path):
         raise ScenarioError(f"--runs {path}: no such file")
     try:
         data = read_yaml(path)
@@ -162,7 +163,7 @@ def _file(node: _Node, key: str, base: Path, path: Path) -> Path:
     if not isinstance(value, str) or not value:
         raise ScenarioError(f"{path.name}: {node.at(key)}: must be a file path, got {value!r}")
     file = Path(value) if Path(value).is_absolute() else base / value
-    if not file.is_file():
+    if not is_file(file):
         raise ScenarioError(f"{path.name}: {node.at(key)}: {file}: no such file")
     return file
 

@@ -16,6 +16,7 @@ from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
 from simmodel.export import check_output_dir
+from simmodel.paths import exists
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
 from simmodel.recommend.executor import LocalExecutor
@@ -152,7 +153,7 @@ def runnable(config: dict, base_dir: Path) -> dict:
     if isinstance(source, dict):
         absolute(source, "path", lambda v: True)
     engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
-    absolute(engine, "model", lambda v: v not in MODELS and (base_dir / v).exists())
+    absolute(engine, "model", lambda v: v not in MODELS and exists(base_dir / v))
     def hardware_file(value: str) -> bool:
         return value not in HARDWARE and value.endswith((".yaml", ".yml"))
 

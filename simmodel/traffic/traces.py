@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.errors import ScenarioError
+from simmodel.paths import is_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,7 @@ class TraceData:
 
 def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
     """Read and validate a trace file of format ``fmt`` (one of ``FORMATS``)."""
-    if not path.is_file():
+    if not is_file(path):
         raise ScenarioError(f"{path}: trace file not found")
     reader = {"mooncake": _read_mooncake, "azure": _read_azure, "csv": _read_csv}[fmt]
     arrival, isl, osl, dp_rank, prefill_dp_rank, hash_ids, lines = reader(path)
