@@ -224,8 +224,7 @@ class Simulation:
         self.wall_time_s = 0.0
         if len(self.workers) == 1 and engine.mode == "aggregated" and engine.backend == "vllm":
             # An arrival only queues a request on the one worker's rank (round robin or the trace's hint).
-            self.workers[0].next_arrival = lambda: self.source.pending
-            self.workers[0].quiet_until = self.source.quiet_until
+            self.workers[0].arrivals = self.source
         for worker in self.workers:
             self.env.process(worker.run())
             for rank in worker.ranks:

@@ -169,7 +169,8 @@ class _Run:
         return self.per_rank(self.grows[:num_passes])
 
 
-def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None) -> int | None:
+def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None,
+            start: int | None = None) -> int | None:
     """Coalesce the decode passes that follow now; returns the end of the run's last pass, with every pass
     applied and recorded, or None if no pass qualifies.
 
@@ -178,8 +179,9 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     it may still run, since its plan could not have seen the request (but not one ending at that very
     instant, whose outputs would be recorded after the arrival). ``plans``, if given, are the ranks' plans
     of the pass starting now (the run's first pass, maybe admitting requests), made by the schedulers.
+    ``start``: when the run starts, if not now (a run carried on past arrivals, see ``Worker._carry``).
     """
-    now = worker.env.now
+    now = worker.env.now if start is None else start
     if arrival is None:
         arrival = horizon
     typical = worker.decode_pass_ns or worker.last_pass_ns
@@ -245,7 +247,7 @@ def _run_length(worker: Worker, planned: np.ndarray, delivered: np.ndarray, hori
 def _may_span(worker: Worker, end: int) -> bool:
     """A run may end at ``end`` after the next arrival: unless a later arrival comes at that very instant
     (it would be recorded before the pass end), or an arrival by then breaks ``limits.max_requests``."""
-    return worker.quiet_until is not None and worker.quiet_until(end)
+    return worker.arrivals is not None and worker.arrivals.quiet_until(end)
 
 
 def _kv_limit(run: _Run, limit: int) -> int:

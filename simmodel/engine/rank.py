@@ -102,11 +102,15 @@ class Rank:
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         while True:
-            plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
-            plan.kv_blocks_used = self.pool.num_used_blocks
-            if not plan.is_empty or plan.preempted:
-                self._record_plan(plan)
-            yield self.worker.submit(self.rank_id, plan)
+            yield self.worker.submit(self.rank_id, self.plan())
+
+    def plan(self) -> SchedulerOutput:
+        """Plan this rank's next pass now (no time passes) and record its admissions and preemptions."""
+        plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
+        plan.kv_blocks_used = self.pool.num_used_blocks
+        if not plan.is_empty or plan.preempted:
+            self._record_plan(plan)
+        return plan
 
     def _record_plan(self, plan: SchedulerOutput) -> None:
         now, w, r, rec, role = self.env.now, self.worker.worker_id, self.rank_id, self.recorder, self.role

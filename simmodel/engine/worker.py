@@ -75,12 +75,9 @@ class Worker:
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.coalesce = True
         """Coalesce runs of decode-only passes (``decode_run``); off, every pass is planned on its own."""
-        self.next_arrival = None
-        """Returns the pending arrival event when an arrival only queues a request here (one worker, and
-        placement reads no state), so a coalesced run may span it; None otherwise."""
-        self.quiet_until = None
-        """With ``next_arrival``: whether a run spanning the next arrival may end at a given time (see
-        ``TrafficSource.quiet_until``)."""
+        self.arrivals = None
+        """The traffic source when an arrival only queues a request here (one worker, and placement reads no
+        state), so a coalesced run may span it and plan past it (``TrafficSource.arrive_early``); else None."""
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
@@ -167,32 +164,42 @@ class Worker:
         if self.async_scheduling:
             yield from self._run_async()
             return
+        planned = None  # plans a carried run made for the pass after it (the ranks were not released)
         while True:
-            yield self._all_submitted
-            blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
-            plans = self._collect()
+            if planned is None:
+                yield self._all_submitted
+                blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
+                plans = self._collect()
+            else:
+                plans, planned, blocked = planned, None, False
             if all(plan.is_empty for plan in plans):
                 # An idle blocked round takes no time, and neither does a plan that only preempted (vLLM's
                 # engine schedules again at once, now admitting): plan the next round at once.
                 if not blocked and not any(plan.preempted for plan in plans):
                     yield from self._sleep_until_work()
             else:
-                if self.coalesce and (end := self._coalesced_run(plans)) is not None:
+                if self.coalesce and (run := self._coalesced_run(plans)) is not None:
+                    end, planned = run
                     yield Late(self.env, end - self.env.now)  # this pass and the decodes after it
                 else:
                     start, cost = self._start(plans)
                     yield Late(self.env, int(cost[0].max()))
                     self._finish(plans, start, cost)
                     self._count_prefill_round(plans)
-                while self.coalesce and (end := self._coalesced_run()) is not None:
+                while planned is None and self.coalesce and (run := self._coalesced_run()) is not None:
+                    end, planned = run
                     yield Late(self.env, end - self.env.now)
-            self._release()
+            if planned is None:
+                self._release()
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
-        """Apply the decode-only passes that follow now as one run (``decode_run``). Synchronous: starting
-        with the pass the ranks just planned if ``plans`` are given; returns when its last pass ends. Async
-        (``in_flight``: the pass now running): returns the new pass in flight and when the run's last
-        outputs are delivered. None when the next pass must run on its own."""
+        """Apply the decode-only passes that follow now as one run (``decode_run``). Async (``in_flight``:
+        the pass now running): returns the new pass in flight and when the run's last outputs are delivered.
+        Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
+        run's last pass ends, and the plans of the pass after it if the run carried on past arrivals (its
+        last pass spans them, so the ranks plan the next pass, at that end, with the new requests: see
+        ``_carry``) and that pass must run on its own, else None. None when the next pass must run on its own.
+        """
         if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
             return None  # runs are priced from per-rank totals
         horizon, arrival = self._horizon()
@@ -200,25 +207,50 @@ class Worker:
             return None
         if in_flight is not None:
             return advance_async(self, horizon, arrival, in_flight)
-        return advance(self, horizon, arrival, plans)
+        end = advance(self, horizon, arrival, plans)
+        if end is None:
+            return None
+        return self._carry(end, horizon, arrival)
+
+    def _carry(self, end: int, horizon: float, arrival: int | None) -> tuple[int, list[SchedulerOutput] | None]:
+        """Carry a synchronous run on across the arrivals its last pass spans: the requests arriving before
+        ``end`` are created, the ranks plan the pass starting at ``end`` as they would then (no other event
+        comes before the horizon, and none at ``end``: see ``decode_run._may_span``), and if that pass starts
+        another run it is applied at once. Returns when the last run ends, and the plans of the pass after it
+        if that pass must run on its own (None: the ranks plan it when released)."""
+        source = self.arrivals
+        while arrival is not None and arrival < end and source is not None and source.arrives_early:
+            source.arrive_early(end)
+            env, now = self.env, self.env._now
+            env._now = end  # planning schedules nothing: it reads and records as at ``end``
+            try:
+                plans = [rank.plan() for rank in self.ranks]
+            finally:
+                env._now = now
+            self._placed_at_plan = self._num_placed
+            arrival = source.next_arrival_ns()
+            if all(plan.is_empty for plan in plans):
+                return end, plans
+            further = advance(self, horizon, arrival, plans, start=end)
+            if further is None:
+                return end, plans
+            end = further
+        return end, None
 
     def _horizon(self) -> tuple[float, int | None]:
         """The next event that may read or change this worker, and the next arrival if it only queues a
-        request here (see ``next_arrival``), else None."""
-        arrival = None
-        pending = self.next_arrival() if self.next_arrival is not None else None
+        request here (see ``arrivals``), else None."""
+        pending = self.arrivals.pending if self.arrivals is not None else None
         if pending is None:
-            horizon = self.env.peek()
-        else:  # SimPy's event heap holds (time, priority, id, event): the earliest event but the arrival
-            horizon = float("inf")
-            for at, _, _, event in self.env._queue:
-                if event is pending:
-                    arrival = at
-                elif at < horizon:
-                    horizon = at
-        if self.horizon is not None:
-            horizon = min(horizon, self.horizon + 1)
-        return horizon, arrival
+            return self._limited(self.env.peek()), None
+        horizon = float("inf")  # SimPy's event heap holds (time, priority, id, event): the earliest but the arrival
+        for at, _, _, event in self.env._queue:
+            if event is not pending and at < horizon:
+                horizon = at
+        return self._limited(horizon), self.arrivals.next_arrival_ns()
+
+    def _limited(self, horizon: float) -> float:
+        return horizon if self.horizon is None else min(horizon, self.horizon + 1)
 
     def _run_async(self) -> Generator[Event, Any, None]:
         """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for

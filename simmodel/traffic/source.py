@@ -203,6 +203,37 @@ class TrafficSource:
             i += 1
         return True
 
+    @property
+    def arrives_early(self) -> bool:
+        """Whether the next arrivals may be created ahead of their time by ``arrive_early``: an open-loop
+        load of requests with no client cap (each arrival only creates and places its request)."""
+        return self.pending is not None and self.sessions is None and self.stream.load.max_concurrency is None \
+            and not self.staged and not self.concurrency
+
+    def next_arrival_ns(self) -> int | None:
+        """When the next open-loop request arrives (None: no more)."""
+        if not self._has_next():
+            return None
+        return to_ns(self.stream.arrival(self.units))
+
+    def arrive_early(self, before_ns: int) -> int:
+        """Create and place, each at its own arrival time, the requests arriving before ``before_ns``; returns
+        how many. A worker's carried decode run calls this when it plans a pass past their arrivals: its
+        pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
+        request schedules nothing, so the clock is only set to each arrival time while it is created (every
+        record and field is as at that instant); the arrival's own timeout then finds it done
+        (``run``). Only while ``arrives_early``, and no arrival may break ``limits.max_requests`` (the
+        caller checks ``quiet_until``)."""
+        env, now, count = self.env, self.env._now, 0
+        try:
+            while (at := self.next_arrival_ns()) is not None and at < before_ns:
+                env._now = at
+                self._start_unit()
+                count += 1
+        finally:
+            env._now = now
+        return count
+
     def _has_next_index(self, i: int) -> bool:
         limit = self.stream.limit
         return limit is None or i < limit
@@ -242,12 +273,15 @@ class TrafficSource:
             return
         cap = self.stream.load.max_concurrency
         while self._has_next(self.backlog):
-            at = to_ns(self.stream.arrival(self.units + self.backlog))
+            i = self.units + self.backlog
+            at = to_ns(self.stream.arrival(i))
             if at > self.env.now:
                 timeout = self.env.timeout(at - self.env.now)
                 if self.sessions is None and cap is None:
                     self.pending = timeout
                 yield timeout
+                if self.units != i:
+                    continue  # a carried decode run has created it already (``arrive_early``)
             if cap is not None and self.in_flight >= cap:
                 self.backlog += 1  # waits at the client for a free slot
             else:

@@ -200,3 +200,39 @@ def test_the_request_limit_inside_a_spanned_arrival(tmp_path):
         res = sim.results()
         states.append((sim.env.now, len(res.passes), len(res.events), sim.limits.num_passes))
     assert states[0] == states[1]
+
+
+ROOMY = {"capacity": {"type": "fixed", "blocks": 20_000}}
+"""KV for every request at once: runs end at arrivals, not for want of blocks."""
+
+
+@pytest.mark.parametrize("name, part", [
+    # prompts up to 900 tokens against a 256-token budget: most arrivals are admitted as a chunk, so the
+    # pass the carried run plans past them runs on its own
+    ("chunked-prefills", worker(**POLYNOMIAL, kv_cache=ROOMY, scheduler={"max_batched_tokens": 256})),
+    # at most 10 running: an arrival finding 10 waits, and the planned pass admits nothing
+    ("sequence-limit", worker(**ROOFLINE, kv_cache=ROOMY, scheduler={"max_sequences": 10})),
+    ("prefix-caching", worker(**POLYNOMIAL, kv_cache={**ROOMY, "prefix_caching": True})),
+])
+def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part):
+    """One worker, open loop, synchronous: a run whose last pass spans arrivals creates them, plans the next
+    pass with them and goes on with it (``Worker._carry``), or hands that pass over when it must run on its
+    own. Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
+    from simmodel.engine.worker import Worker
+
+    carried = {"on": 0, "handed over": 0}
+    original = Worker._carry
+
+    def counting(self, end, horizon, arrival):
+        before = end
+        result = original(self, end, horizon, arrival)
+        carried["on"] += result[0] != before
+        carried["handed over"] += result[1] is not None
+        return result
+
+    monkeypatch.setattr(Worker, "_carry", counting)
+    data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), False)
+    _, by_pass = run(data, coalesce=False)
+    _, coalesced = run(data, coalesce=True)
+    assert_same(by_pass, coalesced)
+    assert carried["on"] > 10 and (carried["handed over"] > 10 or name == "prefix-caching"), carried
