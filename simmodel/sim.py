@@ -554,15 +554,20 @@ class Simulation:
             requests.add("turn", [sessions.of_request[r.request_id][1] for r in self.requests])
         if self.scenario.traffic.warnings:
             summary["workload_warnings"] = list(self.scenario.traffic.warnings)
-        passes = pass_columns(self.recorder.passes)
         stages = self.scenario.traffic.load.stages
+        starts = None
         if stages:  # a staged load: each request's stage, each pass's stage (by its start), and per stage
             requests.add("stage", [r.stage for r in self.requests])
             starts = np.array(self.source.stage_starts_ns or [0], dtype=np.int64)
-            passes["stage"] = np.maximum(np.searchsorted(starts, self.recorder.passes.column("start_ns"),
-                                                         side="right") - 1, 0)
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
+        log, num_passes = self.recorder.passes, len(self.recorder.passes)
         events, num_events = self.recorder.events, len(self.recorder.events)
-        return Results(summary, requests.frame, lambda: passes_frame(passes),
-                       lambda: events_frame(events[:num_events]))
+
+        def passes() -> pd.DataFrame:  # the rows so far (later ones only come after them)
+            data = pass_columns(log, num_passes)
+            if starts is not None:
+                data["stage"] = np.maximum(np.searchsorted(starts, data["start_ns"], side="right") - 1, 0)
+            return passes_frame(data)
+
+        return Results(summary, requests.frame, passes, lambda: events_frame(events[:num_events]))

@@ -36,7 +36,7 @@ from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
-from simmodel.metrics.records import EventKind, PassLog
+from simmodel.metrics.records import EventKind
 from simmodel.perf.timing import (
     CONTEXT_TOKENS,
     NEW_TOKENS,
@@ -421,18 +421,16 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     rec.itl_counts.extend(consecutive[:n][itl].tolist())
     if rec.staged:
         rec.itl_stages.extend([run.stage] * int(itl.sum()))
-    block = np.empty((len(_PASS_COLUMN), m, R), dtype=np.int64)  # one (passes, ranks) matrix per field
-    for name, value in (("worker", w), ("dp_rank", np.arange(R)),
-                        ("pass_index", run.ranks[0].num_passes - m + np.arange(m)[:, None]),
-                        ("start_ns", start[:m, None]), ("end_ns", end[:m, None]),
-                        ("num_scheduled_tokens", tokens[:n].reshape(m, R)),
-                        ("num_prefill_tokens", prefill_tokens if run.plans is None else prefill_tokens[:n].reshape(m, R)),
-                        ("num_prefill_seqs", prefill_seqs if run.plans is None else prefill_seqs[:n].reshape(m, R)),
-                        ("num_decode_seqs", decodes[:n].reshape(m, R)), ("num_sampled", flat[:n].reshape(m, R)),
-                        ("kv_blocks_used", used[:m]), ("num_preempted", 0), ("rank_busy_ns", busy[:m])):
-        block[_PASS_COLUMN[name]] = value
-    rec.passes.extend_block(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)],
-                            block.reshape(len(_PASS_COLUMN), n))
+    first_index = run.ranks[0].num_passes - m
+    if R == 1:
+        per_pass = (w, 0, np.arange(first_index, first_index + m), start[:m], end[:m])
+    else:
+        per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(first_index, first_index + m), R),
+                    np.repeat(start[:m], R), np.repeat(end[:m], R))
+    rec.passes.extend(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)],
+                      (*per_pass, tokens[:n], prefill_tokens if run.plans is None else prefill_tokens[:n],
+                       prefill_seqs if run.plans is None else prefill_seqs[:n], decodes[:n], flat[:n],
+                       used[:m].ravel(), 0, busy[:m].ravel()), int(end[m - 1]))
     if not (rec.keep_events or rec.sink is not None):
         rec.num_done += sum(len(done) for done in finished.values())
         return
@@ -470,8 +468,6 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
             deliver(k)
     rec.add_events(rows)
 
-
-_PASS_COLUMN = {name: i for i, name in enumerate(PassLog.INT_FIELDS)}
 
 
 def _finish(sched: VllmScheduler, request) -> None:

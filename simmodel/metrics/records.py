@@ -69,19 +69,25 @@ class PassLog:
     several hundred bytes each, as columns about 120.
 
     Rows come one by one (``append``, a pass planned on its own) into growing arrays, or many at a time
-    (``extend``, a coalesced run) as a block kept as it is; ``column`` joins them in order.
+    (``extend``, a coalesced run) as the run's own per-field arrays, kept as they are; ``column`` joins
+    them in order the first time a column is read after new rows (most runs never read them: their
+    summary needs only the latest pass end, kept as rows come).
     """
 
     INT_FIELDS = tuple(f for f in PassRecord._fields if f not in ("role", "provenance"))
+    _END = INT_FIELDS.index("end_ns")
 
     def __init__(self) -> None:
         self.role: list[str] = []
         self.provenance: list[str] = []
-        self._blocks: list[np.ndarray] = []
-        """Finished blocks of rows, shape (fields, rows), in row order."""
+        self._blocks: list[np.ndarray | tuple[int, tuple]] = []
+        """Rows in order: finished blocks, shape (fields, rows), and coalesced runs' (rows, per-field values)."""
         self._open: list[array] = []
         self._appenders: list = []
         self._new_open_block()
+        self._max_end: int | None = None
+        self._num_runs = 0
+        """Coalesced runs among ``_blocks`` not yet joined."""
 
     def _new_open_block(self) -> None:
         self._open = [array("q") for _ in self.INT_FIELDS]
@@ -97,23 +103,41 @@ class PassLog:
         self.provenance.append(record.provenance)
         for put, value in zip(self._appenders, record[1:-1]):
             put(value)
+        if self._max_end is None or record.end_ns > self._max_end:
+            self._max_end = record.end_ns
 
-    def extend_block(self, role: str, provenance: list[str], block: np.ndarray) -> None:
-        """Many rows at once: ``block`` holds the integer fields, one row per field of ``INT_FIELDS`` and
-        one column per pass row (kept as it is: do not change it afterwards)."""
+    def extend(self, role: str, provenance: list[str], fields: tuple, max_end: int) -> None:
+        """Many rows at once: ``fields`` gives, per field of ``INT_FIELDS``, an int64 array with one value per
+        row or one int for every row (kept as they are: do not change them afterwards); ``max_end`` is the
+        latest of their ``end_ns``."""
         self._close_open_block()
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
-        self._blocks.append(block)
+        self._blocks.append((len(provenance), fields))
+        if self._max_end is None or max_end > self._max_end:
+            self._max_end = max_end
+        self._num_runs += 1
+        if self._num_runs >= self.MAX_RUN_BLOCKS:
+            self._join()
+
+    MAX_RUN_BLOCKS = 1 << 16
+    """Runs kept as their own arrays before they are joined (bounds the memory of a long run's log)."""
 
     def column(self, name: str) -> np.ndarray:
         """All rows' values of one integer field, in row order."""
         self._close_open_block()
-        if len(self._blocks) > 1:  # join once, keep the joined block
-            self._blocks = [np.concatenate(self._blocks, axis=1)]
+        if len(self._blocks) > 1 or self._num_runs:  # join once, keep the joined block
+            self._join()
         if not self._blocks:
             return np.zeros(0, dtype=np.int64)
         return self._blocks[0][self.INT_FIELDS.index(name)]
+
+    def _join(self) -> None:
+        self._close_open_block()
+        blocks = self._blocks
+        self._blocks = [np.array([np.concatenate([_field(b, f) for b in blocks])
+                                  for f in range(len(self.INT_FIELDS))])]
+        self._num_runs = 0
 
     def __len__(self) -> int:
         return len(self.role)
@@ -124,8 +148,16 @@ class PassLog:
             yield PassRecord(role, *(c[i] for c in columns), self.provenance[i])
 
     def max_end_ns(self, default: int = 0) -> int:
-        ends = self.column("end_ns")
-        return int(ends.max()) if ends.size else default
+        return default if self._max_end is None else self._max_end
+
+
+def _field(block: np.ndarray | tuple[int, tuple], f: int) -> np.ndarray:
+    """Field ``f`` of a block's rows."""
+    if isinstance(block, np.ndarray):
+        return block[f]
+    rows, fields = block
+    value = fields[f]
+    return np.full(rows, value, dtype=np.int64) if isinstance(value, int) else value
 
 
 class Recorder:

@@ -164,12 +164,13 @@ def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.D
     return request_table(requests, disaggregated).frame()
 
 
-def pass_columns(passes: PassLog) -> dict[str, object]:
-    """The pass rows' columns as they are now (later passes do not change them)."""
-    data: dict[str, object] = {"role": list(passes.role)}
+def pass_columns(passes: PassLog, rows: int | None = None) -> dict[str, object]:
+    """The pass rows' columns, all or the first ``rows`` (rows are only ever added after them)."""
+    rows = len(passes) if rows is None else rows
+    data: dict[str, object] = {"role": passes.role[:rows]}
     for name in PassLog.INT_FIELDS:
-        data[name] = passes.column(name)
-    data["provenance"] = list(passes.provenance)
+        data[name] = passes.column(name)[:rows]
+    data["provenance"] = passes.provenance[:rows]
     return data
 
 
