@@ -150,11 +150,13 @@ class _Run:
     def candidates(self, num_passes: int) -> None:
         """The matrices of passes 1..num_passes: who is still running, and who takes a KV block."""
         bs = self.ranks[0].pool.block_size
-        j = np.arange(1, num_passes + 1)[:, None]
-        self.active = self.left >= j
-        cj = self.computed + j  # computed tokens once pass j is planned
-        self.cj = cj
-        self.grows = (_cdiv(cj, bs) > np.maximum(self.blocks, _cdiv(cj - 1, bs))) & self.active
+        j = np.arange(num_passes)[:, None]
+        self.active = self.left > j
+        context = self.computed + j  # tokens in KV before pass j + 1 (its one new token makes cj)
+        self.context = context
+        self.cj = context + 1  # computed tokens once pass j + 1 is planned
+        # A pass takes a block when its token starts one (cdiv(cj) > cdiv(cj − 1)) past those held.
+        self.grows = (context % bs == 0) & (context >= self.blocks * bs) & self.active
         if self.plans is not None:
             self.grows[0] = False  # the planned pass took its blocks already
 
@@ -255,10 +257,16 @@ def _kv_limit(run: _Run, limit: int) -> int:
     preempt there). Frees from requests finishing in the run count (only when needed), conservatively
     with prefix caching (only blocks no other request shares)."""
     run.allocs = run.allocations(limit)
-    taken = np.cumsum(run.allocs, axis=0)
-    free = np.array([rank.pool.num_free_blocks for rank in run.ranks])
-    if not (taken > free).any():
-        return limit
+    taken = run.taken = np.cumsum(run.allocs, axis=0)
+    if len(run.ranks) == 1:
+        free = run.ranks[0].pool.num_free_blocks
+        if taken[-1, 0] <= free:
+            return limit
+        free = np.array([free])
+    else:
+        free = np.array([rank.pool.num_free_blocks for rank in run.ranks])
+        if not (taken > free).any():
+            return limit
     for r, rank in enumerate(run.ranks):
         short = np.nonzero(taken[:, r] > free[r])[0]
         if not short.size:
@@ -295,7 +303,7 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
         decoding = decoding.copy()
         decoding[0] = [d for plan in run.plans for d in plan.is_decode]
     count = run.per_rank(decoding).ravel()
-    context = run.per_rank(np.where(decoding, run.cj[:n] - 1, 0)).ravel()
+    context = run.per_rank(np.where(decoding, run.context[:n], 0)).ravel()
     capacity = worker._kv_capacity_tokens
     capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
     sums = PassSums(np.zeros((n * num_ranks, len(SUM_COLUMNS))), capacity, n)
@@ -316,31 +324,42 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
            labels: list[tuple[str, ...]]) -> None:
     """Apply passes 1..m to the ranks' requests and pools and record them as the pass-by-pass path would."""
     worker, ranks = run.worker, run.ranks
-    R = len(ranks)
-    starts, ends = start.tolist(), end.tolist()
+    ends = end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[k]: when run pass k ends (k = 0: the pass before the run)
-    provenance = ["+".join(p) for p in labels]
-    _count_passes(worker, m, labels, ends[-1] - starts[-1])
+    provenance = _joined(labels)
+    _count_passes(worker, m, labels, ends[-1] - int(start[-1]))
 
     count = run.per_rank(run.active[:m])
-    allocs = run.allocs[:m]
+    used_before = np.array([rank.pool.num_used_blocks for rank in ranks])
     finished, returned = _pool_ops(run, m)
     # Blocks in use when each pass was planned: allocations so far, minus the frees of earlier pass ends.
-    free_now = np.array([rank.pool.num_free_blocks for rank in ranks])
-    total = np.array([rank.pool.num_blocks for rank in ranks])
-    used0 = total - (free_now + allocs.sum(axis=0) - returned.sum(axis=0))
-    used = used0 + np.cumsum(allocs, axis=0) - np.concatenate((np.zeros((1, R), np.int64),
-                                                               np.cumsum(returned[1:m], axis=0)))
+    used = used_before + run.taken[:m]
+    if finished:
+        used[1:] -= np.cumsum(returned[1:m], axis=0)
     _deliver(run, m, ends_at, finished)
     _record(run, m, start, end, busy, provenance, count, used, finished)
+
+
+def _joined(labels: list[tuple[str, ...]]) -> list[str]:
+    """Each pass's provenance labels joined by "+" (most runs have one set of labels for every pass)."""
+    first = labels[0]
+    if all(p is first for p in labels):
+        return ["+".join(first)] * len(labels)
+    return ["+".join(p) for p in labels]
 
 
 def _count_passes(worker: Worker, m: int, started: list[tuple[str, ...]], last_ns: int) -> None:
     """The worker's counters once the run started and finished m passes each (``started``: the
     provenance labels of those it started; ``last_ns``: how long the last one started takes)."""
-    for labels in started:
-        for label in labels:
-            worker.provenance_counts[label] = worker.provenance_counts.get(label, 0) + 1
+    counts = worker.provenance_counts
+    first = started[0] if started else None
+    if all(p is first for p in started):
+        for label in first or ():
+            counts[label] = counts.get(label, 0) + len(started)
+    else:
+        for labels in started:
+            for label in labels:
+                counts[label] = counts.get(label, 0) + 1
     if worker.limits is not None:
         worker.limits.num_passes += m
     worker._wave_step += m
@@ -537,7 +556,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     R = len(ranks)
     ends = end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[j]: when run pass j ends (j = 0: the pass before the run)
-    provenance = [first_provenance, *("+".join(p) for p in labels[1:])]
+    provenance = [first_provenance, *_joined(labels[1:])] if m else [first_provenance]
     _count_passes(worker, m, labels[1:], int(busy[m].max()))  # passes 2..m + 1 started in the run
     worker.open_pass_ends.remove(ends[0])
     worker.open_pass_ends.append(ends[m])
@@ -556,7 +575,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     _deliver(run, m, ends_at, finished)
     # The pass left in flight, as the scheduler would have planned it.
     active = run.active[m]
-    contexts = (run.cj[m] - 1).tolist()
+    contexts = run.context[m].tolist()
     new_plans = []
     for r in range(len(ranks)):
         lo, hi = run.bounds[r], run.bounds[r + 1]

@@ -172,12 +172,13 @@ class PolynomialTiming(SumsTiming):
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
         pre, dec = sums.kinds()
-        n, prefill_new, prefill_ctx = pre[:, SEQUENCES], pre[:, NEW_TOKENS], pre[:, CONTEXT_TOKENS]
-        safe_n = np.maximum(n, 1.0)
-        tokens = n * (np.floor((prefill_ctx + prefill_new) / safe_n) - np.floor(prefill_ctx / safe_n))
-        a, b, c = self.PREFILL
-        prefill_ms = np.where(n > 0, (a * tokens + b) * tokens + c, 0.0)
         u = np.minimum(1.0, (dec[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS]) / sums.kv_capacity_tokens)
         d, e, f = self.DECODE
-        decode_ms = np.where(dec[:, SEQUENCES] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
-        return (prefill_ms + decode_ms) / 1000.0, None
+        ms = np.where(dec[:, SEQUENCES] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
+        prefilling = np.flatnonzero(pre[:, SEQUENCES])
+        if prefilling.size:  # the prefill curve, on the rows that prefill (most of a decode run's have none)
+            n, new, ctx = pre[prefilling, SEQUENCES], pre[prefilling, NEW_TOKENS], pre[prefilling, CONTEXT_TOKENS]
+            tokens = n * (np.floor((ctx + new) / n) - np.floor(ctx / n))
+            a, b, c = self.PREFILL
+            ms[prefilling] += (a * tokens + b) * tokens + c
+        return ms / 1000.0, None
