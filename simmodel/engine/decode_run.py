@@ -51,8 +51,10 @@ from simmodel.perf.timing import (
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
 
-_FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
-                     "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
+_FIELD_NAMES = ("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
+                "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
+_FIELDS = attrgetter(*_FIELD_NAMES)
+_HELD = attrgetter("num_blocks", "num_cached_blocks")
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
@@ -147,6 +149,41 @@ class _Run:
             np.zeros(len(requests), dtype=np.int64)
         return True
 
+    def follow(self, previous: _Run, m: int) -> bool:
+        """``gather`` for a run carried on past arrivals (one rank): the previous run's requests that ran
+        its m passes without finishing, then those the planned pass admits, their arrays derived from the
+        previous run's instead of read back; False if the plan does not start a run (see ``gather``)."""
+        rank, plan = self.ranks[0], self.plans[0]
+        s = rank.scheduler
+        if (s.waiting or s.handoffs or plan.preempted or plan.resumed or previous.calls_back is not None
+                or any(map(_CALL, plan.admitted))):
+            return False
+        running = s.running
+        stay = previous.left > m
+        kept = int(np.count_nonzero(stay))
+        if (len(running) > s.config.max_num_batched_tokens or len(plan.requests) != len(running)
+                or len(running) != kept + len(plan.admitted) or not all(plan.samples)
+                or not all(map(is_, plan.requests, running)) or not all(map(is_, plan.admitted, running[kept:]))):
+            return False
+        self.requests = running
+        self.bounds = [0, len(running)]
+        self.stage = 0
+        self.calls_back = None
+        admitted = np.array(list(map(_FIELDS, plan.admitted)), dtype=np.int64).reshape(-1, len(_FIELD_NAMES))
+        held = np.array(list(map(_HELD, running)), dtype=np.int64)
+        prompt, outputs = admitted[:, 1], admitted[:, 2]
+        if (admitted[:, 0] - prompt - outputs).any():  # an admitted prompt not computed to its end
+            return False
+        self.new = np.concatenate((np.zeros(kept, dtype=bool), np.ones(len(admitted), dtype=bool)))
+        self.outputs = np.concatenate((previous.outputs[stay] + m, outputs))
+        self.computed = np.concatenate((previous.computed[stay] + m, prompt + outputs - 1))
+        max_model_len = s.config.max_model_len
+        self.left = np.concatenate((previous.left[stay] - m, np.minimum(admitted[:, 3] - outputs,
+                                                                        max_model_len - prompt - outputs)))
+        self.blocks, self.cached = held[:, 0], held[:, 1]
+        self.rank_of = np.zeros(len(running), dtype=np.int64)
+        return True
+
     def candidates(self, num_passes: int) -> None:
         """The matrices of passes 1..num_passes: who is still running, and who takes a KV block."""
         bs = self.ranks[0].pool.block_size
@@ -172,7 +209,7 @@ class _Run:
 
 
 def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None,
-            start: int | None = None) -> int | None:
+            start: int | None = None, previous: tuple[_Run, int] | None = None) -> int | None:
     """Coalesce the decode passes that follow now; returns the end of the run's last pass, with every pass
     applied and recorded, or None if no pass qualifies.
 
@@ -181,7 +218,8 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     it may still run, since its plan could not have seen the request (but not one ending at that very
     instant, whose outputs would be recorded after the arrival). ``plans``, if given, are the ranks' plans
     of the pass starting now (the run's first pass, maybe admitting requests), made by the schedulers.
-    ``start``: when the run starts, if not now (a run carried on past arrivals, see ``Worker._carry``).
+    ``start``: when the run starts, if not now (a run carried on past arrivals, see ``Worker._carry``), and
+    ``previous``: the run before it and its length (``worker.last_run`` after it), whose arrays it goes on from.
     """
     now = worker.env.now if start is None else start
     if arrival is None:
@@ -190,7 +228,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if plans is None and now + typical >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
     run = _Run(worker, plans)
-    if not run.gather():
+    if not (run.follow(*previous) if previous is not None and len(worker.ranks) == 1 else run.gather()):
         return None
     limit = min(_pass_cap(run, now, horizon, arrival), int(run.left.max()))
     if limit < 1:
@@ -209,6 +247,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if m < 1:
         return None
     _apply(run, m, start[:m], end[:m], busy[:m], labels[:m])
+    worker.last_run = (run, m)
     return int(end[m - 1])
 
 

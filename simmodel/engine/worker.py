@@ -81,6 +81,8 @@ class Worker:
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
+        self.last_run = None
+        """The last synchronous coalesced run and its length (a run carried on past arrivals goes on from it)."""
         self.horizon: int | None = None
         """No coalesced pass ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
@@ -231,7 +233,7 @@ class Worker:
             arrival = source.next_arrival_ns()
             if all(plan.is_empty for plan in plans):
                 return end, plans
-            further = advance(self, horizon, arrival, plans, start=end)
+            further = advance(self, horizon, arrival, plans, start=end, previous=self.last_run)
             if further is None:
                 return end, plans
             end = further
