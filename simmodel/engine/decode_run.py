@@ -51,10 +51,11 @@ from simmodel.perf.timing import (
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
 
-_FIELD_NAMES = ("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
-                "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
-_FIELDS = attrgetter(*_FIELD_NAMES)
+_FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
+                     "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
 _HELD = attrgetter("num_blocks", "num_cached_blocks")
+_STEP = np.array([[1], [1], [-1]], dtype=np.int64)
+"""What one decode pass adds to a request's ``_Run.state`` column."""
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
@@ -140,11 +141,13 @@ class _Run:
               | (computed - prompt - self.outputs)).any():  # to its end, and a request not new sampled last pass
             return False
         # As if mid-decode: pass j (from 2 on, planned runs) has computed + j − 1 tokens of context.
-        self.computed = prompt + self.outputs - 1
         self.blocks, self.cached = rows[:, 4], rows[:, 5]
         max_model_len = self.ranks[0].scheduler.config.max_model_len
         # Passes until each request stops: max_tokens outputs, or its sequence reaching max_model_len.
-        self.left = np.minimum(rows[:, 3] - self.outputs, max_model_len - prompt - self.outputs)
+        self.state = np.array([prompt + self.outputs - 1, self.outputs,
+                               np.minimum(rows[:, 3] - self.outputs, max_model_len - prompt - self.outputs)])
+        """Rows: computed (as if mid-decode), outputs, passes left; ``computed``, ``outputs``, ``left`` view them."""
+        self.computed, self.outputs, self.left = self.state
         self.rank_of = np.repeat(np.arange(len(self.ranks)), np.diff(self.bounds)) if len(self.ranks) > 1 else \
             np.zeros(len(requests), dtype=np.int64)
         return True
@@ -155,32 +158,36 @@ class _Run:
         previous run's instead of read back; False if the plan does not start a run (see ``gather``)."""
         rank, plan = self.ranks[0], self.plans[0]
         s = rank.scheduler
+        admitted = plan.admitted
         if (s.waiting or s.handoffs or plan.preempted or plan.resumed or previous.calls_back is not None
-                or any(map(_CALL, plan.admitted))):
+                or any(map(_CALL, admitted))):
             return False
         running = s.running
         stay = previous.left > m
-        kept = int(np.count_nonzero(stay))
+        kept = len(running) - len(admitted)
         if (len(running) > s.config.max_num_batched_tokens or len(plan.requests) != len(running)
-                or len(running) != kept + len(plan.admitted) or not all(plan.samples)
-                or not all(map(is_, plan.requests, running)) or not all(map(is_, plan.admitted, running[kept:]))):
+                or not all(plan.samples) or not all(map(is_, plan.requests, running))
+                or not all(map(is_, admitted, running[kept:])) or kept != int(np.count_nonzero(stay))):
             return False
+        max_model_len = s.config.max_model_len
+        columns = []  # per admitted request: as if mid-decode (computed, outputs, left)
+        for request in admitted:
+            prompt, outputs = request.num_prompt_tokens, request.num_output_tokens
+            if request.num_computed_tokens != prompt + outputs:
+                return False  # its prompt is not computed to its end
+            columns.append((prompt + outputs - 1, outputs,
+                            min(request.max_tokens - outputs, max_model_len - prompt - outputs)))
+        state = previous.state[:, stay] + _STEP * m  # m more tokens computed and output, m fewer left
+        if columns:
+            state = np.concatenate((state, np.array(columns, dtype=np.int64).T), axis=1)
         self.requests = running
         self.bounds = [0, len(running)]
         self.stage = 0
         self.calls_back = None
-        admitted = np.array(list(map(_FIELDS, plan.admitted)), dtype=np.int64).reshape(-1, len(_FIELD_NAMES))
-        held = np.array(list(map(_HELD, running)), dtype=np.int64)
-        prompt, outputs = admitted[:, 1], admitted[:, 2]
-        if (admitted[:, 0] - prompt - outputs).any():  # an admitted prompt not computed to its end
-            return False
-        self.new = np.concatenate((np.zeros(kept, dtype=bool), np.ones(len(admitted), dtype=bool)))
-        self.outputs = np.concatenate((previous.outputs[stay] + m, outputs))
-        self.computed = np.concatenate((previous.computed[stay] + m, prompt + outputs - 1))
-        max_model_len = s.config.max_model_len
-        self.left = np.concatenate((previous.left[stay] - m, np.minimum(admitted[:, 3] - outputs,
-                                                                        max_model_len - prompt - outputs)))
-        self.blocks, self.cached = held[:, 0], held[:, 1]
+        self.state = state
+        self.computed, self.outputs, self.left = state
+        self.blocks, self.cached = np.array(list(map(_HELD, running)), dtype=np.int64).T
+        self.new = np.arange(len(running)) >= kept
         self.rank_of = np.zeros(len(running), dtype=np.int64)
         return True
 
