@@ -173,27 +173,31 @@ class RooflineTiming(SumsTiming):
         samples = pre[:, SAMPLED] + dec[:, SAMPLED]
         tokens = pre[:, NEW_TOKENS] + dec[:, NEW_TOKENS]
         span = pre[:, NEW_TOKENS] + pre[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS] + dec[:, CONTEXT_TOKENS]
-        per_pass = tokens.reshape(num_passes, -1)
-        worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
-        moe_flops = np.zeros(num_passes)
-        moe_bytes = np.zeros(num_passes)
-        if self.moe_flops_per_token:
-            for k, total in enumerate(worker_tokens.tolist()):
-                if total > 0:
-                    # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so
-                    # even a rank with no sequences of its own runs its share; expected distinct experts
-                    # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
-                    moe_flops[k] = total * self.moe_flops_per_token / self.moe_gpus
-                    touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
-                    moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
-        ranks = per_pass.shape[1]
-        worker_tokens, moe_flops, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_flops, moe_bytes))
         hbm, lin_peak = self.hbm, self.linear_peak
         busy = tokens > 0
         sampling = samples > 0
-        linear = np.maximum((tokens * self.dense_flops_per_token + moe_flops) / lin_peak,
-                            (np.where(busy, self.dense_weight_bytes, 0.0) + tokens * self.activation_bytes_per_token
-                             + moe_bytes) / hbm)
+        linear_flops = tokens * self.dense_flops_per_token
+        linear_bytes = np.where(busy, self.dense_weight_bytes, 0.0) + tokens * self.activation_bytes_per_token
+        worker_tokens = None
+        if self.moe_flops_per_token or self.num_exchanges:  # (a dense model without exchanges adds nothing)
+            per_pass = tokens.reshape(num_passes, -1)
+            worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
+            moe_flops = np.zeros(num_passes)
+            moe_bytes = np.zeros(num_passes)
+            if self.moe_flops_per_token:
+                for k, total in enumerate(worker_tokens.tolist()):
+                    if total > 0:
+                        # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so
+                        # even a rank with no sequences of its own runs its share; expected distinct experts
+                        # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
+                        moe_flops[k] = total * self.moe_flops_per_token / self.moe_gpus
+                        touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
+                        moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
+            ranks = per_pass.shape[1]
+            worker_tokens, moe_flops, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_flops, moe_bytes))
+            linear_flops = linear_flops + moe_flops
+            linear_bytes = linear_bytes + moe_bytes
+        linear = np.maximum(linear_flops / lin_peak, linear_bytes / hbm)
         attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
         attention = np.maximum(attention_flops / self.attention_peak,
                                (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
