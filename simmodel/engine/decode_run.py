@@ -36,7 +36,7 @@ from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
 from simmodel.metrics.records import Event as EventRow
-from simmodel.metrics.records import EventKind
+from simmodel.metrics.records import EventKind, PassLog
 from simmodel.perf.timing import (
     CONTEXT_TOKENS,
     NEW_TOKENS,
@@ -55,6 +55,8 @@ _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tok
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
 _HELD = attrgetter("num_blocks", "num_cached_blocks")
 _STEP = np.array([[1], [1], [-1]], dtype=np.int64)
+_TOKENS, _PREFILL_TOKENS, _PREFILL_SEQS, _DECODES = (PassLog.INT_FIELDS.index(name) for name in (
+    "num_scheduled_tokens", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs"))
 """What one decode pass adds to a request's ``_Run.state`` column."""
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
@@ -466,26 +468,29 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
     R = len(run.ranks)
     role, w = worker.role, worker.worker_id
     flat = count.ravel()
-    tokens = decodes = consecutive = flat
-    prefill_tokens = prefill_seqs = 0
-    firsts: list[list] = [[] for _ in range(R)]
-    if run.plans is not None:  # the planned first pass: its own tokens, prefills and first tokens
-        first = run.first_pass
-        tokens, decodes, consecutive = flat.copy(), flat.copy(), flat.copy()
-        prefill_tokens, prefill_seqs = np.zeros(flat.size, np.int64), np.zeros(flat.size, np.int64)
-        pre, dec = first.kinds()
-        prefill_seqs[:R], prefill_tokens[:R], decodes[:R] = pre[:, SEQUENCES], pre[:, NEW_TOKENS], dec[:, SEQUENCES]
-        tokens[:R] = pre[:, NEW_TOKENS] + dec[:, NEW_TOKENS]
-        for i in np.flatnonzero(run.new).tolist():
-            firsts[run.rank_of[i]].append(run.requests[i])
-        consecutive[:R] -= [len(f) for f in firsts]
     n = m * R  # rows of the delivered passes
-    itl = consecutive[:n] > 0
-    gaps = end[:m] - start[:m]
-    rec.itl_values.extend((gaps if R == 1 else np.repeat(gaps, R))[itl].tolist())
-    rec.itl_counts.extend(consecutive[:n][itl].tolist())
+    tokens = flat.tolist()  # per row: scheduled tokens (decodes: one per sampling request)
+    consecutive = tokens[:n]  # per row: requests whose token follows one sampled in the pass before
+    head = None
+    if run.plans is not None:  # the planned first pass: its own tokens, prefills and first tokens
+        pre, dec = run.first_pass.kinds()
+        pre_seqs, pre_new = pre[:, SEQUENCES].astype(np.int64).tolist(), pre[:, NEW_TOKENS].astype(np.int64).tolist()
+        dec_seqs = dec[:, SEQUENCES].astype(np.int64).tolist()
+        tokens[:R] = (pre[:, NEW_TOKENS] + dec[:, NEW_TOKENS]).astype(np.int64).tolist()
+        head = {_TOKENS: tokens[:R], _PREFILL_TOKENS: pre_new, _PREFILL_SEQS: pre_seqs, _DECODES: dec_seqs}
+        news = [int(np.count_nonzero(run.new))] if R == 1 else np.bincount(run.rank_of[run.new], minlength=R).tolist()
+        for r in range(R):
+            consecutive[r] -= news[r]
+    gaps = (end[:m] - start[:m]).tolist()
+    values, counts = rec.itl_values, rec.itl_counts
+    kept = 0
+    for i, c in enumerate(consecutive):
+        if c > 0:
+            values.append(gaps[i // R])
+            counts.append(c)
+            kept += 1
     if rec.staged:
-        rec.itl_stages.extend([run.stage] * int(itl.sum()))
+        rec.itl_stages.extend([run.stage] * kept)
     first_index = run.ranks[0].num_passes - m
     if R == 1:
         per_pass = (w, 0, np.arange(first_index, first_index + m), start[:m], end[:m])
@@ -493,18 +498,20 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
         per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(first_index, first_index + m), R),
                     np.repeat(start[:m], R), np.repeat(end[:m], R))
     rec.passes.extend(role, provenance[:m] if R == 1 else [p for p in provenance[:m] for _ in range(R)],
-                      (*per_pass, tokens[:n], prefill_tokens if run.plans is None else prefill_tokens[:n],
-                       prefill_seqs if run.plans is None else prefill_seqs[:n], decodes[:n], flat[:n],
-                       used[:m].ravel(), 0, busy[:m].ravel()), int(end[m - 1]))
+                      (*per_pass, flat[:n], 0, 0, flat[:n], flat[:n], used[:m].ravel(), 0, busy[:m].ravel()),
+                      int(end[m - 1]), head)
     if not (rec.keep_events or rec.sink is not None):
         rec.num_done += sum(len(done) for done in finished.values())
         return
+    firsts: list[list] = [[] for _ in range(R)]
+    for i in np.flatnonzero(run.new).tolist() if run.plans is not None else ():
+        firsts[run.rank_of[i]].append(run.requests[i])
     new_event = tuple.__new__
     PASS_BEGIN, PASS_END, FINISH = EventKind.PASS_BEGIN, EventKind.PASS_END, EventKind.FINISH
     FIRST_TOKEN = EventKind.FIRST_TOKEN
     rows = []
     add = rows.append
-    per_pass = tokens.reshape(-1, R).tolist()
+    per_pass = [tokens[k:k + R] for k in range(0, len(tokens), R)]
     starts, ends = start.tolist(), end.tolist()
 
     def begin(k: int) -> None:  # pass k + 1 starts

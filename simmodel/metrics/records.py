@@ -80,8 +80,9 @@ class PassLog:
     def __init__(self) -> None:
         self.role: list[str] = []
         self.provenance: list[str] = []
-        self._blocks: list[np.ndarray | tuple[int, tuple]] = []
-        """Rows in order: finished blocks, shape (fields, rows), and coalesced runs' (rows, per-field values)."""
+        self._blocks: list[np.ndarray | tuple[int, tuple, dict | None]] = []
+        """Rows in order: finished blocks, shape (fields, rows), and coalesced runs' (rows, per-field values,
+        first rows' values)."""
         self._open: list[array] = []
         self._appenders: list = []
         self._new_open_block()
@@ -106,14 +107,16 @@ class PassLog:
         if self._max_end is None or record.end_ns > self._max_end:
             self._max_end = record.end_ns
 
-    def extend(self, role: str, provenance: list[str], fields: tuple, max_end: int) -> None:
+    def extend(self, role: str, provenance: list[str], fields: tuple, max_end: int,
+               head: dict[int, list[int]] | None = None) -> None:
         """Many rows at once: ``fields`` gives, per field of ``INT_FIELDS``, an int64 array with one value per
-        row or one int for every row (kept as they are: do not change them afterwards); ``max_end`` is the
-        latest of their ``end_ns``."""
+        row or one int for every row (kept as they are: do not change them afterwards), and ``head``, by
+        field index, the values of the first rows where they differ (a run's planned first pass);
+        ``max_end`` is the latest of their ``end_ns``."""
         self._close_open_block()
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
-        self._blocks.append((len(provenance), fields))
+        self._blocks.append((len(provenance), fields, head))
         if self._max_end is None or max_end > self._max_end:
             self._max_end = max_end
         self._num_runs += 1
@@ -151,13 +154,20 @@ class PassLog:
         return default if self._max_end is None else self._max_end
 
 
-def _field(block: np.ndarray | tuple[int, tuple], f: int) -> np.ndarray:
+def _field(block: np.ndarray | tuple[int, tuple, dict | None], f: int) -> np.ndarray:
     """Field ``f`` of a block's rows."""
     if isinstance(block, np.ndarray):
         return block[f]
-    rows, fields = block
+    rows, fields, head = block
     value = fields[f]
-    return np.full(rows, value, dtype=np.int64) if isinstance(value, int) else value
+    first = head.get(f) if head else None
+    if isinstance(value, int):
+        value = np.full(rows, value, dtype=np.int64)
+    elif first is not None:
+        value = value.copy()
+    if first is not None:
+        value[:len(first)] = first
+    return value
 
 
 class Recorder:
