@@ -250,7 +250,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     busy = _busy_ns(seconds)
     if busy is None:
         return None
-    end = now + np.cumsum(busy.max(axis=1))
+    end = now + np.cumsum(busy[:, 0] if busy.shape[1] == 1 else busy.max(axis=1))
     start = np.concatenate(([now], end[:-1]))
     m = _run_length(worker, start, end, horizon, arrival, start)
     if m < 1:
@@ -346,12 +346,10 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     per-rank totals (``PassSums``): each decoding request computes one token on its context, cj − 1
     (in a planned first pass too), and a prefill of the planned first pass is read from its plan."""
     worker, num_ranks = run.worker, len(run.ranks)
-    decoding = run.active[:n]
-    if run.plans is not None:
-        decoding = decoding.copy()
-        decoding[0] = [d for plan in run.plans for d in plan.is_decode]
-    count = run.per_rank(decoding).ravel()
-    context = run.per_rank(np.where(decoding, run.context[:n], 0)).ravel()
+    active = run.active[:n]
+    run.count = run.per_rank(active)  # requests running in each pass (and rank): they all sample
+    count = run.count.ravel()
+    context = run.per_rank(np.where(active, run.context[:n], 0)).ravel()
     capacity = worker._kv_capacity_tokens
     capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
     sums = PassSums(np.zeros((n * num_ranks, len(SUM_COLUMNS))), capacity, n)
@@ -359,11 +357,14 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     dec[:, SEQUENCES] = dec[:, NEW_TOKENS] = dec[:, SAMPLED] = count  # decodes: one new token each, all sample
     dec[:, CONTEXT_TOKENS] = context
     dec[:, PAIRS] = context + count  # query·key pairs: context + 1 per decode
-    if run.plans is not None:  # the planned first pass's prefills (each samples: see ``gather``)
+    if run.plans is not None:  # the planned first pass's prefills (each samples: see ``gather``), not decodes
+        first = run.context[0]
         for r, plan in enumerate(run.plans):
-            for q, c, d in zip(plan.num_new_tokens, plan.num_context_tokens, plan.is_decode):
+            for k, (q, c, d) in enumerate(zip(plan.num_new_tokens, plan.num_context_tokens, plan.is_decode)):
                 if not d:
                     pre[r] += (1, q, c, q * c + q * (q + 1) // 2, 1)  # SEQUENCES … SAMPLED
+                    x = int(first[run.bounds[r] + k])
+                    dec[r] -= (1, 1, x, x + 1, 1)
     run.first_pass = PassSums(sums.table[:num_ranks], capacity[:num_ranks])
     return price_passes(worker.timing, sums, n)
 
@@ -377,7 +378,7 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     provenance = _joined(labels)
     _count_passes(worker, m, labels, ends[-1] - int(start[-1]))
 
-    count = run.per_rank(run.active[:m])
+    count = run.count[:m]
     used_before = np.array([rank.pool.num_used_blocks for rank in ranks])
     finished, returned = _pool_ops(run, m)
     # Blocks in use when each pass was planned: allocations so far, minus the frees of earlier pass ends.
@@ -614,7 +615,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     worker.open_pass_ends.remove(ends[0])
     worker.open_pass_ends.append(ends[m])
 
-    count = run.per_rank(run.active[:m + 1])
+    count = run.count[:m + 1]
     allocs = run.allocs[:m + 1]
     used_now = np.array([rank.pool.num_used_blocks for rank in ranks])
     finished, returned = _pool_ops(run, m)
