@@ -26,6 +26,7 @@ by pass. ``docs/speed.md`` has the details.
 
 from __future__ import annotations
 
+from itertools import chain
 from operator import attrgetter, is_
 from typing import TYPE_CHECKING
 
@@ -179,7 +180,8 @@ class _Run:
                 return False  # its prompt is not computed to its end
             columns.append((prompt + outputs - 1, outputs,
                             min(request.max_tokens - outputs, max_model_len - prompt - outputs)))
-        state = previous.state[:, stay] + _STEP * m  # m more tokens computed and output, m fewer left
+        state = previous.state if kept == len(stay) else np.compress(stay, previous.state, axis=1)
+        state = state + _STEP * m  # m more tokens computed and output, m fewer left
         if columns:
             state = np.concatenate((state, np.array(columns, dtype=np.int64).T), axis=1)
         self.requests = running
@@ -188,7 +190,8 @@ class _Run:
         self.calls_back = None
         self.state = state
         self.computed, self.outputs, self.left = state
-        self.blocks, self.cached = np.array(list(map(_HELD, running)), dtype=np.int64).T
+        self.blocks, self.cached = np.fromiter(chain.from_iterable(map(_HELD, running)), np.int64,
+                                               2 * len(running)).reshape(-1, 2).T
         self.new = np.arange(len(running)) >= kept
         self.rank_of = np.zeros(len(running), dtype=np.int64)
         return True

@@ -215,10 +215,13 @@ class RooflineTiming(SumsTiming):
                 self.exchange_latency_s + moved * self.exchange_bytes_per_token / self.exchange_link), 0.0)
         host = self.host
         host_ms = np.where(prefills > 0, np.where(decodes > 0, host.mixed_ms, host.prefill_ms), host.decode_ms)
-        return np.stack([linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
-                         samples * self.sampler_bytes_per_seq / hbm, tokens * self.elementwise_bytes_per_token / hbm,
-                         comm, np.where(busy, self.layer_overhead_s, 0.0), np.where(busy, host_ms / 1000.0, 0.0)],
-                        axis=1)
+        table = np.empty((len(tokens), len(GROUPS)))  # C order: a row's groups are summed in the same order
+        for i, column in enumerate((linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
+                                    samples * self.sampler_bytes_per_seq / hbm,
+                                    tokens * self.elementwise_bytes_per_token / hbm, comm,
+                                    np.where(busy, self.layer_overhead_s, 0.0), np.where(busy, host_ms / 1000.0, 0.0))):
+            table[:, i] = column
+        return table
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
         return self._table(sums).sum(axis=1), None
