@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -120,6 +121,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+_BAD_PATH = frozenset((errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.ELOOP))
+"""Errors that say a path given was wrong (exit 2); others (a full disk, say) are a run that cannot go on."""
+
+
 class _OneLineErrors(click.Group):
     """Every failure is one line on stderr: exit 2 for bad input, 1 for a run that cannot go on."""
 
@@ -138,9 +143,10 @@ class _OneLineErrors(click.Group):
         except SimulationError as exc:
             click.echo(f"simmodel: simulation failed: {_one_line(exc)}", err=True)
             sys.exit(1)
-        except OSError as exc:  # a file named on the command line that the OS refuses (checked ones say more)
-            click.echo(f"simmodel: {exc.filename or ''}: {exc.strerror or _one_line(exc)}", err=True)
-            sys.exit(2)
+        except OSError as exc:  # a file the OS refuses: bad input if the path itself is (a name too long...)
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"simmodel: {where}{exc.strerror or _one_line(exc)}", err=True)
+            sys.exit(2 if exc.errno in _BAD_PATH else 1)
 
 
 _scenario = click.option("-c", "--config", "scenario", required=True,

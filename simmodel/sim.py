@@ -24,8 +24,9 @@ from simmodel.engine.vision_encoder import RankVision, image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
-from simmodel.metrics.records import Recorder
+from simmodel.metrics.records import PassLog, Recorder
 from simmodel.metrics.summarize import (
+    RequestTable,
     events_frame,
     pass_columns,
     passes_frame,
@@ -52,33 +53,46 @@ if TYPE_CHECKING:
 class Results:
     """What a run produced: the summary mapping and the three tables (pandas DataFrames).
 
-    The tables hold the run as it was when the results were taken; each is built, and pandas imported,
-    when first read, so a caller that needs only the summary pays for neither.
+    The tables hold the run as it was when the results were taken (rows only ever come after those
+    counted here); each is built, and pandas imported, when first read, so a caller that needs only the
+    summary pays for neither.
     """
 
-    def __init__(self, summary: dict, requests: Callable[[], pd.DataFrame], passes: Callable[[], pd.DataFrame],
-                 events: Callable[[], pd.DataFrame]) -> None:
+    def __init__(self, summary: dict, requests: RequestTable, passes: PassLog, num_passes: int,
+                 events: list, num_events: int, stage_starts: np.ndarray | None = None) -> None:
         self.summary = summary
-        self._make = {"requests": requests, "passes": passes, "events": events}
+        self._requests, self._passes, self._num_passes = requests, passes, num_passes
+        self._events, self._num_events, self._stage_starts = events, num_events, stage_starts
         self._tables: dict[str, pd.DataFrame] = {}
-
-    def _table(self, name: str) -> pd.DataFrame:
-        table = self._tables.get(name)
-        if table is None:
-            table = self._tables[name] = self._make[name]()
-        return table
 
     @property
     def requests(self) -> pd.DataFrame:
-        return self._table("requests")
+        if "requests" not in self._tables:
+            self._tables["requests"] = self._requests.frame()
+        return self._tables["requests"]
 
     @property
     def passes(self) -> pd.DataFrame:
-        return self._table("passes")
+        if "passes" not in self._tables:
+            passes = self._passes  # the log, or (unpickled) its columns
+            data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
+            if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
+                data["stage"] = np.maximum(np.searchsorted(self._stage_starts, data["start_ns"], side="right") - 1, 0)
+            self._tables["passes"] = passes_frame(data)
+        return self._tables["passes"]
 
     @property
     def events(self) -> pd.DataFrame:
-        return self._table("events")
+        if "events" not in self._tables:
+            self._tables["events"] = events_frame(self._events[:self._num_events])
+        return self._tables["events"]
+
+    def __getstate__(self) -> dict:  # pickled: the rows themselves, not the whole log
+        state = dict(self.__dict__)
+        if not isinstance(self._passes, dict):
+            state["_passes"] = pass_columns(self._passes, self._num_passes)
+        state["_events"] = self._events[:self._num_events]
+        return state
 
 
 def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
@@ -561,13 +575,5 @@ class Simulation:
             starts = np.array(self.source.stage_starts_ns or [0], dtype=np.int64)
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
-        log, num_passes = self.recorder.passes, len(self.recorder.passes)
-        events, num_events = self.recorder.events, len(self.recorder.events)
-
-        def passes() -> pd.DataFrame:  # the rows so far (later ones only come after them)
-            data = pass_columns(log, num_passes)
-            if starts is not None:
-                data["stage"] = np.maximum(np.searchsorted(starts, data["start_ns"], side="right") - 1, 0)
-            return passes_frame(data)
-
-        return Results(summary, requests.frame, passes, lambda: events_frame(events[:num_events]))
+        return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
+                       len(self.recorder.events), starts)

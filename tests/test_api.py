@@ -80,3 +80,16 @@ def test_a_run_that_writes_no_tables_does_not_load_pandas(tmp_path):
             "print('pandas' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code, str(scenario)], capture_output=True, text=True, check=True)
     assert out.stdout.rstrip().endswith("False")
+
+
+def test_results_pickle_with_their_rows():
+    """A search's worker process sends results back pickled: the tables read the same on the other side."""
+    import pickle
+
+    sim = Simulation(parse_scenario(make_scenario(traffic={"load": {"concurrency": 2}, "stop": {"requests": 2}}),
+                                    Path(".")))
+    results = sim.run()
+    again = pickle.loads(pickle.dumps(results))
+    assert again.summary == results.summary
+    for name in ("requests", "passes", "events"):
+        assert getattr(again, name).equals(getattr(results, name))

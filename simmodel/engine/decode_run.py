@@ -184,7 +184,7 @@ class _Run:
         state = state + _STEP * m  # m more tokens computed and output, m fewer left
         if columns:
             state = np.concatenate((state, np.array(columns, dtype=np.int64).T), axis=1)
-        self.requests = running
+        self.requests = list(running)  # the scheduler's list changes with its next plan
         self.bounds = [0, len(running)]
         self.stage = 0
         self.calls_back = None

@@ -88,7 +88,8 @@ class PassLog:
         self._new_open_block()
         self._max_end: int | None = None
         self._num_runs = 0
-        """Coalesced runs among ``_blocks`` not yet joined."""
+        """Coalesced runs among ``_blocks`` not yet joined, the first of them at ``_first_run``."""
+        self._first_run = 0
 
     def _new_open_block(self) -> None:
         self._open = [array("q") for _ in self.INT_FIELDS]
@@ -116,30 +117,34 @@ class PassLog:
         self._close_open_block()
         self.role.extend([role] * len(provenance))
         self.provenance.extend(provenance)
+        if not self._num_runs:
+            self._first_run = len(self._blocks)
         self._blocks.append((len(provenance), fields, head))
         if self._max_end is None or max_end > self._max_end:
             self._max_end = max_end
         self._num_runs += 1
         if self._num_runs >= self.MAX_RUN_BLOCKS:
-            self._join()
+            self._join(self._first_run)
 
-    MAX_RUN_BLOCKS = 1 << 16
-    """Runs kept as their own arrays before they are joined (bounds the memory of a long run's log)."""
+    MAX_RUN_BLOCKS = 4096
+    """Runs kept as their own arrays before they are joined into one block (a run's arrays take about 2 KB,
+    its joined rows about 100 bytes a pass)."""
 
     def column(self, name: str) -> np.ndarray:
         """All rows' values of one integer field, in row order."""
         self._close_open_block()
         if len(self._blocks) > 1 or self._num_runs:  # join once, keep the joined block
-            self._join()
+            self._join(0)
         if not self._blocks:
             return np.zeros(0, dtype=np.int64)
         return self._blocks[0][self.INT_FIELDS.index(name)]
 
-    def _join(self) -> None:
+    def _join(self, first: int) -> None:
+        """Join the blocks from number ``first`` on into one (those before it stay as they are)."""
         self._close_open_block()
-        blocks = self._blocks
-        self._blocks = [np.array([np.concatenate([_field(b, f) for b in blocks])
-                                  for f in range(len(self.INT_FIELDS))])]
+        blocks = self._blocks[first:]
+        joined = np.array([np.concatenate([_field(b, f) for b in blocks]) for f in range(len(self.INT_FIELDS))])
+        self._blocks[first:] = [joined]
         self._num_runs = 0
 
     def __len__(self) -> int:
