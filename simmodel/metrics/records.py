@@ -75,7 +75,6 @@ class PassLog:
     """
 
     INT_FIELDS = tuple(f for f in PassRecord._fields if f not in ("role", "provenance"))
-    _END = INT_FIELDS.index("end_ns")
 
     def __init__(self) -> None:
         self.role: list[str] = []

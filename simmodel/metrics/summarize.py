@@ -95,9 +95,6 @@ class RequestTable:
         """Columns after ``REQUEST_COLUMNS``, in order (as the frame shows them)."""
         self._columns: dict[str, np.ndarray] = {}
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     def add(self, name: str, values: list) -> None:
         self.added[name] = values
         self._columns.pop(name, None)
@@ -157,11 +154,6 @@ def request_table(requests: list[Request], disaggregated: bool = False) -> Reque
                              ("source_released_s", "source_released_at")):
             table.add(column, [t(getattr(r, attr)) for r in requests])
     return table
-
-
-def requests_frame(requests: list[Request], disaggregated: bool = False) -> pd.DataFrame:
-    """``request_table`` as a pandas table."""
-    return request_table(requests, disaggregated).frame()
 
 
 def pass_columns(passes: PassLog, rows: int | None = None) -> dict[str, object]:

@@ -216,23 +216,21 @@ class TrafficSource:
             return None
         return to_ns(self.stream.arrival(self.units))
 
-    def arrive_early(self, before_ns: int) -> int:
-        """Create and place, each at its own arrival time, the requests arriving before ``before_ns``; returns
-        how many. A worker's carried decode run calls this when it plans a pass past their arrivals: its
+    def arrive_early(self, before_ns: int) -> None:
+        """Create and place, each at its own arrival time, the requests arriving before ``before_ns``. A
+        worker's carried decode run calls this when it plans a pass past their arrivals: its
         pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
         request schedules nothing, so the clock is only set to each arrival time while it is created (every
         record and field is as at that instant); the arrival's own timeout then finds it done
         (``run``). Only while ``arrives_early``, and no arrival may break ``limits.max_requests`` (the
         caller checks ``quiet_until``)."""
-        env, now, count = self.env, self.env._now, 0
+        env, now = self.env, self.env._now
         try:
             while (at := self.next_arrival_ns()) is not None and at < before_ns:
                 env._now = at
                 self._start_unit()
-                count += 1
         finally:
             env._now = now
-        return count
 
     def _has_next_index(self, i: int) -> bool:
         limit = self.stream.limit
