@@ -9,7 +9,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
-from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.clock import NS_PER_S, as_of
 from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
@@ -223,12 +223,8 @@ class Worker:
         source = self.arrivals
         while arrival is not None and arrival < end and source is not None and source.arrives_early:
             source.arrive_early(end)
-            env, now = self.env, self.env._now
-            env._now = end  # planning schedules nothing: it reads and records as at ``end``
-            try:
+            with as_of(self.env, end):  # planning schedules nothing
                 plans = [rank.plan() for rank in self.ranks]
-            finally:
-                env._now = now
             self._placed_at_plan = self._num_placed
             arrival = source.next_arrival_ns()
             if all(plan.is_empty for plan in plans):

@@ -9,7 +9,7 @@ import numpy as np
 import simpy
 
 from simmodel.config.schema import Scenario, SessionsSource, SharedPrefixSource, SyntheticSource
-from simmodel.engine.clock import NS_PER_S, to_ns
+from simmodel.engine.clock import NS_PER_S, as_of, to_ns
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
@@ -206,9 +206,9 @@ class TrafficSource:
     @property
     def arrives_early(self) -> bool:
         """Whether the next arrivals may be created ahead of their time by ``arrive_early``: an open-loop
-        load of requests with no client cap (each arrival only creates and places its request)."""
-        return self.pending is not None and self.sessions is None and self.stream.load.max_concurrency is None \
-            and not self.staged and not self.concurrency
+        load of requests with no client cap, no sessions and no stages (each arrival only creates and places
+        its request), the one load that keeps its next arrival ``pending``."""
+        return self.pending is not None
 
     def next_arrival_ns(self) -> int | None:
         """When the next open-loop request arrives (None: no more)."""
@@ -220,17 +220,13 @@ class TrafficSource:
         """Create and place, each at its own arrival time, the requests arriving before ``before_ns``. A
         worker's carried decode run calls this when it plans a pass past their arrivals: its
         pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
-        request schedules nothing, so the clock is only set to each arrival time while it is created (every
-        record and field is as at that instant); the arrival's own timeout then finds it done
-        (``run``). Only while ``arrives_early``, and no arrival may break ``limits.max_requests`` (the
-        caller checks ``quiet_until``)."""
-        env, now = self.env, self.env._now
-        try:
-            while (at := self.next_arrival_ns()) is not None and at < before_ns:
-                env._now = at
+        request schedules nothing, so each is created as of its arrival time (``clock.as_of``: every record
+        and field is as at that instant); the arrival's own timeout then finds it done (``run``). Only while
+        ``arrives_early``, and no arrival may break ``limits.max_requests`` (the caller checks
+        ``quiet_until``)."""
+        while (at := self.next_arrival_ns()) is not None and at < before_ns:
+            with as_of(self.env, at):
                 self._start_unit()
-        finally:
-            env._now = now
 
     def _has_next_index(self, i: int) -> bool:
         limit = self.stream.limit
