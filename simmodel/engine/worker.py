@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
+from simmodel.engine.carried_run import carry
 from simmodel.engine.clock import NS_PER_S, as_of
 from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
@@ -198,9 +199,9 @@ class Worker:
         """Apply the decode-only passes that follow now as one run (``decode_run``). Async (``in_flight``:
         the pass now running): returns the new pass in flight and when the run's last outputs are delivered.
         Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
-        run's last pass ends, and the plans of the pass after it if the run carried on past arrivals (its
-        last pass spans them, so the ranks plan the next pass, at that end, with the new requests: see
-        ``_carry``) and that pass must run on its own, else None. None when the next pass must run on its own.
+        run's last pass ends, and the plans of the pass after it if that pass was planned already (the run
+        admitted arrivals as it went, see ``carried_run``) and must run on its own, else None. None when the
+        next pass must run on its own.
         """
         if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
             return None  # runs are priced from per-rank totals
@@ -209,31 +210,34 @@ class Worker:
             return None
         if in_flight is not None:
             return advance_async(self, horizon, arrival, in_flight)
+        if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
+            run = carry(self, horizon, plans)
+            if run is None:
+                return None
+            return self._carry(*run, horizon)
         end = advance(self, horizon, arrival, plans)
-        if end is None:
-            return None
-        return self._carry(end, horizon, arrival)
+        return None if end is None else (end, None)
 
-    def _carry(self, end: int, horizon: float, arrival: int | None) -> tuple[int, list[SchedulerOutput] | None]:
-        """Carry a synchronous run on across the arrivals its last pass spans: the requests arriving before
-        ``end`` are created, the ranks plan the pass starting at ``end`` as they would then (no other event
-        comes before the horizon, and none at ``end``: see ``decode_run._may_span``), and if that pass starts
-        another run it is applied at once. Returns when the last run ends, and the plans of the pass after it
-        if that pass must run on its own (None: the ranks plan it when released)."""
+    def _carry(self, end: int, planned: list[SchedulerOutput] | None,
+               horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
+        """Go on after a carried run (``carried_run.carry``) that ended at ``end``: if its last pass spans
+        arrivals, the requests arriving before ``end`` are created, the ranks plan the pass starting at
+        ``end`` as they would then (no other event comes before the horizon, and none at ``end``), and that
+        pass starts another carried run if it can. Returns when the last run ends, and the plans of the pass
+        after it if that pass must run on its own (None: the ranks plan it when released)."""
         source = self.arrivals
-        while arrival is not None and arrival < end and source is not None and source.arrives_early:
+        while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
             with as_of(self.env, end):  # planning schedules nothing
                 plans = [rank.plan() for rank in self.ranks]
             self._placed_at_plan = self._num_placed
-            arrival = source.next_arrival_ns()
             if all(plan.is_empty for plan in plans):
                 return end, plans
-            further = advance(self, horizon, arrival, plans, start=end, previous=self.last_run)
-            if further is None:
+            run = carry(self, horizon, plans, start=end)
+            if run is None:
                 return end, plans
-            end = further
-        return end, None
+            end, planned = run
+        return end, planned
 
     def _horizon(self) -> tuple[float, int | None]:
         """The next event that may read or change this worker, and the next arrival if it only queues a

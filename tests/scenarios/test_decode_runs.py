@@ -215,24 +215,28 @@ ROOMY = {"capacity": {"type": "fixed", "blocks": 20_000}}
     ("prefix-caching", worker(**POLYNOMIAL, kv_cache={**ROOMY, "prefix_caching": True})),
 ])
 def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part):
-    """One worker, open loop, synchronous: a run whose last pass spans arrivals creates them, plans the next
-    pass with them and goes on with it (``Worker._carry``), or hands that pass over when it must run on its
-    own. Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
-    from simmodel.engine.worker import Worker
+    """One worker, open loop, synchronous: a run admits each arrival in the pass planned after it and goes
+    on (``carried_run``), or hands that pass over when it must run on its own (a chunk, a request left
+    waiting). Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
+    from simmodel.engine import carried_run
 
-    carried = {"on": 0, "handed over": 0}
-    original = Worker._carry
+    counts = {"admitted in a run": 0, "handed over": 0}
+    take, commit = carried_run._Carried.take, carried_run._Carried.commit
 
-    def counting(self, end, horizon, arrival):
-        before = end
-        result = original(self, end, horizon, arrival)
-        carried["on"] += result[0] != before
-        carried["handed over"] += result[1] is not None
-        return result
+    def counting_take(self, k, out):
+        taken = take(self, k, out)
+        counts["admitted in a run"] += taken
+        return taken
 
-    monkeypatch.setattr(Worker, "_carry", counting)
+    def counting_commit(self, m, handing_over):
+        counts["handed over"] += handing_over
+        return commit(self, m, handing_over)
+
+    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
+    monkeypatch.setattr(carried_run._Carried, "commit", counting_commit)
     data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), False)
     _, by_pass = run(data, coalesce=False)
     _, coalesced = run(data, coalesce=True)
     assert_same(by_pass, coalesced)
-    assert carried["on"] > 10 and (carried["handed over"] > 10 or name == "prefix-caching"), carried
+    assert counts["handed over"] > 10 or name == "prefix-caching", counts
+    assert counts["admitted in a run"] > (10 if name != "chunked-prefills" else 0), counts

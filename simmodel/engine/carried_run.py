@@ -1,0 +1,514 @@
+"""Decode runs carried on through arrivals: one vLLM worker's passes, each arriving prompt admitted in the
+pass the scheduler would admit it, applied as one vectorized step.
+
+Under an open-loop load with one aggregated worker, an arrival only queues a request on the worker's one
+rank, and the next pass planned after it admits the prompt. Between arrivals every pass is a decode of
+the same running requests (``decode_run``); an admission only adds a column to that picture: the prompt's
+prefill in the pass that admits it, then one decode a pass. So a run does not stop at an arrival: the
+request is created at its arrival time (``TrafficSource.arrive_early``: creating it schedules nothing), the
+scheduler's own admission (``VllmScheduler._admit_waiting``) admits it when the pass after the arrival is
+planned — on the pool and queue as they are then, the KV blocks of the passes before it taken and freed
+in vLLM's order — and the run prices the passes from there on again with the new column. Per arrival that
+is a few array operations instead of ending the run, planning the next pass request by request and
+starting a new run.
+
+A run ends where ``decode_run.advance`` would end one (the next event of any other process, a pass short
+of KV blocks, the safety limits, every request finished), before a pass ending at the very instant of an
+arrival, and when an admission is not a whole prompt admitted alone (a chunk, a request left waiting, a
+sequence or token limit): that pass, planned by the scheduler, is handed to the worker to run on its own
+(see ``Worker._carry``). Passes, events, inter-token intervals, block ids and every request's fields are
+those of the pass-by-pass run; ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from heapq import heappop, heappush
+
+import numpy as np
+
+from simmodel.engine.clock import as_of
+from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
+from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.metrics.records import Event as EventRow
+from simmodel.metrics.records import EventKind
+from simmodel.perf.timing import DECODE, PREFILL, PassSums, price_passes
+
+if TYPE_CHECKING:
+    from simmodel.engine.request import Request
+    from simmodel.engine.worker import Worker
+
+_COLUMNS = 1 << 20
+"""Pool operations are queued by one integer key ((row × 2 + phase) × _COLUMNS + column) × 2 + kind."""
+
+_DECODE_ROW = np.array([1, 1, 0, 1, 1])
+"""What one decoding request adds to a pass's decode totals (sequences, new tokens, context, pairs, sampled),
+besides its context (added to the context and pairs columns)."""
+
+
+class _Carried:
+    """The run's requests (columns, in running order) and its candidate passes (rows).
+
+    A column runs from its first row ``first`` for ``left`` passes: a request running at the start, or one
+    admitted in row ``first`` (its prefill then). In row j it has ``context + j − first`` tokens in KV
+    before the pass (as if mid-decode; a prefill row reads its tokens from the plan). A row's totals
+    (``table``, the timing model's ``PassSums`` columns) are whole numbers kept exactly in float64.
+    """
+
+    def __init__(self, worker: Worker, run: _Run, now: int, rows: int) -> None:
+        self.worker, self.now, self.rows = worker, now, rows
+        rank = worker.ranks[0]
+        self.rank, self.sched, self.pool = rank, rank.scheduler, rank.pool
+        self.bs = self.pool.block_size
+        self.base = rank.num_passes
+        self.planned_first = run.plans is not None
+        self.requests: list[Request] = list(run.requests)
+        n = len(self.requests)
+        size = n + 32
+        self.context = np.zeros(size, np.int64)
+        self.outputs = np.zeros(size, np.int64)
+        self.left = np.zeros(size, np.int64)
+        self.first = np.zeros(size, np.int64)
+        self.blocks = np.zeros(size, np.int64)
+        self.cached = np.zeros(size, np.int64)
+        self.prefills = np.zeros(size, bool)
+        """Columns whose first row is their prefill (admitted in it, sampling their first token)."""
+        self.n = n
+        self.context[:n], self.outputs[:n], self.left[:n] = run.computed, run.outputs, run.left
+        self.blocks[:n], self.cached[:n], self.prefills[:n] = run.blocks, run.cached, run.new
+        self.rows_index = np.arange(rows)
+        j = self.rows_index[:, None]
+        active = run.left > j
+        context = run.computed + j
+        grows = (context % self.bs == 0) & (context >= run.blocks * self.bs) & active
+        if self.planned_first:
+            grows[0] = False  # the plan took the first pass's blocks already
+        self.allocations = grows.sum(axis=1)
+        """Blocks the decodes of each row take."""
+        decodes = active.sum(axis=1)
+        contexts = np.where(active, context, 0).sum(axis=1)
+        table = self.table = np.zeros((rows, 10))
+        if self.planned_first:  # the first row's prefills, from the plan, are not decodes
+            plan = run.plans[0]
+            for i in np.flatnonzero(run.new).tolist():
+                q, c = plan.num_new_tokens[i], plan.num_context_tokens[i]
+                table[0, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+                decodes[0] -= 1
+                contexts[0] -= int(run.computed[i])
+        table[:, DECODE] = table[:, DECODE + 1] = table[:, DECODE + 4] = decodes
+        table[:, DECODE + 2] = contexts
+        table[:, DECODE + 3] = contexts + decodes
+        self.ramp = _DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0])
+        """Row j: what a request with j tokens of context adds to a row's decode totals."""
+        self.capacity = np.full(rows, worker._kv_capacity_tokens[0])
+        self.busy = np.zeros(rows, np.int64)
+        self.end = np.zeros(rows, np.int64)
+        self.labels: list = [()] * rows
+        self.last = int(run.left.max())
+        """Rows up to this one have a request running (the ones after have none yet)."""
+        self.cap = rows
+        """Rows the run may take at most (lowered by the KV check and the token budget)."""
+        self.applied = 0
+        """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
+        self.planned = 0 if self.planned_first else -1
+        """The row whose planning (its allocations and insertions) is applied, if ahead of ``applied``."""
+        self.returned = np.zeros(rows, np.int64)
+        """Blocks returned at the end of each row."""
+        self.admitted_blocks = np.zeros(rows, np.int64)
+        """Blocks in use added by each row's admissions."""
+        self.finished: dict[int, list] = {}
+        self.admissions: dict[int, list] = {}
+        """Row: its admitted requests and their new tokens (events recorded with the row)."""
+        self.used_before = self.pool.num_used_blocks
+        self.ops: list[int] = []
+        """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
+        for i in range(n):
+            self._schedule_ops(i)
+        self.open_plan: tuple[int, SchedulerOutput, bool] | None = None
+        """The last admission's row, its scheduler output and the capacity flag it left."""
+        self._kv_check(0)
+
+    # -- rows ---------------------------------------------------------------------------------------
+
+    def price_from(self, k: int) -> bool:
+        """Price rows k.. up to the last with a running request; False if a price does not fit the clock."""
+        hi = min(self.last, self.rows)
+        if k >= hi:
+            return True
+        n = hi - k
+        seconds, labels = price_passes(self.worker.timing, PassSums(self.table[k:hi], self.capacity[k:hi], n), n)
+        busy = _busy_ns(seconds)
+        if busy is None:
+            self.cap = min(self.cap, k)
+            return False
+        self.busy[k:hi] = busy[:, 0]
+        self.end[k:hi] = np.cumsum(self.busy[k:hi]) + (self.end[k - 1] if k else self.now)
+        self.labels[k:hi] = labels
+        return True
+
+    def valid(self, horizon: float) -> int:
+        """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
+        v = min(self.cap, self.last, self.rows)
+        end = self.end[:v]
+        v = min(v, int(np.searchsorted(end, horizon, side="left")))
+        limits = self.worker.limits
+        if limits is not None:
+            if self.now > limits.max_time_ns:
+                return 0
+            v = min(v, 1 + int(np.searchsorted(end, limits.max_time_ns, side="right")))
+        return v
+
+    def _kv_check(self, k: int) -> None:
+        """Lower ``cap`` to the first row after k whose decodes would need more blocks than are free now
+        (frees ignored: a shorter run is the same run)."""
+        taken = np.cumsum(self.allocations[k + 1 if self.planned >= k else k:])
+        free = self.pool.num_free_blocks
+        if taken.size and taken[-1] > free:
+            self.cap = min(self.cap, (k + 1 if self.planned >= k else k) + int(np.argmax(taken > free)))
+
+    # -- pool operations -------------------------------------------------------------------------------
+
+    def _schedule_ops(self, i: int) -> None:
+        """Queue column i's pool operations (``ops``): the rows where its decode takes a block and where its
+        tokens fill a block to cache (context + 1 reaching a block boundary past those cached), and its finish."""
+        f, left, context = int(self.first[i]), int(self.left[i]), int(self.context[i])
+        bs, ops = self.bs, self.ops
+        hi = min(f + left, self.rows)
+        lo = f + 1 if (self.prefills[i] or (f == 0 and self.planned_first)) else f  # a planned row: done
+        if self.pool.caching:
+            row = f + max(-(-context // bs), int(self.blocks[i])) * bs - context  # context at a boundary
+            if row < lo:
+                row += -(-(lo - row) // bs) * bs
+            for j in range(row, hi, bs):
+                heappush(ops, ((2 * j * _COLUMNS + i) << 1))
+            row = f + (max(int(self.cached[i]) + 1, -(-(context + 1) // bs)) * bs - 1 - context)
+            if row < lo:
+                row += -(-(lo - row) // bs) * bs
+            for j in range(row, hi, bs):
+                heappush(ops, ((2 * j * _COLUMNS + i) << 1) | 1)
+        if f + left - 1 < self.rows:
+            heappush(ops, ((2 * (f + left - 1) + 1) * _COLUMNS + i) << 1)
+
+    def apply(self, upto: int, plan: bool) -> None:
+        """Apply rows ``applied``..upto − 1 (each row's allocations and insertions, then its finishes), then
+        if ``plan`` row upto's allocations and insertions, in vLLM's order (see ``decode_run._pool_ops``):
+        row, then allocations and insertions before finishes, then running order, then allocation before
+        insertion."""
+        a = self.applied
+        if upto - a + plan <= 0:
+            return
+        pool, sched, requests, ops = self.pool, self.sched, self.requests, self.ops
+        if not pool.caching:  # counted blocks: the allocations' totals, in time for each admission
+            lo = a + (self.planned == a)
+            pool.num_free_blocks -= int(self.allocations[lo:upto + plan].sum())
+        limit = (2 * upto + plan) * _COLUMNS << 1
+        context, first, left, bs = self.context, self.first, self.left, self.bs
+        while ops and ops[0] < limit:
+            key = heappop(ops)
+            code, kind = key >> 1, key & 1
+            step, i = divmod(code, _COLUMNS)
+            row, phase = step >> 1, step & 1
+            request = requests[i]
+            if phase:  # it finishes at the end of this row
+                if pool.caching:
+                    before = pool.num_free_blocks
+                    _finish(sched, request)
+                    self.returned[row] += pool.num_free_blocks - before
+                else:
+                    blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
+                    request.num_blocks = blocks
+                    self.returned[row] += blocks
+                    _finish(sched, request)
+                self.finished.setdefault(row, []).append(request)
+            elif kind:  # its tokens once the row is planned: context + 1
+                pool.cache_full_blocks(request, int(context[i]) + row - int(first[i]) + 1)
+            else:
+                request.block_ids.append(pool.allocate_one())
+                request.num_blocks = len(request.block_ids)
+        self.applied = upto
+        self.planned = upto if plan else -1
+
+    # -- admissions ------------------------------------------------------------------------------------
+
+    def admit(self, k: int) -> SchedulerOutput:
+        """The scheduler's admissions when row k is planned (its decodes planned already), as ``schedule()``
+        makes them after planning the running requests."""
+        n = self.n
+        rel = k - self.first[:n]
+        running = np.flatnonzero((rel >= 0) & (rel < self.left[:n])).tolist()
+        sched = self.sched
+        requests = self.requests
+        sched.running = [requests[i] for i in running]
+        cfg = sched.config
+        eligible = len(running) + len(sched.waiting) + len(sched.handoffs)
+        threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
+        out = SchedulerOutput()
+        sched.finished_since_schedule = False
+        used = self.pool.num_used_blocks
+        skipped = sched._admit_waiting(cfg.max_num_batched_tokens - len(running), threshold, out)
+        self.admitted_blocks[k] += self.pool.num_used_blocks - used
+        self.open_plan = (k, out, len(sched.waiting) + len(sched.handoffs) > skipped)
+        self.worker._placed_at_plan = self.worker._num_placed
+        return out
+
+    def take(self, k: int, out: SchedulerOutput) -> bool:
+        """Add the requests admitted in row k as columns and price the rows from k again; False if the
+        admission is not whole prompts alone (the row is then handed over)."""
+        sched, cfg = self.sched, self.sched.config
+        if (sched.waiting or sched.handoffs or out.resumed or not out.admitted or not all(out.samples)
+                or len(sched.running) > cfg.max_num_batched_tokens):
+            return False
+        max_model_len, bs = cfg.max_model_len, self.bs
+        start = int(self.end[k - 1])
+        table, rows = self.table, self.rows
+        for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
+            prompt = request.num_prompt_tokens
+            left = min(request.max_tokens, max_model_len - prompt)
+            if left < 1 or request.on_finish is not None or request.num_output_tokens:
+                return False
+        for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
+            prompt = request.num_prompt_tokens
+            left = min(request.max_tokens, max_model_len - prompt)
+            context = prompt - 1
+            self._column(request, context, left, k, request.num_blocks, request.num_cached_blocks)
+            request.first_admitted_at = start
+            self.admissions.setdefault(k, []).append((request, q))
+            table[k, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+            lo, hi = k + 1, min(k + left, rows)
+            if lo < hi:  # its decodes: context + j − k tokens in KV in row j
+                table[lo:hi, DECODE:DECODE + 5] += self.ramp[lo:hi]
+                table[lo:hi, DECODE + 2:DECODE + 4] += context - k
+                x = max(-(-(context + 1) // bs), request.num_blocks) * bs  # its first block boundary
+                j = k + x - context
+                if j < hi:
+                    self.allocations[j:hi:bs] += 1
+            self.last = max(self.last, k + left)
+        self._kv_check(k)
+        return self.price_from(k)
+
+    def _column(self, request: Request, context: int, left: int, first: int, blocks: int, cached: int) -> None:
+        """Add a request admitted in row ``first`` (its prefill) as the last column."""
+        i = self.n
+        if i == len(self.left):
+            for name in ("context", "outputs", "left", "first", "blocks", "cached", "prefills"):
+                array = getattr(self, name)
+                setattr(self, name, np.concatenate((array, np.zeros_like(array))))
+        self.context[i], self.left[i], self.first[i], self.blocks[i], self.cached[i] = (
+            context, left, first, blocks, cached)
+        self.outputs[i], self.prefills[i] = 0, True
+        self.requests.append(request)
+        self.n = i + 1
+        self._schedule_ops(i)
+
+    # -- the end of the run ----------------------------------------------------------------------------
+
+    def commit(self, m: int, handing_over: bool) -> SchedulerOutput | None:
+        """Apply and record rows 0..m − 1; if ``handing_over``, return the plan of row m (planned already)."""
+        self.apply(m, handing_over)
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        ran = np.clip(np.minimum(left, m - first), 0, None)
+        plan = None
+        if handing_over:
+            plan = self._plan(m)
+        self._deliver(m, ran, handing_over)
+        self._record(m)
+        if plan is not None:
+            rank = self.rank
+            k, out, bound = self.open_plan
+            self.sched.prefill_capacity_bound = bound
+            plan.kv_blocks_used = self.pool.num_used_blocks
+            with as_of(self.worker.env, int(self.end[m - 1])):
+                rank._record_plan(plan)
+        return plan
+
+    def _plan(self, k: int) -> SchedulerOutput:
+        """Row k's plan as ``schedule()`` made it: the running requests' decodes, then the admissions."""
+        _, out, _ = self.open_plan
+        n = self.n
+        rel = k - self.first[:n]
+        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n])).tolist()
+        contexts = (self.context[:n] + rel).tolist()
+        plan = SchedulerOutput()
+        plan.requests = [self.requests[i] for i in decoding] + out.requests
+        d = len(decoding)
+        plan.num_new_tokens = [1] * d + out.num_new_tokens
+        plan.num_context_tokens = [contexts[i] for i in decoding] + out.num_context_tokens
+        plan.is_decode = [True] * d + out.is_decode
+        plan.samples = [True] * d + out.samples
+        plan.admitted, plan.resumed = out.admitted, out.resumed
+        return plan
+
+    def _deliver(self, m: int, ran: np.ndarray, handing_over: bool) -> None:
+        """The requests and the scheduler once rows 0..m − 1 delivered their tokens (and, handing over,
+        row m's decodes are planned)."""
+        n = self.n
+        first = self.first[:n]
+        left = self.left[:n]
+        planned = ran + ((first < m) & (m - first < left)) if handing_over else ran
+        computed = (self.context[:n] + planned).tolist()
+        outputs = (self.outputs[:n] + ran).tolist()
+        blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
+        if not self.pool.caching:
+            blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
+        lefts = left.tolist()
+        ends = self.end.tolist()
+        base = self.base
+        first_rows, runs, prefills = first.tolist(), ran.tolist(), self.prefills[:n].tolist()
+        for i, request in enumerate(self.requests):
+            r = runs[i]
+            if not r:
+                continue  # admitted in the row handed over
+            f = first_rows[i]
+            request.num_computed_tokens = computed[i]
+            request.num_output_tokens = outputs[i]
+            request.num_emitted = 1
+            request.num_scheduled_drafts = 0
+            if blocks is not None and r < lefts[i]:
+                request.num_blocks = blocks[i]
+            if prefills[i]:
+                request.first_token_at = ends[f]
+                if r >= 2:
+                    request.second_token_at = ends[f + 1]
+            elif request.second_token_at is None:
+                request.second_token_at = ends[f]
+            request.last_token_at = ends[f + r - 1]
+            request.last_token_pass = base + f + r - 1
+        for row, done in self.finished.items():
+            for request in done:
+                request.finished_at = ends[row]
+        rank, sched = self.rank, self.sched
+        rank.num_passes += m
+        rank._last_delivery = ends[m - 1]
+        sched.prefill_capacity_bound = False
+        # Handing over, row m is planned already (``schedule()`` clears the flag).
+        sched.finished_since_schedule = not handing_over and m - 1 in self.finished
+        if not handing_over:
+            still = np.flatnonzero(first + self.left[:n] > m).tolist()
+            sched.running = [self.requests[i] for i in still]
+
+    def _record(self, m: int) -> None:
+        """Record rows 0..m − 1 as the barrier records their passes (see ``decode_run._record``), with each
+        row's admissions before its begin event."""
+        worker = self.worker
+        rec = self.rank.recorder
+        role, w = worker.role, worker.worker_id
+        table = self.table[:m]
+        decodes = table[:, DECODE].astype(np.int64)
+        prefill_seqs = table[:, PREFILL].astype(np.int64)
+        prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
+        tokens = decodes + prefill_tokens
+        starts = np.concatenate(([self.now], self.end[:m - 1]))
+        ends = self.end[:m]
+        busy = self.busy[:m]
+        used = (self.used_before + np.cumsum(self.allocations[:m]) + np.cumsum(self.admitted_blocks[:m])
+                - np.concatenate(([0], np.cumsum(self.returned[:m - 1]))))
+        gaps = (ends - starts).tolist()
+        values, counts = rec.itl_values, rec.itl_counts
+        for gap, c in zip(gaps, decodes.tolist()):  # decodes: their token follows one sampled the pass before
+            if c > 0:
+                values.append(gap)
+                counts.append(c)
+        provenance = _joined(self.labels[:m])
+        rec.passes.extend(role, provenance,
+                          (w, 0, np.arange(self.base, self.base + m), starts, ends.copy(), tokens, prefill_tokens,
+                           prefill_seqs, decodes, decodes + prefill_seqs, used, 0, busy.copy()),
+                          int(ends[m - 1]))
+        _count_passes(worker, m, self.labels[:m], gaps[-1])
+        finished = self.finished
+        if not (rec.keep_events or rec.sink is not None):
+            rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
+            return
+        new_event = tuple.__new__
+        ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
+        FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
+        firsts: dict[int, list] = {}
+        n = self.n
+        for i in np.flatnonzero(self.prefills[:n] & (self.first[:n] < m)).tolist():
+            firsts.setdefault(int(self.first[i]), []).append(self.requests[i])
+        rows = []
+        add = rows.append
+        per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
+        admissions = self.admissions
+        for k in range(m):
+            t0, t1 = start_list[k], end_list[k]
+            for request, q in admissions.get(k, ()):
+                add(new_event(EventRow, (t0, ADMISSION, w, 0, request.request_id, q, role)))
+            add(new_event(EventRow, (t0, PASS_BEGIN, w, 0, -1, per_row[k], role)))
+            for request in firsts.get(k, ()):
+                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role)))
+            for request in finished.get(k, ()):
+                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role)))
+            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role)))
+        rec.add_events(rows)
+
+
+def carry(worker: Worker, horizon: float, plans: list | None = None,
+          start: int | None = None) -> tuple[int, list[SchedulerOutput] | None] | None:
+    """Run the worker's passes from now (or ``start``), admitting arrivals as they come; returns when the
+    last pass ends and, if the pass after it was planned already and must run on its own, its plans; None
+    if no pass qualifies (the worker then runs the next pass on its own).
+
+    ``plans``, if given, are the ranks' plans of the first pass (made by the schedulers, maybe admitting).
+    Every pass ends before ``horizon``, the next event of any other process.
+    """
+    now = worker.env.now if start is None else start
+    typical = worker.decode_pass_ns or worker.last_pass_ns
+    if plans is None and now + typical >= horizon:
+        return None  # the next pass would most likely end past the horizon: not worth gathering
+    run = _Run(worker, plans)
+    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
+        return None
+    rows = MAX_RUN
+    if horizon != float("inf"):
+        rows = min(rows, int((horizon - now) // max(typical, 1)) + 2)
+    limits = worker.limits
+    if limits is not None:
+        rows = min(rows, limits.spec.max_passes - limits.num_passes)
+    if rows < 1:
+        return None
+    state = _Carried(worker, run, now, rows)
+    state.price_from(0)
+    source = worker.arrivals
+    worker.open_pass_ends.append(now)  # events before the arrivals created ahead are still to be recorded
+    try:
+        m = _admit_arrivals(state, source, horizon)
+        if m < 1:
+            return None
+        handing_over = state.planned == m
+        plan = state.commit(m, handing_over)
+    finally:
+        worker.open_pass_ends.remove(now)
+    return int(state.end[m - 1]), None if plan is None else [plan]
+
+
+def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
+    """Take rows while arrivals are admitted whole; returns how many rows the run takes."""
+    end = state.end
+    while True:
+        valid = state.valid(horizon)
+        if valid < 1:
+            return 0
+        t = source.next_arrival_ns()
+        if t is None:
+            return valid
+        j = int(np.searchsorted(end[:valid], t, side="left"))
+        if j == valid:
+            return valid  # every row ends before the arrival
+        if end[j] == t:
+            return j  # a pass ending at the arrival's instant runs on its own
+        # Row j spans the arrival: the next row's plan sees it. No arrival may come at row j's very end
+        # (it would be seen too), nor break the request limit.
+        if not source.quiet_until(int(end[j])):
+            return j
+        k = j + 1
+        if k >= valid or k <= state.planned:
+            return k
+        state.apply(k, plan=True)
+        source.arrive_early(int(end[j]))
+        out = state.admit(k)
+        if not state.take(k, out):
+            return k
+        if state.valid(horizon) <= k:
+            return k
