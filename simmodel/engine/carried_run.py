@@ -22,18 +22,18 @@ those of the pass-by-pass run; ``tests/scenarios/test_decode_runs.py`` checks it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from heapq import heappop, heappush
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simmodel.engine.clock import as_of
 from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
+from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
-from simmodel.perf.timing import DECODE, PREFILL, PassSums, price_passes
+from simmodel.perf.timing import DECODE, PREFILL, PassSums
 
 if TYPE_CHECKING:
     from simmodel.engine.request import Request
@@ -86,9 +86,10 @@ class _Carried:
             grows[0] = False  # the plan took the first pass's blocks already
         self.allocations = grows.sum(axis=1)
         """Blocks the decodes of each row take."""
+        self.total_allocations = int(self.allocations.sum())
         decodes = active.sum(axis=1)
         contexts = np.where(active, context, 0).sum(axis=1)
-        table = self.table = np.zeros((rows, 10))
+        table = self.table = np.zeros((rows, 10), order="F")  # each column contiguous: priced as arrays
         if self.planned_first:  # the first row's prefills, from the plan, are not decodes
             plan = run.plans[0]
             for i in np.flatnonzero(run.new).tolist():
@@ -99,7 +100,7 @@ class _Carried:
         table[:, DECODE] = table[:, DECODE + 1] = table[:, DECODE + 4] = decodes
         table[:, DECODE + 2] = contexts
         table[:, DECODE + 3] = contexts + decodes
-        self.ramp = _DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0])
+        self.ramp = np.asfortranarray(_DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0]))
         """Row j: what a request with j tokens of context adds to a row's decode totals."""
         self.capacity = np.full(rows, worker._kv_capacity_tokens[0])
         self.busy = np.zeros(rows, np.int64)
@@ -118,13 +119,16 @@ class _Carried:
         self.admitted_blocks = np.zeros(rows, np.int64)
         """Blocks in use added by each row's admissions."""
         self.finished: dict[int, list] = {}
+        self.finishes = False
+        """Requests finished since the last admission (the scheduler's running list is behind)."""
         self.admissions: dict[int, list] = {}
         """Row: its admitted requests and their new tokens (events recorded with the row)."""
         self.used_before = self.pool.num_used_blocks
         self.ops: list[int] = []
         """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
-        for i in range(n):
-            self._schedule_ops(i)
+        for i, (left, context, blocks, cached, new) in enumerate(zip(
+                run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(), run.new.tolist())):
+            self._schedule_ops(i, 0, left, context, blocks, cached, new)
         self.open_plan: tuple[int, SchedulerOutput, bool] | None = None
         """The last admission's row, its scheduler output and the capacity flag it left."""
         self._kv_check(0)
@@ -137,7 +141,7 @@ class _Carried:
         if k >= hi:
             return True
         n = hi - k
-        seconds, labels = price_passes(self.worker.timing, PassSums(self.table[k:hi], self.capacity[k:hi], n), n)
+        seconds, labels = self.worker.timing.price_sums(PassSums(self.table[k:hi], self.capacity[k:hi], n))
         busy = _busy_ns(seconds)
         if busy is None:
             self.cap = min(self.cap, k)
@@ -162,27 +166,29 @@ class _Carried:
     def _kv_check(self, k: int) -> None:
         """Lower ``cap`` to the first row after k whose decodes would need more blocks than are free now
         (frees ignored: a shorter run is the same run)."""
-        taken = np.cumsum(self.allocations[k + 1 if self.planned >= k else k:])
         free = self.pool.num_free_blocks
+        if self.total_allocations <= free:
+            return  # even every row's blocks are free
+        taken = np.cumsum(self.allocations[k + 1 if self.planned >= k else k:])
         if taken.size and taken[-1] > free:
             self.cap = min(self.cap, (k + 1 if self.planned >= k else k) + int(np.argmax(taken > free)))
 
     # -- pool operations -------------------------------------------------------------------------------
 
-    def _schedule_ops(self, i: int) -> None:
+    def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
+                      prefill: bool) -> None:
         """Queue column i's pool operations (``ops``): the rows where its decode takes a block and where its
         tokens fill a block to cache (context + 1 reaching a block boundary past those cached), and its finish."""
-        f, left, context = int(self.first[i]), int(self.left[i]), int(self.context[i])
         bs, ops = self.bs, self.ops
         hi = min(f + left, self.rows)
-        lo = f + 1 if (self.prefills[i] or (f == 0 and self.planned_first)) else f  # a planned row: done
+        lo = f + 1 if (prefill or (f == 0 and self.planned_first)) else f  # a planned row: done
         if self.pool.caching:
-            row = f + max(-(-context // bs), int(self.blocks[i])) * bs - context  # context at a boundary
+            row = f + max(-(-context // bs), blocks) * bs - context  # context at a boundary
             if row < lo:
                 row += -(-(lo - row) // bs) * bs
             for j in range(row, hi, bs):
                 heappush(ops, ((2 * j * _COLUMNS + i) << 1))
-            row = f + (max(int(self.cached[i]) + 1, -(-(context + 1) // bs)) * bs - 1 - context)
+            row = f + (max(cached + 1, -(-(context + 1) // bs)) * bs - 1 - context)
             if row < lo:
                 row += -(-(lo - row) // bs) * bs
             for j in range(row, hi, bs):
@@ -221,6 +227,7 @@ class _Carried:
                     self.returned[row] += blocks
                     _finish(sched, request)
                 self.finished.setdefault(row, []).append(request)
+                self.finishes = True
             elif kind:  # its tokens once the row is planned: context + 1
                 pool.cache_full_blocks(request, int(context[i]) + row - int(first[i]) + 1)
             else:
@@ -234,12 +241,12 @@ class _Carried:
     def admit(self, k: int) -> SchedulerOutput:
         """The scheduler's admissions when row k is planned (its decodes planned already), as ``schedule()``
         makes them after planning the running requests."""
-        n = self.n
-        rel = k - self.first[:n]
-        running = np.flatnonzero((rel >= 0) & (rel < self.left[:n])).tolist()
         sched = self.sched
-        requests = self.requests
-        sched.running = [requests[i] for i in running]
+        if self.finishes:  # the scheduler's list, as the passes before row k left it
+            sched.running = running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+            self.finishes = False
+        else:
+            running = sched.running
         cfg = sched.config
         eligible = len(running) + len(sched.waiting) + len(sched.handoffs)
         threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
@@ -260,30 +267,36 @@ class _Carried:
                 or len(sched.running) > cfg.max_num_batched_tokens):
             return False
         max_model_len, bs = cfg.max_model_len, self.bs
+        for request in out.requests:
+            if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
+                    or request.on_finish is not None or request.num_output_tokens):
+                return False
         start = int(self.end[k - 1])
         table, rows = self.table, self.rows
+        prefill = table[k]
+        admissions = self.admissions[k] = []
         for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
-            prompt = request.num_prompt_tokens
-            left = min(request.max_tokens, max_model_len - prompt)
-            if left < 1 or request.on_finish is not None or request.num_output_tokens:
-                return False
-        for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
-            prompt = request.num_prompt_tokens
+            prompt, blocks = request.num_prompt_tokens, request.num_blocks
             left = min(request.max_tokens, max_model_len - prompt)
             context = prompt - 1
-            self._column(request, context, left, k, request.num_blocks, request.num_cached_blocks)
+            self._column(request, context, left, k, blocks, request.num_cached_blocks)
             request.first_admitted_at = start
-            self.admissions.setdefault(k, []).append((request, q))
-            table[k, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+            admissions.append((request, q))
+            prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
+            prefill[PREFILL + 1] += q
+            prefill[PREFILL + 2] += c
+            prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
+            prefill[PREFILL + 4] += 1
             lo, hi = k + 1, min(k + left, rows)
             if lo < hi:  # its decodes: context + j − k tokens in KV in row j
                 table[lo:hi, DECODE:DECODE + 5] += self.ramp[lo:hi]
                 table[lo:hi, DECODE + 2:DECODE + 4] += context - k
-                x = max(-(-(context + 1) // bs), request.num_blocks) * bs  # its first block boundary
-                j = k + x - context
+                j = k + max(-(-(context + 1) // bs), blocks) * bs - context  # its first block boundary
                 if j < hi:
                     self.allocations[j:hi:bs] += 1
-            self.last = max(self.last, k + left)
+                    self.total_allocations += len(range(j, hi, bs))
+            if k + left > self.last:
+                self.last = k + left
         self._kv_check(k)
         return self.price_from(k)
 
@@ -299,7 +312,7 @@ class _Carried:
         self.outputs[i], self.prefills[i] = 0, True
         self.requests.append(request)
         self.n = i + 1
-        self._schedule_ops(i)
+        self._schedule_ops(i, first, left, context, blocks, cached, True)
 
     # -- the end of the run ----------------------------------------------------------------------------
 
@@ -486,8 +499,8 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
 def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
     """Take rows while arrivals are admitted whole; returns how many rows the run takes."""
     end = state.end
+    valid = state.valid(horizon)
     while True:
-        valid = state.valid(horizon)
         if valid < 1:
             return 0
         t = source.next_arrival_ns()
@@ -510,5 +523,6 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
         out = state.admit(k)
         if not state.take(k, out):
             return k
-        if state.valid(horizon) <= k:
+        valid = state.valid(horizon)
+        if valid <= k:
             return k

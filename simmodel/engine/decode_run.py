@@ -11,9 +11,10 @@ compares whole runs with coalescing on and off, byte for byte.
 
 A run covers passes 1..m after the pass just ended — or, when the ranks have just planned a pass that runs
 every running request to the end of its sequence (admitting new requests with their whole prompt), that
-pass and the decodes after it — and only while nothing outside the worker can see or change it: every pass of the run ends strictly before the next event of any other process (an
-arrival, a transfer, another worker's pass end, the end of the run), so no one observes the worker
-mid-run and the event log, ordered by time, is the same. It stops before a pass that would preempt (not
+pass and the decodes after it — and only while nothing outside the worker can see or change it: every
+pass of the run ends strictly before the next event of any other process (an arrival, a transfer,
+another worker's pass end, the end of the run), so no one observes the worker mid-run and the event log,
+ordered by time, is the same. It stops before a pass that would preempt (not
 enough free KV blocks), before a request whose finish calls back into the simulation (closed-loop
 clients, P/D handoffs) would finish, at the safety limits, and when every request has finished.
 Requests finishing inside the run leave it as they would (status, blocks freed, ``FINISH`` event).
@@ -21,12 +22,12 @@ Requests finishing inside the run leave it as they would (status, blocks freed, 
 Only vLLM's scheduler without speculative decoding is coalesced (synchronous with ``advance``, async with
 ``advance_async``), and only from a state where every rank's queue is empty and every running request
 sampled in the pass just ended (or samples its first token in the planned pass); anything else runs pass
-by pass. ``docs/speed.md`` has the details.
+by pass. With one worker of one rank under an open-loop load, ``carried_run`` goes further: its runs go on
+through arrivals, admitting each in the pass planned after it. ``docs/speed.md`` has the details.
 """
 
 from __future__ import annotations
 
-from itertools import chain
 from operator import attrgetter, is_
 from typing import TYPE_CHECKING
 
@@ -155,47 +156,6 @@ class _Run:
             np.zeros(len(requests), dtype=np.int64)
         return True
 
-    def follow(self, previous: _Run, m: int) -> bool:
-        """``gather`` for a run carried on past arrivals (one rank): the previous run's requests that ran
-        its m passes without finishing, then those the planned pass admits, their arrays derived from the
-        previous run's instead of read back; False if the plan does not start a run (see ``gather``)."""
-        rank, plan = self.ranks[0], self.plans[0]
-        s = rank.scheduler
-        admitted = plan.admitted
-        if (s.waiting or s.handoffs or plan.preempted or plan.resumed or previous.calls_back is not None
-                or any(map(_CALL, admitted))):
-            return False
-        running = s.running
-        stay = previous.left > m
-        kept = len(running) - len(admitted)
-        if (len(running) > s.config.max_num_batched_tokens or len(plan.requests) != len(running)
-                or not all(plan.samples) or not all(map(is_, plan.requests, running))
-                or not all(map(is_, admitted, running[kept:])) or kept != int(np.count_nonzero(stay))):
-            return False
-        max_model_len = s.config.max_model_len
-        columns = []  # per admitted request: as if mid-decode (computed, outputs, left)
-        for request in admitted:
-            prompt, outputs = request.num_prompt_tokens, request.num_output_tokens
-            if request.num_computed_tokens != prompt + outputs:
-                return False  # its prompt is not computed to its end
-            columns.append((prompt + outputs - 1, outputs,
-                            min(request.max_tokens - outputs, max_model_len - prompt - outputs)))
-        state = previous.state if kept == len(stay) else np.compress(stay, previous.state, axis=1)
-        state = state + _STEP * m  # m more tokens computed and output, m fewer left
-        if columns:
-            state = np.concatenate((state, np.array(columns, dtype=np.int64).T), axis=1)
-        self.requests = list(running)  # the scheduler's list changes with its next plan
-        self.bounds = [0, len(running)]
-        self.stage = 0
-        self.calls_back = None
-        self.state = state
-        self.computed, self.outputs, self.left = state
-        self.blocks, self.cached = np.fromiter(chain.from_iterable(map(_HELD, running)), np.int64,
-                                               2 * len(running)).reshape(-1, 2).T
-        self.new = np.arange(len(running)) >= kept
-        self.rank_of = np.zeros(len(running), dtype=np.int64)
-        return True
-
     def candidates(self, num_passes: int) -> None:
         """The matrices of passes 1..num_passes: who is still running, and who takes a KV block."""
         bs = self.ranks[0].pool.block_size
@@ -220,8 +180,7 @@ class _Run:
         return self.per_rank(self.grows[:num_passes])
 
 
-def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None,
-            start: int | None = None, previous: tuple[_Run, int] | None = None) -> int | None:
+def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: list | None = None) -> int | None:
     """Coalesce the decode passes that follow now; returns the end of the run's last pass, with every pass
     applied and recorded, or None if no pass qualifies.
 
@@ -230,17 +189,16 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     it may still run, since its plan could not have seen the request (but not one ending at that very
     instant, whose outputs would be recorded after the arrival). ``plans``, if given, are the ranks' plans
     of the pass starting now (the run's first pass, maybe admitting requests), made by the schedulers.
-    ``start``: when the run starts, if not now (a run carried on past arrivals, see ``Worker._carry``), and
-    ``previous``: the run before it and its length (``worker.last_run`` after it), whose arrays it goes on from.
+    (With one rank, ``carried_run.carry`` goes on through arrivals instead.)
     """
-    now = worker.env.now if start is None else start
+    now = worker.env.now
     if arrival is None:
         arrival = horizon
     typical = worker.decode_pass_ns or worker.last_pass_ns
     if plans is None and now + typical >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
     run = _Run(worker, plans)
-    if not (run.follow(*previous) if previous is not None and len(worker.ranks) == 1 else run.gather()):
+    if not run.gather():
         return None
     limit = min(_pass_cap(run, now, horizon, arrival), int(run.left.max()))
     if limit < 1:
@@ -259,7 +217,6 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if m < 1:
         return None
     _apply(run, m, start[:m], end[:m], busy[:m], labels[:m])
-    worker.last_run = (run, m)
     return int(end[m - 1])
 
 

@@ -82,8 +82,6 @@ class Worker:
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
-        self.last_run = None
-        """The last synchronous coalesced run and its length (a run carried on past arrivals goes on from it)."""
         self.horizon: int | None = None
         """No coalesced pass ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None

@@ -218,8 +218,8 @@ class TrafficSource:
 
     def arrive_early(self, before_ns: int) -> None:
         """Create and place, each at its own arrival time, the requests arriving before ``before_ns``. A
-        worker's carried decode run calls this when it plans a pass past their arrivals: its
-        pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
+        worker's carried run (``engine/carried_run.py``) calls this when it plans a pass past their
+        arrivals: its pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
         request schedules nothing, so each is created as of its arrival time (``clock.as_of``: every record
         and field is as at that instant); the arrival's own timeout then finds it done (``run``). Only while
         ``arrives_early``, and no arrival may break ``limits.max_requests`` (the caller checks

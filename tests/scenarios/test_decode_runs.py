@@ -240,3 +240,35 @@ def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part):
     assert_same(by_pass, coalesced)
     assert counts["handed over"] > 10 or name == "prefix-caching", counts
     assert counts["admitted in a run"] > (10 if name != "chunked-prefills" else 0), counts
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["pass-by-pass", "coalesced"])
+def test_arrivals_admitted_inside_a_run(tmp_path, monkeypatch, coalesce):
+    """A decodes alone; B and C arrive mid-pass and join the pass planned after their arrival, inside one
+    carried run. By hand, with the fixed 20 ms prefill / 10 ms decode timing (a mixed pass costs both):
+    A (100 → 50) prefills 0–20 ms and decodes 10 ms a pass, so pass j ends at 20 + 10j ms; B (40 → 20)
+    arrives at 55 ms, in pass 4 (50–60), and is admitted by pass 5 (60–90, mixed), so pass 5 + i ends at
+    90 + 10i; C (30 → 3) arrives at 163 ms, in pass 13 (160–170), and is admitted by pass 14 (170–200), so
+    pass 14 + i ends at 200 + 10i. C's tokens end passes 14–16 (finished at 220 ms), B's passes 5–24
+    (300 ms), A's passes 0–49 (550 ms)."""
+    from simmodel.engine import carried_run
+
+    admitted = []
+    take = carried_run._Carried.take
+
+    def counting_take(self, k, out):
+        taken = take(self, k, out)
+        admitted.extend(request.request_id for request in out.admitted if taken)
+        return taken
+
+    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 50), (0.055, 40, 20), (0.163, 30, 3)])
+    sim = Simulation(parse_scenario(trace_scenario(trace), Path(".")), coalesce=coalesce)
+    result = sim.run()
+    ms = 1_000_000
+    a, b, c = sim.requests
+    assert [q.first_admitted_at for q in (a, b, c)] == [0, 60 * ms, 170 * ms]
+    assert [q.first_token_at for q in (a, b, c)] == [20 * ms, 90 * ms, 200 * ms]
+    assert [q.finished_at for q in (a, b, c)] == [550 * ms, 300 * ms, 220 * ms]
+    assert len(result.passes) == 50
+    assert admitted == ([1, 2] if coalesce else [])
