@@ -7,6 +7,7 @@ then lasts as long as its slowest rank. The GPU performance model plugs in behin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -176,9 +177,14 @@ class PolynomialTiming(SumsTiming):
         d, e, f = self.DECODE
         ms = np.where(dec[:, SEQUENCES] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
         prefilling = np.flatnonzero(pre[:, SEQUENCES])
-        if prefilling.size:  # the prefill curve, on the rows that prefill (most of a decode run's have none)
+        a, b, c = self.PREFILL
+        if prefilling.size > 2:  # the prefill curve, on the rows that prefill (most of a decode run's have none)
             n, new, ctx = pre[prefilling, SEQUENCES], pre[prefilling, NEW_TOKENS], pre[prefilling, CONTEXT_TOKENS]
             tokens = n * (np.floor((ctx + new) / n) - np.floor(ctx / n))
-            a, b, c = self.PREFILL
             ms[prefilling] += (a * tokens + b) * tokens + c
+        else:  # one or two rows (a pass, a run's admitting row): the same float64 operations, as scalars
+            for i in prefilling.tolist():
+                n, new, ctx = pre[i, SEQUENCES].item(), pre[i, NEW_TOKENS].item(), pre[i, CONTEXT_TOKENS].item()
+                tokens = n * float(math.floor((ctx + new) / n) - math.floor(ctx / n))
+                ms[i] += (a * tokens + b) * tokens + c
         return ms / 1000.0, None
