@@ -515,8 +515,8 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
         # (it would be seen too), nor break the request limit.
         if not source.quiet_until(int(end[j])):
             return j
-        k = j + 1
-        if k >= valid or k <= state.planned:
+        k = j + 1  # (past the last admission's row: the arrival comes after that row's plan)
+        if k >= valid:
             return k
         state.apply(k, plan=True)
         source.arrive_early(int(end[j]))
