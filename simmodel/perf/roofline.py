@@ -102,6 +102,8 @@ class RooflineTiming(SumsTiming):
         self.deployment, self.efficiency, self.host = d, efficiency, host
         self.num_ranks = d.attention_data
         self.layer_overhead_s = m.num_layers * host.per_layer_us * 1e-6
+        self.host_s_by_kind = np.array([host.decode_ms, host.decode_ms, host.prefill_ms, host.mixed_ms]) / 1000.0
+        """Seconds a pass adds on the host, indexed by 2 × (it prefills) + (it decodes)."""
         self.linear_peak = efficiency.compute * hw.peak_flops(d.weight_bytes)
         self.attention_peak = efficiency.compute * hw.bf16_flops
         self.hbm = efficiency.memory * hw.hbm_bytes_per_s
@@ -177,7 +179,8 @@ class RooflineTiming(SumsTiming):
         busy = tokens > 0
         sampling = samples > 0
         linear_flops = tokens * self.dense_flops_per_token
-        linear_bytes = np.where(busy, self.dense_weight_bytes, 0.0) + tokens * self.activation_bytes_per_token
+        # (a boolean times a non-negative constant: the constant or 0.0, as np.where would give, but cheaper)
+        linear_bytes = busy * self.dense_weight_bytes + tokens * self.activation_bytes_per_token
         worker_tokens = None
         if self.moe_flops_per_token or self.num_exchanges:  # (a dense model without exchanges adds nothing)
             per_pass = tokens.reshape(num_passes, -1)
@@ -202,7 +205,7 @@ class RooflineTiming(SumsTiming):
         attention = np.maximum(attention_flops / self.attention_peak,
                                (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
         lm_head = np.maximum(samples * self.lm_head_flops_per_seq / self.lm_head_peak,
-                             (np.where(sampling, self.lm_head_weight_bytes, 0.0) + samples * self.logit_bytes_per_seq)
+                             (sampling * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq)
                              / hbm)
         comm = np.zeros(len(tokens))
         if self.num_all_reduces:
@@ -213,13 +216,13 @@ class RooflineTiming(SumsTiming):
             moved = worker_tokens if self.exchange_is_gather else tokens
             comm = comm + np.where(worker_tokens > 0, self.num_exchanges * (
                 self.exchange_latency_s + moved * self.exchange_bytes_per_token / self.exchange_link), 0.0)
-        host = self.host
-        host_ms = np.where(prefills > 0, np.where(decodes > 0, host.mixed_ms, host.prefill_ms), host.decode_ms)
+        # The host overhead by pass kind: decode only (or idle), prefill only, mixed.
+        host_s = self.host_s_by_kind.take((prefills > 0) * 2 + (decodes > 0))
         table = np.empty((len(tokens), len(GROUPS)))  # C order: a row's groups are summed in the same order
         for i, column in enumerate((linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
                                     samples * self.sampler_bytes_per_seq / hbm,
                                     tokens * self.elementwise_bytes_per_token / hbm, comm,
-                                    np.where(busy, self.layer_overhead_s, 0.0), np.where(busy, host_ms / 1000.0, 0.0))):
+                                    busy * self.layer_overhead_s, busy * host_s)):
             table[:, i] = column
         return table
 
