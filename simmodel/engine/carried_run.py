@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import as_of
+from simmodel.engine.clock import NS_PER_S, as_of
 from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.errors import SimulationError
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
@@ -40,7 +41,10 @@ if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
 
 _COLUMNS = 1 << 20
-"""Pool operations are queued by one integer key ((row × 2 + phase) × _COLUMNS + column) × 2 + kind."""
+"""Pool operations are queued by one integer key (step × _COLUMNS + column) × 4 + action, so that a heap
+pops them in vLLM's order: by step (synchronous: row × 2 + phase, a row's plan then its end; async: see
+``_CarriedAsync``), then running order, then action."""
+_ALLOCATE, _CACHE, _FINISH = 0, 1, 2
 
 _DECODE_ROW = np.array([1, 1, 0, 1, 1])
 """What one decoding request adds to a pass's decode totals (sequences, new tokens, context, pairs, sampled),
@@ -56,8 +60,15 @@ class _Carried:
     (``table``, the timing model's ``PassSums`` columns) are whole numbers kept exactly in float64.
     """
 
+    CACHE_SHIFT = (1, 1)
+    """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
+    FINISH_BACK = 0
+    """A finish at step s retires the request after row s // 2 − this."""
+
     def __init__(self, worker: Worker, run: _Run, now: int, rows: int) -> None:
         self.worker, self.now, self.rows = worker, now, rows
+        self.start0 = now
+        """When row 0 starts."""
         rank = worker.ranks[0]
         self.rank, self.sched, self.pool = rank, rank.scheduler, rank.pool
         self.bs = self.pool.block_size
@@ -114,6 +125,8 @@ class _Carried:
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
         """The row whose planning (its allocations and insertions) is applied, if ahead of ``applied``."""
+        self.planned_rows = 1 if self.planned_first else 0
+        """Rows whose allocations are taken (for a pool of counted blocks)."""
         self.returned = np.zeros(rows, np.int64)
         """Blocks returned at the end of each row."""
         self.admitted_blocks = np.zeros(rows, np.int64)
@@ -131,7 +144,7 @@ class _Carried:
             self._schedule_ops(i, 0, left, context, blocks, cached, new)
         self.open_plan: tuple[int, SchedulerOutput, bool] | None = None
         """The last admission's row, its scheduler output and the capacity flag it left."""
-        self._kv_check(0)
+        self._kv_check(self.planned_rows)
 
     # -- rows ---------------------------------------------------------------------------------------
 
@@ -143,9 +156,15 @@ class _Carried:
         n = hi - k
         seconds, labels = self.worker.timing.price_sums(PassSums(self.table[k:hi], self.capacity[k:hi], n))
         busy = _busy_ns(seconds)
-        if busy is None:
-            self.cap = min(self.cap, k)
-            return False
+        if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
+            s = seconds[:, 0]
+            j = int(np.argmax(~((s * NS_PER_S < 2**62) & (s >= 0))))
+            self.cap = min(self.cap, k + j)
+            self.bad_price = float(s[j])
+            if not j:
+                return False
+            hi, seconds, labels = k + j, seconds[:j], labels[:j]
+            busy = _busy_ns(seconds)
         self.busy[k:hi] = busy[:, 0]
         self.end[k:hi] = np.cumsum(self.busy[k:hi]) + (self.end[k - 1] if k else self.now)
         self.labels[k:hi] = labels
@@ -164,14 +183,14 @@ class _Carried:
         return v
 
     def _kv_check(self, k: int) -> None:
-        """Lower ``cap`` to the first row after k whose decodes would need more blocks than are free now
-        (frees ignored: a shorter run is the same run)."""
+        """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more
+        blocks than are free now (frees ignored: a shorter run is the same run)."""
         free = self.pool.num_free_blocks
         if self.total_allocations <= free:
             return  # even every row's blocks are free
-        taken = np.cumsum(self.allocations[k + 1 if self.planned >= k else k:])
+        taken = np.cumsum(self.allocations[k:])
         if taken.size and taken[-1] > free:
-            self.cap = min(self.cap, (k + 1 if self.planned >= k else k) + int(np.argmax(taken > free)))
+            self.cap = min(self.cap, k + int(np.argmax(taken > free)))
 
     # -- pool operations -------------------------------------------------------------------------------
 
@@ -187,36 +206,42 @@ class _Carried:
             if row < lo:
                 row += -(-(lo - row) // bs) * bs
             for j in range(row, hi, bs):
-                heappush(ops, ((2 * j * _COLUMNS + i) << 1))
+                heappush(ops, (2 * j * _COLUMNS + i) * 4 + _ALLOCATE)
             row = f + (max(cached + 1, -(-(context + 1) // bs)) * bs - 1 - context)
             if row < lo:
                 row += -(-(lo - row) // bs) * bs
             for j in range(row, hi, bs):
-                heappush(ops, ((2 * j * _COLUMNS + i) << 1) | 1)
+                heappush(ops, (2 * j * _COLUMNS + i) * 4 + _CACHE)
         if f + left - 1 < self.rows:
-            heappush(ops, ((2 * (f + left - 1) + 1) * _COLUMNS + i) << 1)
+            heappush(ops, ((2 * (f + left - 1) + 1) * _COLUMNS + i) * 4 + _FINISH)
 
     def apply(self, upto: int, plan: bool) -> None:
         """Apply rows ``applied``..upto − 1 (each row's allocations and insertions, then its finishes), then
         if ``plan`` row upto's allocations and insertions, in vLLM's order (see ``decode_run._pool_ops``):
         row, then allocations and insertions before finishes, then running order, then allocation before
         insertion."""
-        a = self.applied
-        if upto - a + plan <= 0:
+        if upto - self.applied + plan <= 0:
             return
+        self._apply_steps(2 * upto + plan, upto + plan)
+        self.applied = upto
+        self.planned = upto if plan else -1
+
+    def _apply_steps(self, limit: int, planned_rows: int) -> None:
+        """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
         pool, sched, requests, ops = self.pool, self.sched, self.requests, self.ops
-        if not pool.caching:  # counted blocks: the allocations' totals, in time for each admission
-            lo = a + (self.planned == a)
-            pool.num_free_blocks -= int(self.allocations[lo:upto + plan].sum())
-        limit = (2 * upto + plan) * _COLUMNS << 1
+        if not pool.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
+            pool.num_free_blocks -= int(self.allocations[self.planned_rows:planned_rows].sum())
+        self.planned_rows = max(self.planned_rows, planned_rows)
+        limit = limit * _COLUMNS * 4
         context, first, left, bs = self.context, self.first, self.left, self.bs
+        shift, back = self.CACHE_SHIFT, self.FINISH_BACK
         while ops and ops[0] < limit:
             key = heappop(ops)
-            code, kind = key >> 1, key & 1
+            code, action = key >> 2, key & 3
             step, i = divmod(code, _COLUMNS)
-            row, phase = step >> 1, step & 1
             request = requests[i]
-            if phase:  # it finishes at the end of this row
+            if action == _FINISH:
+                row = (step >> 1) - back
                 if pool.caching:
                     before = pool.num_free_blocks
                     _finish(sched, request)
@@ -228,13 +253,11 @@ class _Carried:
                     _finish(sched, request)
                 self.finished.setdefault(row, []).append(request)
                 self.finishes = True
-            elif kind:  # its tokens once the row is planned: context + 1
-                pool.cache_full_blocks(request, int(context[i]) + row - int(first[i]) + 1)
+            elif action == _CACHE:
+                pool.cache_full_blocks(request, int(context[i]) - int(first[i]) + (step >> 1) + shift[step & 1])
             else:
                 request.block_ids.append(pool.allocate_one())
                 request.num_blocks = len(request.block_ids)
-        self.applied = upto
-        self.planned = upto if plan else -1
 
     # -- admissions ------------------------------------------------------------------------------------
 
@@ -259,9 +282,10 @@ class _Carried:
         self.worker._placed_at_plan = self.worker._num_placed
         return out
 
-    def take(self, k: int, out: SchedulerOutput) -> bool:
+    def take(self, k: int, out: SchedulerOutput, admitted_at: int | None = None) -> bool:
         """Add the requests admitted in row k as columns and price the rows from k again; False if the
-        admission is not whole prompts alone (the row is then handed over)."""
+        admission is not whole prompts alone (the row is then handed over). ``admitted_at``: when row k
+        was planned (default: as row k − 1 ended)."""
         sched, cfg = self.sched, self.sched.config
         if (sched.waiting or sched.handoffs or out.resumed or not out.admitted or not all(out.samples)
                 or len(sched.running) > cfg.max_num_batched_tokens):
@@ -271,7 +295,7 @@ class _Carried:
             if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
                     or request.on_finish is not None or request.num_output_tokens):
                 return False
-        start = int(self.end[k - 1])
+        start = int(self.end[k - 1]) if admitted_at is None else admitted_at
         table, rows = self.table, self.rows
         prefill = table[k]
         admissions = self.admissions[k] = []
@@ -297,7 +321,7 @@ class _Carried:
                     self.total_allocations += len(range(j, hi, bs))
             if k + left > self.last:
                 self.last = k + left
-        self._kv_check(k)
+        self._kv_check(k + 1)
         return self.price_from(k)
 
     def _column(self, request: Request, context: int, left: int, first: int, blocks: int, cached: int) -> None:
@@ -412,7 +436,7 @@ class _Carried:
         prefill_seqs = table[:, PREFILL].astype(np.int64)
         prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
         tokens = decodes + prefill_tokens
-        starts = np.concatenate(([self.now], self.end[:m - 1]))
+        starts = np.concatenate(([self.start0], self.end[:m - 1]))
         ends = self.end[:m]
         busy = self.busy[:m]
         used = (self.used_before + np.cumsum(self.allocations[:m]) + np.cumsum(self.admitted_blocks[:m])
@@ -526,3 +550,340 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
         valid = state.valid(horizon)
         if valid <= k:
             return k
+
+
+# -- asynchronous scheduling ------------------------------------------------------------------------
+
+class _CarriedAsync(_Carried):
+    """A carried run under vLLM's async scheduling (see ``decode_run.advance_async``): row 0 is the pass in
+    flight, and row j ≥ 1 is planned at decision j − 2, when the outputs of row j − 2 are processed (decision
+    −1: now). Step 2(d + 1) processes the outputs of row d (its delivered tokens cached, then the finished
+    retired), step 2(d + 1) + 1 plans row d + 2 (blocks, then the delivered tokens cached), and the
+    admissions of that plan follow it. A run of m rows delivers rows 0..m − 1 and leaves row m in flight."""
+
+    CACHE_SHIFT = (0, 1)
+    FINISH_BACK = 1
+
+    def __init__(self, worker: Worker, run: _Run, now: int, rows: int, in_flight: tuple) -> None:
+        self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
+        super().__init__(worker, run, now, rows)
+        self.start0 = first_start
+        self.busy[0], self.end[0] = int(first_busy[0]), first_end  # priced when it started
+        self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
+        self.plans_by_row: dict[int, SchedulerOutput] = {}
+        """Row: the admissions planned in it (their part of the row's plan)."""
+
+    def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
+                      prefill: bool) -> None:
+        """Queue column i's pool operations. It runs rows f..f + left − 1; row f was planned before (the pass
+        in flight, or its admission), the window plans the others. Planning row r (step 2r − 1) takes a
+        block where its context reaches a block boundary past the blocks held, and caches the delivered
+        tokens (context of row r) where they fill a new block; processing its last row's outputs (step
+        2(f + left)) caches them once more if they fill one, then retires it."""
+        bs, ops = self.bs, self.ops
+        hi = min(f + left, self.rows)
+        lo = f + 1
+        if self.pool.caching:
+            row = f + max(-(-(context + 1) // bs), blocks) * bs - context
+            for r in range(row, hi, bs):
+                heappush(ops, ((2 * r - 1) * _COLUMNS + i) * 4 + _ALLOCATE)
+            if lo < hi and (context + 1) // bs > cached:
+                heappush(ops, ((2 * lo - 1) * _COLUMNS + i) * 4 + _CACHE)
+            row = f + max(cached + 1, -(-(context + 2) // bs)) * bs - context
+            for r in range(row, hi, bs):
+                heappush(ops, ((2 * r - 1) * _COLUMNS + i) * 4 + _CACHE)
+            last = f + left - 1
+            known = context + left  # tokens known once its last row's outputs are processed
+            if last < self.rows and known // bs > cached and (left == 1 or known % bs == 0):
+                heappush(ops, ((2 * (last + 1)) * _COLUMNS + i) * 4 + _CACHE)
+        if f + left - 1 < self.rows:
+            heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
+
+    def decide(self, d: int, plan: bool) -> None:
+        """Apply the operations up to decision d: the outputs of rows ..d processed, and if ``plan`` row
+        d + 2's decodes planned."""
+        self._apply_steps(2 * (d + 1) + 1 + plan, d + 2 + plan)
+
+    def deliverable(self, horizon: float) -> int:
+        """Rows whose outputs may be delivered as priced now: before ``horizon`` and within the time limit."""
+        hi = min(self.last, self.rows, self.cap)
+        end = self.end[:hi]
+        v = int(np.searchsorted(end, horizon, side="left"))
+        limits = self.worker.limits
+        if limits is not None:
+            v = min(v, int(np.searchsorted(end, limits.max_time_ns, side="right")))
+        return v
+
+    def valid(self, horizon: float) -> int:
+        """How many rows the run may deliver: each before ``horizon``, and the row then left in flight
+        planned and running a request."""
+        return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
+
+    def admits_alone(self, d: int) -> bool:
+        """Whether the plan of row d + 2 (at decision d, after its decodes) admits the one waiting request
+        whole, as ``_admit_waiting`` would decide it: nothing is changed here, so that when it would not,
+        the worker plans that row itself."""
+        sched, pool, cfg, bs = self.sched, self.pool, self.sched.config, self.bs
+        if len(sched.waiting) != 1 or sched.handoffs:
+            return False
+        request = sched.waiting[0]
+        if (request.num_computed_tokens or request.status is not RequestStatus.WAITING or request.awaiting_kv
+                or request.num_stale_output_tokens or request.on_finish is not None):
+            return False
+        running = sum(1 for q in sched.running if q.status is RequestStatus.RUNNING)
+        budget = cfg.max_num_batched_tokens - int(self.table[d + 2, DECODE])
+        if budget <= 0 or running >= cfg.max_num_seqs:
+            return False
+        taken = int(self.allocations[d + 2])  # the decodes' blocks come first, from the free queue's head
+        free = pool.num_free_blocks - taken
+        hits = pool.find_hits(request) if pool.caching else []
+        if hits and taken and not set(hits).isdisjoint(pool.first_free(taken)):
+            return False  # a hit would be evicted first
+        computed = len(hits) * bs
+        num_tokens = request.num_tokens
+        num_new = num_tokens - computed
+        threshold = cfg.long_prefill_token_threshold  # (more than one request is eligible: running + it)
+        if (0 < threshold < num_new and running) or num_new > budget:
+            return False
+        held = len(hits)
+        evictable = pool.num_evictable(hits) if hits else 0
+        if cfg.reserve_full_isl and -(-min(num_tokens, cfg.max_model_len) // bs) - held + evictable > free:
+            return False
+        if -(-min(computed + num_new, cfg.max_model_len) // bs) - held + evictable > free:
+            return False
+        return min(request.max_tokens, cfg.max_model_len - request.num_prompt_tokens) >= 1
+
+    def admit_at(self, d: int) -> None:
+        """Plan row d + 2's admission with the scheduler's own code (``admits_alone`` said it is whole)."""
+        sched = self.sched
+        if self.finishes:
+            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+            self.finishes = False
+        cfg = sched.config
+        out = SchedulerOutput()
+        sched.finished_since_schedule = False
+        used = self.pool.num_used_blocks
+        row, at = d + 2, int(self.end[d])
+        budget = cfg.max_num_batched_tokens - int(self.table[row, DECODE])
+        threshold = cfg.long_prefill_token_threshold if len(sched.running) + 1 > 1 else 0
+        sched._admit_waiting(budget, threshold, out, at)
+        sched.prefill_capacity_bound = False
+        self.admitted_blocks[row] += self.pool.num_used_blocks - used
+        self.worker._placed_at_plan = self.worker._num_placed
+        if not self.take(row, out, at):
+            if self.cap == row:  # the pass it plans cannot be priced: as the loop reports it
+                worker = self.worker
+                raise SimulationError(f"{worker.role} worker {worker.worker_id}: the timing model priced a pass "
+                                      f"at {self.bad_price:g} s, outside what the simulated clock can hold")
+            raise RuntimeError("carried run: an admission did not go as predicted")  # (a bug if ever)
+        self.plans_by_row[row] = out
+
+    def finish(self, m: int) -> tuple:
+        """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight."""
+        self.decide(m - 1, plan=False)
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        delivered = np.clip(np.minimum(left, m - first), 0, None)
+        planned = np.clip(np.minimum(left, m + 1 - first), 0, None)
+        plan = self._in_flight_plan(m)
+        self._deliver_async(m, delivered, planned)
+        self._record_async(m)
+        worker = self.worker
+        worker.open_pass_ends.remove(int(self.end[0]))
+        worker.open_pass_ends.append(int(self.end[m]))
+        busy = np.array([self.busy[m]], dtype=np.int64)
+        return [plan], int(self.end[m - 1]), (busy, "+".join(self.labels[m])), int(self.end[m])
+
+    def _used(self, upto: int) -> np.ndarray:
+        """Blocks in use when each row 0..upto − 1 was planned (row 0: as its plan says)."""
+        returned = np.cumsum(self.returned[:max(upto - 2, 0)])
+        used = (self.used_before + np.cumsum(self.allocations[:upto]) + np.cumsum(self.admitted_blocks[:upto]))
+        used[2:] -= returned
+        used[0] = self.in_flight_plans[0].kv_blocks_used
+        return used
+
+    def _in_flight_plan(self, m: int) -> SchedulerOutput:
+        """Row m's plan as the scheduler made it: the running requests' decodes, then its admissions."""
+        n = self.n
+        rel = m - self.first[:n]
+        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n])).tolist()
+        contexts = (self.context[:n] + rel).tolist()
+        out = self.plans_by_row.get(m, SchedulerOutput())
+        plan = SchedulerOutput()
+        d = len(decoding)
+        plan.requests = [self.requests[i] for i in decoding] + out.requests
+        plan.num_new_tokens = [1] * d + out.num_new_tokens
+        plan.num_context_tokens = [contexts[i] for i in decoding] + out.num_context_tokens
+        plan.is_decode = [True] * d + out.is_decode
+        plan.samples = [True] * d + out.samples
+        plan.admitted = out.admitted
+        plan.kv_blocks_used = int(self._used(m + 1)[m])
+        return plan
+
+    def _deliver_async(self, m: int, delivered: np.ndarray, planned: np.ndarray) -> None:
+        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, with row m in flight."""
+        n = self.n
+        computed = (self.context[:n] + planned).tolist()
+        outputs = (self.outputs[:n] + delivered).tolist()
+        blocks = None
+        if not self.pool.caching:
+            blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
+        lefts = self.left[:n].tolist()
+        ends = self.end.tolist()
+        base = self.base
+        first_rows, runs, plans = self.first[:n].tolist(), delivered.tolist(), planned.tolist()
+        prefills = self.prefills[:n].tolist()
+        for i, request in enumerate(self.requests):
+            r = runs[i]
+            if not r:
+                continue  # admitted into the row left in flight: as its admission left it
+            f = first_rows[i]
+            request.num_computed_tokens = computed[i]
+            request.num_output_tokens = outputs[i]
+            request.num_output_placeholders = request.num_in_flight_tokens = plans[i] - r
+            request.is_prefill_chunk = False
+            request.num_emitted = 1
+            request.num_scheduled_drafts = 0
+            if blocks is not None and r < lefts[i]:
+                request.num_blocks = blocks[i]
+            if prefills[i]:
+                request.first_token_at = ends[f]
+                if r >= 2:
+                    request.second_token_at = ends[f + 1]
+            elif request.second_token_at is None:
+                request.second_token_at = ends[f]
+            request.last_token_at = ends[f + r - 1]
+            request.last_token_pass = base + f + r - 1
+        for row, done in self.finished.items():
+            for request in done:
+                request.finished_at = ends[row]
+        rank, sched = self.rank, self.sched
+        rank.num_passes += m
+        rank._last_delivery = ends[m - 1]
+        sched.prefill_capacity_bound = False
+        sched.finished_since_schedule = m - 1 in self.finished
+        first = self.first[:n]
+        still = np.flatnonzero((first <= m) & (first + self.left[:n] > m)).tolist()
+        sched.running = [self.requests[i] for i in still]
+
+    def _record_async(self, m: int) -> None:
+        """Record rows 0..m − 1 as the async loop records them (see ``decode_run._record``): a row's begin
+        event (and its admissions before it) is appended when it is planned, before the outputs of the row
+        before it are delivered."""
+        worker = self.worker
+        rec = self.rank.recorder
+        role, w = worker.role, worker.worker_id
+        table = self.table[:m + 1]
+        decodes = table[:, DECODE].astype(np.int64)
+        prefill_seqs = table[:, PREFILL].astype(np.int64)
+        prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
+        tokens = decodes + prefill_tokens
+        starts = np.concatenate(([self.start0], self.end[:m]))
+        ends = self.end[:m]
+        used = self._used(m)
+        gaps = (ends - starts[:m]).tolist()
+        values, counts = rec.itl_values, rec.itl_counts
+        for gap, c in zip(gaps, decodes[:m].tolist()):
+            if c > 0:
+                values.append(gap)
+                counts.append(c)
+        labels = self.labels
+        rec.passes.extend(role, _joined(labels[:m]),
+                          (w, 0, np.arange(self.base, self.base + m), starts[:m], ends, tokens[:m],
+                           prefill_tokens[:m], prefill_seqs[:m], decodes[:m], decodes[:m] + prefill_seqs[:m], used,
+                           0, self.busy[:m]),
+                          int(ends[m - 1]))
+        _count_passes(worker, m, labels[1:m + 1], int(self.busy[m]))
+        finished = self.finished
+        if not (rec.keep_events or rec.sink is not None):
+            rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
+            return
+        new_event = tuple.__new__
+        ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
+        FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
+        firsts: dict[int, list] = {}
+        n = self.n
+        for i in np.flatnonzero(self.prefills[:n] & (self.first[:n] < m)).tolist():
+            firsts.setdefault(int(self.first[i]), []).append(self.requests[i])
+        rows = []
+        add = rows.append
+        per_row, start_list, end_list = tokens.tolist(), starts.tolist(), self.end[:m + 1].tolist()
+        admissions = self.admissions
+        for k in range(m):
+            t1 = end_list[k]
+            for request, q in admissions.get(k + 1, ()):  # planned at decision k − 1
+                add(new_event(EventRow, (end_list[k - 1], ADMISSION, w, 0, request.request_id, q, role)))
+            add(new_event(EventRow, (start_list[k + 1], PASS_BEGIN, w, 0, -1, per_row[k + 1], role)))
+            for request in firsts.get(k, ()):
+                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role)))
+            for request in finished.get(k, ()):
+                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role)))
+            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role)))
+        rec.add_events(rows)
+
+
+def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
+    """``decode_run.advance_async`` carried through arrivals (one rank, open loop): returns the new pass in
+    flight and when the run's last outputs are delivered, or None if no run starts.
+
+    An arrival is read by the first decision after it: the one at the end of row d plans row d + 2, and
+    admits the request there if the scheduler would admit it whole and alone (``admits_alone``); else the
+    run ends with row d's outputs delivered, and the worker's loop plans row d + 2 itself.
+    """
+    now = worker.env.now
+    if worker.launch is not None:
+        return None  # launches move the planning times
+    plans, _, _, first_end = in_flight
+    if first_end >= horizon:
+        return None
+    run = _Run(worker, plans, asynchronous=True)
+    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
+        return None
+    typical = worker.decode_pass_ns or worker.last_pass_ns
+    rows = MAX_RUN
+    if horizon != float("inf"):
+        rows = min(rows, int((horizon - now) // max(typical, 1)) + 2)
+    limits = worker.limits
+    if limits is not None:
+        rows = min(rows, limits.spec.max_passes - limits.num_passes + 1)  # rows 1..m start in the run
+    if rows < 2:
+        return None
+    state = _CarriedAsync(worker, run, now, rows, in_flight)
+    state.price_from(1)
+    source = worker.arrivals
+    worker.open_pass_ends.append(now)
+    try:
+        m = _admit_arrivals_async(state, source, horizon)
+        if m < 1:
+            return None
+        new_in_flight = state.finish(m)
+    finally:
+        worker.open_pass_ends.remove(now)
+    return new_in_flight, int(state.end[m - 1])
+
+
+def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
+    """Take rows while arrivals are admitted whole; returns how many rows the run delivers."""
+    end = state.end
+    valid = state.valid(horizon)
+    while True:
+        if valid < 1:
+            return 0
+        t = source.next_arrival_ns()
+        if t is None:
+            return valid
+        d = int(np.searchsorted(end[:valid], t, side="left"))
+        if d == valid:
+            return valid  # every delivery comes before the arrival
+        if end[d] == t or not source.quiet_until(int(end[d])):
+            return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
+        # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1.
+        if d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2:
+            return d + 1
+        state.decide(d, plan=False)
+        source.arrive_early(int(end[d]))
+        if not state.admits_alone(d):
+            return d + 1
+        state.decide(d, plan=True)
+        state.admit_at(d)
+        valid = state.valid(horizon)

@@ -9,7 +9,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
-from simmodel.engine.carried_run import carry
+from simmodel.engine.carried_run import carry, carry_async
 from simmodel.engine.clock import NS_PER_S, as_of
 from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
@@ -207,6 +207,8 @@ class Worker:
         if horizon <= self.env.now:
             return None
         if in_flight is not None:
+            if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
+                return carry_async(self, horizon, in_flight)
             return advance_async(self, horizon, arrival, in_flight)
         if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
             run = carry(self, horizon, plans)

@@ -80,14 +80,14 @@ class PassLog:
         self.role: list[str] = []
         self.provenance: list[str] = []
         self._blocks: list[np.ndarray | tuple[int, tuple, dict | None]] = []
-        """Rows in order: finished blocks, shape (fields, rows), and coalesced runs' (rows, per-field values,
-        first rows' values)."""
+        """Rows in order: joined blocks, shape (fields, rows), and blocks not joined yet, (rows, per-field values,
+        first rows' values): coalesced runs, and rows appended one by one."""
         self._open: list[array] = []
         self._appenders: list = []
         self._new_open_block()
         self._max_end: int | None = None
         self._num_runs = 0
-        """Coalesced runs among ``_blocks`` not yet joined, the first of them at ``_first_run``."""
+        """Blocks not joined yet (the last ones of ``_blocks``, from ``_first_run`` on)."""
         self._first_run = 0
 
     def _new_open_block(self) -> None:
@@ -95,8 +95,14 @@ class PassLog:
         self._appenders = [column.append for column in self._open]
 
     def _close_open_block(self) -> None:
+        """Keep the rows appended one by one as a block of their own (their arrays as they are, like a run's:
+        the async loop closes one after every pass it plans alone)."""
         if self._open[0]:
-            self._blocks.append(np.array([np.frombuffer(c, dtype=np.int64) for c in self._open]))
+            if not self._num_runs:
+                self._first_run = len(self._blocks)
+            self._blocks.append((len(self._open[0]), tuple(np.frombuffer(c, dtype=np.int64) for c in self._open),
+                                 None))
+            self._num_runs += 1
             self._new_open_block()
 
     def append(self, record: PassRecord) -> None:
@@ -126,7 +132,7 @@ class PassLog:
             self._join(self._first_run)
 
     MAX_RUN_BLOCKS = 4096
-    """Runs kept as their own arrays before they are joined into one block (a run's arrays take about 2 KB,
+    """Blocks kept as their own arrays before they are joined into one (a run's arrays take about 2 KB,
     its joined rows about 100 bytes a pass)."""
 
     def column(self, name: str) -> np.ndarray:

@@ -81,6 +81,25 @@ def assert_same(a, b) -> None:
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True, obj=name)
 
 
+def pool_state(sim: Simulation) -> list:
+    """Each rank's KV pool once the run is over: free blocks in eviction order and which of them hold cached
+    content (and the prefix-cache counters)."""
+    state = []
+    for w in sim.workers:
+        for rank in w.ranks:
+            pool = rank.pool
+            if not pool.caching:
+                state.append(pool.num_free_blocks)
+                continue
+            queue, order = pool.free_queue, []
+            b = queue.next[queue.head]
+            while b != queue.tail:
+                order.append(b)
+                b = queue.next[b]
+            state.append((order, [pool.key_of[b] is None for b in order], pool.num_queries, pool.num_hits))
+    return state
+
+
 def with_async(data: dict, asynchronous: bool) -> dict:
     data = copy.deepcopy(data)
     for role in data["engine"]["workers"].values():
@@ -206,39 +225,52 @@ ROOMY = {"capacity": {"type": "fixed", "blocks": 20_000}}
 """KV for every request at once: runs end at arrivals, not for want of blocks."""
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name, part", [
     # prompts up to 900 tokens against a 256-token budget: most arrivals are admitted as a chunk, so the
-    # pass the carried run plans past them runs on its own
+    # pass planned after them runs on its own
     ("chunked-prefills", worker(**POLYNOMIAL, kv_cache=ROOMY, scheduler={"max_batched_tokens": 256})),
     # at most 10 running: an arrival finding 10 waits, and the planned pass admits nothing
     ("sequence-limit", worker(**ROOFLINE, kv_cache=ROOMY, scheduler={"max_sequences": 10})),
     ("prefix-caching", worker(**POLYNOMIAL, kv_cache={**ROOMY, "prefix_caching": True})),
 ])
-def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part):
-    """One worker, open loop, synchronous: a run admits each arrival in the pass planned after it and goes
-    on (``carried_run``), or hands that pass over when it must run on its own (a chunk, a request left
-    waiting). Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
+def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part, asynchronous):
+    """One worker, open loop: a run admits each arrival in the pass planned after it and goes on
+    (``carried_run``), or leaves that pass to the worker when it must run on its own (a chunk, a request
+    left waiting): synchronous, the pass planned already is handed over; async, the run ends before
+    that plan. Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
     from simmodel.engine import carried_run
 
-    counts = {"admitted in a run": 0, "handed over": 0}
-    take, commit = carried_run._Carried.take, carried_run._Carried.commit
+    counts = {"admitted in a run": 0, "left to the worker": 0}
+    if asynchronous:
+        admits_alone = carried_run._CarriedAsync.admits_alone
 
-    def counting_take(self, k, out):
-        taken = take(self, k, out)
-        counts["admitted in a run"] += taken
-        return taken
+        def counting_prediction(self, d):
+            alone = admits_alone(self, d)
+            counts["admitted in a run" if alone else "left to the worker"] += 1
+            return alone
 
-    def counting_commit(self, m, handing_over):
-        counts["handed over"] += handing_over
-        return commit(self, m, handing_over)
+        monkeypatch.setattr(carried_run._CarriedAsync, "admits_alone", counting_prediction)
+    else:
+        take, commit = carried_run._Carried.take, carried_run._Carried.commit
 
-    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
-    monkeypatch.setattr(carried_run._Carried, "commit", counting_commit)
-    data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), False)
-    _, by_pass = run(data, coalesce=False)
-    _, coalesced = run(data, coalesce=True)
+        def counting_take(self, k, out, admitted_at=None):
+            taken = take(self, k, out, admitted_at)
+            counts["admitted in a run"] += taken
+            return taken
+
+        def counting_commit(self, m, handing_over):
+            counts["left to the worker"] += handing_over
+            return commit(self, m, handing_over)
+
+        monkeypatch.setattr(carried_run._Carried, "take", counting_take)
+        monkeypatch.setattr(carried_run._Carried, "commit", counting_commit)
+    data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), asynchronous)
+    sim_a, by_pass = run(data, coalesce=False)
+    sim_b, coalesced = run(data, coalesce=True)
     assert_same(by_pass, coalesced)
-    assert counts["handed over"] > 10 or name == "prefix-caching", counts
+    assert pool_state(sim_a) == pool_state(sim_b)  # block ids and cached blocks, not only what they decide
+    assert counts["left to the worker"] > 10 or name == "prefix-caching", counts
     assert counts["admitted in a run"] > (10 if name != "chunked-prefills" else 0), counts
 
 
@@ -270,5 +302,37 @@ def test_arrivals_admitted_inside_a_run(tmp_path, monkeypatch, coalesce):
     assert [q.first_admitted_at for q in (a, b, c)] == [0, 60 * ms, 170 * ms]
     assert [q.first_token_at for q in (a, b, c)] == [20 * ms, 90 * ms, 200 * ms]
     assert [q.finished_at for q in (a, b, c)] == [550 * ms, 300 * ms, 220 * ms]
+    assert len(result.passes) == 50
+    assert admitted == ([1, 2] if coalesce else [])
+
+
+@pytest.mark.parametrize("coalesce", [False, True], ids=["pass-by-pass", "coalesced"])
+def test_arrivals_admitted_inside_an_async_run(tmp_path, monkeypatch, coalesce):
+    """The same three requests under async scheduling: pass i is planned when pass i − 2 ends (pass 1 at
+    once, when pass 0 is launched), so an arrival joins the pass planned at the first pass end after it. By
+    hand: A prefills 0–20 ms and pass i ≥ 1 ends at 20 + 10i ms; B arrives at 55 ms and is admitted by the
+    plan made at 60 ms (the end of pass 4), pass 6, which runs after pass 5 (70–100 ms, mixed), so pass
+    6 + i ends at 100 + 10i; C arrives at 163 ms, is admitted at 170 ms (the end of pass 13) into pass 15
+    (180–210 ms), so pass 15 + i ends at 210 + 10i. C's tokens end passes 15–17 (230 ms), B's 6–25
+    (310 ms), A's 0–49 (550 ms)."""
+    from simmodel.engine import carried_run
+
+    admitted = []
+    admit_at = carried_run._CarriedAsync.admit_at
+
+    def counting(self, d):
+        admitted.extend(request.request_id for request in self.sched.waiting)
+        return admit_at(self, d)
+
+    monkeypatch.setattr(carried_run._CarriedAsync, "admit_at", counting)
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 50), (0.055, 40, 20), (0.163, 30, 3)])
+    data = with_async(trace_scenario(trace), True)
+    sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+    result = sim.run()
+    ms = 1_000_000
+    a, b, c = sim.requests
+    assert [q.first_admitted_at for q in (a, b, c)] == [0, 60 * ms, 170 * ms]
+    assert [q.first_token_at for q in (a, b, c)] == [20 * ms, 100 * ms, 210 * ms]
+    assert [q.finished_at for q in (a, b, c)] == [550 * ms, 310 * ms, 230 * ms]
     assert len(result.passes) == 50
     assert admitted == ([1, 2] if coalesce else [])
