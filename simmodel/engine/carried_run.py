@@ -877,8 +877,11 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
             return valid  # every delivery comes before the arrival
         if end[d] == t or not source.quiet_until(int(end[d])):
             return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
-        # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1.
-        if d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2:
+        # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1 too,
+        # so no arrival may come at its very end (it would be recorded before that delivery) or break the
+        # request limit by then.
+        if (d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2
+                or not source.quiet_until(int(end[d + 1]))):
             return d + 1
         state.decide(d, plan=False)
         source.arrive_early(int(end[d]))

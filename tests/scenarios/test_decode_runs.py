@@ -336,3 +336,17 @@ def test_arrivals_admitted_inside_an_async_run(tmp_path, monkeypatch, coalesce):
     assert [q.finished_at for q in (a, b, c)] == [550 * ms, 310 * ms, 230 * ms]
     assert len(result.passes) == 50
     assert admitted == ([1, 2] if coalesce else [])
+
+
+@pytest.mark.parametrize("rows", [
+    [(0.0, 100, 100), (0.045, 50, 20), (0.060, 30, 20)],  # the second arrival at the end of the pass after
+    [(0.0, 100, 100), (0.045, 50, 20), (0.055, 30, 20)],  # the first's admission: that pass is delivered
+])
+def test_an_async_admission_then_an_arrival_at_the_next_pass_end(tmp_path, rows):
+    """Async, an admission at the end of pass d plans pass d + 2, so the run must deliver pass d + 1 too: an
+    arrival exactly at its end (fixed timing: 0.060 s is the end of pass 4) must not end the run before it."""
+    data = with_async(trace_scenario(write_csv_trace(tmp_path / "t.csv", rows)), True)
+    sim_a, by_pass = run(data, coalesce=False)
+    sim_b, coalesced = run(data, coalesce=True)
+    assert_same(by_pass, coalesced)
+    assert pool_state(sim_a) == pool_state(sim_b)
