@@ -31,7 +31,6 @@ from simmodel.engine.clock import NS_PER_S, as_of
 from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
-from simmodel.errors import SimulationError
 from simmodel.metrics.records import Event as EventRow
 from simmodel.metrics.records import EventKind
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
@@ -572,6 +571,8 @@ class _CarriedAsync(_Carried):
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.plans_by_row: dict[int, SchedulerOutput] = {}
         """Row: the admissions planned in it (their part of the row's plan)."""
+        self.handing_over: int | None = None
+        """A row planned already that the run cannot price: the loop is handed its plan and starts it."""
 
     def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
                       prefill: bool) -> None:
@@ -670,29 +671,36 @@ class _CarriedAsync(_Carried):
         sched.prefill_capacity_bound = False
         self.admitted_blocks[row] += self.pool.num_used_blocks - used
         self.worker._placed_at_plan = self.worker._num_placed
-        if not self.take(row, out, at):
-            if self.cap == row:  # the pass it plans cannot be priced: as the loop reports it
-                worker = self.worker
-                raise SimulationError(f"{worker.role} worker {worker.worker_id}: the timing model priced a pass "
-                                      f"at {self.bad_price:g} s, outside what the simulated clock can hold")
-            raise RuntimeError("carried run: an admission did not go as predicted")  # (a bug if ever)
         self.plans_by_row[row] = out
+        if not self.take(row, out, at):
+            if self.cap != row:
+                raise RuntimeError("carried run: an admission did not go as predicted")  # (a bug if ever)
+            self.handing_over = row  # the pass it plans cannot be priced: the loop starts it (and reports it)
 
-    def finish(self, m: int) -> tuple:
-        """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight."""
-        self.decide(m - 1, plan=False)
+    def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
+        """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
+        if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
+        over = self.handing_over is not None
+        self.decide(m - 1, plan=over)
         n = self.n
         first, left = self.first[:n], self.left[:n]
         delivered = np.clip(np.minimum(left, m - first), 0, None)
-        planned = np.clip(np.minimum(left, m + 1 - first), 0, None)
+        planned = np.clip(np.minimum(left, m + 1 + over - first), 0, None)
         plan = self._in_flight_plan(m)
-        self._deliver_async(m, delivered, planned)
+        self._deliver_async(m, delivered, planned, m + over)
         self._record_async(m)
         worker = self.worker
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
         busy = np.array([self.busy[m]], dtype=np.int64)
-        return [plan], int(self.end[m - 1]), (busy, "+".join(self.labels[m])), int(self.end[m])
+        in_flight = [plan], int(self.end[m - 1]), (busy, "+".join(self.labels[m])), int(self.end[m])
+        if not over:
+            return in_flight, None
+        handed = self._in_flight_plan(m + 1)
+        handed.kv_blocks_used = self.pool.num_used_blocks
+        with as_of(worker.env, int(self.end[m - 1])):
+            self.rank._record_plan(handed)
+        return in_flight, [handed]
 
     def _used(self, upto: int) -> np.ndarray:
         """Blocks in use when each row 0..upto − 1 was planned (row 0: as its plan says)."""
@@ -720,8 +728,9 @@ class _CarriedAsync(_Carried):
         plan.kv_blocks_used = int(self._used(m + 1)[m])
         return plan
 
-    def _deliver_async(self, m: int, delivered: np.ndarray, planned: np.ndarray) -> None:
-        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, with row m in flight."""
+    def _deliver_async(self, m: int, delivered: np.ndarray, planned: np.ndarray, last_planned: int) -> None:
+        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, with row m in flight and
+        rows up to ``last_planned`` planned."""
         n = self.n
         computed = (self.context[:n] + planned).tolist()
         outputs = (self.outputs[:n] + delivered).tolist()
@@ -763,7 +772,7 @@ class _CarriedAsync(_Carried):
         sched.prefill_capacity_bound = False
         sched.finished_since_schedule = m - 1 in self.finished
         first = self.first[:n]
-        still = np.flatnonzero((first <= m) & (first + self.left[:n] > m)).tolist()
+        still = np.flatnonzero((first <= last_planned) & (first + self.left[:n] > m)).tolist()
         sched.running = [self.requests[i] for i in still]
 
     def _record_async(self, m: int) -> None:
@@ -824,7 +833,8 @@ class _CarriedAsync(_Carried):
 
 def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
     """``decode_run.advance_async`` carried through arrivals (one rank, open loop): returns the new pass in
-    flight and when the run's last outputs are delivered, or None if no run starts.
+    flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
+    it already and the loop must start it (else None); None if no run starts.
 
     An arrival is read by the first decision after it: the one at the end of row d plans row d + 2, and
     admits the request there if the scheduler would admit it whole and alone (``admits_alone``); else the
@@ -856,10 +866,10 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
         m = _admit_arrivals_async(state, source, horizon)
         if m < 1:
             return None
-        new_in_flight = state.finish(m)
+        new_in_flight, handed = state.finish(m)
     finally:
         worker.open_pass_ends.remove(now)
-    return new_in_flight, int(state.end[m - 1])
+    return new_in_flight, int(state.end[m - 1]), handed
 
 
 def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
@@ -889,4 +899,6 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
             return d + 1
         state.decide(d, plan=True)
         state.admit_at(d)
+        if state.handing_over is not None:
+            return d + 1
         valid = state.valid(horizon)

@@ -195,7 +195,8 @@ class Worker:
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
         """Apply the decode-only passes that follow now as one run (``decode_run``). Async (``in_flight``:
-        the pass now running): returns the new pass in flight and when the run's last outputs are delivered.
+        the pass now running): returns the new pass in flight, when the run's last outputs are delivered,
+        and the plans of the pass after it if the run planned it already (else None).
         Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
         run's last pass ends, and the plans of the pass after it if that pass was planned already (the run
         admitted arrivals as it went, see ``carried_run``) and must run on its own, else None. None when the
@@ -209,7 +210,8 @@ class Worker:
         if in_flight is not None:
             if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
                 return carry_async(self, horizon, in_flight)
-            return advance_async(self, horizon, arrival, in_flight)
+            run = advance_async(self, horizon, arrival, in_flight)
+            return None if run is None else (*run, None)
         if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
             run = carry(self, horizon, plans)
             if run is None:
@@ -267,10 +269,14 @@ class Worker:
         """
         in_flight = None   # the last pass launched: (plans, start, cost, end)
         pending = None     # the pass before it, whose outputs leave at the next decision
+        planned = None     # plans a carried run made for the next pass (the ranks were not released)
         while True:
-            yield self._all_submitted
-            blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
-            plans = self._collect()
+            if planned is None:
+                yield self._all_submitted
+                blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
+                plans = self._collect()
+            else:
+                plans, planned, blocked = planned, None, False
             now = self.env.now
             if all(plan.is_empty for plan in plans):
                 if in_flight is None and pending is None:
@@ -305,11 +311,13 @@ class Worker:
                 pending = None
                 # requests arriving from now on react to these outputs: not read before this decision
                 self.plan_cutoff = self.env.now
-                while self.coalesce and in_flight is not None and (run := self._coalesced_run(in_flight=in_flight)):
-                    in_flight, end = run  # decodes coalesced up to this delivery; the next pass is in flight
+                while (planned is None and self.coalesce and in_flight is not None
+                       and (run := self._coalesced_run(in_flight=in_flight))):
+                    in_flight, end, planned = run  # coalesced up to this delivery; the next pass in flight
                     yield Late(self.env, end - self.env.now)
                     self.plan_cutoff = self.env.now
-            self._release()
+            if planned is None:
+                self._release()
 
     def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:
         """When the CPU finishes launching a pass decided at ``decided`` that runs ``start``–``end``."""

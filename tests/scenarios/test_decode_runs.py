@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from factories import _merge, make_scenario, trace_scenario, write_csv_trace
@@ -350,3 +351,29 @@ def test_an_async_admission_then_an_arrival_at_the_next_pass_end(tmp_path, rows)
     sim_b, coalesced = run(data, coalesce=True)
     assert_same(by_pass, coalesced)
     assert pool_state(sim_a) == pool_state(sim_b)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_pass_the_clock_cannot_hold_fails_at_the_same_pass(tmp_path, monkeypatch, asynchronous):
+    """A timing model pricing one admitting pass (a 37-token prompt) at 1e30 s: the run stops with the same
+    error, at the same instant and with the same passes, events and pass count, whether the arrival is
+    admitted inside a carried run or pass by pass (the carried run leaves that pass to the worker)."""
+    from simmodel.perf import timing
+
+    price = timing.FixedTiming._seconds
+
+    def broken(self, sums):
+        seconds, labels = price(self, sums)
+        return np.where(sums.kinds()[0][:, timing.NEW_TOKENS] == 37, 1e30, seconds), labels
+
+    monkeypatch.setattr(timing.FixedTiming, "_seconds", broken)
+    data = with_async(trace_scenario(write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 100), (0.045, 37, 20)])),
+                      asynchronous)
+    states = []
+    for coalesce in (False, True):
+        sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+        with pytest.raises(SimulationError, match="priced a pass at 1e\\+30 s"):
+            sim.run()
+        res = sim.results()
+        states.append((sim.env.now, len(res.passes), len(res.events), sim.limits.num_passes))
+    assert states[0] == states[1]
