@@ -15,9 +15,12 @@ starting a new run.
 A run ends where ``decode_run.advance`` would end one (the next event of any other process, a pass short
 of KV blocks, the safety limits, every request finished), before a pass ending at the very instant of an
 arrival, and when an admission is not a whole prompt admitted alone (a chunk, a request left waiting, a
-sequence or token limit): that pass, planned by the scheduler, is handed to the worker to run on its own
-(see ``Worker._carry``). Passes, events, inter-token intervals, block ids and every request's fields are
-those of the pass-by-pass run; ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
+sequence or token limit): synchronous (``carry``), that pass, planned by the scheduler, is handed to the
+worker to run on its own (see ``Worker._carry``); async (``carry_async``, where the plan that sees an
+arrival is made at the first pass end after it, two passes ahead), the admission is first decided without
+changing anything, and when it would not be whole the run ends there and the worker's loop plans the pass.
+Passes, events, inter-token intervals, block ids and every request's fields are those of the pass-by-pass
+run; ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class _Carried:
     (``table``, the timing model's ``PassSums`` columns) are whole numbers kept exactly in float64.
     """
 
+    asynchronous = False
     CACHE_SHIFT = (1, 1)
     """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
     FINISH_BACK = 0
@@ -141,8 +145,10 @@ class _Carried:
         for i, (left, context, blocks, cached, new) in enumerate(zip(
                 run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(), run.new.tolist())):
             self._schedule_ops(i, 0, left, context, blocks, cached, new)
-        self.open_plan: tuple[int, SchedulerOutput, bool] | None = None
-        """The last admission's row, its scheduler output and the capacity flag it left."""
+        self.plans_by_row: dict[int, SchedulerOutput] = {}
+        """Row: the scheduler's output of the admissions planned in it (their part of the row's plan)."""
+        self.capacity_bound = False
+        """``prefill_capacity_bound`` as the last admission left it."""
         self._kv_check(self.planned_rows)
 
     # -- rows ---------------------------------------------------------------------------------------
@@ -277,7 +283,8 @@ class _Carried:
         used = self.pool.num_used_blocks
         skipped = sched._admit_waiting(cfg.max_num_batched_tokens - len(running), threshold, out)
         self.admitted_blocks[k] += self.pool.num_used_blocks - used
-        self.open_plan = (k, out, len(sched.waiting) + len(sched.handoffs) > skipped)
+        self.plans_by_row[k] = out
+        self.capacity_bound = len(sched.waiting) + len(sched.handoffs) > skipped
         self.worker._placed_at_plan = self.worker._num_placed
         return out
 
@@ -345,23 +352,20 @@ class _Carried:
         n = self.n
         first, left = self.first[:n], self.left[:n]
         ran = np.clip(np.minimum(left, m - first), 0, None)
-        plan = None
-        if handing_over:
-            plan = self._plan(m)
-        self._deliver(m, ran, handing_over)
+        self._deliver(m, ran, ran + ((first < m) & (m - first < left)) if handing_over else ran, handing_over)
         self._record(m)
-        if plan is not None:
-            rank = self.rank
-            k, out, bound = self.open_plan
-            self.sched.prefill_capacity_bound = bound
-            plan.kv_blocks_used = self.pool.num_used_blocks
-            with as_of(self.worker.env, int(self.end[m - 1])):
-                rank._record_plan(plan)
+        if not handing_over:
+            return None
+        plan = self._row_plan(m)
+        self.sched.prefill_capacity_bound = self.capacity_bound
+        plan.kv_blocks_used = self.pool.num_used_blocks
+        with as_of(self.worker.env, int(self.end[m - 1])):
+            self.rank._record_plan(plan)
         return plan
 
-    def _plan(self, k: int) -> SchedulerOutput:
+    def _row_plan(self, k: int) -> SchedulerOutput:
         """Row k's plan as ``schedule()`` made it: the running requests' decodes, then the admissions."""
-        _, out, _ = self.open_plan
+        out = self.plans_by_row.get(k, SchedulerOutput())
         n = self.n
         rel = k - self.first[:n]
         decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n])).tolist()
@@ -376,29 +380,31 @@ class _Carried:
         plan.admitted, plan.resumed = out.admitted, out.resumed
         return plan
 
-    def _deliver(self, m: int, ran: np.ndarray, handing_over: bool) -> None:
-        """The requests and the scheduler once rows 0..m − 1 delivered their tokens (and, handing over,
-        row m's decodes are planned)."""
+    def _deliver(self, m: int, delivered: np.ndarray, planned: np.ndarray, handing_over: bool) -> None:
+        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, ``planned`` rows of each
+        request planned (async: row m is in flight; handing over: one more row is planned)."""
         n = self.n
         first = self.first[:n]
-        left = self.left[:n]
-        planned = ran + ((first < m) & (m - first < left)) if handing_over else ran
         computed = (self.context[:n] + planned).tolist()
-        outputs = (self.outputs[:n] + ran).tolist()
+        outputs = (self.outputs[:n] + delivered).tolist()
+        in_flight = (planned - delivered).tolist() if self.asynchronous else None
         blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
         if not self.pool.caching:
             blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
-        lefts = left.tolist()
+        lefts = self.left[:n].tolist()
         ends = self.end.tolist()
         base = self.base
-        first_rows, runs, prefills = first.tolist(), ran.tolist(), self.prefills[:n].tolist()
+        first_rows, runs, prefills = first.tolist(), delivered.tolist(), self.prefills[:n].tolist()
         for i, request in enumerate(self.requests):
             r = runs[i]
             if not r:
-                continue  # admitted in the row handed over
+                continue  # admitted into a row still to run: as its admission left it
             f = first_rows[i]
             request.num_computed_tokens = computed[i]
             request.num_output_tokens = outputs[i]
+            if in_flight is not None:
+                request.num_output_placeholders = request.num_in_flight_tokens = in_flight[i]
+                request.is_prefill_chunk = False
             request.num_emitted = 1
             request.num_scheduled_drafts = 0
             if blocks is not None and r < lefts[i]:
@@ -418,40 +424,53 @@ class _Carried:
         rank.num_passes += m
         rank._last_delivery = ends[m - 1]
         sched.prefill_capacity_bound = False
-        # Handing over, row m is planned already (``schedule()`` clears the flag).
+        # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the flag),
+        # and the scheduler's running list is as that plan left it.
         sched.finished_since_schedule = not handing_over and m - 1 in self.finished
         if not handing_over:
-            still = np.flatnonzero(first + self.left[:n] > m).tolist()
+            still = np.flatnonzero((first <= m) & (first + self.left[:n] > m)).tolist()
             sched.running = [self.requests[i] for i in still]
 
+    def _used(self, upto: int) -> np.ndarray:
+        """Blocks in use when each row 0..upto − 1 was planned: allocations and admissions so far, less the
+        blocks of the requests finished before (synchronous: by the row before; async: by the one before it)."""
+        lag = 1 + self.asynchronous
+        used = self.used_before + np.cumsum(self.allocations[:upto]) + np.cumsum(self.admitted_blocks[:upto])
+        used[lag:] -= np.cumsum(self.returned[:max(upto - lag, 0)])
+        return used
+
     def _record(self, m: int) -> None:
-        """Record rows 0..m − 1 as the barrier records their passes (see ``decode_run._record``), with each
-        row's admissions before its begin event."""
+        """Record rows 0..m − 1 as the pass-by-pass loop records their passes (see ``decode_run._record``),
+        each row's admissions before its begin event. Async, a row's begin event (and its admissions) is
+        appended when it is planned, before the outputs of the row before it are delivered."""
         worker = self.worker
         rec = self.rank.recorder
         role, w = worker.role, worker.worker_id
-        table = self.table[:m]
+        s = int(self.asynchronous)  # rows planned ahead of the deliveries
+        table = self.table[:m + s]
         decodes = table[:, DECODE].astype(np.int64)
         prefill_seqs = table[:, PREFILL].astype(np.int64)
         prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
         tokens = decodes + prefill_tokens
-        starts = np.concatenate(([self.start0], self.end[:m - 1]))
+        starts = np.concatenate(([self.start0], self.end[:m + s - 1]))
         ends = self.end[:m]
-        busy = self.busy[:m]
-        used = (self.used_before + np.cumsum(self.allocations[:m]) + np.cumsum(self.admitted_blocks[:m])
-                - np.concatenate(([0], np.cumsum(self.returned[:m - 1]))))
-        gaps = (ends - starts).tolist()
+        used = self._used(m)
+        if self.asynchronous:
+            used[0] = self.in_flight_plans[0].kv_blocks_used
+        gaps = (ends - starts[:m]).tolist()
         values, counts = rec.itl_values, rec.itl_counts
-        for gap, c in zip(gaps, decodes.tolist()):  # decodes: their token follows one sampled the pass before
+        for gap, c in zip(gaps, decodes[:m].tolist()):  # decodes: their token follows one sampled the pass before
             if c > 0:
                 values.append(gap)
                 counts.append(c)
-        provenance = _joined(self.labels[:m])
-        rec.passes.extend(role, provenance,
-                          (w, 0, np.arange(self.base, self.base + m), starts, ends.copy(), tokens, prefill_tokens,
-                           prefill_seqs, decodes, decodes + prefill_seqs, used, 0, busy.copy()),
+        labels = self.labels
+        rec.passes.extend(role, _joined(labels[:m]),
+                          (w, 0, np.arange(self.base, self.base + m), starts[:m], ends, tokens[:m],
+                           prefill_tokens[:m], prefill_seqs[:m], decodes[:m], decodes[:m] + prefill_seqs[:m], used,
+                           0, self.busy[:m]),
                           int(ends[m - 1]))
-        _count_passes(worker, m, self.labels[:m], gaps[-1])
+        # The passes started in the run: synchronous 0..m − 1, async 1..m (row 0 was in flight).
+        _count_passes(worker, m, labels[s:m + s], int(self.busy[m - 1 + s]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
             rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
@@ -468,10 +487,10 @@ class _Carried:
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
         admissions = self.admissions
         for k in range(m):
-            t0, t1 = start_list[k], end_list[k]
-            for request, q in admissions.get(k, ()):
-                add(new_event(EventRow, (t0, ADMISSION, w, 0, request.request_id, q, role)))
-            add(new_event(EventRow, (t0, PASS_BEGIN, w, 0, -1, per_row[k], role)))
+            j, t1 = k + s, end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
+            for request, q in admissions.get(j, ()):
+                add(new_event(EventRow, (start_list[k], ADMISSION, w, 0, request.request_id, q, role)))
+            add(new_event(EventRow, (start_list[j], PASS_BEGIN, w, 0, -1, per_row[j], role)))
             for request in firsts.get(k, ()):
                 add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role)))
             for request in finished.get(k, ()):
@@ -519,6 +538,16 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
     return int(state.end[m - 1]), None if plan is None else [plan]
 
 
+def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]:
+    """The next arrival and the first of the ``valid`` rows that does not end before it; (None, valid) if
+    every row ends before it (or none comes)."""
+    t = source.next_arrival_ns()
+    if t is None:
+        return None, valid
+    j = int(np.searchsorted(end[:valid], t, side="left"))
+    return (None, valid) if j == valid else (t, j)
+
+
 def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
     """Take rows while arrivals are admitted whole; returns how many rows the run takes."""
     end = state.end
@@ -526,12 +555,9 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
     while True:
         if valid < 1:
             return 0
-        t = source.next_arrival_ns()
+        t, j = _next_arrival(source, end, valid)
         if t is None:
-            return valid
-        j = int(np.searchsorted(end[:valid], t, side="left"))
-        if j == valid:
-            return valid  # every row ends before the arrival
+            return valid  # every row ends before the next arrival
         if end[j] == t:
             return j  # a pass ending at the arrival's instant runs on its own
         # Row j spans the arrival: the next row's plan sees it. No arrival may come at row j's very end
@@ -560,6 +586,7 @@ class _CarriedAsync(_Carried):
     retired), step 2(d + 1) + 1 plans row d + 2 (blocks, then the delivered tokens cached), and the
     admissions of that plan follow it. A run of m rows delivers rows 0..m − 1 and leaves row m in flight."""
 
+    asynchronous = True
     CACHE_SHIFT = (0, 1)
     FINISH_BACK = 1
 
@@ -569,8 +596,6 @@ class _CarriedAsync(_Carried):
         self.start0 = first_start
         self.busy[0], self.end[0] = int(first_busy[0]), first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
-        self.plans_by_row: dict[int, SchedulerOutput] = {}
-        """Row: the admissions planned in it (their part of the row's plan)."""
         self.handing_over: int | None = None
         """A row planned already that the run cannot price: the loop is handed its plan and starts it."""
 
@@ -686,9 +711,10 @@ class _CarriedAsync(_Carried):
         first, left = self.first[:n], self.left[:n]
         delivered = np.clip(np.minimum(left, m - first), 0, None)
         planned = np.clip(np.minimum(left, m + 1 + over - first), 0, None)
-        plan = self._in_flight_plan(m)
-        self._deliver_async(m, delivered, planned, m + over)
-        self._record_async(m)
+        plan = self._row_plan(m)
+        plan.kv_blocks_used = int(self._used(m + 1)[m])
+        self._deliver(m, delivered, planned, over)
+        self._record(m)
         worker = self.worker
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
@@ -696,139 +722,11 @@ class _CarriedAsync(_Carried):
         in_flight = [plan], int(self.end[m - 1]), (busy, "+".join(self.labels[m])), int(self.end[m])
         if not over:
             return in_flight, None
-        handed = self._in_flight_plan(m + 1)
+        handed = self._row_plan(m + 1)
         handed.kv_blocks_used = self.pool.num_used_blocks
         with as_of(worker.env, int(self.end[m - 1])):
             self.rank._record_plan(handed)
         return in_flight, [handed]
-
-    def _used(self, upto: int) -> np.ndarray:
-        """Blocks in use when each row 0..upto − 1 was planned (row 0: as its plan says)."""
-        returned = np.cumsum(self.returned[:max(upto - 2, 0)])
-        used = (self.used_before + np.cumsum(self.allocations[:upto]) + np.cumsum(self.admitted_blocks[:upto]))
-        used[2:] -= returned
-        used[0] = self.in_flight_plans[0].kv_blocks_used
-        return used
-
-    def _in_flight_plan(self, m: int) -> SchedulerOutput:
-        """Row m's plan as the scheduler made it: the running requests' decodes, then its admissions."""
-        n = self.n
-        rel = m - self.first[:n]
-        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n])).tolist()
-        contexts = (self.context[:n] + rel).tolist()
-        out = self.plans_by_row.get(m, SchedulerOutput())
-        plan = SchedulerOutput()
-        d = len(decoding)
-        plan.requests = [self.requests[i] for i in decoding] + out.requests
-        plan.num_new_tokens = [1] * d + out.num_new_tokens
-        plan.num_context_tokens = [contexts[i] for i in decoding] + out.num_context_tokens
-        plan.is_decode = [True] * d + out.is_decode
-        plan.samples = [True] * d + out.samples
-        plan.admitted = out.admitted
-        plan.kv_blocks_used = int(self._used(m + 1)[m])
-        return plan
-
-    def _deliver_async(self, m: int, delivered: np.ndarray, planned: np.ndarray, last_planned: int) -> None:
-        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, with row m in flight and
-        rows up to ``last_planned`` planned."""
-        n = self.n
-        computed = (self.context[:n] + planned).tolist()
-        outputs = (self.outputs[:n] + delivered).tolist()
-        blocks = None
-        if not self.pool.caching:
-            blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
-        lefts = self.left[:n].tolist()
-        ends = self.end.tolist()
-        base = self.base
-        first_rows, runs, plans = self.first[:n].tolist(), delivered.tolist(), planned.tolist()
-        prefills = self.prefills[:n].tolist()
-        for i, request in enumerate(self.requests):
-            r = runs[i]
-            if not r:
-                continue  # admitted into the row left in flight: as its admission left it
-            f = first_rows[i]
-            request.num_computed_tokens = computed[i]
-            request.num_output_tokens = outputs[i]
-            request.num_output_placeholders = request.num_in_flight_tokens = plans[i] - r
-            request.is_prefill_chunk = False
-            request.num_emitted = 1
-            request.num_scheduled_drafts = 0
-            if blocks is not None and r < lefts[i]:
-                request.num_blocks = blocks[i]
-            if prefills[i]:
-                request.first_token_at = ends[f]
-                if r >= 2:
-                    request.second_token_at = ends[f + 1]
-            elif request.second_token_at is None:
-                request.second_token_at = ends[f]
-            request.last_token_at = ends[f + r - 1]
-            request.last_token_pass = base + f + r - 1
-        for row, done in self.finished.items():
-            for request in done:
-                request.finished_at = ends[row]
-        rank, sched = self.rank, self.sched
-        rank.num_passes += m
-        rank._last_delivery = ends[m - 1]
-        sched.prefill_capacity_bound = False
-        sched.finished_since_schedule = m - 1 in self.finished
-        first = self.first[:n]
-        still = np.flatnonzero((first <= last_planned) & (first + self.left[:n] > m)).tolist()
-        sched.running = [self.requests[i] for i in still]
-
-    def _record_async(self, m: int) -> None:
-        """Record rows 0..m − 1 as the async loop records them (see ``decode_run._record``): a row's begin
-        event (and its admissions before it) is appended when it is planned, before the outputs of the row
-        before it are delivered."""
-        worker = self.worker
-        rec = self.rank.recorder
-        role, w = worker.role, worker.worker_id
-        table = self.table[:m + 1]
-        decodes = table[:, DECODE].astype(np.int64)
-        prefill_seqs = table[:, PREFILL].astype(np.int64)
-        prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
-        tokens = decodes + prefill_tokens
-        starts = np.concatenate(([self.start0], self.end[:m]))
-        ends = self.end[:m]
-        used = self._used(m)
-        gaps = (ends - starts[:m]).tolist()
-        values, counts = rec.itl_values, rec.itl_counts
-        for gap, c in zip(gaps, decodes[:m].tolist()):
-            if c > 0:
-                values.append(gap)
-                counts.append(c)
-        labels = self.labels
-        rec.passes.extend(role, _joined(labels[:m]),
-                          (w, 0, np.arange(self.base, self.base + m), starts[:m], ends, tokens[:m],
-                           prefill_tokens[:m], prefill_seqs[:m], decodes[:m], decodes[:m] + prefill_seqs[:m], used,
-                           0, self.busy[:m]),
-                          int(ends[m - 1]))
-        _count_passes(worker, m, labels[1:m + 1], int(self.busy[m]))
-        finished = self.finished
-        if not (rec.keep_events or rec.sink is not None):
-            rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
-            return
-        new_event = tuple.__new__
-        ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
-        FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
-        firsts: dict[int, list] = {}
-        n = self.n
-        for i in np.flatnonzero(self.prefills[:n] & (self.first[:n] < m)).tolist():
-            firsts.setdefault(int(self.first[i]), []).append(self.requests[i])
-        rows = []
-        add = rows.append
-        per_row, start_list, end_list = tokens.tolist(), starts.tolist(), self.end[:m + 1].tolist()
-        admissions = self.admissions
-        for k in range(m):
-            t1 = end_list[k]
-            for request, q in admissions.get(k + 1, ()):  # planned at decision k − 1
-                add(new_event(EventRow, (end_list[k - 1], ADMISSION, w, 0, request.request_id, q, role)))
-            add(new_event(EventRow, (start_list[k + 1], PASS_BEGIN, w, 0, -1, per_row[k + 1], role)))
-            for request in firsts.get(k, ()):
-                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role)))
-            for request in finished.get(k, ()):
-                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role)))
-            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role)))
-        rec.add_events(rows)
 
 
 def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
@@ -879,12 +777,9 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
     while True:
         if valid < 1:
             return 0
-        t = source.next_arrival_ns()
+        t, d = _next_arrival(source, end, valid)
         if t is None:
-            return valid
-        d = int(np.searchsorted(end[:valid], t, side="left"))
-        if d == valid:
-            return valid  # every delivery comes before the arrival
+            return valid  # every delivery comes before the next arrival
         if end[d] == t or not source.quiet_until(int(end[d])):
             return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
         # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1 too,

@@ -167,12 +167,8 @@ class Worker:
             return
         planned = None  # plans a carried run made for the pass after it (the ranks were not released)
         while True:
-            if planned is None:
-                yield self._all_submitted
-                blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
-                plans = self._collect()
-            else:
-                plans, planned, blocked = planned, None, False
+            plans, blocked = yield from self._round(planned)
+            planned = None
             if all(plan.is_empty for plan in plans):
                 # An idle blocked round takes no time, and neither does a plan that only preempted (vLLM's
                 # engine schedules again at once, now admitting): plan the next round at once.
@@ -192,6 +188,15 @@ class Worker:
                     yield Late(self.env, end - self.env.now)
             if planned is None:
                 self._release()
+
+    def _round(self, planned: list[SchedulerOutput] | None) -> Generator[Event, Any, tuple[list, bool]]:
+        """The plans of the next round, and whether it was planned under ``prefill_decode_interval``: those
+        a carried run made already (the ranks were not released), else the ranks' once all are in."""
+        if planned is not None:
+            return planned, False
+        yield self._all_submitted
+        blocked = self._blocked_rounds > 0
+        return self._collect(), blocked
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
         """Apply the decode-only passes that follow now as one run (``decode_run``). Async (``in_flight``:
@@ -271,12 +276,8 @@ class Worker:
         pending = None     # the pass before it, whose outputs leave at the next decision
         planned = None     # plans a carried run made for the next pass (the ranks were not released)
         while True:
-            if planned is None:
-                yield self._all_submitted
-                blocked = self._blocked_rounds > 0  # this round was planned under prefill_decode_interval
-                plans = self._collect()
-            else:
-                plans, planned, blocked = planned, None, False
+            plans, blocked = yield from self._round(planned)
+            planned = None
             now = self.env.now
             if all(plan.is_empty for plan in plans):
                 if in_flight is None and pending is None:

@@ -275,66 +275,47 @@ def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part, asyn
     assert counts["admitted in a run"] > (10 if name != "chunked-prefills" else 0), counts
 
 
+MS = 1_000_000
+TIMELINES = {
+    # Synchronous, by hand, with the fixed 20 ms prefill / 10 ms decode timing (a mixed pass costs both):
+    # A (100 → 50) prefills 0–20 ms and decodes 10 ms a pass, so pass j ends at 20 + 10j ms; B (40 → 20)
+    # arrives at 55 ms, in pass 4 (50–60), and is admitted by pass 5 (60–90, mixed), so pass 5 + i ends at
+    # 90 + 10i; C (30 → 3) arrives at 163 ms, in pass 13 (160–170), and is admitted by pass 14 (170–200),
+    # so pass 14 + i ends at 200 + 10i. C's tokens end passes 14–16 (220 ms), B's 5–24 (300 ms), A's 0–49
+    # (550 ms).
+    "sync": ([0, 60, 170], [20, 90, 200], [550, 300, 220]),
+    # Async: pass i is planned when pass i − 2 ends (pass 1 at once, when pass 0 is launched), so an
+    # arrival joins the pass planned at the first pass end after it. A as above; B is admitted by the plan
+    # made at 60 ms (the end of pass 4), pass 6, which runs after pass 5 (70–100 ms, mixed), so pass 6 + i
+    # ends at 100 + 10i; C is admitted at 170 ms (the end of pass 13) into pass 15 (180–210 ms), so pass
+    # 15 + i ends at 210 + 10i. C's tokens end passes 15–17 (230 ms), B's 6–25 (310 ms), A's 0–49 (550 ms).
+    "async": ([0, 60, 170], [20, 100, 210], [550, 310, 230]),
+}
+
+
 @pytest.mark.parametrize("coalesce", [False, True], ids=["pass-by-pass", "coalesced"])
-def test_arrivals_admitted_inside_a_run(tmp_path, monkeypatch, coalesce):
+@pytest.mark.parametrize("mode", TIMELINES)
+def test_arrivals_admitted_inside_a_run(tmp_path, monkeypatch, mode, coalesce):
     """A decodes alone; B and C arrive mid-pass and join the pass planned after their arrival, inside one
-    carried run. By hand, with the fixed 20 ms prefill / 10 ms decode timing (a mixed pass costs both):
-    A (100 → 50) prefills 0–20 ms and decodes 10 ms a pass, so pass j ends at 20 + 10j ms; B (40 → 20)
-    arrives at 55 ms, in pass 4 (50–60), and is admitted by pass 5 (60–90, mixed), so pass 5 + i ends at
-    90 + 10i; C (30 → 3) arrives at 163 ms, in pass 13 (160–170), and is admitted by pass 14 (170–200), so
-    pass 14 + i ends at 200 + 10i. C's tokens end passes 14–16 (finished at 220 ms), B's passes 5–24
-    (300 ms), A's passes 0–49 (550 ms)."""
+    carried run (``TIMELINES`` has the hand-derived times)."""
     from simmodel.engine import carried_run
 
     admitted = []
-    take = carried_run._Carried.take
+    column = carried_run._Carried._column
 
-    def counting_take(self, k, out):
-        taken = take(self, k, out)
-        admitted.extend(request.request_id for request in out.admitted if taken)
-        return taken
+    def counting(self, request, *args):
+        admitted.append(request.request_id)
+        return column(self, request, *args)
 
-    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
+    monkeypatch.setattr(carried_run._Carried, "_column", counting)
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 50), (0.055, 40, 20), (0.163, 30, 3)])
-    sim = Simulation(parse_scenario(trace_scenario(trace), Path(".")), coalesce=coalesce)
+    sim = Simulation(parse_scenario(with_async(trace_scenario(trace), mode == "async"), Path(".")),
+                     coalesce=coalesce)
     result = sim.run()
-    ms = 1_000_000
-    a, b, c = sim.requests
-    assert [q.first_admitted_at for q in (a, b, c)] == [0, 60 * ms, 170 * ms]
-    assert [q.first_token_at for q in (a, b, c)] == [20 * ms, 90 * ms, 200 * ms]
-    assert [q.finished_at for q in (a, b, c)] == [550 * ms, 300 * ms, 220 * ms]
-    assert len(result.passes) == 50
-    assert admitted == ([1, 2] if coalesce else [])
-
-
-@pytest.mark.parametrize("coalesce", [False, True], ids=["pass-by-pass", "coalesced"])
-def test_arrivals_admitted_inside_an_async_run(tmp_path, monkeypatch, coalesce):
-    """The same three requests under async scheduling: pass i is planned when pass i − 2 ends (pass 1 at
-    once, when pass 0 is launched), so an arrival joins the pass planned at the first pass end after it. By
-    hand: A prefills 0–20 ms and pass i ≥ 1 ends at 20 + 10i ms; B arrives at 55 ms and is admitted by the
-    plan made at 60 ms (the end of pass 4), pass 6, which runs after pass 5 (70–100 ms, mixed), so pass
-    6 + i ends at 100 + 10i; C arrives at 163 ms, is admitted at 170 ms (the end of pass 13) into pass 15
-    (180–210 ms), so pass 15 + i ends at 210 + 10i. C's tokens end passes 15–17 (230 ms), B's 6–25
-    (310 ms), A's 0–49 (550 ms)."""
-    from simmodel.engine import carried_run
-
-    admitted = []
-    admit_at = carried_run._CarriedAsync.admit_at
-
-    def counting(self, d):
-        admitted.extend(request.request_id for request in self.sched.waiting)
-        return admit_at(self, d)
-
-    monkeypatch.setattr(carried_run._CarriedAsync, "admit_at", counting)
-    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 50), (0.055, 40, 20), (0.163, 30, 3)])
-    data = with_async(trace_scenario(trace), True)
-    sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
-    result = sim.run()
-    ms = 1_000_000
-    a, b, c = sim.requests
-    assert [q.first_admitted_at for q in (a, b, c)] == [0, 60 * ms, 170 * ms]
-    assert [q.first_token_at for q in (a, b, c)] == [20 * ms, 100 * ms, 210 * ms]
-    assert [q.finished_at for q in (a, b, c)] == [550 * ms, 310 * ms, 230 * ms]
+    admitted_at, first_token, finished = TIMELINES[mode]
+    assert [q.first_admitted_at for q in sim.requests] == [t * MS for t in admitted_at]
+    assert [q.first_token_at for q in sim.requests] == [t * MS for t in first_token]
+    assert [q.finished_at for q in sim.requests] == [t * MS for t in finished]
     assert len(result.passes) == 50
     assert admitted == ([1, 2] if coalesce else [])
 
