@@ -123,7 +123,8 @@ class _Carried:
         self.last = int(run.left.max())
         """Rows up to this one have a request running (the ones after have none yet)."""
         self.cap = rows
-        """Rows the run may take at most (lowered by the KV check and the token budget)."""
+        """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
+        the clock)."""
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
@@ -137,8 +138,6 @@ class _Carried:
         self.finished: dict[int, list] = {}
         self.finishes = False
         """Requests finished since the last admission (the scheduler's running list is behind)."""
-        self.admissions: dict[int, list] = {}
-        """Row: its admitted requests and their new tokens (events recorded with the row)."""
         self.used_before = self.pool.num_used_blocks
         self.ops: list[int] = []
         """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
@@ -165,7 +164,6 @@ class _Carried:
             s = seconds[:, 0]
             j = int(np.argmax(~((s * NS_PER_S < 2**62) & (s >= 0))))
             self.cap = min(self.cap, k + j)
-            self.bad_price = float(s[j])
             if not j:
                 return False
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
@@ -304,14 +302,12 @@ class _Carried:
         start = int(self.end[k - 1]) if admitted_at is None else admitted_at
         table, rows = self.table, self.rows
         prefill = table[k]
-        admissions = self.admissions[k] = []
         for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
             prompt, blocks = request.num_prompt_tokens, request.num_blocks
             left = min(request.max_tokens, max_model_len - prompt)
             context = prompt - 1
             self._column(request, context, left, k, blocks, request.num_cached_blocks)
             request.first_admitted_at = start
-            admissions.append((request, q))
             prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
             prefill[PREFILL + 1] += q
             prefill[PREFILL + 2] += c
@@ -485,10 +481,11 @@ class _Carried:
         rows = []
         add = rows.append
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
-        admissions = self.admissions
+        plans_by_row = self.plans_by_row
         for k in range(m):
             j, t1 = k + s, end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
-            for request, q in admissions.get(j, ()):
+            out = plans_by_row.get(j)
+            for request, q in zip(out.requests, out.num_new_tokens) if out is not None else ():
                 add(new_event(EventRow, (start_list[k], ADMISSION, w, 0, request.request_id, q, role)))
             add(new_event(EventRow, (start_list[j], PASS_BEGIN, w, 0, -1, per_row[j], role)))
             for request in firsts.get(k, ()):
