@@ -17,8 +17,8 @@ of KV blocks, the safety limits, every request finished), before a pass ending a
 arrival, and when an admission is not a whole prompt admitted alone (a chunk, a request left waiting, a
 sequence or token limit): synchronous (``carry``), that pass, planned by the scheduler, is handed to the
 worker to run on its own (see ``Worker._carry``); async (``carry_async``, where the plan that sees an
-arrival is made at the first pass end after it, two passes ahead), the admission is first decided without
-changing anything, and when it would not be whole the run ends there and the worker's loop plans the pass.
+arrival is made at the first pass end after it, two passes ahead), the run ends at that pass end and
+hands the plan to the worker's loop.
 Passes, events, inter-token intervals, block ids and every request's fields are those of the pass-by-pass
 run; ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
 """
@@ -264,22 +264,21 @@ class _Carried:
 
     # -- admissions ------------------------------------------------------------------------------------
 
-    def admit(self, k: int) -> SchedulerOutput:
+    def admit(self, k: int, arrived_before: int | None = None) -> SchedulerOutput:
         """The scheduler's admissions when row k is planned (its decodes planned already), as ``schedule()``
-        makes them after planning the running requests."""
+        makes them after planning the running requests (async: seeing the requests ``arrived_before``)."""
         sched = self.sched
-        if self.finishes:  # the scheduler's list, as the passes before row k left it
-            sched.running = running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+        if self.finishes:  # the scheduler's list, as the passes before left it
+            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
             self.finishes = False
-        else:
-            running = sched.running
         cfg = sched.config
-        eligible = len(running) + len(sched.waiting) + len(sched.handoffs)
+        eligible = len(sched.running) + len(sched.waiting) + len(sched.handoffs)
         threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
         out = SchedulerOutput()
         sched.finished_since_schedule = False
         used = self.pool.num_used_blocks
-        skipped = sched._admit_waiting(cfg.max_num_batched_tokens - len(running), threshold, out)
+        budget = cfg.max_num_batched_tokens - int(self.table[k, DECODE])  # after the row's decodes
+        skipped = sched._admit_waiting(budget, threshold, out, arrived_before)
         self.admitted_blocks[k] += self.pool.num_used_blocks - used
         self.plans_by_row[k] = out
         self.capacity_bound = len(sched.waiting) + len(sched.handoffs) > skipped
@@ -391,10 +390,18 @@ class _Carried:
         ends = self.end.tolist()
         base = self.base
         first_rows, runs, prefills = first.tolist(), delivered.tolist(), self.prefills[:n].tolist()
+        plans = planned.tolist()
         for i, request in enumerate(self.requests):
             r = runs[i]
-            if not r:
-                continue  # admitted into a row still to run: as its admission left it
+            if not r:  # admitted into a row still to run: as its admission left it, but for the decodes
+                extra = plans[i] - 1  # planned after it (async, handing over: the row after it)
+                if extra > 0:
+                    request.num_computed_tokens += extra
+                    request.num_output_placeholders += extra
+                    request.num_in_flight_tokens += extra
+                    if blocks is not None:
+                        request.num_blocks = blocks[i]
+                continue
             f = first_rows[i]
             request.num_computed_tokens = computed[i]
             request.num_output_tokens = outputs[i]
@@ -594,7 +601,8 @@ class _CarriedAsync(_Carried):
         self.busy[0], self.end[0] = int(first_busy[0]), first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.handing_over: int | None = None
-        """A row planned already that the run cannot price: the loop is handed its plan and starts it."""
+        """A row planned already that must run on its own (its admission is not whole prompts alone, or its
+        price does not fit the clock): the loop is handed its plan and starts it."""
 
     def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
                       prefill: bool) -> None:
@@ -642,63 +650,6 @@ class _CarriedAsync(_Carried):
         planned and running a request."""
         return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
 
-    def admits_alone(self, d: int) -> bool:
-        """Whether the plan of row d + 2 (at decision d, after its decodes) admits the one waiting request
-        whole, as ``_admit_waiting`` would decide it: nothing is changed here, so that when it would not,
-        the worker plans that row itself."""
-        sched, pool, cfg, bs = self.sched, self.pool, self.sched.config, self.bs
-        if len(sched.waiting) != 1 or sched.handoffs:
-            return False
-        request = sched.waiting[0]
-        if (request.num_computed_tokens or request.status is not RequestStatus.WAITING or request.awaiting_kv
-                or request.num_stale_output_tokens or request.on_finish is not None):
-            return False
-        running = sum(1 for q in sched.running if q.status is RequestStatus.RUNNING)
-        budget = cfg.max_num_batched_tokens - int(self.table[d + 2, DECODE])
-        if budget <= 0 or running >= cfg.max_num_seqs:
-            return False
-        taken = int(self.allocations[d + 2])  # the decodes' blocks come first, from the free queue's head
-        free = pool.num_free_blocks - taken
-        hits = pool.find_hits(request) if pool.caching else []
-        if hits and taken and not set(hits).isdisjoint(pool.first_free(taken)):
-            return False  # a hit would be evicted first
-        computed = len(hits) * bs
-        num_tokens = request.num_tokens
-        num_new = num_tokens - computed
-        threshold = cfg.long_prefill_token_threshold  # (more than one request is eligible: running + it)
-        if (0 < threshold < num_new and running) or num_new > budget:
-            return False
-        held = len(hits)
-        evictable = pool.num_evictable(hits) if hits else 0
-        if cfg.reserve_full_isl and -(-min(num_tokens, cfg.max_model_len) // bs) - held + evictable > free:
-            return False
-        if -(-min(computed + num_new, cfg.max_model_len) // bs) - held + evictable > free:
-            return False
-        return min(request.max_tokens, cfg.max_model_len - request.num_prompt_tokens) >= 1
-
-    def admit_at(self, d: int) -> None:
-        """Plan row d + 2's admission with the scheduler's own code (``admits_alone`` said it is whole)."""
-        sched = self.sched
-        if self.finishes:
-            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
-            self.finishes = False
-        cfg = sched.config
-        out = SchedulerOutput()
-        sched.finished_since_schedule = False
-        used = self.pool.num_used_blocks
-        row, at = d + 2, int(self.end[d])
-        budget = cfg.max_num_batched_tokens - int(self.table[row, DECODE])
-        threshold = cfg.long_prefill_token_threshold if len(sched.running) + 1 > 1 else 0
-        sched._admit_waiting(budget, threshold, out, at)
-        sched.prefill_capacity_bound = False
-        self.admitted_blocks[row] += self.pool.num_used_blocks - used
-        self.worker._placed_at_plan = self.worker._num_placed
-        self.plans_by_row[row] = out
-        if not self.take(row, out, at):
-            if self.cap != row:
-                raise RuntimeError("carried run: an admission did not go as predicted")  # (a bug if ever)
-            self.handing_over = row  # the pass it plans cannot be priced: the loop starts it (and reports it)
-
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
@@ -712,6 +663,8 @@ class _CarriedAsync(_Carried):
         plan.kv_blocks_used = int(self._used(m + 1)[m])
         self._deliver(m, delivered, planned, over)
         self._record(m)
+        if over:
+            self.sched.prefill_capacity_bound = self.capacity_bound
         worker = self.worker
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
@@ -731,9 +684,9 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
     flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
     it already and the loop must start it (else None); None if no run starts.
 
-    An arrival is read by the first decision after it: the one at the end of row d plans row d + 2, and
-    admits the request there if the scheduler would admit it whole and alone (``admits_alone``); else the
-    run ends with row d's outputs delivered, and the worker's loop plans row d + 2 itself.
+    An arrival is read by the first decision after it: the one at the end of row d plans row d + 2 and
+    admits the request there with the scheduler's own admission. If that is not whole prompts admitted
+    alone, the run ends with row d's outputs delivered and hands the plan of row d + 2 to the loop.
     """
     now = worker.env.now
     if worker.launch is not None:
@@ -785,12 +738,11 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
         if (d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2
                 or not source.quiet_until(int(end[d + 1]))):
             return d + 1
-        state.decide(d, plan=False)
-        source.arrive_early(int(end[d]))
-        if not state.admits_alone(d):
-            return d + 1
         state.decide(d, plan=True)
-        state.admit_at(d)
-        if state.handing_over is not None:
+        source.arrive_early(int(end[d]))
+        row, at = d + 2, int(end[d])
+        out = state.admit(row, at)
+        if not state.take(row, out, at):
+            state.handing_over = row  # the loop starts the pass as planned (a chunk, a request left waiting)
             return d + 1
         valid = state.valid(horizon)

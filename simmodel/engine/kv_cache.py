@@ -134,15 +134,6 @@ class PrefixCachingBlockPool:
             hits.append(next(iter(holders)))
         return hits
 
-    def first_free(self, n: int) -> list[int]:
-        """The first n blocks of the free queue: those the next n allocations take (evicting their content)."""
-        queue, taken = self.free_queue, []
-        b = queue.next[queue.head]
-        for _ in range(min(n, queue.size)):
-            taken.append(b)
-            b = queue.next[b]
-        return taken
-
     def num_evictable(self, block_ids: list[int]) -> int:
         """Hit blocks that sit in the free queue: touching them takes them out of the free count."""
         return sum(1 for b in block_ids if self.ref_cnt[b] == 0)

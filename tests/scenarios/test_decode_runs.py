@@ -237,35 +237,20 @@ ROOMY = {"capacity": {"type": "fixed", "blocks": 20_000}}
 ])
 def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part, asynchronous):
     """One worker, open loop: a run admits each arrival in the pass planned after it and goes on
-    (``carried_run``), or leaves that pass to the worker when it must run on its own (a chunk, a request
-    left waiting): synchronous, the pass planned already is handed over; async, the run ends before
-    that plan. Outputs are those of the pass-by-pass run; the counts show both ways are taken."""
+    (``carried_run``), or hands that pass, planned already, to the worker when it must run on its own (a
+    chunk, a request left waiting). Outputs are those of the pass-by-pass run; the counts show both ways
+    are taken."""
     from simmodel.engine import carried_run
 
     counts = {"admitted in a run": 0, "left to the worker": 0}
-    if asynchronous:
-        admits_alone = carried_run._CarriedAsync.admits_alone
+    take = carried_run._Carried.take
 
-        def counting_prediction(self, d):
-            alone = admits_alone(self, d)
-            counts["admitted in a run" if alone else "left to the worker"] += 1
-            return alone
+    def counting_take(self, k, out, admitted_at=None):
+        taken = take(self, k, out, admitted_at)
+        counts["admitted in a run" if taken else "left to the worker"] += 1
+        return taken
 
-        monkeypatch.setattr(carried_run._CarriedAsync, "admits_alone", counting_prediction)
-    else:
-        take, commit = carried_run._Carried.take, carried_run._Carried.commit
-
-        def counting_take(self, k, out, admitted_at=None):
-            taken = take(self, k, out, admitted_at)
-            counts["admitted in a run"] += taken
-            return taken
-
-        def counting_commit(self, m, handing_over):
-            counts["left to the worker"] += handing_over
-            return commit(self, m, handing_over)
-
-        monkeypatch.setattr(carried_run._Carried, "take", counting_take)
-        monkeypatch.setattr(carried_run._Carried, "commit", counting_commit)
+    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
     data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), asynchronous)
     sim_a, by_pass = run(data, coalesce=False)
     sim_b, coalesced = run(data, coalesce=True)
