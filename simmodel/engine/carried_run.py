@@ -285,10 +285,9 @@ class _Carried:
         self.worker._placed_at_plan = self.worker._num_placed
         return out
 
-    def take(self, k: int, out: SchedulerOutput, admitted_at: int | None = None) -> bool:
-        """Add the requests admitted in row k as columns and price the rows from k again; False if the
-        admission is not whole prompts alone (the row is then handed over). ``admitted_at``: when row k
-        was planned (default: as row k − 1 ended)."""
+    def take(self, k: int, out: SchedulerOutput, admitted_at: int) -> bool:
+        """Add the requests admitted in row k (planned at ``admitted_at``) as columns and price the rows from
+        k again; False if the admission is not whole prompts alone (the row is then handed over)."""
         sched, cfg = self.sched, self.sched.config
         if (sched.waiting or sched.handoffs or out.resumed or not out.admitted or not all(out.samples)
                 or len(sched.running) > cfg.max_num_batched_tokens):
@@ -298,7 +297,6 @@ class _Carried:
             if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
                     or request.on_finish is not None or request.num_output_tokens):
                 return False
-        start = int(self.end[k - 1]) if admitted_at is None else admitted_at
         table, rows = self.table, self.rows
         prefill = table[k]
         for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
@@ -306,7 +304,7 @@ class _Carried:
             left = min(request.max_tokens, max_model_len - prompt)
             context = prompt - 1
             self._column(request, context, left, k, blocks, request.num_cached_blocks)
-            request.first_admitted_at = start
+            request.first_admitted_at = admitted_at
             prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
             prefill[PREFILL + 1] += q
             prefill[PREFILL + 2] += c
@@ -516,16 +514,9 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
     typical = worker.decode_pass_ns or worker.last_pass_ns
     if plans is None and now + typical >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _Run(worker, plans)
-    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
-        return None
-    rows = MAX_RUN
-    if horizon != float("inf"):
-        rows = min(rows, int((horizon - now) // max(typical, 1)) + 2)
-    limits = worker.limits
-    if limits is not None:
-        rows = min(rows, limits.spec.max_passes - limits.num_passes)
-    if rows < 1:
+    run = _gathered(worker, plans, asynchronous=False)
+    rows = _rows(worker, now, horizon, started_before=0)
+    if run is None or rows < 1:
         return None
     state = _Carried(worker, run, now, rows)
     state.price_from(0)
@@ -540,6 +531,27 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
     finally:
         worker.open_pass_ends.remove(now)
     return int(state.end[m - 1]), None if plan is None else [plan]
+
+
+def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> _Run | None:
+    """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
+    ``decode_run._Run.gather``; no finish may call back, and a staged load records stages a run does not)."""
+    run = _Run(worker, plans, asynchronous)
+    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
+        return None
+    return run
+
+
+def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
+    """Candidate rows of a run: at most ``MAX_RUN``, about twice what the time to ``horizon`` allows at the
+    last pass's pace (a longer stretch continues as the next run), and no pass started past the pass limit
+    (``started_before``: rows at the start already started)."""
+    rows = MAX_RUN
+    if horizon != float("inf"):
+        rows = min(rows, int((horizon - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1)) + 2)
+    if worker.limits is not None:
+        rows = min(rows, worker.limits.spec.max_passes - worker.limits.num_passes + started_before)
+    return rows
 
 
 def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]:
@@ -574,7 +586,7 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
         state.apply(k, plan=True)
         source.arrive_early(int(end[j]))
         out = state.admit(k)
-        if not state.take(k, out):
+        if not state.take(k, out, int(end[j])):
             return k
         valid = state.valid(horizon)
         if valid <= k:
@@ -694,17 +706,9 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
     plans, _, _, first_end = in_flight
     if first_end >= horizon:
         return None
-    run = _Run(worker, plans, asynchronous=True)
-    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
-        return None
-    typical = worker.decode_pass_ns or worker.last_pass_ns
-    rows = MAX_RUN
-    if horizon != float("inf"):
-        rows = min(rows, int((horizon - now) // max(typical, 1)) + 2)
-    limits = worker.limits
-    if limits is not None:
-        rows = min(rows, limits.spec.max_passes - limits.num_passes + 1)  # rows 1..m start in the run
-    if rows < 2:
+    run = _gathered(worker, plans, asynchronous=True)
+    rows = _rows(worker, now, horizon, started_before=1)  # row 0 is in flight: rows 1..m start in the run
+    if run is None or rows < 2:
         return None
     state = _CarriedAsync(worker, run, now, rows, in_flight)
     state.price_from(1)

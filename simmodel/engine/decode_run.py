@@ -55,11 +55,8 @@ if TYPE_CHECKING:
 
 _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
-_HELD = attrgetter("num_blocks", "num_cached_blocks")
-_STEP = np.array([[1], [1], [-1]], dtype=np.int64)
 _TOKENS, _PREFILL_TOKENS, _PREFILL_SEQS, _DECODES = (PassLog.INT_FIELDS.index(name) for name in (
     "num_scheduled_tokens", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs"))
-"""What one decode pass adds to a request's ``_Run.state`` column."""
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
