@@ -423,6 +423,62 @@ def format_ranking(spec, entries: list[dict], top: list[dict], output_dir: Path)
     return "\n".join(lines)
 
 
+@cli.group()
+def traces() -> None:
+    """Public request traces: those shipped with simmodel (path: builtin:NAME in a scenario) and the full
+    ones `simmodel traces fetch` downloads (simmodel/data/traces/README.md)."""
+
+
+@traces.command("list")
+def traces_list() -> None:
+    """One line per trace: name, size, licence, where it comes from."""
+    from simmodel.traffic.catalog import BUILTIN, BUILTIN_PREFIX, FETCHABLE
+
+    rows = [(BUILTIN_PREFIX + t.name, t) for t in BUILTIN.values()] + [(t.name, t) for t in FETCHABLE.values()]
+    width = max(len(name) for name, _ in rows)
+    click.echo(f"{'name':<{width}}  {'bytes':>9}  {'licence':<10}  source")
+    for name, t in rows:
+        click.echo(f"{name:<{width}}  {t.size_bytes:>9,}  {t.licence:<10}  {t.source}")
+
+
+def download_bar(total_bytes: int, label: str, stream=None):
+    """A tqdm bar of bytes received on a terminal's stderr; None off a terminal (a CI log gets no bar)."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc=label, file=stream,
+                leave=False)
+
+
+@traces.command("fetch")
+@click.argument("name")
+@click.option("--to", "folder", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="The folder to write the file into (created if missing).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file of that name (once the download "
+                                                "has checked out).")
+def traces_fetch(name: str, folder: Path, overwrite: bool) -> None:
+    """Download the full public trace NAME (see `simmodel traces list`) into --to, check its SHA-256, and
+    print the path written. Exit 1 when the download fails or its checksum differs (nothing is left)."""
+    from simmodel.traffic.download import FetchError, fetch_trace, fetchable
+
+    trace = fetchable(name)
+    bar = download_bar(trace.size_bytes, trace.file)
+    failure = None
+    try:
+        path = fetch_trace(name, folder, overwrite=overwrite, on_bytes=None if bar is None else bar.update)
+    except FetchError as exc:
+        failure = _one_line(exc)
+    finally:
+        if bar is not None:  # erased before any message, so the message is a line of its own
+            bar.close()
+    if failure is not None:
+        click.echo(f"simmodel: traces fetch: {failure}", err=True)
+        sys.exit(1)
+    click.echo(str(path))
+
+
 def main() -> None:
     cli()
 

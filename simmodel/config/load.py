@@ -53,6 +53,7 @@ from simmodel.perf.deployment import DTYPE_BYTES, Deployment
 from simmodel.perf.hardware import HARDWARE, HardwareSpec
 from simmodel.perf.models import MODELS, ModelSpec
 from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.traffic.catalog import resolve_trace_path
 from simmodel.traffic.traces import FORMATS
 
 _MISSING = object()
@@ -452,12 +453,15 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
         raw_path = src.raw("path")
         if not isinstance(raw_path, str) or not raw_path:
             raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
-        path = Path(raw_path)
+        try:
+            path = resolve_trace_path(raw_path, base_dir)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{src.at('path')}: {exc}") from None
         fmt = src.choice("format", FORMATS)
         hash_block = src.int("block_size", 512)
         if fmt != "mooncake" and src.raw("block_size", None) is not None:
             raise ScenarioError(f"{src.at('block_size')}: only mooncake traces carry hash_ids")
-        source = TraceSource(path if path.is_absolute() else base_dir / path, fmt, block_size=hash_block)
+        source = TraceSource(path, fmt, block_size=hash_block)
     src.done()
 
     loads = ("concurrency", "poisson", "gamma", "constant_rate", "trace_timestamps", "stages")

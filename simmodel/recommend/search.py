@@ -22,6 +22,7 @@ from simmodel.perf.models import MODELS
 from simmodel.recommend.executor import LocalExecutor
 from simmodel.recommend.space import Candidate, SearchSpace, expand
 from simmodel.recommend.spec import SearchSpec, parse_search
+from simmodel.traffic.catalog import is_builtin
 
 TIE = 1e-9
 """Relative difference under which two objective values are the same."""
@@ -151,7 +152,7 @@ def runnable(config: dict, base_dir: Path) -> dict:
 
     source = (config.get("traffic") or {}).get("source")
     if isinstance(source, dict):
-        absolute(source, "path", lambda v: True)
+        absolute(source, "path", lambda v: not is_builtin(v))  # builtin:NAME means the same file anywhere
     engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
     absolute(engine, "model", lambda v: v not in MODELS and exists(base_dir / v))
     def hardware_file(value: str) -> bool:
