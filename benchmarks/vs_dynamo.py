@@ -10,8 +10,10 @@ in interleaved rounds (``--repeat``, best of each):
 - simmodel's default timing (the roofline performance model) against the mocker's measured-table (AIS)
   timing for Qwen3-8B on H200.
 
-The mocker runs in its own virtual environment (``../shared/oracles/peers.md``: ``install_peers.sh``), given
-by ``--peers-python`` or ``SIMMODEL_PEERS_PYTHON``; without it only simmodel's times are printed.
+The mocker runs in its own virtual environment with ``ai-dynamo`` 1.6.1 installed, given by ``--peers-python``
+or ``SIMMODEL_PEERS_PYTHON``, through the developers' replay driver ``dynamo_replay.py`` (kept with their
+oracle scripts, not in this repository), given by ``--mocker-driver`` or ``SIMMODEL_DYNAMO_DRIVER``; without
+both only simmodel's times are printed.
 
 Both sides start from compiled bytecode, as installed packages do: pip compiled the mocker's ``.pyc`` files
 when it installed them, while an editable simmodel checkout, where ``PYTHONDONTWRITEBYTECODE`` is set,
@@ -19,6 +21,7 @@ would recompile its sources at every start (about 0.1 s). simmodel's commands th
 bytecode cache of their own (``PYTHONPYCACHEPREFIX`` in the temporary folder), filled by one untimed run.
 
     python3 benchmarks/vs_dynamo.py [--requests N] [--backend vllm|sglang] [--repeat N] [--peers-python PATH]
+        [--mocker-driver dynamo_replay.py]
 """
 
 # ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
@@ -38,7 +41,6 @@ import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO.parent / "shared" / "oracles" / "dynamo_replay.py"
 HASH_BLOCK = 64
 KV_BLOCKS = 16_384
 
@@ -91,6 +93,9 @@ def main() -> None:
                              "best of the rounds (a shared machine's noise only ever adds time)")
     parser.add_argument("--peers-python", default=os.environ.get("SIMMODEL_PEERS_PYTHON"),
                         help="python of the venv with ai-dynamo (default $SIMMODEL_PEERS_PYTHON)")
+    parser.add_argument("--mocker-driver", default=os.environ.get("SIMMODEL_DYNAMO_DRIVER"),
+                        help="dynamo_replay.py, the script that replays a trace through the mocker "
+                             "(default $SIMMODEL_DYNAMO_DRIVER)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -106,9 +111,9 @@ def main() -> None:
         own_env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
         # One untimed request fills the bytecode cache.
         timed(commands["simmodel polynomial"] + ["--set", "traffic.stop.requests=1"], own_env)
-        peers = bool(args.peers_python) and DRIVER.exists()
+        peers = bool(args.peers_python) and bool(args.mocker_driver) and Path(args.mocker_driver).is_file()
         if peers:
-            base = [args.peers_python, str(DRIVER), "--trace", str(trace), "--trace-block-size", str(HASH_BLOCK),
+            base = [args.peers_python, args.mocker_driver, "--trace", str(trace), "--trace-block-size", str(HASH_BLOCK),
                     "--block-size", str(HASH_BLOCK), "--num-gpu-blocks", str(KV_BLOCKS), "--backend", args.backend,
                     "--quiet"]
             commands["mocker polynomial"] = base + ["--timing", "polynomial"]
@@ -127,7 +132,7 @@ def main() -> None:
         for name, t in times.items():
             print(f"{name:<20} {best[name]:7.2f} s   (best of {', '.join(f'{x:.2f}' for x in t)})")
         if not peers:
-            print("Dynamo mocker: not run (give --peers-python; see ../shared/oracles/peers.md)")
+            print("Dynamo mocker: not run (give --peers-python and --mocker-driver)")
             return
         print(f"polynomial: simmodel / mocker = {best['simmodel polynomial'] / best['mocker polynomial']:.2f}x "
               "(target <= 2x)")

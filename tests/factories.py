@@ -7,8 +7,12 @@ from pathlib import Path
 
 from simmodel.config.load import parse_scenario
 from simmodel.sim import Results, Simulation
+from simmodel.traffic.catalog import BUILTIN_PREFIX, resolve_trace_path
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+def builtin_trace(name: str) -> Path:
+    """The shipped trace ``builtin:name`` (``simmodel/data/traces/``), found as a scenario finds it."""
+    return resolve_trace_path(BUILTIN_PREFIX + name, Path("."))
 
 
 def _merge(base: dict, extra: dict) -> dict:

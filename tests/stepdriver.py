@@ -1,4 +1,5 @@
-"""Drive one rank's scheduler the way ``../shared/oracles/vllm_sched_oracle.py`` drives vLLM's.
+"""Drive one rank's scheduler the way the vLLM scheduler oracle (vLLM 0.32.0's own ``Scheduler`` on a CPU with a
+fake model runner, a script in the developers' shared oracle folder) drives vLLM's.
 
 Steps count ``schedule()`` calls; a request is added just before the call whose index equals its
 ``arrival_step``; a fully idle engine jumps to the next arrival. The records have the oracle's

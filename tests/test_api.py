@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import SHARED_TRACES, make_scenario
+from factories import make_scenario
 
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
@@ -32,7 +32,6 @@ def test_step_pause_inspect_resume():
     assert not sim.step()
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces not present")
 @pytest.mark.parametrize("scenario, requests", [
     ("scenarios/azure-conv-trace.yaml", 300),
     ("scenarios/mooncake-conversation.yaml", 100),

@@ -89,7 +89,7 @@ ODD_VALUES = [
     "{stages: [{service_ms: 1e9, workers: 100000, concurrency_scale: 1e6}]}", "{max_passes: 1000000000000000}",
     "sglang", "vllm", "disaggregated", "aggregated", "auto", "fixed", "default", "measured", "polynomial",
     "fp8", "h200_sxm", "h100_sxm", "Qwen/Qwen3-VL-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
-    "deepseek-ai/DeepSeek-V3", "config.json", "../../shared", "system.yaml", "/etc/passwd", ".", "/",
+    "deepseek-ai/DeepSeek-V3", "config.json", "../../elsewhere", "builtin:x.csv", "system.yaml", "/etc/passwd", ".", "/",
 ]
 NUMBERS = st.one_of(st.integers(-(2**70), 2**70).map(str), st.floats().map(repr),
                     st.floats(allow_nan=False, allow_infinity=False).map(lambda x: f"{x:e}"))

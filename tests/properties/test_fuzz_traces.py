@@ -3,30 +3,23 @@ bytes, lines and fields mutated, are either read or refused with one ScenarioErr
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from factories import builtin_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simmodel.errors import ScenarioError
 from simmodel.traffic.traces import read_trace
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 CSV_SAMPLE = "arrival_s,input_tokens,output_tokens,dp_rank\n0.0,100,5,0\n0.5,2000,40,1\n1.25,7,1,0\n"
 
 
-def _head(name: str, lines: int = 6) -> str | None:
-    path = TRACES / name
-    if not path.exists():
-        return None
-    with path.open(encoding="utf-8") as f:
+def _head(name: str, lines: int = 6) -> str:
+    with builtin_trace(name).open(encoding="utf-8") as f:
         return "".join(next(f) for _ in range(lines))
 
 
-SAMPLES = {"mooncake": _head("conversation_trace.jsonl"), "azure": _head("AzureLLMInferenceTrace_conv.csv"),
+SAMPLES = {"mooncake": _head("mooncake/conversation_head2000.jsonl"), "azure": _head("azure/conv_2023.csv"),
            "csv": CSV_SAMPLE}
-SAMPLES = {fmt: text for fmt, text in SAMPLES.items() if text is not None}
 
 TOKENS = st.sampled_from(["", "-1", "0", "1e400", "nan", "inf", "null", "[]", "{}", '"x"', "9" * 30, ",", ":",
                           '"', "\n", "true", "1.5", "-0.0", "\x00", "é", "[1,2", "[-5]"])
@@ -53,7 +46,6 @@ def mutated(draw):
     return fmt, text, draw(st.booleans())
 
 
-@pytest.mark.skipif(not SAMPLES, reason="no trace samples")
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(mutated())

@@ -6,14 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import SHARED_TRACES, make_scenario
+from factories import make_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
-
-AZURE_CODE = SHARED_TRACES / "AzureLLMInferenceTrace_code.csv"
 
 
 @st.composite
@@ -45,7 +43,7 @@ def scenarios(draw):
          "inter_turn_delay_ms": draw(st.sampled_from([0, 5])), "shared_prefix_ratio": draw(st.floats(0, 1))},
     ]))
     if load["type"] == "trace_timestamps":  # a real trace's first rows (long prompts: many are refused)
-        source = {"type": "trace", "format": "azure", "path": str(AZURE_CODE)}
+        source = {"type": "trace", "format": "azure", "path": "builtin:azure/code_2023.csv"}
     data = make_scenario(
         traffic={"source": source, "load": load, "stop": {"requests": draw(st.integers(1, 25))}},
         engine={"seed": seed, "context_length": context, "workers": {"aggregated": {

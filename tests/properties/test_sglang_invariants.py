@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import SHARED_TRACES, make_sglang_scenario
+from factories import make_sglang_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,7 +64,7 @@ def scenarios(draw):
             "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}}}}
     engine["seed"] = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 4)) == 0:  # a real trace's first rows at their own times (long prompts: many refused)
-        traffic["source"] = {"type": "trace", "format": "azure", "path": str(SHARED_TRACES / "AzureLLMInferenceTrace_conv.csv")}
+        traffic["source"] = {"type": "trace", "format": "azure", "path": "builtin:azure/conv_2023.csv"}
         traffic["load"] = {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))}
     data = make_sglang_scenario(traffic=traffic)
     data["engine"] = {"model": data["engine"]["model"], "hardware": data["engine"]["hardware"],

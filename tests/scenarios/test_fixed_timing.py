@@ -1,7 +1,7 @@
 """End-to-end timelines with fixed timing (prefill 20 ms, decode 10 ms, mixed pass 30 ms).
 
-Every expected number is derived by hand in the docstring; several are the same setups Dynamo's
-mocker reports in ../shared/oracles/peers.md §2.6, which agree.
+Every expected number is derived by hand in the docstring; several are the same setups that Dynamo's
+mocker (``ai-dynamo`` 1.6.1, offline replay with fixed timing) was run on by the developers, and it agrees.
 """
 
 from __future__ import annotations

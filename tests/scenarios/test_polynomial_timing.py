@@ -1,5 +1,5 @@
-"""Whole runs under polynomial timing against Dynamo mocker 1.6.1 (recorded by hand with
-../shared/oracles/dynamo_replay.py, block size 16, 100 KV blocks per rank = 1600 tokens).
+"""Whole runs under polynomial timing against Dynamo mocker 1.6.1 (``ai-dynamo`` 1.6.1's offline replay,
+recorded by hand with the developers' replay driver; block size 16, 100 KV blocks per rank = 1600 tokens).
 Each expectation is also the sum of P() and D() terms written out in the docstring."""
 
 from __future__ import annotations

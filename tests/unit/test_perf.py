@@ -64,7 +64,7 @@ def test_fixed_timing_adds_prefill_and_decode_per_rank():
 
 @pytest.mark.parametrize("isl, ms", [(1, 16.516604), (100, 18.023974), (1000, 32.105859), (8192, 169.136918)])
 def test_polynomial_prefill_matches_dynamo(isl, ms):
-    """TTFT of one lone request in Dynamo mocker 1.6.1 (measured, ../shared/oracles/peers.md §2.3)."""
+    """TTFT of one lone request in Dynamo mocker 1.6.1 (``ai-dynamo`` offline replay, measured by the developers)."""
     cost = PolynomialTiming().price(batch([0], [isl], [0], [False]))
     assert cost.total_s[0] * 1e3 == pytest.approx(ms, abs=1e-5)
 

@@ -1,30 +1,25 @@
-"""Trace readers: real files from ../shared/traces, and one clear line for each kind of bad file."""
+"""Trace readers: the real traces shipped in simmodel/data/traces, and one clear line for each kind of bad file."""
 
 from __future__ import annotations
 
 import pytest
-from factories import SHARED_TRACES
+from factories import builtin_trace
 
 from simmodel.errors import ScenarioError
 from simmodel.traffic.traces import read_trace
 
-needs_traces = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces not present")
-
-
-@needs_traces
 def test_mooncake_head_sample():
     """conversation_trace_head2000.jsonl: 2,000 rows; first row 6758→500 at t=0, hash ids kept."""
-    trace = read_trace(SHARED_TRACES / "conversation_trace_head2000.jsonl", "mooncake", require_monotone=True)
+    trace = read_trace(builtin_trace("mooncake/conversation_head2000.jsonl"), "mooncake", require_monotone=True)
     assert len(trace) == 2000
     assert (trace.input_tokens[0], trace.output_tokens[0], trace.arrival_s[0]) == (6758, 500, 0.0)
     assert trace.hash_ids[0] == tuple(range(14))
     assert (trace.dp_rank == -1).all()
 
 
-@needs_traces
 def test_azure_timestamps_are_seconds_from_the_first_row():
     """Rows 1–2 of the code trace: 18:17:03.97996 and 18:17:04.03196 → 0 and 0.052 s."""
-    trace = read_trace(SHARED_TRACES / "AzureLLMInferenceTrace_code.csv", "azure", require_monotone=True)
+    trace = read_trace(builtin_trace("azure/code_2023.csv"), "azure", require_monotone=True)
     assert len(trace) == 8819
     assert trace.arrival_s[:2].tolist() == pytest.approx([0.0, 0.052])
     assert (trace.input_tokens[0], trace.output_tokens[0]) == (4808, 10)
