@@ -8,6 +8,7 @@ from factories import builtin_trace
 from simmodel.errors import ScenarioError
 from simmodel.traffic.traces import read_trace
 
+
 def test_mooncake_head_sample():
     """conversation_trace_head2000.jsonl: 2,000 rows; first row 6758→500 at t=0, hash ids kept."""
     trace = read_trace(builtin_trace("mooncake/conversation_head2000.jsonl"), "mooncake", require_monotone=True)
