@@ -130,6 +130,10 @@ def test_bad_names_and_folders_are_one_line_exit_2(tmp_path):
     proc = simmodel("traces", "fetch", "azure/code_2023.csv", "--to", str(tmp_path / "f"),
                     base_url="http://127.0.0.1:9")
     assert proc.returncode == 2 and proc.stderr == f"simmodel: --to {tmp_path / 'f'}: not a folder\n"
+    proc = simmodel("traces", "fetch", "azure/code_2023.csv", "--to", str(tmp_path / "g"), base_url="127.0.0.1:9")
+    assert proc.returncode == 2 and proc.stderr == ("simmodel: SIMMODEL_TRACES_BASE_URL: '127.0.0.1:9': must be an "
+                                                    "http://, https:// or file:// URL\n")
+    assert not (tmp_path / "g").exists()
 
 
 def test_list_has_one_line_per_trace():

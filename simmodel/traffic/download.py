@@ -39,7 +39,11 @@ def fetchable(name: str) -> PublicTrace:
 def trace_url(trace: PublicTrace) -> str:
     """Where to download ``trace`` from: its upstream URL, or the file under ``$SIMMODEL_TRACES_BASE_URL``."""
     base = os.environ.get(BASE_URL_VARIABLE)
-    return f"{base.rstrip('/')}/{trace.file}" if base else trace.url
+    if not base:
+        return trace.url
+    if not base.startswith(("http://", "https://", "file://")):
+        raise ScenarioError(f"{BASE_URL_VARIABLE}: {base!r}: must be an http://, https:// or file:// URL")
+    return f"{base.rstrip('/')}/{trace.file}"
 
 
 def fetch_trace(name: str, folder: Path, *, overwrite: bool = False,
@@ -51,17 +55,19 @@ def fetch_trace(name: str, folder: Path, *, overwrite: bool = False,
     of each chunk received (a progress bar).
 
     Raises:
-        ScenarioError: an unknown name, ``folder`` is not a folder, or the file exists and not ``overwrite``.
+        ScenarioError: an unknown name, a malformed ``$SIMMODEL_TRACES_BASE_URL``, ``folder`` is not a folder,
+            or the file exists and not ``overwrite``.
         FetchError: the download failed or its bytes are not the published file's.
     """
     trace = fetchable(name)
+    url = trace_url(trace)
     target = folder / trace.file
     _check_target(target, overwrite)
     folder.mkdir(parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(prefix=f".{trace.file}.", suffix=".part", dir=folder)
     try:
         with os.fdopen(handle, "wb") as out:
-            digest = _download(trace, trace_url(trace), out, on_bytes)
+            digest = _download(trace, url, out, on_bytes)
         if digest != trace.sha256:
             raise FetchError(f"{name}: checksum mismatch (sha256 {digest}, expected {trace.sha256}); "
                              f"nothing written")
