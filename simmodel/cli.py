@@ -23,17 +23,24 @@ _LABELS = {
     "tpot_ms": "Time per output token (ms)", "itl_ms": "Inter-token latency (ms)",
     "e2e_latency_ms": "Request latency (ms)", "queue_ms": "Queue time (ms)",
 }
-_STATS = ("mean", "min", "max", "p99", "p90", "p75", "p50", "std")
+_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9", "min", "max", "std")
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines: the first column left-aligned, the others right-aligned, each as wide as
+    its widest cell and one space apart, so that no two cells run together whatever their values."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [" ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))]).rstrip()
+            for row in rows]
 
 
 def format_table(summary: dict) -> str:
     """An AIPerf-style table: one row per latency metric, then the run's totals."""
-    width = max(len(v) for v in _LABELS.values())
-    lines = [f"{'Metric':<{width}} " + " ".join(f"{s:>10}" for s in _STATS)]
+    rows = [["Metric", *_STATS]]
     for key in LATENCY_METRICS:
         row = summary[key]
-        cells = " ".join(f"{'-':>10}" if row[s] is None else f"{row[s]:>10.2f}" for s in _STATS)
-        lines.append(f"{_LABELS[key]:<{width}} {cells}")
+        rows.append([_LABELS[key], *("-" if row[s] is None else f"{row[s]:.2f}" for s in _STATS)])
+    lines = _columns(rows)
     lines.append("")
     for key, label in (
         ("output_throughput_tok_s", "Output token throughput (tokens/s)"),
@@ -41,12 +48,19 @@ def format_table(summary: dict) -> str:
         ("mean_output_token_throughput_per_user", "Output token throughput per user (tokens/s)"),
         ("completed_requests", "Completed requests"), ("incomplete_requests", "Incomplete requests"),
         ("rejected_requests", "Rejected requests"), ("num_preemptions", "Preemptions"),
+        ("prefix_cache_hit_ratio", "Prefix cache hit ratio"),
+        ("kv_cache_usage_peak", "KV cache usage, peak (fraction of blocks)"),
+        ("kv_cache_usage_mean", "KV cache usage, mean over pass time"),
+        ("num_requests_waiting_peak", "Waiting requests, peak"),
+        ("num_requests_waiting_mean", "Waiting requests, time average"),
         ("duration_s", "Duration (s)"), ("gpu_count", "GPUs"), ("gpu_hours", "GPU-hours"),
         ("num_passes", "Passes"), ("wall_time_s", "Wall time (s)"),
     ):
-        value = summary[key]
+        value = summary.get(key)
         text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else str(value))
         lines.append(f"{label:<46} {text}")
+    if summary.get("sla"):
+        lines += _sla_lines(summary["sla"])
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
     if summary.get("vision"):
@@ -76,6 +90,18 @@ def format_table(summary: dict) -> str:
             service = "-" if st["mean_service_ms"] is None else f"{st['mean_service_ms']:.3f}"
             lines.append(f"{st['stage']:<24} {st['workers']:>8} {st['requests']:>9} {wait:>10} {service:>13}")
     return "\n".join(lines)
+
+
+def _sla_lines(sla: dict) -> list[str]:
+    """The SLA block of the table: the bounds, goodput, and attainment against the required fraction."""
+    bounds = ", ".join(f"{name} ≤ {sla[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"),
+                                                                       ("e2e_ms", "E2E")) if sla[key] is not None)
+    goodput = "-" if sla["goodput_rps"] is None else f"{sla['goodput_rps']:.4f}"
+    attained = "-" if sla["sla_attainment"] is None else f"{sla['sla_attainment']:.2%}"
+    verdict = "met" if sla["sla_met"] else "not met"
+    return [f"{'SLA':<46} {bounds}",
+            f"{'Goodput (requests/s meeting the SLA)':<46} {goodput}",
+            f"{'SLA attainment (required)':<46} {attained} ({sla['required_attainment']:.2%} required: {verdict})"]
 
 
 class ProgressBar:

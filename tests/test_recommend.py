@@ -99,6 +99,33 @@ def test_sla_and_gpu_budget_reject_candidates_with_their_reason(tmp_path):
     assert [e["gpu_count"] for e in entries] == [1, 1, 2, 2]
 
 
+@pytest.mark.parametrize("sla, expected", [
+    # E2E ≤ 40 ms, by hand (search()): 1×1: 30, 60, 90, 120 → 25 % good; 1×4: all 30 → 100 %;
+    # 2×1: 30, 60, 30, 60 → 50 %; 2×4: 100 %.
+    ({"e2e_ms": 40}, ["sla", None, "sla", None]),                     # 0.9 required by default
+    ({"e2e_ms": 40, "attainment": 0.5}, ["sla", None, None, None]),   # 50 % meets 0.5
+])
+def test_a_candidate_is_feasible_only_when_attainment_meets_the_required_fraction(tmp_path, sla, expected):
+    data = search(evaluation={"sla": sla}, optimization={"target": "goodput_per_gpu"})
+    out = tmp_path / "out"
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    entries = json.loads((out / "recommendation.json").read_text())["candidates"]
+    assert [e["reason_category"] for e in entries] == expected
+    assert [e["metrics"]["sla_attainment"] for e in entries] == [0.25, 1.0, 0.5, 1.0]
+    required = sla.get("attainment", 0.9)
+    assert entries[0]["reason"] == (f"25.0% of completed requests met every SLA bound, below the {required:.1%} "
+                                    f"required (evaluation.sla.attainment)")
+
+
+def test_strict_sla_contradicting_attainment_is_refused(tmp_path):
+    data = search(evaluation={"sla": {"e2e_ms": 40, "attainment": 0.9}},
+                  optimization={"target": "e2e_latency", "strict_sla": True})
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "optimization.strict_sla: asks every completed request to meet the SLA, but evaluation.sla.attainment " \
+           "is 0.9; give one of them" in proc.stderr
+
+
 def test_nothing_feasible_exits_1_and_still_writes_the_ledger(tmp_path):
     data = search(optimization={"target": "e2e_latency", "constraints": {"min_candidate_gpus": 8}})
     out = tmp_path / "out"

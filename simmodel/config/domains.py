@@ -14,7 +14,9 @@ from simmodel.errors import ScenarioError
 
 DOMAIN_KEYS = ("choices", "range")
 RECOMMEND_SECTIONS = ("evaluation", "optimization", "optimizer")
-"""Top-level sections only a search reads."""
+"""Top-level sections a search reads (a candidate scenario is the search file without them)."""
+SEARCH_ONLY_SECTIONS = ("optimization", "optimizer")
+"""Those only a search reads (``evaluation`` is a run's too: its SLA)."""
 MAX_DOMAIN_VALUES = 10_000
 
 
@@ -117,7 +119,7 @@ def reject_search(data: dict) -> None:
     """For ``simmodel run`` and ``validate``: one clear error at the first search-only field."""
     if not isinstance(data, dict):
         return  # the scenario's own check says what a scenario must be
-    for key in RECOMMEND_SECTIONS:
+    for key in SEARCH_ONLY_SECTIONS:
         if key in data:
             raise ScenarioError(f"{key}: read by `simmodel recommend` only; `simmodel run` takes a concrete "
                                 f"scenario (remove it, or use recommend)")

@@ -7,6 +7,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -175,7 +176,7 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": vars(spec.sla),
+        ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": asdict(spec.sla),
                   "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": interrupted,
                   "ranked": [e["id"] for e in ranked], "candidates": entries}
         (staging / "recommendation.json").write_text(json.dumps(ledger, indent=2, default=str) + "\n")
