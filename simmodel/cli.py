@@ -105,35 +105,51 @@ def _sla_lines(sla: dict) -> list[str]:
 
 
 class ProgressBar:
-    """A one-line progress report on a terminal's stderr: simulated time and requests done (of the total
-    when the traffic has one), redrawn at most every half second of wall time, erased at the end."""
+    """A run's progress on stderr, in one of two modes, told by whether the stream is a terminal.
 
-    def __init__(self, sim: Simulation, stream=None) -> None:
+    On a terminal, one line (requests done, of the total when the traffic has one, and the simulated time)
+    redrawn at most every ``REDRAW_S`` of wall time and erased at the end. Elsewhere (a CI log, a file), a
+    heartbeat line every ``HEARTBEAT_S`` of wall time: requests done, simulated time and passes per second
+    of wall time since the line before, so that a long run shows it is alive without filling the log (a run
+    shorter than that prints none). ``clock``: wall time in seconds (injectable for tests)."""
+
+    REDRAW_S = 0.5
+    HEARTBEAT_S = 10.0
+
+    def __init__(self, sim: Simulation, stream=None, *, tty: bool | None = None, clock=time.monotonic) -> None:
         self.sim, self.stream = sim, stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.clock = clock
         self.total = sim.source.stream.limit
-        self._shown = 0.0
+        self._shown = clock()
+        """When the last line was drawn (the start: the first one comes one interval in)."""
+        self._passes = 0
         self._drawn = False
 
     def __call__(self, sim: Simulation) -> None:
-        now = time.monotonic()
         if sim.finished:
-            if self._drawn:
+            if self._drawn and self.tty:
                 self.stream.write("\r\033[K")
                 self.stream.flush()
             return
-        if now - self._shown < 0.5:
+        now = self.clock()
+        if now - self._shown < (self.REDRAW_S if self.tty else self.HEARTBEAT_S):
             return
-        self._shown = now
-        done = sim.num_finished
-        if self.total:
-            width = 30
-            filled = int(width * done / self.total)
-            bar = f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{self.total:,} requests"
+        done = f"{sim.num_finished:,}" + (f"/{self.total:,}" if self.total else "")
+        if self.tty:
+            bar = ""
+            if self.total:
+                filled = int(30 * sim.num_finished / self.total)
+                bar = f"[{'#' * filled}{'.' * (30 - filled)}] "
+            self.stream.write(f"\r\033[K{bar}{done} requests{'' if self.total else ' done'} · "
+                              f"{sim.now:,.1f} s simulated")
         else:
-            bar = f"{done:,} requests done"
-        self.stream.write(f"\r\033[K{bar} · {sim.now:,.1f} s simulated")
+            passes = sum(w.num_passes for w in sim.workers)
+            rate = (passes - self._passes) / (now - self._shown)
+            self.stream.write(f"simmodel: {done} requests done, {sim.now:,.2f} s simulated, {rate:,.1f} passes/s\n")
+            self._passes = passes
         self.stream.flush()
-        self._drawn = True
+        self._shown, self._drawn = now, True
 
 
 def _warn(scenario) -> None:
@@ -177,6 +193,9 @@ class _OneLineErrors(click.Group):
 
 _scenario = click.option("-c", "--config", "scenario", required=True,
                          type=click.Path(dir_okay=False, path_type=Path), help="Scenario YAML file.")
+_quiet = click.option("--quiet", "-q", is_flag=True,
+                      help="No progress on stderr: neither the terminal's progress line nor the heartbeat line "
+                           "printed every 10 s elsewhere (warnings and errors still are).")
 _set = click.option("--set", "overrides", multiple=True, metavar="PATH=YAML_VALUE",
                     help="Override one field, e.g. --set engine.seed=3 (repeatable, applied in order).")
 
@@ -219,8 +238,9 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--events", type=click.Choice(["memory", "stream", "off"]), default="memory", show_default=True,
               help="The event log: kept in memory, streamed to events.parquet in row groups as the run goes "
                    "(needs --output-dir and pyarrow; for very long runs), or not kept.")
+@_quiet
 def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str,
-        events: str) -> None:
+        events: str, quiet: bool) -> None:
     """Simulate a scenario and print its metrics."""
     if output_dir is not None:
         probe_output_dir(output_dir, overwrite)
@@ -243,7 +263,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         keep = events == "memory" and output_dir is not None
         sim = Simulation.from_yaml(scenario, overrides, keep_events=keep, event_sink=sink)
         _warn(sim.scenario)
-        results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+        results = sim.run(progress=None if quiet else ProgressBar(sim))
         if sink is not None:
             sink.close()
         if output_dir is not None:
@@ -356,8 +376,9 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
               help="Write compare.csv, compare.json and the run's summary.json here.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@_quiet
 def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: str | None, output_dir: Path | None,
-            overwrite: bool, fmt: str) -> None:
+            overwrite: bool, fmt: str, quiet: bool) -> None:
     """Simulate a scenario and set its metrics beside a benchmark tool's measured ones, each simulated
     figure computed the way that tool defines it (docs/compare.md)."""
     from simmodel.compare.definitions import DEFINITIONS
@@ -370,7 +391,7 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     measurement = read_measured(measured, tool)
     sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
     _warn(sim.scenario)
-    results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+    results = sim.run(progress=None if quiet else ProgressBar(sim))
     rows, notes = compare_runs(measurement, sim, results)
     if not rows:
         raise ScenarioError(f"--measured {measured}: nothing compared: {notes[0] if notes else 'no figure'}")
