@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from simmodel.config.load import load_scenario
+from simmodel.config.domains import search_field
+from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
@@ -210,7 +211,11 @@ def cli() -> None:
 @_scenario
 @_set
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    """Check a scenario file (and its trace) without running it."""
+    """Check a scenario file (and its trace), or a search file of `simmodel recommend` (its spec, every
+    searched value and the candidates it would simulate), without running it."""
+    if search_field(apply_overrides(_read_scenario(scenario), overrides)) is not None:
+        _validate_search(scenario, overrides)
+        return
     loaded = load_scenario(scenario, overrides)
     _warn(loaded)
     try:
@@ -226,6 +231,33 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                      f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
                      f"context_length {role.context_length}")
     click.echo(f"{scenario}: ok ({'; '.join(parts)})")
+
+
+def _read_scenario(path: Path) -> dict:
+    """The scenario file's mapping, errors prefixed with its name."""
+    try:
+        return read_yaml(path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+
+
+def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
+    """``validate`` of a search file: one line saying how many candidates it has and how many are rejected
+    before simulation, by reason."""
+    from simmodel.recommend.search import check_search, load_search
+
+    spec, space, base_dir = load_search(path, overrides)
+    try:
+        checked, rejected = check_search(spec, space, base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+    why = ", ".join(f"{n} {category}" for category, n in rejected.items())
+    if spec.algorithm == "bayesian" and not checked:
+        what = f"bayesian search of up to {spec.max_trials} of {space.size:,} combinations (each checked when drawn)"
+    else:
+        what = (f"{spec.algorithm} search of {checked:,} candidates ({sum(rejected.values()):,} rejected before "
+                f"simulation{': ' + why if why else ''})")
+    click.echo(f"{path}: ok, {what}")
 
 
 @cli.command()

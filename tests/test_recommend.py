@@ -126,6 +126,30 @@ def test_strict_sla_contradicting_attainment_is_refused(tmp_path):
            "is 0.9; give one of them" in proc.stderr
 
 
+def test_validate_checks_a_search_without_simulating(tmp_path):
+    """search(): 2 replica counts × 2 sequence limits = 4 candidates; with at most 1 GPU the two 2-replica
+    candidates are rejected before simulation (gpu_budget), as recommend rejects them."""
+    proc = simmodel("validate", "-c", str(write(tmp_path, search())))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(": ok, grid search of 4 candidates (0 rejected before simulation)")
+    data = search(optimization={"target": "e2e_latency", "constraints": {"max_candidate_gpus": 1}})
+    proc = simmodel("validate", "-c", str(write(tmp_path, data)))
+    assert proc.stdout.strip().endswith("(2 rejected before simulation: 2 gpu_budget)"), proc.stderr
+
+
+@pytest.mark.parametrize("field, choices, message", [
+    ("max_sequences", [1, 0], "scheduler.max_sequences: choice 0: must be a positive integer, got 0"),
+    ("max_batched_tokens", [8192, "lots"], "scheduler.max_batched_tokens: choice \"lots\": must be a positive "
+                                           "integer, got 'lots'"),
+])
+def test_validate_refuses_a_bad_choice_with_one_line(tmp_path, field, choices, message):
+    data = search()
+    data["engine"]["workers"]["aggregated"]["scheduler"][field] = {"choices": choices}
+    proc = simmodel("validate", "-c", str(write(tmp_path, data)))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"simmodel: search.yaml: engine.workers.aggregated.{message}\n"
+
+
 def test_nothing_feasible_exits_1_and_still_writes_the_ledger(tmp_path):
     data = search(optimization={"target": "e2e_latency", "constraints": {"min_candidate_gpus": 8}})
     out = tmp_path / "out"
