@@ -9,6 +9,8 @@ Output throughput divides all emitted tokens by the time from the first arrival 
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -264,18 +266,28 @@ def kv_usage(passes: PassLog, roles: dict[str, dict]) -> dict[str, dict[str, flo
     pass rows over the role's ``kv_blocks_per_rank``, as vLLM's ``kv_cache_usage_perc``): its peak over the
     rank passes, and its mean over the time the ranks ran passes (each rank pass weighted by its duration;
     idle time between passes is not counted). None where a role ran no pass."""
-    used = passes.column("kv_blocks_used").astype(np.float64)
-    busy = (passes.column("end_ns") - passes.column("start_ns")).astype(np.float64)
     names = list(roles)
-    of_role = np.zeros(len(used), dtype=np.int64) if len(names) == 1 else \
-        np.array([names.index(r) for r in passes.role], dtype=np.int64).reshape(len(used))
+    peak = [-1] * len(names)
+    held: list[list[np.ndarray]] = [[] for _ in names]
+    """Per role, each block's blocks-in-use × pass duration (ns), summed at the end exactly (``math.fsum``),
+    so that the mean does not depend on how the log happens to be split into blocks."""
+    busy_ns = [0] * len(names)
+    for first, (used, start, end) in passes.chunks(("kv_blocks_used", "start_ns", "end_ns")):
+        of_role = np.zeros(len(used), dtype=np.int64) if len(names) == 1 else \
+            np.array([names.index(r) for r in passes.role[first:first + len(used)]], dtype=np.int64)
+        for k in range(len(names)):
+            mine = of_role == k
+            if mine.any():
+                busy = end[mine] - start[mine]
+                peak[k] = max(peak[k], int(used[mine].max()))
+                held[k].append(used[mine].astype(np.float64) * busy.astype(np.float64))
+                busy_ns[k] += int(busy.sum())
     out = {}
     for k, name in enumerate(names):
-        mine = of_role == k
-        share = used[mine] / max(roles[name]["kv_blocks_per_rank"], 1)
-        weight = float(busy[mine].sum())
-        out[name] = {"kv_cache_usage_peak": float(share.max()) if share.size else None,
-                     "kv_cache_usage_mean": float(np.dot(share, busy[mine]) / weight) if weight > 0 else None}
+        blocks = max(roles[name]["kv_blocks_per_rank"], 1)
+        out[name] = {"kv_cache_usage_peak": peak[k] / blocks if peak[k] >= 0 else None,
+                     "kv_cache_usage_mean": math.fsum(itertools.chain.from_iterable(held[k])) / blocks / busy_ns[k]
+                     if busy_ns[k] > 0 else None}
     return out
 
 
