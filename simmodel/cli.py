@@ -251,6 +251,8 @@ def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
         checked, rejected = check_search(spec, space, base_dir)
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+    except RecursionError:
+        raise ScenarioError(f"{path.name}: nested too deeply to be a search scenario") from None
     why = ", ".join(f"{n} {category}" for category, n in rejected.items())
     if spec.algorithm == "bayesian" and not checked:
         what = f"bayesian search of up to {spec.max_trials} of {space.size:,} combinations (each checked when drawn)"

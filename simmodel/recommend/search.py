@@ -45,6 +45,8 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path
         check_unsearched(space, base_dir)
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+    except RecursionError:  # a mapping nested thousands deep (``--set a.a.a…=1``): copying it overflows
+        raise ScenarioError(f"{path.name}: nested too deeply to be a search scenario") from None
     return spec, space, base_dir
 
 
