@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from simmodel.config.load import load_scenario
+from simmodel.config.domains import search_field
+from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
@@ -23,17 +24,24 @@ _LABELS = {
     "tpot_ms": "Time per output token (ms)", "itl_ms": "Inter-token latency (ms)",
     "e2e_latency_ms": "Request latency (ms)", "queue_ms": "Queue time (ms)",
 }
-_STATS = ("mean", "min", "max", "p99", "p90", "p75", "p50", "std")
+_STATS = ("mean", "p50", "p90", "p95", "p99", "p99.9", "min", "max", "std")
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines: the first column left-aligned, the others right-aligned, each as wide as
+    its widest cell and one space apart, so that no two cells run together whatever their values."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [" ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:]))]).rstrip()
+            for row in rows]
 
 
 def format_table(summary: dict) -> str:
     """An AIPerf-style table: one row per latency metric, then the run's totals."""
-    width = max(len(v) for v in _LABELS.values())
-    lines = [f"{'Metric':<{width}} " + " ".join(f"{s:>10}" for s in _STATS)]
+    rows = [["Metric", *_STATS]]
     for key in LATENCY_METRICS:
         row = summary[key]
-        cells = " ".join(f"{'-':>10}" if row[s] is None else f"{row[s]:>10.2f}" for s in _STATS)
-        lines.append(f"{_LABELS[key]:<{width}} {cells}")
+        rows.append([_LABELS[key], *("-" if row[s] is None else f"{row[s]:.2f}" for s in _STATS)])
+    lines = _columns(rows)
     lines.append("")
     for key, label in (
         ("output_throughput_tok_s", "Output token throughput (tokens/s)"),
@@ -41,12 +49,19 @@ def format_table(summary: dict) -> str:
         ("mean_output_token_throughput_per_user", "Output token throughput per user (tokens/s)"),
         ("completed_requests", "Completed requests"), ("incomplete_requests", "Incomplete requests"),
         ("rejected_requests", "Rejected requests"), ("num_preemptions", "Preemptions"),
+        ("prefix_cache_hit_ratio", "Prefix cache hit ratio"),
+        ("kv_cache_usage_peak", "KV cache usage, peak (fraction of blocks)"),
+        ("kv_cache_usage_mean", "KV cache usage, mean over pass time"),
+        ("num_requests_waiting_peak", "Waiting requests, peak"),
+        ("num_requests_waiting_mean", "Waiting requests, time average"),
         ("duration_s", "Duration (s)"), ("gpu_count", "GPUs"), ("gpu_hours", "GPU-hours"),
         ("num_passes", "Passes"), ("wall_time_s", "Wall time (s)"),
     ):
-        value = summary[key]
+        value = summary.get(key)
         text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else str(value))
         lines.append(f"{label:<46} {text}")
+    if summary.get("sla"):
+        lines += _sla_lines(summary["sla"])
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
     if summary.get("vision"):
@@ -78,36 +93,64 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-class ProgressBar:
-    """A one-line progress report on a terminal's stderr: simulated time and requests done (of the total
-    when the traffic has one), redrawn at most every half second of wall time, erased at the end."""
+def _sla_lines(sla: dict) -> list[str]:
+    """The SLA block of the table: the bounds, goodput, and attainment against the required fraction."""
+    bounds = ", ".join(f"{name} ≤ {sla[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"),
+                                                                       ("e2e_ms", "E2E")) if sla[key] is not None)
+    goodput = "-" if sla["goodput_rps"] is None else f"{sla['goodput_rps']:.4f}"
+    attained = "-" if sla["sla_attainment"] is None else f"{sla['sla_attainment']:.2%}"
+    verdict = "met" if sla["sla_met"] else "not met"
+    return [f"{'SLA':<46} {bounds}",
+            f"{'Goodput (requests/s meeting the SLA)':<46} {goodput}",
+            f"{'SLA attainment (required)':<46} {attained} ({sla['required_attainment']:.2%} required: {verdict})"]
 
-    def __init__(self, sim: Simulation, stream=None) -> None:
+
+class ProgressBar:
+    """A run's progress on stderr, in one of two modes, told by whether the stream is a terminal.
+
+    On a terminal, one line (requests done, of the total when the traffic has one, and the simulated time)
+    redrawn at most every ``REDRAW_S`` of wall time and erased at the end. Elsewhere (a CI log, a file), a
+    heartbeat line every ``HEARTBEAT_S`` of wall time: requests done, simulated time and passes per second
+    of wall time since the line before, so that a long run shows it is alive without filling the log (a run
+    shorter than that prints none). ``clock``: wall time in seconds (injectable for tests)."""
+
+    REDRAW_S = 0.5
+    HEARTBEAT_S = 10.0
+
+    def __init__(self, sim: Simulation, stream=None, *, tty: bool | None = None, clock=time.monotonic) -> None:
         self.sim, self.stream = sim, stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.clock = clock
         self.total = sim.source.stream.limit
-        self._shown = 0.0
+        self._shown = clock()
+        """When the last line was drawn (the start: the first one comes one interval in)."""
+        self._passes = 0
         self._drawn = False
 
     def __call__(self, sim: Simulation) -> None:
-        now = time.monotonic()
         if sim.finished:
-            if self._drawn:
+            if self._drawn and self.tty:
                 self.stream.write("\r\033[K")
                 self.stream.flush()
             return
-        if now - self._shown < 0.5:
+        now = self.clock()
+        if now - self._shown < (self.REDRAW_S if self.tty else self.HEARTBEAT_S):
             return
-        self._shown = now
-        done = sim.num_finished
-        if self.total:
-            width = 30
-            filled = int(width * done / self.total)
-            bar = f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{self.total:,} requests"
+        done = f"{sim.num_finished:,}" + (f"/{self.total:,}" if self.total else "")
+        if self.tty:
+            bar = ""
+            if self.total:
+                filled = int(30 * sim.num_finished / self.total)
+                bar = f"[{'#' * filled}{'.' * (30 - filled)}] "
+            self.stream.write(f"\r\033[K{bar}{done} requests{'' if self.total else ' done'} · "
+                              f"{sim.now:,.1f} s simulated")
         else:
-            bar = f"{done:,} requests done"
-        self.stream.write(f"\r\033[K{bar} · {sim.now:,.1f} s simulated")
+            passes = sum(w.num_passes for w in sim.workers)
+            rate = (passes - self._passes) / (now - self._shown)
+            self.stream.write(f"simmodel: {done} requests done, {sim.now:,.2f} s simulated, {rate:,.1f} passes/s\n")
+            self._passes = passes
         self.stream.flush()
-        self._drawn = True
+        self._shown, self._drawn = now, True
 
 
 def _warn(scenario) -> None:
@@ -151,6 +194,9 @@ class _OneLineErrors(click.Group):
 
 _scenario = click.option("-c", "--config", "scenario", required=True,
                          type=click.Path(dir_okay=False, path_type=Path), help="Scenario YAML file.")
+_quiet = click.option("--quiet", "-q", is_flag=True,
+                      help="No progress on stderr: neither the terminal's progress line nor the heartbeat line "
+                           "printed every 10 s elsewhere (warnings and errors still are).")
 _set = click.option("--set", "overrides", multiple=True, metavar="PATH=YAML_VALUE",
                     help="Override one field, e.g. --set engine.seed=3 (repeatable, applied in order).")
 
@@ -165,7 +211,11 @@ def cli() -> None:
 @_scenario
 @_set
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    """Check a scenario file (and its trace) without running it."""
+    """Check a scenario file (and its trace), or a search file of `simmodel recommend` (its spec, every
+    searched value and the candidates it would simulate), without running it."""
+    if search_field(apply_overrides(_read_scenario(scenario), overrides)) is not None:
+        _validate_search(scenario, overrides)
+        return
     loaded = load_scenario(scenario, overrides)
     _warn(loaded)
     try:
@@ -183,6 +233,35 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     click.echo(f"{scenario}: ok ({'; '.join(parts)})")
 
 
+def _read_scenario(path: Path) -> dict:
+    """The scenario file's mapping, errors prefixed with its name."""
+    try:
+        return read_yaml(path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+
+
+def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
+    """``validate`` of a search file: one line saying how many candidates it has and how many are rejected
+    before simulation, by reason."""
+    from simmodel.recommend.search import check_search, load_search
+
+    spec, space, base_dir = load_search(path, overrides)
+    try:
+        checked, rejected = check_search(spec, space, base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+    except RecursionError:
+        raise ScenarioError(f"{path.name}: nested too deeply to be a search scenario") from None
+    why = ", ".join(f"{n} {category}" for category, n in rejected.items())
+    if spec.algorithm == "bayesian" and not checked:
+        what = f"bayesian search of up to {spec.max_trials} of {space.size:,} combinations (each checked when drawn)"
+    else:
+        what = (f"{spec.algorithm} search of {checked:,} candidates ({sum(rejected.values()):,} rejected before "
+                f"simulation{': ' + why if why else ''})")
+    click.echo(f"{path}: ok, {what}")
+
+
 @cli.command()
 @_scenario
 @_set
@@ -193,8 +272,9 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--events", type=click.Choice(["memory", "stream", "off"]), default="memory", show_default=True,
               help="The event log: kept in memory, streamed to events.parquet in row groups as the run goes "
                    "(needs --output-dir and pyarrow; for very long runs), or not kept.")
+@_quiet
 def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str,
-        events: str) -> None:
+        events: str, quiet: bool) -> None:
     """Simulate a scenario and print its metrics."""
     if output_dir is not None:
         probe_output_dir(output_dir, overwrite)
@@ -217,7 +297,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         keep = events == "memory" and output_dir is not None
         sim = Simulation.from_yaml(scenario, overrides, keep_events=keep, event_sink=sink)
         _warn(sim.scenario)
-        results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+        results = sim.run(progress=None if quiet else ProgressBar(sim))
         if sink is not None:
             sink.close()
         if output_dir is not None:
@@ -330,8 +410,9 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
               help="Write compare.csv, compare.json and the run's summary.json here.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@_quiet
 def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: str | None, output_dir: Path | None,
-            overwrite: bool, fmt: str) -> None:
+            overwrite: bool, fmt: str, quiet: bool) -> None:
     """Simulate a scenario and set its metrics beside a benchmark tool's measured ones, each simulated
     figure computed the way that tool defines it (docs/compare.md)."""
     from simmodel.compare.definitions import DEFINITIONS
@@ -344,7 +425,7 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     measurement = read_measured(measured, tool)
     sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
     _warn(sim.scenario)
-    results = sim.run(progress=ProgressBar(sim) if sys.stderr.isatty() else None)
+    results = sim.run(progress=None if quiet else ProgressBar(sim))
     rows, notes = compare_runs(measurement, sim, results)
     if not rows:
         raise ScenarioError(f"--measured {measured}: nothing compared: {notes[0] if notes else 'no figure'}")

@@ -25,6 +25,7 @@ from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
 from simmodel.metrics.records import PassLog, Recorder
+from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
     RequestTable,
     events_frame,
@@ -538,6 +539,8 @@ class Simulation:
                 "acceptance_rate": accepted / verified if verified else None,
                 "mean_tokens_per_round": (rounds + accepted) / rounds if rounds else None,
             }
+        if self.scenario.sla is not None:
+            summary["sla"] = sla_summary(self.scenario.sla, requests, summary["duration_s"])
         pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]
         queries = sum(p.num_queries for p in pools)
         summary["prefix_cache_hit_ratio"] = sum(p.num_hits for p in pools) / queries if queries else None

@@ -37,7 +37,7 @@ def test_run_writes_the_four_outputs(scenario, tmp_path):
                 "mean_output_token_throughput_per_user", "gpu_count", "gpu_hours", "num_passes", "num_preemptions"):
         assert key in summary
     for key in ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms"):
-        assert set(summary[key]) == {"mean", "min", "max", "p50", "p75", "p90", "p99", "std"}
+        assert set(summary[key]) == {"mean", "min", "max", "p50", "p75", "p90", "p95", "p99", "p99.9", "std"}
     requests = pd.read_csv(out / "requests.csv")
     assert len(requests) == 6 and (requests.status == "completed").all()
     passes = pd.read_csv(out / "passes.csv")

@@ -104,6 +104,37 @@ def test_inference_perf_seconds_and_stage_files(tmp_path):
     assert rows_of(out2)["stage 0", "time_to_first_token", "mean"]["error"] == pytest.approx(20.0 - 30.0)
 
 
+def test_inference_perf_chunk_timed_figures_give_way_to_the_derived_decode_step(tmp_path):
+    """The server sent two chunks per token, so inference-perf's chunk-timed TPOT and ITL read 5 ms for a
+    10 ms decode step. By hand: measured (62 − 22) / (5 − 1) = 10 ms; simulated (60 − 20) / (5 − 1) = 10 ms
+    (scenario()). The headline then averages TTFT (20 vs 22: 9.09 %), E2E (60 vs 62: 3.23 %) and the decode
+    step (0 %): 4.1 % over 3 figures; the chunk-timed ones are in a note, not in the rows."""
+    measured = write(tmp_path / "summary_lifecycle_metrics.json", {"load_summary": {"count": 4}, "successes": {
+        "latency": {"time_to_first_token": {"mean": 0.022}, "request_latency": {"mean": 0.062},
+                    "time_per_output_token": {"mean": 0.005}, "inter_token_latency": {"mean": 0.005, "p99": 0.01}},
+        "output_len": {"mean": 5.0}}})
+    out = tmp_path / "out"
+    proc = simmodel("compare", "-c", str(scenario(tmp_path)), "--measured", str(measured), "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = rows_of(out)
+    derived = rows["run", "derived_time_per_output_token", "mean"]
+    assert (derived["measured"], derived["simulated"]) == (pytest.approx(10.0), pytest.approx(10.0))
+    assert {metric for (_, metric, _) in rows} == {"time_to_first_token", "request_latency",
+                                                   "derived_time_per_output_token"}
+    assert "mean absolute error: 4.1 % over 3 figures" in proc.stdout
+    assert "note: run: time_per_output_token and inter_token_latency not compared" in proc.stdout
+
+
+def test_inference_perf_without_output_len_says_what_the_decode_step_needs(tmp_path):
+    m = read_measured(write(tmp_path / "summary_lifecycle_metrics.json", {"load_summary": {"count": 4}, "successes": {
+        "latency": {"request_latency": {"mean": 0.06}, "inter_token_latency": {"mean": 0.005}}}}))
+    assert [f.metric for f in m.scopes[0].figures] == ["request_latency"]
+    assert m.scopes[0].notes == [
+        "run: inter_token_latency not compared: inference-perf times them from the streamed chunks, shorter than "
+        "the decode step when the server sends several chunks per token; derived_time_per_output_token needs the "
+        "means of request_latency, time_to_first_token and output_len (> 1)"]
+
+
 def test_guidellm_units_percentile_names_and_benchmarks(tmp_path):
     def bench(ttft):
         return {"metrics": {

@@ -99,6 +99,57 @@ def test_sla_and_gpu_budget_reject_candidates_with_their_reason(tmp_path):
     assert [e["gpu_count"] for e in entries] == [1, 1, 2, 2]
 
 
+@pytest.mark.parametrize("sla, expected", [
+    # E2E ≤ 40 ms, by hand (search()): 1×1: 30, 60, 90, 120 → 25 % good; 1×4: all 30 → 100 %;
+    # 2×1: 30, 60, 30, 60 → 50 %; 2×4: 100 %.
+    ({"e2e_ms": 40}, ["sla", None, "sla", None]),                     # 0.9 required by default
+    ({"e2e_ms": 40, "attainment": 0.5}, ["sla", None, None, None]),   # 50 % meets 0.5
+])
+def test_a_candidate_is_feasible_only_when_attainment_meets_the_required_fraction(tmp_path, sla, expected):
+    data = search(evaluation={"sla": sla}, optimization={"target": "goodput_per_gpu"})
+    out = tmp_path / "out"
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    entries = json.loads((out / "recommendation.json").read_text())["candidates"]
+    assert [e["reason_category"] for e in entries] == expected
+    assert [e["metrics"]["sla_attainment"] for e in entries] == [0.25, 1.0, 0.5, 1.0]
+    required = sla.get("attainment", 0.9)
+    assert entries[0]["reason"] == (f"25.0% of completed requests met every SLA bound, below the {required:.1%} "
+                                    f"required (evaluation.sla.attainment)")
+
+
+def test_strict_sla_contradicting_attainment_is_refused(tmp_path):
+    data = search(evaluation={"sla": {"e2e_ms": 40, "attainment": 0.9}},
+                  optimization={"target": "e2e_latency", "strict_sla": True})
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "optimization.strict_sla: asks every completed request to meet the SLA, but evaluation.sla.attainment " \
+           "is 0.9; give one of them" in proc.stderr
+
+
+def test_validate_checks_a_search_without_simulating(tmp_path):
+    """search(): 2 replica counts × 2 sequence limits = 4 candidates; with at most 1 GPU the two 2-replica
+    candidates are rejected before simulation (gpu_budget), as recommend rejects them."""
+    proc = simmodel("validate", "-c", str(write(tmp_path, search())))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(": ok, grid search of 4 candidates (0 rejected before simulation)")
+    data = search(optimization={"target": "e2e_latency", "constraints": {"max_candidate_gpus": 1}})
+    proc = simmodel("validate", "-c", str(write(tmp_path, data)))
+    assert proc.stdout.strip().endswith("(2 rejected before simulation: 2 gpu_budget)"), proc.stderr
+
+
+@pytest.mark.parametrize("field, choices, message", [
+    ("max_sequences", [1, 0], "scheduler.max_sequences: choice 0: must be a positive integer, got 0"),
+    ("max_batched_tokens", [8192, "lots"], "scheduler.max_batched_tokens: choice \"lots\": must be a positive "
+                                           "integer, got 'lots'"),
+])
+def test_validate_refuses_a_bad_choice_with_one_line(tmp_path, field, choices, message):
+    data = search()
+    data["engine"]["workers"]["aggregated"]["scheduler"][field] = {"choices": choices}
+    proc = simmodel("validate", "-c", str(write(tmp_path, data)))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"simmodel: search.yaml: engine.workers.aggregated.{message}\n"
+
+
 def test_nothing_feasible_exits_1_and_still_writes_the_ledger(tmp_path):
     data = search(optimization={"target": "e2e_latency", "constraints": {"min_candidate_gpus": 8}})
     out = tmp_path / "out"

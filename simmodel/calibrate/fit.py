@@ -233,7 +233,9 @@ def check_run(run: Run, notes: list[str]) -> None:
     scenario = scenario_with(run, {})  # no value set: the model's defaults
     sim = Simulation(scenario, keep_events=False)
     results = sim.run()
-    rows, unmatched = compare(run.measurement, sim, results)
+    rows, notes = compare(run.measurement, sim, results)
+    said = {n for scope in run.measurement.scopes for n in scope.notes}  # what the file holds that is not compared
+    unmatched = [n for n in notes if n not in said]
     if unmatched:
         raise ScenarioError(f"run {run.name}: {unmatched[0]}")
     if not any(fitted(r) for r in rows):

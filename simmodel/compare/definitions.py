@@ -24,6 +24,9 @@ DEFINITIONS = {
                      "(GuideLLM's time per output token, TTFT included)",
     "itl_pooled": "every gap between consecutive tokens of every request, pooled",
     "ntpot": "request latency / output tokens per completed request (inference-perf's normalized TPOT)",
+    "decode_step_from_means": "(mean E2E − mean TTFT) / (mean output tokens − 1) over completed requests, TTFT's "
+                              "mean over those with more than one token (the decode step, from inference-perf's "
+                              "aggregate means, in place of its chunk-timed TPOT and ITL)",
     "e2e": "send → last token, per completed request",
     "request_throughput": "completed requests / (first send → last token)",
     "output_throughput": "output tokens / (first send → last token)",
@@ -52,6 +55,9 @@ def samples(definition: str, scope: SimulatedScope) -> tuple[np.ndarray, np.ndar
         return scope.itl_values_ms, scope.itl_counts
     done = scope.requests[scope.requests["status"] == "completed"]
     n = done["output_tokens"].to_numpy(dtype=np.float64)
+    if definition == "decode_step_from_means":
+        return _decode_step_from_means(done["e2e_ms"].to_numpy(dtype=np.float64),
+                                       done["ttft_ms"].to_numpy(dtype=np.float64)[n > 1], n)
     if definition == "ttft":
         values = done["ttft_ms"].to_numpy(dtype=np.float64)
     elif definition == "ttft_multi_token":
@@ -73,6 +79,13 @@ def samples(definition: str, scope: SimulatedScope) -> tuple[np.ndarray, np.ndar
     else:
         raise KeyError(definition)
     return values, np.ones(len(values), dtype=np.int64)
+
+
+def _decode_step_from_means(e2e_ms: np.ndarray, ttft_ms: np.ndarray, tokens: np.ndarray) -> float | None:
+    """(mean E2E − mean TTFT) / (mean output tokens − 1), in ms; None without requests or tokens ≤ 1."""
+    if not len(e2e_ms) or not len(ttft_ms) or tokens.mean() <= 1:
+        return None
+    return float((e2e_ms.mean() - ttft_ms.mean()) / (tokens.mean() - 1))
 
 
 def statistic(values: np.ndarray, weights: np.ndarray, stat: str, nearest_rank: bool = False) -> float | None:

@@ -41,6 +41,8 @@ class Scope:
     stage: int | None
     """The scenario's stage it is compared with, None for the whole run."""
     figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What of the file's figures is not compared, and why."""
 
 
 @dataclass
@@ -156,9 +158,12 @@ def _vllm_bench(data: dict, path: Path) -> list[Scope]:
 
 # -- inference-perf ------------------------------------------------------------------------------------------
 
-_IPERF = {"time_to_first_token": "ttft_multi_token", "time_per_output_token": "tpot_per_request",
-          "inter_token_latency": "itl_pooled", "normalized_time_per_output_token": "ntpot",
+_IPERF = {"time_to_first_token": "ttft_multi_token", "normalized_time_per_output_token": "ntpot",
           "request_latency": "e2e"}
+_IPERF_CHUNKED = ("time_per_output_token", "inter_token_latency")
+"""inference-perf's figures timed from the streamed chunks: a server that sends several chunks per token
+(vLLM sends about two) makes them shorter than the decode step, which the simulation cannot see."""
+DERIVED_TPOT = "derived_time_per_output_token"
 
 
 def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
@@ -171,11 +176,33 @@ def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
             for stat, value in block.items():
                 if _number(value) is not None:
                     scope.figures.append(Figure(metric, stat, float(value) * 1000.0, definition))  # s → ms
+    chunked = [m for m in _IPERF_CHUNKED if isinstance(latency.get(m), dict)]
+    if chunked:
+        derived = _iperf_decode_step(latency, successes.get("output_len"))
+        scope.notes.append(
+            f"{name}: {' and '.join(chunked)} not compared: inference-perf times them from the streamed chunks, "
+            f"shorter than the decode step when the server sends several chunks per token; "
+            + (f"compared instead: {DERIVED_TPOT} = (mean request_latency − mean time_to_first_token) / "
+               f"(mean output_len − 1)" if derived is not None else
+               f"{DERIVED_TPOT} needs the means of request_latency, time_to_first_token and output_len (> 1)"))
+        if derived is not None:
+            scope.figures.append(Figure(DERIVED_TPOT, "mean", derived, "decode_step_from_means"))
     throughput = successes.get("throughput") if isinstance(successes.get("throughput"), dict) else {}
     for metric, definition in (("requests_per_sec", "request_throughput"), ("output_tokens_per_sec", "output_throughput")):
         if _number(throughput.get(metric)) is not None:
             scope.figures.append(Figure(metric, "value", float(throughput[metric]), definition))
     return scope
+
+
+def _iperf_decode_step(latency: dict, output_len) -> float | None:
+    """The mean decode step, in ms, from inference-perf's aggregate means (its summary files give no
+    per-request values): (mean E2E − mean TTFT) / (mean output tokens − 1); None where one is missing."""
+    def mean(block) -> float | None:
+        return _number(block.get("mean")) if isinstance(block, dict) else None
+    e2e, ttft, tokens = mean(latency.get("request_latency")), mean(latency.get("time_to_first_token")), mean(output_len)
+    if e2e is None or ttft is None or tokens is None or tokens <= 1:
+        return None
+    return (e2e - ttft) * 1000.0 / (tokens - 1)  # s → ms
 
 
 def _inference_perf(data: dict, path: Path) -> list[Scope]:

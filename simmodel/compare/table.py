@@ -39,6 +39,7 @@ def compare(measurement: Measurement, sim: Simulation, results: Results) -> tupl
                      f"they may not describe the same workload")
     nearest = measurement.tool == "guidellm"
     for scope in measurement.scopes:
+        notes += scope.notes
         if scope.stage not in scopes:
             notes.append(f"{scope.name}: not compared, the scenario has no stage {scope.stage} "
                          f"(give traffic.load.type: stages with one stage per measured stage)")

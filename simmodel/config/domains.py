@@ -14,7 +14,9 @@ from simmodel.errors import ScenarioError
 
 DOMAIN_KEYS = ("choices", "range")
 RECOMMEND_SECTIONS = ("evaluation", "optimization", "optimizer")
-"""Top-level sections only a search reads."""
+"""Top-level sections a search reads (a candidate scenario is the search file without them)."""
+SEARCH_ONLY_SECTIONS = ("optimization", "optimizer")
+"""Those only a search reads (``evaluation`` is a run's too: its SLA)."""
 MAX_DOMAIN_VALUES = 10_000
 
 
@@ -113,24 +115,33 @@ def domain_values(path: str, domain: dict) -> list:
     return [int(v) for v in values] if integers else [float(v) for v in values]
 
 
-def reject_search(data: dict) -> None:
-    """For ``simmodel run`` and ``validate``: one clear error at the first search-only field."""
+def search_field(data: dict) -> str | None:
+    """Why a scenario mapping is a search (``simmodel recommend``'s), at its first search-only field: a
+    section only a search reads, a parallelism preset, a domain; None for a concrete scenario."""
     if not isinstance(data, dict):
-        return  # the scenario's own check says what a scenario must be
-    for key in RECOMMEND_SECTIONS:
+        return None  # the scenario's own check says what a scenario must be
+    for key in SEARCH_ONLY_SECTIONS:
         if key in data:
-            raise ScenarioError(f"{key}: read by `simmodel recommend` only; `simmodel run` takes a concrete "
-                                f"scenario (remove it, or use recommend)")
+            return (f"{key}: read by `simmodel recommend` only; `simmodel run` takes a concrete "
+                    f"scenario (remove it, or use recommend)")
     workers = (data.get("engine") or {}).get("workers") if isinstance(data.get("engine"), dict) else None
     if isinstance(workers, dict):
         for name, role in workers.items():
             parallelism = role.get("parallelism") if isinstance(role, dict) else None
             if isinstance(parallelism, dict) and "preset" in parallelism:
-                raise ScenarioError(f"engine.workers.{name}.parallelism.preset: a search over parallelism "
-                                    f"shapes, read by `simmodel recommend` only; `simmodel run` needs tensor, "
-                                    f"attention_data, … set to one value")
+                return (f"engine.workers.{name}.parallelism.preset: a search over parallelism "
+                        f"shapes, read by `simmodel recommend` only; `simmodel run` needs tensor, "
+                        f"attention_data, … set to one value")
     domains = find_domains(data)
     if domains:
         path, domain = domains[0]
-        raise ScenarioError(f"{path}: a search domain ({{{next(iter(domain))}: ...}}); `simmodel run` needs one "
-                            f"value here (use `simmodel recommend` to search it)")
+        return (f"{path}: a search domain ({{{next(iter(domain))}: ...}}); `simmodel run` needs one "
+                f"value here (use `simmodel recommend` to search it)")
+    return None
+
+
+def reject_search(data: dict) -> None:
+    """For ``simmodel run``: one clear error at the first search-only field."""
+    why = search_field(data)
+    if why is not None:
+        raise ScenarioError(why)

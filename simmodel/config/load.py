@@ -17,6 +17,7 @@ import yaml
 from simmodel.calibrate.params import identity_of
 from simmodel.config.domains import reject_search
 from simmodel.config.schema import (
+    DEFAULT_ATTAINMENT,
     CapacitySpec,
     Engine,
     FrontendSpec,
@@ -36,6 +37,7 @@ from simmodel.config.schema import (
     SglangSchedulerSpec,
     SharedPrefix,
     SharedPrefixSource,
+    Sla,
     SpeculationSpec,
     StopSpec,
     SyntheticSource,
@@ -232,9 +234,34 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     engine = _engine(root.node("engine", required=True), base_dir)
     traffic = _traffic(root.node("traffic", required=True), base_dir)
     limits = _limits(root.node("limits"), traffic)
+    sla = parse_evaluation(root.node("evaluation"))
     root.done()
     engine = _check_images(engine, traffic, base_dir)
-    return Scenario(traffic, engine, path, limits)
+    return Scenario(traffic, engine, path, limits, sla)
+
+
+def parse_evaluation(node: _Node, attainment: float = DEFAULT_ATTAINMENT) -> Sla | None:
+    """``evaluation``: the SLA a run is measured against (``run``'s goodput, a search's feasibility), or
+    None when there is no ``evaluation.sla``. ``attainment``: the default required fraction."""
+    sla = parse_sla(node.node("sla"), attainment) if node.has("sla") else None
+    node.done()
+    return sla
+
+
+def parse_sla(node: _Node, attainment: float = DEFAULT_ATTAINMENT) -> Sla:
+    """``evaluation.sla``: ``ttft_ms``, ``tpot_ms`` (``itl_ms``, its earlier name, is accepted), ``e2e_ms``
+    and ``attainment`` (0 < a ≤ 1); at least one bound."""
+    tpot, itl = (node.number(k, None, positive=True) for k in ("tpot_ms", "itl_ms"))
+    if tpot is not None and itl is not None:
+        raise ScenarioError(f"{node.at('itl_ms')}: the earlier name of tpot_ms (the bound on a request's mean "
+                            f"time per output token); give one of them")
+    sla = Sla(node.number("ttft_ms", None, positive=True), itl if tpot is None else tpot,
+              node.number("e2e_ms", None, positive=True),
+              node.number("attainment", attainment, positive=True, maximum=1.0))
+    node.done()
+    if not sla.bounded:
+        raise ScenarioError(f"{node.path}: give at least one bound of ttft_ms, tpot_ms, e2e_ms")
+    return sla
 
 
 def _limits(node: _Node, traffic: Traffic) -> LimitsSpec:

@@ -375,9 +375,36 @@ class LimitsSpec:
     max_virtual_time_seconds: float = 100_000_000.0
 
 
+DEFAULT_ATTAINMENT = 0.9
+"""The fraction of completed requests that must meet every SLA bound when ``attainment`` is unset: the
+bounds are then p90 targets, the percentile serving SLOs are usually stated at (a tail that one slow
+request in ten may exceed; ``strict_sla`` or ``attainment: 1`` asks for every request)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sla:
+    """``evaluation.sla``: the latency bounds a completed request must all meet to count as good
+    (inclusive; None: unbounded), and the fraction of completed requests that must be good.
+
+    The TPOT bound is checked on the request's own mean time per output token (``tpot_ms``), the decode
+    step a user sees; a request with one output token has no TPOT and meets it."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    attainment: float = DEFAULT_ATTAINMENT
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any bound is set (an SLA without one counts every request good)."""
+        return any(b is not None for b in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     traffic: Traffic
     engine: Engine
     path: Path | None = None
     limits: LimitsSpec = field(default_factory=LimitsSpec)
+    sla: Sla | None = None
+    """``evaluation.sla``: the run reports goodput and SLA attainment against it; None: not reported."""

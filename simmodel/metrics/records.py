@@ -163,6 +163,17 @@ class PassLog:
     def max_end_ns(self, default: int = 0) -> int:
         return default if self._max_end is None else self._max_end
 
+    def chunks(self, names: tuple[str, ...]):
+        """The rows' values of some integer fields, block by block in row order: (first row, arrays), without
+        joining the log (a summary reads a few fields of what may be millions of rows)."""
+        self._close_open_block()
+        fields = [self.INT_FIELDS.index(name) for name in names]
+        first = 0
+        for block in self._blocks:
+            arrays = [_field(block, f) for f in fields]
+            yield first, arrays
+            first += len(arrays[0])
+
 
 def _field(block: np.ndarray | tuple[int, tuple, dict | None], f: int) -> np.ndarray:
     """Field ``f`` of a block's rows."""

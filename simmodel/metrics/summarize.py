@@ -9,6 +9,8 @@ Output throughput divides all emitted tokens by the time from the first arrival 
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +22,8 @@ from simmodel.metrics.records import Event, EventKind, PassLog, PassRecord, Reco
 if TYPE_CHECKING:
     import pandas as pd
 
-PERCENTILES = (50, 75, 90, 99)
+PERCENTILES = (50, 75, 90, 95, 99, 99.9)
+"""The percentiles of every latency statistic, keyed ``p50`` … ``p99.9``."""
 LATENCY_METRICS = ("ttft_ms", "ttst_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "queue_ms")
 
 
@@ -29,7 +32,7 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float | 
 
     Equal to computing them on the expanded array (numpy's linear percentile), without expanding it.
     """
-    keys = ["mean", "min", "max", *(f"p{q}" for q in PERCENTILES), "std"]
+    keys = ["mean", "min", "max", *(f"p{q:g}" for q in PERCENTILES), "std"]
     counts = counts.astype(np.int64)
     keep = counts > 0
     values, counts = values[keep].astype(np.float64), counts[keep]
@@ -47,7 +50,7 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float | 
         hi = min(lo + 1, n - 1)
         v_lo = values[np.searchsorted(ends, lo, side="right")]
         v_hi = values[np.searchsorted(ends, hi, side="right")]
-        out[f"p{q}"] = float(v_lo + (v_hi - v_lo) * (pos - lo))
+        out[f"p{q:g}"] = float(v_lo + (v_hi - v_lo) * (pos - lo))
     out["std"] = float(np.sqrt(np.dot((values - mean) ** 2, counts) / n))
     return out
 
@@ -258,12 +261,64 @@ def _rows_of(table: RequestTable, mask: np.ndarray) -> dict[str, np.ndarray]:
     return {name: table.column(name)[mask] for name in _FIGURE_COLUMNS}
 
 
+def kv_usage(passes: PassLog, roles: dict[str, dict]) -> dict[str, dict[str, float | None]]:
+    """Each role's KV cache usage, the fraction of a rank's KV blocks in use (``kv_blocks_used`` of the
+    pass rows over the role's ``kv_blocks_per_rank``, as vLLM's ``kv_cache_usage_perc``): its peak over the
+    rank passes, and its mean over the time the ranks ran passes (each rank pass weighted by its duration;
+    idle time between passes is not counted). None where a role ran no pass."""
+    names = list(roles)
+    peak = [-1] * len(names)
+    held: list[list[np.ndarray]] = [[] for _ in names]
+    """Per role, each block's blocks-in-use × pass duration (ns), summed at the end exactly (``math.fsum``),
+    so that the mean does not depend on how the log happens to be split into blocks."""
+    busy_ns = [0] * len(names)
+    for first, (used, start, end) in passes.chunks(("kv_blocks_used", "start_ns", "end_ns")):
+        of_role = np.zeros(len(used), dtype=np.int64) if len(names) == 1 else \
+            np.array([names.index(r) for r in passes.role[first:first + len(used)]], dtype=np.int64)
+        for k in range(len(names)):
+            mine = of_role == k
+            if mine.any():
+                busy = end[mine] - start[mine]
+                peak[k] = max(peak[k], int(used[mine].max()))
+                held[k].append(used[mine].astype(np.float64) * busy.astype(np.float64))
+                busy_ns[k] += int(busy.sum())
+    out = {}
+    for k, name in enumerate(names):
+        blocks = max(roles[name]["kv_blocks_per_rank"], 1)
+        out[name] = {"kv_cache_usage_peak": peak[k] / blocks if peak[k] >= 0 else None,
+                     "kv_cache_usage_mean": math.fsum(itertools.chain.from_iterable(held[k])) / blocks / busy_ns[k]
+                     if busy_ns[k] > 0 else None}
+    return out
+
+
+def waiting_requests(arrival_s: np.ndarray, first_admit_s: np.ndarray, status: np.ndarray,
+                     end_s: float) -> dict[str, float | None]:
+    """The scheduler's waiting queue (vLLM's ``num_requests_waiting``): requests that arrived and were not
+    yet admitted for the first time (a preempted request waiting to resume is not counted; rejected ones
+    never wait). Its peak, and its time average over the run, from the first arrival to ``end_s`` (the
+    sum of every request's wait, to ``end_s`` for one never admitted, over that window: Little's law)."""
+    waits = status != "rejected"
+    arrived, admitted = arrival_s[waits], np.fmin(first_admit_s[waits], end_s)  # fmin: NaN, never admitted
+    if not arrived.size:
+        return {"num_requests_waiting_peak": 0, "num_requests_waiting_mean": None}
+    # The queue just after each instant something happens: arrivals and admissions at that instant both
+    # counted, so a request admitted the moment it arrives never waits.
+    instants = np.union1d(arrived, admitted)
+    depth = np.searchsorted(np.sort(arrived), instants, side="right") \
+        - np.searchsorted(np.sort(admitted), instants, side="right")
+    window = end_s - float(arrived.min())
+    return {"num_requests_waiting_peak": int(depth.max()),
+            "num_requests_waiting_mean": float((admitted - arrived).sum() / window) if window > 0 else None}
+
+
 def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
               end_s: float, provenance_counts: dict[str, int]) -> dict:
     """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
     top level are the last role's (decode) and ``roles`` has each one."""
     f = request_figures(requests, np.frombuffer(recorder.itl_values, dtype=np.int64),
                         np.frombuffer(recorder.itl_counts, dtype=np.int64))
+    for name, usage in kv_usage(recorder.passes, roles).items():
+        roles[name].update(usage)
     last_role = list(roles.values())[-1]
     summary = {key: f[key] for key in ("num_requests", "completed_requests", "incomplete_requests",
                                        "rejected_requests", "total_input_tokens", "total_output_tokens",
@@ -280,6 +335,10 @@ def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict]
         "num_preemptions": f["num_preemptions"],
         "kv_blocks_per_rank": last_role["kv_blocks_per_rank"],
         "kv_capacity_tokens_per_rank": last_role["kv_capacity_tokens_per_rank"],
+        "kv_cache_usage_peak": last_role["kv_cache_usage_peak"],
+        "kv_cache_usage_mean": last_role["kv_cache_usage_mean"],
+        **waiting_requests(requests.column("arrival_s"), requests.column("first_admit_s"),
+                           requests.column("status"), float(end_s)),
         "provenance_counts": dict(sorted(provenance_counts.items())),
         "roles": roles,
     })

@@ -7,6 +7,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from simmodel.paths import exists
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
 from simmodel.recommend.executor import LocalExecutor
-from simmodel.recommend.space import Candidate, SearchSpace, expand
+from simmodel.recommend.space import MAX_GRID, Candidate, SearchSpace, expand
 from simmodel.recommend.spec import SearchSpec, parse_search
 from simmodel.traffic.catalog import is_builtin
 
@@ -45,6 +46,8 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path
         check_unsearched(space, base_dir)
     except ScenarioError as exc:
         raise ScenarioError(f"{path.name}: {exc}", exc.category) from None
+    except RecursionError:  # a mapping nested thousands deep (``--set a.a.a…=1``): copying it overflows
+        raise ScenarioError(f"{path.name}: nested too deeply to be a search scenario") from None
     return spec, space, base_dir
 
 
@@ -62,6 +65,47 @@ def check_unsearched(space: SearchSpace, base_dir: Path) -> None:
             searched = ["engine.mode", *(d.path for d in dims)]
             if not any(field.startswith(p) or p.startswith(field) for p in searched):
                 raise
+
+
+def check_choices(space: SearchSpace, base_dir: Path) -> None:
+    """Refuse a searched value no candidate could take (bad input, not a candidate's verdict): each value
+    of each dimension is tried with the other dimensions at their first value, and an invalid-config error
+    on that dimension's own field is one error naming the field and the choice."""
+    for g, (_, dims) in enumerate(space.grids):
+        for i, dim in enumerate(dims):
+            for j, value in enumerate(dim.values):
+                digits = [0] * len(dims)
+                digits[i] = j
+                try:
+                    parse_scenario(space.candidate(0, space.number_of(g, digits)).config, base_dir)
+                except ScenarioError as exc:
+                    field, _, rule = str(exc).partition(":")
+                    if exc.category == "invalid_config" and (field == dim.path or field.startswith(
+                            (f"{dim.path}.", f"{dim.path}["))):
+                        raise ScenarioError(f"{field}: choice {json.dumps(value, default=str)}: {rule.strip()}") \
+                            from None
+
+
+def check_search(spec: SearchSpec, space: SearchSpace, base_dir: Path) -> tuple[int, dict[str, int]]:
+    """Validate a search without simulating: its searched values (``check_choices``), then every candidate
+    it would simulate as the search checks each before simulating it (grid and random: the ones they take;
+    Bayesian: every combination, when there are at most ``MAX_GRID``, else none). Returns the candidates
+    checked and how many were rejected, by reason category."""
+    from simmodel.recommend.evaluate import check
+
+    check_choices(space, base_dir)
+    if spec.algorithm != "bayesian":
+        candidates = expand(space, spec.algorithm, spec.max_trials, spec.seed)
+    elif space.size <= MAX_GRID:
+        candidates = [space.candidate(n + 1, n) for n in range(space.size)]
+    else:
+        candidates = []
+    rejected: dict[str, int] = {}
+    for candidate in candidates:
+        verdict = check(candidate.config, spec, base_dir)[2]
+        if verdict is not None:
+            rejected[verdict[1]] = rejected.get(verdict[1], 0) + 1
+    return len(candidates), dict(sorted(rejected.items()))
 
 
 def planned(spec: SearchSpec, space: SearchSpace) -> int:
@@ -176,7 +220,7 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": vars(spec.sla),
+        ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": asdict(spec.sla),
                   "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": interrupted,
                   "ranked": [e["id"] for e in ranked], "candidates": entries}
         (staging / "recommendation.json").write_text(json.dumps(ledger, indent=2, default=str) + "\n")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from simmodel.config.load import _Node
+from simmodel.config.load import _Node, parse_evaluation
+from simmodel.config.schema import DEFAULT_ATTAINMENT, Sla
 from simmodel.errors import ScenarioError
 
 TARGETS = {
@@ -26,16 +27,6 @@ ALGORITHMS = ("grid", "random", "bayesian")
 BAYESIAN_ROUND = 4
 """Trials a Bayesian search asks for at a time when ``optimizer.parallelism`` is unset: a fixed number,
 so that the candidates do not depend on the machine's cores."""
-
-
-@dataclass(frozen=True)
-class Sla:
-    """Latency bounds a request must meet to count as good (inclusive); None: unbounded. The ITL bound
-    is checked on the request's mean time per output token."""
-
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    e2e_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,12 +52,12 @@ class SearchSpec:
 def parse_search(data: dict) -> SearchSpec:
     """Read the search sections of a scenario mapping (each optional)."""
     root = _Node({k: data.get(k) for k in ("evaluation", "optimization", "optimizer")}, "")
-    evaluation = root.node("evaluation")
-    sla_node = evaluation.node("sla")
-    sla = Sla(*(sla_node.number(k, None, positive=True) for k in ("ttft_ms", "itl_ms", "e2e_ms")))
-    sla_node.done()
-    evaluation.done()
     opt = root.node("optimization")
+    strict = opt.bool("strict_sla", False)
+    sla = parse_evaluation(root.node("evaluation"), 1.0 if strict else DEFAULT_ATTAINMENT) or Sla()
+    if strict and sla.attainment != 1.0:
+        raise ScenarioError(f"optimization.strict_sla: asks every completed request to meet the SLA, but "
+                            f"evaluation.sla.attainment is {sla.attainment:g}; give one of them")
     target = opt.choice("target", (*TARGETS, "pareto"), "throughput_per_gpu")
     cons = opt.node("constraints")
     lo = cons.int("min_candidate_gpus", 1)
@@ -76,11 +67,10 @@ def parse_search(data: dict) -> SearchSpec:
                             f"({lo}), got {hi}")
     min_goodput = cons.number("min_goodput_rps", None)
     cons.done()
-    strict = opt.bool("strict_sla", False)
     opt.done()
-    if (strict or min_goodput is not None or target.startswith("goodput")) and sla == Sla():
+    if (strict or min_goodput is not None or target.startswith("goodput")) and not sla.bounded:
         raise ScenarioError("evaluation.sla: needed by goodput, strict_sla and min_goodput_rps; give at least one "
-                            "of ttft_ms, itl_ms, e2e_ms")
+                            "of ttft_ms, tpot_ms, e2e_ms")
     optimizer = root.node("optimizer")
     algorithm = optimizer.choice("algorithm", ALGORITHMS, "grid")
     if algorithm == "bayesian" and importlib.util.find_spec("optuna") is None:

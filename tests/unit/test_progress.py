@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from factories import make_scenario
@@ -30,9 +31,10 @@ def test_progress_bar_draws_then_erases(monkeypatch):
     monkeypatch.setattr(sim_module, "PROGRESS_EVERY", 7)
     stream = io.StringIO()
     sim = Simulation(parse_scenario(scenario(), Path(".")))
-    bar = ProgressBar(sim, stream)
-    bar._shown = -1e9  # draw at the first call
+    now = [0.0]
+    bar = ProgressBar(sim, stream, tty=True, clock=lambda: now[0])
     sim.run(until=0.5)
+    now[0] = 0.5  # half a second after the start: the first redraw
     bar(sim)
     text = stream.getvalue()
     assert "/40 requests" in text and "s simulated" in text
@@ -48,6 +50,53 @@ def test_cli_prints_no_progress_when_stderr_is_not_a_terminal(tmp_path):
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(scenario()))
-    proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "run", "-c", str(path), "--format", "json"],
-                          capture_output=True, text=True, check=True)
-    assert proc.stderr == ""
+    for quiet in ((), ("--quiet",)):  # a run of well under 10 s: no heartbeat either
+        proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "run", "-c", str(path), "--format", "json",
+                               *quiet], capture_output=True, text=True, check=True)
+        assert proc.stderr == ""
+
+
+def test_heartbeat_off_a_terminal_every_ten_seconds_of_wall_time():
+    """Off a terminal, a line once 10 s of (fake) wall time have passed since the last. Closed loop of 2,
+    100→5 requests, sync: cycles of 60 ms, 5 passes (prefill 20 ms, four 10 ms decodes), 2 requests each.
+    At 0.456 s: 7 cycles (35 passes, 14 requests) + prefill 420–440 + decode 440–450 = 37 passes, over 10 s:
+    3.7 passes/s. At 0.956 s: 15 cycles (75 passes, 30 requests) + prefill + 3 decodes to 950 = 79 passes,
+    42 more over the next 10 s: 4.2 passes/s."""
+    stream = io.StringIO()
+    sim = Simulation(parse_scenario(scenario(), Path(".")))
+    now = [0.0]
+    bar = ProgressBar(sim, stream, tty=False, clock=lambda: now[0])
+    sim.run(until=0.456)
+    for now[0] in (5.0, 9.99):
+        bar(sim)
+    assert stream.getvalue() == ""  # under 10 s since the start
+    now[0] = 10.0
+    bar(sim)
+    sim.run(until=0.956)
+    for now[0] in (19.99, 20.0):
+        bar(sim)
+    assert stream.getvalue().splitlines() == [
+        "simmodel: 14/40 requests done, 0.46 s simulated, 3.7 passes/s",
+        "simmodel: 30/40 requests done, 0.96 s simulated, 4.2 passes/s"]
+    sim.run(progress=bar)  # the end, within 10 s: nothing more, and nothing to erase
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_quiet_silences_the_heartbeat(tmp_path, monkeypatch):
+    """The CLI's run with a heartbeat due at every call: lines on stderr, none with --quiet."""
+    import yaml
+    from click.testing import CliRunner
+
+    from simmodel.cli import cli
+
+    monkeypatch.setattr(sim_module, "PROGRESS_EVERY", 7)
+    monkeypatch.setattr(ProgressBar, "HEARTBEAT_S", 0.0)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario()))
+    loud = CliRunner().invoke(cli, ["run", "-c", str(path), "--format", "json"])
+    assert loud.exit_code == 0 and "requests done," in loud.stderr and "passes/s" in loud.stderr
+    quiet = CliRunner().invoke(cli, ["run", "-c", str(path), "--format", "json", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    a, b = json.loads(loud.stdout), json.loads(quiet.stdout)
+    a.pop("wall_time_s"), b.pop("wall_time_s")
+    assert a == b  # the heartbeat only reads the run
