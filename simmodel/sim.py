@@ -39,7 +39,7 @@ from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource
-from simmodel.traffic.traces import TraceData, read_trace
+from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
 
 PROGRESS_EVERY = 20_000
@@ -142,6 +142,11 @@ def load_trace(scenario: Scenario) -> TraceData | None:
                            require_monotone=scenario.traffic.load.type == "trace_timestamps")
     except ScenarioError as exc:
         raise ScenarioError(f"traffic.source.path: {exc}") from None
+    load = scenario.traffic.load
+    if load.type == "trace_timestamps" and trace.arrival_s.max() / load.speedup > MAX_SPAN_S:
+        span = float(trace.arrival_s.max())
+        raise ScenarioError(f"traffic.load.speedup: the trace's arrivals span {span:g} s, {span / load.speedup:g} s "
+                            f"of simulated time at speedup {load.speedup:g}; at most 1e9 s")
     workers = scenario.engine.workers
     checks = [("dp_rank", trace.dp_rank, list(workers.values())[-1])]
     if "prefill" in workers:  # prefill_dp_rank only means something with a prefill pool
