@@ -197,11 +197,21 @@ def read_yaml(path: Path) -> dict:
 
 
 def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
-    """Apply ``PATH=YAML_VALUE`` overrides left to right; returns a new mapping."""
+    """Apply ``PATH=YAML_VALUE`` overrides left to right; returns a new mapping.
+
+    Raises:
+        TypeError: ``overrides`` is one string rather than a list of them (it would be read letter by
+            letter), or holds something other than strings.
+    """
     import copy
 
+    if isinstance(overrides, (str, bytes)):
+        raise TypeError(f"overrides must be a list of 'PATH=VALUE' strings, got the single string {overrides!r}; "
+                        f"write [{overrides!r}]")
     data = copy.deepcopy(data)
     for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"overrides must be 'PATH=VALUE' strings, got {item!r}")
         if "=" not in item:
             raise ScenarioError(f"--set {item}: expected PATH=VALUE")
         dotted, text = item.split("=", 1)
@@ -227,7 +237,8 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
-    """Read, override and validate a scenario file. Errors are prefixed with the file name."""
+    """Read, override and validate a scenario file. Errors are prefixed with the file name; ``overrides``
+    given as one string rather than a list is a ``TypeError`` (see ``apply_overrides``)."""
     path = Path(path)
     try:
         data = apply_overrides(read_yaml(path), overrides)
