@@ -186,11 +186,13 @@ def test_pass_begin_and_end_share_the_pass_index():
     assert span[5] == ([pytest.approx(0.06)], [pytest.approx(0.08)])
 
 
-@pytest.mark.parametrize("scheduler, ranks", [({"async_scheduling": True}, 1), ({}, 2), ({"async_scheduling": True}, 2)])
+@pytest.mark.parametrize("scheduler, ranks", [({"async_scheduling": True}, 1), ({}, 2),
+                                              ({"async_scheduling": True}, 2)])
 def test_every_pass_has_one_begin_and_one_end_with_its_index(scheduler, ranks):
     """Async passes begin before the one in flight ends; attention-DP ranks each count their own passes. Every
     (worker, rank, pass_index) has exactly one begin and one end, at the pass table's start and end."""
-    results = simulation(traffic={"load": {"concurrency": 5}, "stop": {"requests": 20}, "source": {"output_tokens": 30}},
+    traffic = {"load": {"concurrency": 5}, "stop": {"requests": 20}, "source": {"output_tokens": 30}}
+    results = simulation(traffic=traffic,
                          engine={"workers": {"aggregated": {"scheduler": scheduler,
                                                             "parallelism": {"attention_data": ranks}}}}).run()
     events, keys = results.events, ["worker", "dp_rank", "pass_index"]
