@@ -101,3 +101,28 @@ def test_a_moe_model_that_routes_every_token_to_every_expert_runs(tmp_path):
     path.write_text(yaml.safe_dump(data))
     proc = simmodel("run", "-c", str(path), "--output-dir", str(tmp_path / "out"))
     assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_a_duplicate_key_through_validate(tmp_path):
+    # The scenario as YAML, then `seed` written twice in engine: lines are counted in the file written here.
+    text = yaml.safe_dump(make_scenario(), sort_keys=True)
+    lines = text.splitlines()
+    engine = lines.index("engine:")
+    text = "\n".join(lines[:engine + 1] + ["  seed: 1", "  seed: 2"] + lines[engine + 1:]) + "\n"
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    proc = simmodel("validate", "-c", str(path))
+    # "engine:" is on line engine + 1 (1-based), the first seed on engine + 2, the second on engine + 3.
+    assert proc.returncode == 2 and proc.stderr == (
+        f"simmodel: s.yaml: line {engine + 3}: not valid YAML (duplicate key 'seed', first set on line "
+        f"{engine + 2})\n")
+
+
+def test_a_billion_replicas_through_validate_and_run(tmp_path):
+    data = make_scenario(engine={"workers": {"aggregated": {"parallelism": {"replicas": 1_000_000_000}}}})
+    for command in ("validate", "run"):
+        code, line = run_one_line(tmp_path, data, command)
+        assert code == 2 and line.endswith("engine.workers.aggregated.parallelism.replicas: the deployment would use "
+                                           "1,000,000,000 GPUs; at most 100,000 (replicas × tensor × pipeline × "
+                                           "attention_data × prefill_context, summed over the roles)")
+    assert not (tmp_path / "out").exists()
