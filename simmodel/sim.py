@@ -45,9 +45,10 @@ from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
 
 PROGRESS_EVERY = 20_000
-MAX_UNTIL_S = 2**62 / NS_PER_S
-"""``run(until)`` at or beyond this (about 146 years, the most the integer-nanosecond clock holds) runs to the end."""
 """Events between two calls of a run's ``progress`` callback."""
+MAX_UNTIL_S = 2**62 / NS_PER_S
+"""``run(until)`` at or beyond this (about 146 years, the most the integer-nanosecond clock holds) runs to
+the end."""
 
 
 if TYPE_CHECKING:
