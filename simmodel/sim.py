@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,11 +42,14 @@ from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource
-from simmodel.traffic.traces import TraceData, read_trace
+from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
 
 PROGRESS_EVERY = 20_000
 """Events between two calls of a run's ``progress`` callback."""
+MAX_UNTIL_S = 2**62 / NS_PER_S
+"""``run(until)`` at or beyond this (about 146 years, the most the integer-nanosecond clock holds) runs to
+the end."""
 
 
 if TYPE_CHECKING:
@@ -143,6 +148,11 @@ def load_trace(scenario: Scenario) -> TraceData | None:
                            require_monotone=scenario.traffic.load.type == "trace_timestamps")
     except ScenarioError as exc:
         raise ScenarioError(f"traffic.source.path: {exc}") from None
+    load = scenario.traffic.load
+    if load.type == "trace_timestamps" and trace.arrival_s.max() / load.speedup > MAX_SPAN_S:
+        span = float(trace.arrival_s.max())
+        raise ScenarioError(f"traffic.load.speedup: the trace's arrivals span {span:g} s, {span / load.speedup:g} s "
+                            f"of simulated time at speedup {load.speedup:g}; at most 1e9 s")
     workers = scenario.engine.workers
     checks = [("dp_rank", trace.dp_rank, list(workers.values())[-1])]
     if "prefill" in workers:  # prefill_dp_rank only means something with a prefill pool
@@ -441,11 +451,22 @@ class Simulation:
     def run(self, until: float | None = None, progress: Callable[[Simulation], None] | None = None) -> Results:
         """Run to ``until`` seconds of simulated time (or to the end) and return the results so far.
 
+        ``until`` is a number of seconds, not before ``now``; ``None`` or ``math.inf`` (or any time beyond
+        what the clock can hold, ``MAX_UNTIL_S``) runs to the end. Events at ``until`` itself happen. While
+        events remain after ``until``, ``now`` is ``until`` afterwards; once none remain, the clock stays at
+        the last event (the run's end, ``results.summary["duration_s"]``), however far ``until`` lies.
+
         ``progress`` (e.g. a terminal progress bar) is called about every ``PROGRESS_EVERY`` events and once
-        at the end; it only reads the simulation."""
+        at the end; it only reads the simulation.
+
+        Raises:
+            TypeError: ``until`` is not a number (a string, a bool).
+            ValueError: ``until`` is NaN or before ``now``.
+        """
         limit = self.stop_at
-        if until is not None:
-            limit = to_ns(until) if limit is None else min(to_ns(until), limit)
+        until_ns = self._until_ns(until)
+        if until_ns is not None:
+            limit = until_ns if limit is None else min(until_ns, limit)
         started = time.perf_counter()
         for worker in self.workers:
             worker.horizon = limit  # no coalesced pass may end past where this call stops
@@ -454,10 +475,7 @@ class Simulation:
         elif limit is None:
             self.env.run()
         elif limit >= self.env.now:
-            if limit > self.env.now:
-                self.env.run(until=limit)
-            while self.env.peek() <= limit:  # events at the limit itself still happen
-                self.env.step()
+            self._run_to(limit)
         if limit is None:
             stalled = [r for r in self.requests if not r.status.is_finished]
             if stalled:
@@ -465,6 +483,29 @@ class Simulation:
                                       f"nothing left to happen (request {stalled[0].request_id} first)")
         self.wall_time_s += time.perf_counter() - started
         return self.results()
+
+    def _until_ns(self, until: object) -> int | None:
+        """``run``'s ``until`` checked and in nanoseconds; None for "to the end"."""
+        if until is None:
+            return None
+        if isinstance(until, (bool, np.bool_)) or not isinstance(until, numbers.Real):
+            raise TypeError(f"until must be a number of seconds (or None for the end), got {until!r}")
+        until = float(until)
+        if math.isnan(until):
+            raise ValueError("until must be a number of seconds, got nan")
+        if until < self.now:
+            raise ValueError(f"until ({until:g} s) is before now ({self.now:g} s); the clock only moves forward")
+        return None if until >= MAX_UNTIL_S else to_ns(until)
+
+    def _run_to(self, limit: int) -> None:
+        """Process every event up to and at ``limit`` (ns); the clock reaches ``limit`` only while events
+        remain after it, so a drained run's clock stays at its last event."""
+        env = self.env
+        peek, step = env.peek, env.step
+        while peek() <= limit:  # (not env.run(until), whose stop event would move a drained clock to limit)
+            step()
+        if env.now < limit and peek() != float("inf"):
+            env.run(until=limit)  # only its stop event is left before the next event: the clock moves to limit
 
     def _run_with_progress(self, limit: int | None, progress: Callable[[Simulation], None]) -> None:
         """The same events as ``env.run``, stepped here so that ``progress`` can be called between them."""
@@ -492,7 +533,10 @@ class Simulation:
 
     @property
     def events(self) -> pd.DataFrame:
-        return events_frame(self.recorder.events)
+        """The event log up to ``now``. A coalesced run of passes records its rows when it is planned, ahead
+        of the clock; while paused those rows are kept back and appear once the clock reaches them (the
+        final results hold every row)."""
+        return events_frame(self.recorder.events, upto_ns=self.env.now)
 
     def end_time(self) -> float:
         """When the run ended: the last pass end once drained, else the current time."""

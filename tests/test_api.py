@@ -92,3 +92,113 @@ def test_results_pickle_with_their_rows():
     assert again.summary == results.summary
     for name in ("requests", "passes", "events"):
         assert getattr(again, name).equals(getattr(results, name))
+
+
+# -- The API says the truth: ``until``, ``now`` after the end, ``overrides``, the event view ----------------
+# ``make_scenario``: 4 requests of 100→5 at concurrency 1, 20 ms prefill and 10 ms decode passes. Each
+# request takes one prefill (its first token) and 4 decodes (tokens 2–5): 20 + 4 × 10 = 60 ms, and the
+# next arrives as it finishes, so the run ends at 4 × 60 ms = 0.24 s, after 4 × 5 = 20 passes.
+END_S = 0.24
+
+
+def simulation(**overrides) -> Simulation:
+    return Simulation(parse_scenario(make_scenario(**overrides), Path(".")))
+
+
+@pytest.mark.parametrize("until, error, says", [
+    (-1, ValueError, r"until \(-1 s\) is before now \(0 s\)"),
+    (float("nan"), ValueError, "until must be a number of seconds, got nan"),
+    ("5", TypeError, "until must be a number of seconds .* got '5'"),
+    (True, TypeError, "until must be a number of seconds .* got True"),
+])
+def test_a_bad_until_is_refused_naming_until(until, error, says):
+    sim = simulation()
+    with pytest.raises(error, match=says):
+        sim.run(until=until)
+    assert sim.now == 0.0 and not sim.recorder.events  # refused before anything ran
+
+
+def test_until_before_now_is_refused():
+    sim = simulation()
+    sim.run(until=0.1)
+    with pytest.raises(ValueError, match=r"until \(0.05 s\) is before now \(0.1 s\)"):
+        sim.run(until=0.05)
+    assert sim.now == 0.1
+
+
+@pytest.mark.parametrize("until", [float("inf"), 1e300])
+def test_until_infinity_runs_to_the_end(until):
+    whole, capped = simulation().run(), simulation().run(until=until)
+    assert capped.summary["completed_requests"] == whole.summary["completed_requests"] == 4
+    assert capped.summary["duration_s"] == whole.summary["duration_s"] == pytest.approx(END_S)
+
+
+@pytest.mark.parametrize("until", [None, 100.0])
+def test_now_stays_at_the_end_of_the_run(until):
+    sim = simulation()
+    results = sim.run(until=until)
+    assert sim.now == pytest.approx(END_S) and results.summary["duration_s"] == pytest.approx(END_S)
+    sim.run(until=200.0)  # nothing left to happen: the clock does not move
+    assert sim.now == pytest.approx(END_S)
+
+
+def test_overrides_as_one_string_are_refused(tmp_path):
+    import yaml
+
+    from simmodel.config.load import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_scenario()))
+    with pytest.raises(TypeError, match=r"overrides must be a list of 'PATH=VALUE' strings, got the single string "
+                                        r"'engine.seed=1'"):
+        Simulation.from_yaml(path, overrides="engine.seed=1")
+    with pytest.raises(TypeError, match="overrides must be a list"):
+        load_scenario(path, "engine.seed=1")
+    with pytest.raises(TypeError, match="overrides must be 'PATH=VALUE' strings, got 1"):
+        load_scenario(path, [1])
+    assert Simulation.from_yaml(path, overrides=["engine.seed=1"]).scenario.engine.seed == 1
+
+
+def test_events_while_paused_hold_nothing_after_now():
+    """Stepping event by event: a coalesced run of decode passes records its rows when it is planned, ahead of
+    the clock; the view holds them back until the clock reaches them, and in the end shows them all."""
+    sim = simulation(traffic={"source": {"output_tokens": 50}})
+    held_back = 0
+    while sim.step():
+        events = sim.events
+        assert events.empty or events.time_s.max() <= sim.now
+        held_back = max(held_back, len(sim.recorder.events) - len(events))
+    assert held_back > 0  # some rows were recorded ahead of the clock (else this test checks nothing)
+    assert len(sim.events) == len(sim.run().events) == len(sim.recorder.events)
+
+
+def test_pass_begin_and_end_share_the_pass_index():
+    """Passes 0–4 serve request 0 (prefill 0–20 ms, decodes to 60 ms), pass 5 is request 1's prefill
+    (60–80 ms); request rows carry -1."""
+    events = simulation().run().events
+    passes = events[events.kind.isin(["pass_begin", "pass_end"])]
+    assert (events[~events.kind.isin(["pass_begin", "pass_end"])].pass_index == -1).all()
+    span = {i: (g.time_s[g.kind == "pass_begin"].tolist(), g.time_s[g.kind == "pass_end"].tolist())
+            for i, g in passes.groupby("pass_index")}
+    assert sorted(span) == list(range(20))
+    assert span[0] == ([0.0], [pytest.approx(0.02)]) and span[1] == ([pytest.approx(0.02)], [pytest.approx(0.03)])
+    assert span[5] == ([pytest.approx(0.06)], [pytest.approx(0.08)])
+
+
+@pytest.mark.parametrize("scheduler, ranks", [({"async_scheduling": True}, 1), ({}, 2),
+                                              ({"async_scheduling": True}, 2)])
+def test_every_pass_has_one_begin_and_one_end_with_its_index(scheduler, ranks):
+    """Async passes begin before the one in flight ends; attention-DP ranks each count their own passes. Every
+    (worker, rank, pass_index) has exactly one begin and one end, at the pass table's start and end."""
+    traffic = {"load": {"concurrency": 5}, "stop": {"requests": 20}, "source": {"output_tokens": 30}}
+    results = simulation(traffic=traffic,
+                         engine={"workers": {"aggregated": {"scheduler": scheduler,
+                                                            "parallelism": {"attention_data": ranks}}}}).run()
+    events, keys = results.events, ["worker", "dp_rank", "pass_index"]
+    begins = events[events.kind == "pass_begin"].set_index(keys).time_s.sort_index()
+    ends = events[events.kind == "pass_end"].set_index(keys).time_s.sort_index()
+    table = results.passes.set_index(keys).sort_index()
+    assert begins.index.is_unique and ends.index.is_unique and begins.index.equals(table.index)
+    assert ends.index.equals(table.index)
+    assert begins.tolist() == pytest.approx(table.start_s.tolist())
+    assert ends.tolist() == pytest.approx(table.end_s.tolist())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
 from simmodel.perf.roofline import Efficiency, HostOverhead
 
@@ -83,8 +84,10 @@ def read_calibration(path: Path, at: str) -> Calibration:
 
     text = read_text_file(path, at)
     try:
-        data = yaml.safe_load(text)
-    except Exception as exc:  # noqa: BLE001 (a YAMLError, or PyYAML's constructors: `!!int x`)
+        data = safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{at}: {path}: not YAML ({problem_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 (PyYAML's constructors: `!!int x`)
         raise ScenarioError(f"{at}: {path}: not YAML ({' '.join(str(exc).split())[:120]})") from None
     body = data.get("calibration") if isinstance(data, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict) \

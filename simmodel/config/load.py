@@ -47,6 +47,7 @@ from simmodel.config.schema import (
     VisionSpec,
     WorkerRole,
 )
+from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.engine.kv_cache import cdiv
 from simmodel.errors import ScenarioError
 from simmodel.frontend.stages import StageSpec
@@ -62,6 +63,15 @@ _MISSING = object()
 # Bounds that keep every count and every simulated time (integer nanoseconds) well inside int64.
 MAX_INT = 1_000_000_000
 MAX_NUMBER = 1e9
+MAX_GPUS = 100_000
+"""GPUs in one deployment (summed over roles): several times the largest inference fleets serving one
+model; every GPU's worker and KV pool is simulated, so a typo of 10**9 replicas fails here, not in memory."""
+MAX_PARALLEL = {"tensor": 1024, "pipeline": 1024, "attention_data": 1024, "prefill_context": 1024,
+                "decode_context": 1024, "moe_tensor": MAX_GPUS, "moe_expert": MAX_GPUS}
+"""Each parallelism degree's ceiling: a tensor, pipeline, context or attention-DP group of a worker spans
+at most 1024 GPUs (the largest NVLink domain announced, NVL576, is 576; no registry model has more than
+128 attention heads to shard); the MoE degrees multiply to tensor × attention_data, so they are bounded by
+the deployment. ``replicas`` is bounded by the deployment's GPU count (``MAX_GPUS``)."""
 
 
 class _Node:
@@ -176,7 +186,7 @@ def read_yaml(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"cannot read the scenario file ({exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -190,11 +200,21 @@ def read_yaml(path: Path) -> dict:
 
 
 def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
-    """Apply ``PATH=YAML_VALUE`` overrides left to right; returns a new mapping."""
+    """Apply ``PATH=YAML_VALUE`` overrides left to right; returns a new mapping.
+
+    Raises:
+        TypeError: ``overrides`` is one string rather than a list of them (it would be read letter by
+            letter), or holds something other than strings.
+    """
     import copy
 
+    if isinstance(overrides, (str, bytes)):
+        raise TypeError(f"overrides must be a list of 'PATH=VALUE' strings, got the single string {overrides!r}; "
+                        f"write [{overrides!r}]")
     data = copy.deepcopy(data)
     for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"overrides must be 'PATH=VALUE' strings, got {item!r}")
         if "=" not in item:
             raise ScenarioError(f"--set {item}: expected PATH=VALUE")
         dotted, text = item.split("=", 1)
@@ -202,8 +222,10 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
         if not all(keys):
             raise ScenarioError(f"--set {item}: PATH must be dotted field names like engine.seed")
         try:
-            value = yaml.safe_load(text)
-        except Exception:  # a YAMLError, or PyYAML's constructors (`!!int x`, 5,000 digits, nesting too deep)
+            value = safe_load(text)
+        except yaml.YAMLError as exc:  # a duplicate key in a mapping value says which
+            raise ScenarioError(f"--set {item}: the value is not valid YAML ({problem_line(exc)})") from None
+        except Exception:  # PyYAML's constructors (`!!int x`, 5,000 digits, nesting too deep)
             raise ScenarioError(f"--set {item}: the value is not valid YAML") from None
         target = data
         for depth, key in enumerate(keys[:-1]):
@@ -218,7 +240,8 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
-    """Read, override and validate a scenario file. Errors are prefixed with the file name."""
+    """Read, override and validate a scenario file. Errors are prefixed with the file name; ``overrides``
+    given as one string rather than a list is a ``TypeError`` (see ``apply_overrides``)."""
     path = Path(path)
     try:
         data = apply_overrides(read_yaml(path), overrides)
@@ -624,6 +647,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, mode, base_dir)
+    _check_gpu_count(workers, roles)
     workers.done()
     if backend == "sglang" and mode == "disaggregated":
         dec = roles["decode"]
@@ -639,6 +663,18 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
                   dtype, transfer, speculation)
+
+
+def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:
+    """The deployment's GPUs (every role's replicas × GPUs per worker) are at most ``MAX_GPUS``; the
+    message names the replicas of the role with the most GPUs, the knob that multiplies them."""
+    total = sum(role.parallelism.gpu_count for role in roles.values())
+    if total <= MAX_GPUS:
+        return
+    largest = max(roles, key=lambda name: roles[name].parallelism.gpu_count)
+    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment would use {total:,} GPUs; "
+                        f"at most {MAX_GPUS:,} (replicas × tensor × pipeline × attention_data × prefill_context, "
+                        f"summed over the roles)")
 
 
 def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:
@@ -701,7 +737,8 @@ def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | No
 
 
 def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
-    p = Parallelism(**{f: node.int(f, 1) for f in Parallelism.__dataclass_fields__})
+    p = Parallelism(**{f: node.int(f, 1, maximum=MAX_PARALLEL.get(f, MAX_INT))
+                       for f in Parallelism.__dataclass_fields__})
     node.done()
     name = model.model_id
     if p.pipeline != 1:

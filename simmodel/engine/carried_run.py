@@ -486,18 +486,19 @@ class _Carried:
         rows = []
         add = rows.append
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
-        plans_by_row = self.plans_by_row
+        plans_by_row, base = self.plans_by_row, self.base
         for k in range(m):
             j, t1 = k + s, end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
             out = plans_by_row.get(j)
             for request, q in zip(out.requests, out.num_new_tokens) if out is not None else ():
-                add(new_event(EventRow, (start_list[k], ADMISSION, w, 0, request.request_id, q, role)))
-            add(new_event(EventRow, (start_list[j], PASS_BEGIN, w, 0, -1, per_row[j], role)))
+                add(new_event(EventRow, (start_list[k], ADMISSION, w, 0, request.request_id, q, role, -1)))
+            add(new_event(EventRow, (start_list[j], PASS_BEGIN, w, 0, -1, per_row[j], role, base + j)))
             for request in firsts.get(k, ()):
-                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role)))
+                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role, -1)))
             for request in finished.get(k, ()):
-                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role)))
-            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role)))
+                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role,
+                                         -1)))
+            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role, base + k)))
         rec.add_events(rows)
 
 

@@ -474,20 +474,20 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
 
     def begin(k: int) -> None:  # pass k + 1 starts
         for r in range(R):
-            add(new_event(EventRow, (starts[k], PASS_BEGIN, w, r, -1, per_pass[k][r], role)))
+            add(new_event(EventRow, (starts[k], PASS_BEGIN, w, r, -1, per_pass[k][r], role, first_index + k)))
 
     def deliver(k: int) -> None:  # pass k + 1 ends
         t1, done = ends[k], finished.get(k + 1)
         for r in range(R):
             if k == 0:
                 for request in firsts[r]:
-                    add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role)))
+                    add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role, -1)))
             if done:
                 for q, request in done:
                     if q == r:
                         add(new_event(EventRow, (t1, FINISH, w, r, request.request_id, request.num_output_tokens,
-                                                 role)))
-            add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_pass[k][r], role)))
+                                                 role, -1)))
+            add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_pass[k][r], role, first_index + k)))
 
     for k in range(m):
         if run.asynchronous:  # pass k + 2 was planned (and its begin appended) before pass k + 1 ended

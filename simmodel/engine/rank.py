@@ -125,9 +125,10 @@ class Rank:
         for request in plan.resumed:
             rec.event(now, EventKind.RESUME, w, r, request.request_id, _new_tokens(plan, request), role)
 
-    def begin_pass(self, plan: SchedulerOutput, start_ns: int) -> None:
+    def begin_pass(self, plan: SchedulerOutput, start_ns: int, pass_index: int) -> None:
+        """Record the start of this rank's pass number ``pass_index`` (its ``finish_pass`` records the same)."""
         self.recorder.event(start_ns, EventKind.PASS_BEGIN, self.worker.worker_id, self.rank_id, -1,
-                            plan.total_num_scheduled_tokens, self.role)
+                            plan.total_num_scheduled_tokens, self.role, pass_index)
 
     def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int,
                     provenance: str = "", delivered_ns: int | None = None) -> None:
@@ -187,7 +188,7 @@ class Rank:
         self.recorder.passes.append(PassRecord(
             self.role, w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
             num_decode, num_sampled, plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance))
-        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role)
+        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role, pass_index)
 
 
 def _new_tokens(plan: SchedulerOutput, request) -> int:

@@ -370,8 +370,8 @@ class Worker:
         self.open_pass_ends.append(start + self.last_pass_ns)
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
-        for rank, plan in zip(self.ranks, plans):
-            rank.begin_pass(plan, start)
+        for rank, plan in zip(self.ranks, plans):  # its index: the rank's finished passes, then those in flight
+            rank.begin_pass(plan, start, rank.num_passes + self._passes_in_flight - 1)
         return start, (busy, "+".join(cost.provenance))
 
     def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str],

@@ -31,7 +31,8 @@ class EventKind(IntEnum):
 class Event(NamedTuple):
     """One row of the event log. ``request_id`` is -1 on pass rows; ``num_tokens`` is the tokens the
     event concerns (prompt at arrival, scheduled chunk at admission/resume, output at finish,
-    scheduled tokens of the rank's pass)."""
+    scheduled tokens of the rank's pass). ``pass_index`` is the rank's pass a ``pass_begin`` or
+    ``pass_end`` row belongs to (``PassRecord.pass_index``: a begin and its end share it), -1 on other rows."""
 
     time_ns: int
     kind: EventKind
@@ -40,6 +41,7 @@ class Event(NamedTuple):
     request_id: int
     num_tokens: int
     role: str
+    pass_index: int = -1
 
 
 class PassRecord(NamedTuple):
@@ -215,13 +217,13 @@ class Recorder:
         """Requests that finished or were rejected so far (for progress reports)."""
 
     def event(self, time_ns: int, kind: EventKind, worker: int, dp_rank: int, request_id: int,
-              num_tokens: int, role: str = "aggregated") -> None:
+              num_tokens: int, role: str = "aggregated", pass_index: int = -1) -> None:
         if kind is EventKind.FINISH or kind is EventKind.REJECTION:
             self.num_done += 1
         if self.keep_events:
-            self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
+            self.events.append(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role, pass_index))
         elif self.sink is not None:
-            self.sink.add(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role))
+            self.sink.add(Event(time_ns, kind, worker, dp_rank, request_id, num_tokens, role, pass_index))
 
     def add_events(self, rows: list[Event]) -> None:
         """Record many events at once, in order (as ``event`` one by one)."""

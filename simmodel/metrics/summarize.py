@@ -185,10 +185,13 @@ def passes_frame(passes: PassLog | dict[str, object]) -> pd.DataFrame:
     return frame
 
 
-def events_frame(events: list[Event]) -> pd.DataFrame:
+def events_frame(events: list[Event], upto_ns: int | None = None) -> pd.DataFrame:
+    """The event log as a table ordered by time; ``upto_ns``: only the rows stamped at or before it."""
     import pandas as pd
 
     frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
+    if upto_ns is not None:
+        frame = frame[frame["time_ns"] <= upto_ns]
     # Async engines record a pass's begin when they commit it; order the log by time (stable for ties).
     frame = frame.sort_values("time_ns", kind="stable", ignore_index=True)
     frame.insert(0, "time_s", frame.pop("time_ns") / NS_PER_S)

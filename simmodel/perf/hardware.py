@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
 
 
@@ -81,7 +82,9 @@ def hardware_from_yaml(path: Path) -> HardwareSpec:
     """Read a user system file: a YAML mapping of every ``HardwareSpec`` field.
 
     Units are the dataclass's: bytes, FLOP/s, bytes/s, seconds. ``system_id`` is optional (default: the
-    file's stem). Numbers must be positive; ``gpus_per_node`` an integer. A number YAML reads as text
+    file's stem). Numbers must be finite and within each field's physical range (``_RANGES``: memory
+    1 MB to 100 TB, peaks 1 GFLOP/s to 1 EFLOP/s, bandwidths 1 MB/s to 1 PB/s, latency 1 ns to 1 s);
+    ``gpus_per_node`` an integer from 1 to 100,000. A number YAML reads as text
     (``989e12``, which YAML 1.1 does not take for a float) is accepted.
 
     Raises:
@@ -89,15 +92,15 @@ def hardware_from_yaml(path: Path) -> HardwareSpec:
     """
     where = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ScenarioError(f"{where}: system file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{where}: cannot read the system file ({exc})") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{where}: not valid YAML{line}") from None
+        raise ScenarioError(f"{where}: not valid YAML ({problem_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 (PyYAML's constructors: `!!int x`, 5,000 digits, nesting too deep)
+        raise ScenarioError(f"{where}: not valid YAML ({' '.join(str(exc).split())[:120]})") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: a system file must be a YAML mapping of {', '.join(HARDWARE_FIELDS)}")
     unknown = sorted(str(k) for k in data if k not in HARDWARE_FIELDS)
@@ -114,11 +117,29 @@ def hardware_from_yaml(path: Path) -> HardwareSpec:
     return HardwareSpec(**values)
 
 
+# Each field's physical range: (lowest, highest, how the message says it). Generous on both sides (a
+# 2026 GPU has ~0.2 TB, ~5e15 FLOP/s, ~8e12 B/s) so every real or planned system fits, while a typo of
+# many orders of magnitude (1e300 bytes, 1e-300 B/s) fails here instead of overflowing the model's sums.
+_RANGES: dict[str, tuple[float, float, str]] = {
+    "memory_bytes": (1e6, 1e14, "bytes per GPU, 1 MB to 100 TB"),
+    "bf16_flops": (1e9, 1e18, "FLOP/s, 1 GFLOP/s to 1 EFLOP/s"),
+    "fp8_flops": (1e9, 1e18, "FLOP/s, 1 GFLOP/s to 1 EFLOP/s"),
+    "hbm_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
+    "intra_node_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
+    "intra_node_latency_s": (1e-9, 1.0, "seconds, 1 ns to 1 s"),
+    "pcie_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
+    "nic_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
+    "gpus_per_node": (1, 100_000, "GPUs in one GPU-link domain, 1 to 100,000"),
+}
+
+
 def _positive(where: str, name: str, value: Any, *, integer: bool) -> float | int:
-    """Check one field: a positive, finite number (an integer for counts)."""
+    """Check one field: a finite number within its physical range (an integer for counts)."""
+    low, high, rule = _RANGES[name]
     if integer:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ScenarioError(f"{where}: {name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ScenarioError(f"{where}: {name} must be an integer from {low:,} to {high:,} ({rule}), "
+                                f"got {_shown(value)}")
         return value
     number = value
     if isinstance(value, str):
@@ -126,6 +147,17 @@ def _positive(where: str, name: str, value: Any, *, integer: bool) -> float | in
             number = float(value)
         except ValueError:
             number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0:
-        raise ScenarioError(f"{where}: {name} must be a positive number, got {value!r}")
+    if (isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number)
+            or not low <= number <= high):
+        raise ScenarioError(f"{where}: {name} must be a number from {low:g} to {high:g} ({rule}), "
+                            f"got {_shown(value)}")
     return float(number)
+
+
+def _shown(value: Any) -> str:
+    """A value for a message, cut short (an integer of 5,000 digits is not printed whole)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int above Python's 4,300-digit str limit
+        return "a value too large to show"
+    return text if len(text) <= 60 else text[:57] + "..."

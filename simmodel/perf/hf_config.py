@@ -40,6 +40,9 @@ _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2
                 "float8_e5m2": 1}
 _FP8_METHODS = ("fp8", "fbgemm_fp8")
 _MISSING = object()
+MAX_DIMENSION = 1_000_000_000
+"""The largest count or size a config.json may give (the largest real ones: ~260k vocabulary, 10M
+positions): larger ones would overflow the model's float arithmetic (a 10**200 hidden_size)."""
 
 
 def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
@@ -99,7 +102,9 @@ class _Config:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             kind = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-            self.fail(f"{key} must be {kind}, got {json.dumps(value)}")
+            self.fail(f"{key} must be {kind}, got {_shown(value)}")
+        if value > MAX_DIMENSION:
+            self.fail(f"{key} must be at most {MAX_DIMENSION:,}, got {_shown(value)}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -109,6 +114,15 @@ class _Config:
         if not isinstance(value, bool):
             self.fail(f"{key} must be true or false, got {json.dumps(value)}")
         return value
+
+
+def _shown(value: Any) -> str:
+    """A JSON value for a message, cut short (a 400-digit integer is not printed whole)."""
+    try:
+        text = json.dumps(value)
+    except ValueError:  # an int above Python's 4,300-digit str limit
+        return "a value too large to show"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _read(file: Path) -> dict[str, Any]:

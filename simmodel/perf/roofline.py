@@ -194,7 +194,10 @@ class RooflineTiming(SumsTiming):
                         # even a rank with no sequences of its own runs its share; expected distinct experts
                         # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
                         moe_flops[k] = total * self.moe_flops_per_token / self.moe_gpus
-                        touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
+                        if self.route_fraction >= 1.0:  # every token to every expert (log1p(-1) is undefined)
+                            touched = self.experts_per_gpu
+                        else:
+                            touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
                         moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
             ranks = per_pass.shape[1]
             worker_tokens, moe_flops, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_flops, moe_bytes))

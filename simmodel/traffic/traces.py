@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("mooncake", "azure", "csv")
+MAX_ABS_VALUE = 1e18
+"""The largest magnitude a trace's number may have before its own rule (arrivals spanning 1e9 s, lengths
+of 1e9 tokens) judges it: within int64 and far from float64's overflow."""
+MAX_SPAN_S = 1e9
+"""The longest a trace's arrivals may span once divided by ``speedup`` (``simmodel.sim.load_trace``): simulated
+times, integer nanoseconds, stay well inside int64."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,9 @@ def _csv_lines(n: int) -> list[int]:
 def _check_rows(path: Path, lines: list[int], arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray,
                 dp_rank: np.ndarray, require_monotone: bool, rank_column: str = "dp_rank") -> None:
     checks = (
-        (~np.isfinite(arrival), "arrival time must be a finite number"),
+        # NOTE: bounded before any difference is taken: 1e308 and -1e308 are finite, but their difference
+        # overflows (a numpy RuntimeWarning before the error); any two values within ±1e18 subtract exactly enough.
+        (~(np.abs(arrival) <= MAX_ABS_VALUE), "arrival time must be a finite number within ±1e18 s"),
         (isl < 1, "input length must be a positive integer"),
         (osl < 1, "output length must be a positive integer"),
         (dp_rank < -1, f"{rank_column} must be a non-negative integer"),
@@ -92,7 +100,7 @@ def _int_field(obj: dict, key: str, where: str) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or value != int(value)):
         raise ScenarioError(f"{where}: '{key}' must be an integer, got {_short(value)}")
-    if abs(value) > 1e18:
+    if abs(value) > MAX_ABS_VALUE:
         raise ScenarioError(f"{where}: '{key}' is out of range, got {_short(value)}")
     return int(value)
 
@@ -157,12 +165,14 @@ def _int_column(path: Path, frame: pd.DataFrame, column: str, blank: int | None 
     values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
     if blank is not None:
         values = np.where(cells.isna().to_numpy(), float(blank), values)
-    bad = ~np.isfinite(values) | (values != np.round(values))
-    if bad.any():
-        row = int(np.argmax(bad))
-        cell = cells.iloc[row]
-        shown = "an empty cell" if pd.isna(cell) else repr(str(cell))
-        raise ScenarioError(f"{path}:{row + 2}: column {column} must be an integer, got {shown}")
+    for bad, rule in ((~np.isfinite(values) | (values != np.round(values)), "must be an integer"),
+                      # checked before the cast to int64, which turns 2**70 into garbage with a RuntimeWarning
+                      (np.abs(values) > MAX_ABS_VALUE, "is out of range (at most 1e18 in magnitude)")):
+        if bad.any():
+            row = int(np.argmax(bad))
+            cell = cells.iloc[row]
+            shown = "an empty cell" if pd.isna(cell) else _short(str(cell))
+            raise ScenarioError(f"{path}:{row + 2}: column {column} {rule}, got {shown}")
     return values.astype(np.int64)
 
 

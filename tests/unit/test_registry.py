@@ -251,12 +251,30 @@ def test_system_file_reads_every_field(tmp_path):
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda t: t.replace("gpus_per_node: 8\n", ""), "gpu.yaml: missing gpus_per_node"),
     (lambda t: t + "hbm_bw: 3\n", "gpu.yaml: unknown field hbm_bw (fields: system_id, memory_bytes"),
-    (lambda t: t.replace("3.35e+12", "0"), "gpu.yaml: hbm_bytes_per_s must be a positive number, got 0"),
-    (lambda t: t.replace("5.0e-6", "-1.0e-6"), "gpu.yaml: intra_node_latency_s must be a positive number, got -1e-06"),
-    (lambda t: t.replace("80.0e+9", "lots"), "gpu.yaml: memory_bytes must be a positive number, got 'lots'"),
-    (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 8.5"), "gpu.yaml: gpus_per_node must be a positive integer"),
+    (lambda t: t.replace("3.35e+12", "0"),
+     "gpu.yaml: hbm_bytes_per_s must be a number from 1e+06 to 1e+15 (bytes/s, 1 MB/s to 1 PB/s), got 0"),
+    (lambda t: t.replace("5.0e-6", "-1.0e-6"),
+     "gpu.yaml: intra_node_latency_s must be a number from 1e-09 to 1 (seconds, 1 ns to 1 s), got -1e-06"),
+    (lambda t: t.replace("80.0e+9", "lots"),
+     "gpu.yaml: memory_bytes must be a number from 1e+06 to 1e+14 (bytes per GPU, 1 MB to 100 TB), got 'lots'"),
+    (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 8.5"),
+     "gpu.yaml: gpus_per_node must be an integer from 1 to 100,000"),
     (lambda t: "- a list\n", "gpu.yaml: a system file must be a YAML mapping"),
-    (lambda t: "a: [\n", "gpu.yaml: not valid YAML at line 2"),
+    (lambda t: "a: [\n", "gpu.yaml: not valid YAML (line 2: "),
+    # The physical ceilings: 1e300 bytes (once an OverflowError in the KV sizing), a peak or a bandwidth
+    # above its ceiling, a count of 10**6 GPUs in a node, and the numbers that are not finite.
+    (lambda t: t.replace("80.0e+9", "1.0e+300"), "gpu.yaml: memory_bytes must be a number from 1e+06 to 1e+14"),
+    (lambda t: t.replace("80.0e+9", "1.0e+15"), "gpu.yaml: memory_bytes must be a number from 1e+06 to 1e+14"),
+    (lambda t: t.replace("1979e12", "2.0e+18"), "gpu.yaml: fp8_flops must be a number from 1e+09 to 1e+18"),
+    (lambda t: t.replace("989e12", "1.0e+3"), "gpu.yaml: bf16_flops must be a number from 1e+09 to 1e+18"),
+    (lambda t: t.replace("450.0e+9", "2.0e+15"), "gpu.yaml: intra_node_bytes_per_s must be a number from 1e+06"),
+    (lambda t: t.replace("64000000000", ".inf"), "gpu.yaml: pcie_bytes_per_s must be a number from 1e+06"),
+    (lambda t: t.replace("50000000000", ".nan"), "gpu.yaml: nic_bytes_per_s must be a number from 1e+06"),
+    (lambda t: t.replace("5.0e-6", "2.0"), "gpu.yaml: intra_node_latency_s must be a number from 1e-09 to 1"),
+    (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 1000000"),
+     "gpu.yaml: gpus_per_node must be an integer from 1 to 100,000 (GPUs in one GPU-link domain"),
+    (lambda t: t + "gpus_per_node: 4\n", "gpu.yaml: not valid YAML (line 10: duplicate key 'gpus_per_node', "
+                                          "first set on line 9)"),
 ])
 def test_bad_system_file_is_one_line_naming_file_and_field(tmp_path, edit, message):
     path = tmp_path / "gpu.yaml"
@@ -265,6 +283,15 @@ def test_bad_system_file_is_one_line_naming_file_and_field(tmp_path, edit, messa
         hardware_from_yaml(path)
     assert str(err.value).startswith(f"{path.parent}/{message}")
     assert "\n" not in str(err.value)
+
+
+def test_every_registry_system_passes_the_system_file_rules(tmp_path):
+    """Each registry entry written out as a system file reads back unchanged: the registry is within the
+    same physical ranges a user's file must meet."""
+    for system_id, spec in HARDWARE.items():
+        path = tmp_path / f"{system_id}.yaml"
+        path.write_text("".join(f"{f}: {getattr(spec, f)!r}\n" for f in HardwareSpec.__slots__), encoding="utf-8")
+        assert hardware_from_yaml(path) == spec
 
 
 def test_missing_system_file(tmp_path):

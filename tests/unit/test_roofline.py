@@ -135,3 +135,18 @@ def test_more_tokens_never_cost_less():
     prefill = [t.price(make_batch([[(n, 0, False, True)]])).total_s[0] for n in (1, 10, 100, 1000, 10000)]
     decode = [t.price(make_batch([[(1, 500, True, True)] * b])).total_s[0] for b in (1, 4, 16, 64, 256)]
     assert prefill == sorted(prefill) and decode == sorted(decode)
+
+
+def test_moe_routing_every_token_to_every_expert_touches_them_all():
+    """Mixtral with 8 of 8 experts per token: one token touches all 8 (the formula's (1 − 8/8)^1 = 0; once
+    log1p(-1), a math domain error), 6 more than with 2 of 8 (above). A one-token decode is memory-bound,
+    so its linear time grows by exactly those 6 experts' bytes."""
+    from dataclasses import replace
+
+    base = MODELS["mistralai/Mixtral-8x7B-v0.1"]
+    every = replace(base, num_experts_per_token=8)
+    seconds = [RooflineTiming(Deployment(m, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
+               .breakdown(make_batch([[(1, 100, True, True)]]))["linear"][0] for m in (base, every)]
+    t = RooflineTiming(Deployment(base, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
+    expert_bytes = base.num_moe_layers * base.expert_params / 2 * 2
+    assert seconds[1] - seconds[0] == pytest.approx(6 * expert_bytes / t.hbm, rel=1e-9)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
 
 
@@ -17,8 +18,10 @@ def arguments(text: str, path: Path) -> dict:
     stripped = text.strip()
     if stripped.startswith("{") or path.suffix in (".json", ".yaml", ".yml"):
         try:
-            data = yaml.safe_load(stripped)
-        except Exception as exc:  # noqa: BLE001 (a YAMLError, or PyYAML's constructors: `!!int x`, bad dates)
+            data = safe_load(stripped)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"traffic.source.path: {path}: not a YAML/JSON mapping ({problem_line(exc)})") from None
+        except Exception as exc:  # noqa: BLE001 (PyYAML's constructors: `!!int x`, bad dates)
             raise ScenarioError(f"traffic.source.path: {path}: not a YAML/JSON mapping "
                                 f"({' '.join(str(exc).split())[:120]})") from None
         if not isinstance(data, dict):
@@ -62,7 +65,7 @@ def scalar(value: str):
     if value.lower() in ("inf", "+inf", "infinity"):
         return math.inf
     try:
-        parsed = yaml.safe_load(value)
+        parsed = safe_load(value)
     except Exception:  # noqa: BLE001 (not a YAML scalar: the word as it is)
         return value
     return parsed if isinstance(parsed, (int, float, bool, list)) else value
