@@ -472,7 +472,7 @@ class Simulation:
             worker.horizon = limit  # no coalesced pass may end past where this call stops
         if progress is not None:
             self._run_with_progress(limit, progress)
-        elif limit is None:
+        if limit is None:
             self.env.run()
         elif limit >= self.env.now:
             self._run_to(limit)
@@ -508,7 +508,9 @@ class Simulation:
             env.run(until=limit)  # only its stop event is left before the next event: the clock moves to limit
 
     def _run_with_progress(self, limit: int | None, progress: Callable[[Simulation], None]) -> None:
-        """The same events as ``env.run``, stepped here so that ``progress`` can be called between them."""
+        """Step the events up to ``limit`` (all, for None) here so that ``progress`` can be called between
+        them; ``run`` then finishes as it would without ``progress`` (the clock moved to a cut the same way),
+        so a run's outputs never depend on whether it showed progress."""
         env, step, end = self.env, self.env.step, float("inf") if limit is None else limit
         inf = float("inf")
         while (nxt := env.peek()) < inf and nxt <= end:

@@ -27,6 +27,20 @@ def test_a_run_with_progress_gives_the_same_results(monkeypatch):
     assert len(calls) > 5 and calls == sorted(calls) and calls[-1] == 40
 
 
+def test_a_time_cut_run_ends_at_the_cut_with_or_without_progress():
+    """Concurrency 2 of 100→5 requests goes on for ever (no request limit); cut at 0.105 s, between two
+    passes (each takes 10 or 20 ms, so no pass ends at 0.105): the clock, and so the run's duration, is
+    the cut itself whether or not the run shows progress (a heartbeat off a terminal must not change it)."""
+    data = make_scenario(traffic={"load": {"concurrency": 2}, "stop": {"requests": None,
+                                                                      "max_virtual_time_seconds": 0.105}})
+    plain = Simulation(parse_scenario(data, Path(".")))
+    watched = Simulation(parse_scenario(data, Path(".")))
+    a, b = plain.run(), watched.run(progress=lambda s: None)
+    assert plain.now == watched.now == 0.105
+    assert a.summary["duration_s"] == b.summary["duration_s"]
+    assert a.requests.equals(b.requests) and a.passes.equals(b.passes)
+
+
 def test_progress_bar_draws_then_erases(monkeypatch):
     monkeypatch.setattr(sim_module, "PROGRESS_EVERY", 7)
     stream = io.StringIO()
