@@ -16,3 +16,18 @@ class ScenarioError(ValueError):
 
 class SimulationError(RuntimeError):
     """A valid scenario that the engine cannot serve (e.g. no pass can make progress)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop asked for by a signal: Ctrl-C (SIGINT), or SIGTERM (``kill``, a job scheduler, a CI
+    timeout), which the command treats the same way (what is finished is kept, partial files are removed).
+    A ``KeyboardInterrupt``, so every handler of Ctrl-C handles both; ``signum`` says which it was."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_interrupted(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signature)
+    """A SIGTERM handler: stop as Ctrl-C does."""
+    raise Interrupted(signum)
