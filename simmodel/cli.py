@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from simmodel.config.load import load_scenario
-from simmodel.errors import ScenarioError, SimulationError, raise_interrupted
+from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.sim import Simulation, check_workload, make_timing
@@ -136,15 +136,15 @@ class _OneLineErrors(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # before click's own handler, which adds an empty line
-            raise _Stopped(getattr(exc, "signum", signal.SIGINT)) from None
+            raise _Stopped(signal_of(exc)) from None
 
     def main(self, args=None, prog_name=None, **extra):  # type: ignore[override]
         handled = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, raise_interrupted) if handled else None
+        previous = signal.signal(signal.SIGTERM, StopOnSigterm()) if handled else None
         try:
             return super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
         except (click.exceptions.Abort, _Stopped) as exc:
-            signum = exc.signum if isinstance(exc, _Stopped) else getattr(exc.__cause__, "signum", signal.SIGINT)
+            signum = exc.signum if isinstance(exc, _Stopped) else signal_of(exc.__cause__ or KeyboardInterrupt())
             click.echo(f"simmodel: {'terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted'}",
                        err=True)
             sys.exit(128 + signum)

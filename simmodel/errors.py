@@ -1,4 +1,6 @@
-"""The two ways a run can fail: bad input, or a simulation that cannot go on."""
+"""The two ways a run can fail: bad input, or a simulation that cannot go on; and the signals that stop one."""
+
+import signal
 
 
 class ScenarioError(ValueError):
@@ -28,6 +30,23 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def raise_interrupted(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signature)
-    """A SIGTERM handler: stop as Ctrl-C does."""
-    raise Interrupted(signum)
+class StopOnSigterm:
+    """The SIGTERM handler of a command: raises ``Interrupted(SIGTERM)``, as Ctrl-C raises
+    ``KeyboardInterrupt``, and remembers that it did, for ``signal_of`` (a library that catches the
+    ``KeyboardInterrupt`` and raises one of its own, as Ray's ``wait`` does, loses which signal it was)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def __call__(self, signum, frame) -> None:  # noqa: ARG002 (a signal handler's signature)
+        self.received = signum
+        raise Interrupted(signum)
+
+
+def signal_of(exc: KeyboardInterrupt) -> int:
+    """The signal a ``KeyboardInterrupt`` stands for: its own (``Interrupted``), else SIGTERM if the
+    installed ``StopOnSigterm`` was called, else SIGINT (Ctrl-C)."""
+    signum = getattr(exc, "signum", None)
+    if signum is None:
+        signum = getattr(signal.getsignal(signal.SIGTERM), "received", None) or signal.SIGINT
+    return signum

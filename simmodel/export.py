@@ -46,15 +46,14 @@ def _refused_place(target: Path, scenario: Path | None) -> str | None:
     them with it; the filesystem root holds everything."""
     if target == Path(target.anchor):
         return "is the filesystem root"
-    places = [("the current folder", Path.cwd())]
-    try:
-        places.append(("the home folder", Path.home()))
-    except (KeyError, RuntimeError):  # no HOME and no password entry: no home folder to protect
-        pass
+    places = [("the current folder", Path.cwd), ("the home folder", Path.home)]
     if scenario is not None:
-        places.append(("the scenario's folder", Path(scenario).resolve().parent))
-    for name, place in places:
-        place = place.resolve()
+        places.append(("the scenario's folder", lambda: Path(scenario).resolve().parent))
+    for name, where in places:
+        try:
+            place = where().resolve()
+        except (OSError, KeyError, RuntimeError):  # a current folder removed, no home: nothing to protect
+            continue
         if target == place:
             return f"is {name}"
         if target in place.parents:
@@ -167,11 +166,12 @@ def current_umask() -> int:
     return mask
 
 
-def _staging(path: Path, option: str) -> Path:
-    """A new folder beside ``path``, with an ordinary new folder's permissions."""
+def _staging(target: Path, path: Path, option: str) -> Path:
+    """A new folder beside ``target`` (``path`` as the user gave it, links resolved), with an ordinary new
+    folder's permissions."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     except OSError as exc:
         raise ScenarioError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
     os.chmod(staging, 0o777 & ~current_umask())
@@ -182,7 +182,7 @@ def probe_output_dir(path: Path, overwrite: bool, scenario: Path | None = None,
                      option: str = "--output-dir") -> None:
     """Before a long run: ``path`` is allowed (``check_output_dir``) and its folder can be written to."""
     check_output_dir(path, overwrite, scenario, option)
-    _staging(path.resolve(), option).rmdir()
+    _staging(path.resolve(), path, option).rmdir()
 
 
 def write_manifest(folder: Path, command: str) -> None:
@@ -217,7 +217,7 @@ def staged_folder(path: Path, overwrite: bool, command: str, scenario: Path | No
     disk) leaves ``path`` as it was and names the option."""
     check_output_dir(path, overwrite, scenario, option)
     target = path.resolve()
-    staging = _staging(target, option)
+    staging = _staging(target, path, option)
     try:
         try:
             yield staging

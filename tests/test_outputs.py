@@ -298,13 +298,9 @@ def _wait_for(what, timeout_s: float = 60.0) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_sigterm_stops_recommend_its_workers_and_keeps_the_ledger(work):
-    """Two workers; candidates of 4 to 7 requests (well under a second each) then two of 300,000 (each
-    1.5 million passes: minutes). SIGTERM to the search alone (``kill PID``), not its workers."""
-    search = make_scenario(optimization={"target": "e2e_latency"}, optimizer={"parallelism": 2})
-    search["engine"]["workers"]["aggregated"]["parallelism"] = {"preset": False}
-    search["engine"]["workers"]["aggregated"]["scheduler"]["max_batched_tokens"] = 8192
-    search["traffic"]["stop"] = {"requests": {"choices": [4, 5, 6, 7, 300000, 300001]}}
-    (work / "search.yaml").write_text(yaml.safe_dump(search))
+    """Two workers; candidates of 4 to 7 requests then two of 300,000 (``_search_of_small_then_huge``).
+    SIGTERM to the search alone (``kill PID``), not its workers."""
+    _search_of_small_then_huge(work, [4, 5, 6, 7, 300000, 300001], 2)
     proc = popen("recommend", "-c", "search.yaml", "--output-dir", "rec", cwd=work)
     _wait_for(lambda: len(_children(proc.pid)) == 2)
     time.sleep(3)  # the four small candidates finish
@@ -337,18 +333,44 @@ def test_a_streamed_run_stopped_by_a_signal_leaves_no_file(work, signum, code, s
     assert sorted(p.name for p in work.iterdir()) == ["mine.py", "s.yaml"]
 
 
-def test_ray_leaves_sigterm_to_the_search():
-    """ray.init installs a SIGTERM handler that exits at once (no ledger): the search's is put back."""
-    pytest.importorskip("ray")
-    from simmodel.errors import raise_interrupted
-    from simmodel.recommend.executor import RayExecutor
+def _search_of_small_then_huge(work: Path, requests: list[int], parallelism: int) -> Path:
+    """One candidate per ``traffic.stop.requests`` value, in that order: four requests at one at a time
+    take a fraction of a second; 300,000 take 1.5 million passes (minutes)."""
+    search = make_scenario(optimization={"target": "e2e_latency"}, optimizer={"parallelism": parallelism})
+    role = search["engine"]["workers"]["aggregated"]
+    role["parallelism"] = {"preset": False}  # the values given, not the default shapes and budgets
+    role["scheduler"].update(max_batched_tokens=8192, max_sequences=256)
+    search["traffic"]["stop"] = {"requests": {"choices": requests}}
+    path = work / "search.yaml"
+    path.write_text(yaml.safe_dump(search))
+    return path
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+
+def test_sigterm_during_a_ray_wait_stops_the_search_as_sigterm(work):
+    """ray.init installs a SIGTERM handler that exits at once (no ledger): the search's is put back. And
+    a SIGTERM that arrives inside ray.wait comes out of it as Ray's own KeyboardInterrupt: the search
+    still knows it was SIGTERM. Sent 0.5 s after the small candidate's result, while the two huge ones run."""
+    pytest.importorskip("ray")
+    import threading
+
+    from simmodel.errors import StopOnSigterm
+    from simmodel.recommend.executor import RayExecutor
+    from simmodel.recommend.search import load_search, run_search
+
+    spec, space, base = load_search(_search_of_small_then_huge(work, [4, 300000, 300001], 2))
+    handler = StopOnSigterm()
+    previous = signal.signal(signal.SIGTERM, handler)
+    timers = []
+
+    def terminate_soon(entry):
+        timers.append(threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)))
+        timers[-1].start()
+
     try:
         executor = RayExecutor()
-        try:
-            assert signal.getsignal(signal.SIGTERM) is raise_interrupted
-        finally:
-            executor.close(abort=True)
+        assert signal.getsignal(signal.SIGTERM) is handler
+        entries, stopped = run_search(spec, space, base, executor, terminate_soon)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    assert stopped == signal.SIGTERM
+    assert [(e["id"], e["status"]) for e in entries] == [(1, "feasible")]

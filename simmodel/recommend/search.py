@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import yaml
 
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
-from simmodel.errors import ScenarioError
+from simmodel.errors import ScenarioError, signal_of
 from simmodel.export import staged_folder
 from simmodel.paths import exists
 from simmodel.perf.hardware import HARDWARE
@@ -94,7 +93,7 @@ def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=No
         executor.close()
         closed = True
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as the command raises it (errors.Interrupted)
-        interrupted = getattr(exc, "signum", signal.SIGINT)
+        interrupted = signal_of(exc)
     finally:
         if not closed:
             executor.close(abort=True)
