@@ -246,6 +246,23 @@ def test_a_full_disk_leaves_the_earlier_output_and_no_staging(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.yaml"]
 
 
+def test_a_full_disk_leaves_the_calibration_file_as_it_was(tmp_path, monkeypatch):
+    from simmodel.calibrate.fit import write_calibration
+
+    cal = tmp_path / "cal.yaml"
+    write_calibration(cal, {"calibration": {"parameters": {"compute_efficiency": 0.5}}})
+    before = cal.read_bytes()
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as info:
+        write_calibration(cal, {"calibration": {"parameters": {"compute_efficiency": 0.7}}}, overwrite=True)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == f"--output {cal}"
+    assert cal.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
+
+
 def test_a_really_full_disk(work, tmp_path):
     """A 64 KiB file system (tmpfs, where mounting is allowed: root on Linux): the run's files do not fit
     (passes.csv alone is over 64 KiB for 200 requests of 5 passes each); nothing is left on it."""
