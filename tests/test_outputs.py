@@ -263,9 +263,12 @@ def test_a_full_disk_leaves_the_calibration_file_as_it_was(tmp_path, monkeypatch
     assert cal.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
 
 
-def test_a_really_full_disk(work, tmp_path):
+@pytest.mark.parametrize("events, says", [("memory", "cannot write: No space left on device"),
+                                          ("stream", "No space left on device")])
+def test_a_really_full_disk(work, tmp_path, events, says):
     """A 64 KiB file system (tmpfs, where mounting is allowed: root on Linux): the run's files do not fit
-    (passes.csv alone is over 64 KiB for 200 requests of 5 passes each); nothing is left on it."""
+    (passes.csv alone is over 64 KiB for 200 requests of 5 passes each); nothing is left on it, neither
+    the staging folder nor the streamed event log's temporary file."""
     small = tmp_path / "small"
     small.mkdir()
     try:
@@ -277,9 +280,9 @@ def test_a_really_full_disk(work, tmp_path):
         pytest.skip("cannot mount a small tmpfs here")
     try:
         proc = simmodel("run", "-c", "s.yaml", "--set", "traffic.stop.requests=200", "--output-dir",
-                        str(small / "out"), cwd=work)
+                        str(small / "out"), "--events", events, cwd=work)
         assert proc.returncode == 1
-        assert "cannot write: No space left on device" in one_line(proc)
+        assert says in one_line(proc)
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", str(small)], check=True)
