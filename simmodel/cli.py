@@ -5,8 +5,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import click
 
 from simmodel.config.domains import search_field
 from simmodel.config.load import apply_overrides, load_scenario, read_yaml
-from simmodel.errors import ScenarioError, SimulationError
+from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.sim import Simulation, check_workload, make_timing
@@ -169,14 +171,26 @@ _BAD_PATH = frozenset((errno.ENAMETOOLONG, errno.ENOENT, errno.ENOTDIR, errno.EI
 
 
 class _OneLineErrors(click.Group):
-    """Every failure is one line on stderr: exit 2 for bad input, 1 for a run that cannot go on."""
+    """Every failure is one line on stderr: exit 2 for bad input, 1 for a run that cannot go on, 130 on
+    Ctrl-C and 143 on SIGTERM, which stops a command as Ctrl-C does (128 + the signal's number, as a
+    shell reports a process a signal ended)."""
+
+    def invoke(self, ctx):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # before click's own handler, which adds an empty line
+            raise _Stopped(signal_of(exc)) from None
 
     def main(self, args=None, prog_name=None, **extra):  # type: ignore[override]
+        handled = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, StopOnSigterm()) if handled else None
         try:
             return super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo("simmodel: interrupted", err=True)
-            sys.exit(130)
+        except (click.exceptions.Abort, _Stopped) as exc:
+            signum = exc.signum if isinstance(exc, _Stopped) else signal_of(exc.__cause__ or KeyboardInterrupt())
+            click.echo(f"simmodel: {'terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted'}",
+                       err=True)
+            sys.exit(128 + signum)
         except click.ClickException as exc:
             click.echo(f"simmodel: {exc.format_message()}", err=True)
             sys.exit(2)
@@ -190,6 +204,17 @@ class _OneLineErrors(click.Group):
             where = f"{exc.filename}: " if exc.filename else ""
             click.echo(f"simmodel: {where}{exc.strerror or _one_line(exc)}", err=True)
             sys.exit(2 if exc.errno in _BAD_PATH else 1)
+        finally:
+            if handled:
+                signal.signal(signal.SIGTERM, previous)
+
+
+class _Stopped(Exception):
+    """A command stopped by Ctrl-C or SIGTERM (``signum``), carried past click's own handling."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 _scenario = click.option("-c", "--config", "scenario", required=True,
@@ -267,7 +292,9 @@ def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
 @_set
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write summary.json, requests.csv, passes.csv and events.parquet here.")
-@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
+                   "wrote (listed in its .simmodel-output.json), removing only those.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--events", type=click.Choice(["memory", "stream", "off"]), default="memory", show_default=True,
               help="The event log: kept in memory, streamed to events.parquet in row groups as the run goes "
@@ -277,7 +304,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         events: str, quiet: bool) -> None:
     """Simulate a scenario and print its metrics."""
     if output_dir is not None:
-        probe_output_dir(output_dir, overwrite)
+        probe_output_dir(output_dir, overwrite, scenario)
     sink = streamed = None
     if events == "stream":
         if output_dir is None:
@@ -301,7 +328,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
         if sink is not None:
             sink.close()
         if output_dir is not None:
-            write_results(results, output_dir, overwrite, events, streamed)
+            write_results(results, output_dir, overwrite, events, streamed, scenario)
     finally:
         if streamed is not None and streamed.exists():
             streamed.unlink()
@@ -354,7 +381,9 @@ def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, c
 @_set
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Write recommendation.json, recommendation.csv and recommendations/0001.yaml … here.")
-@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
+                   "wrote (listed in its .simmodel-output.json), removing only those.")
 @click.option("--executor", default="local", show_default=True, metavar="local|ray[=ADDRESS]",
               help="local: a process pool on this machine (optimizer.parallelism processes, default one per "
                    "core); ray: each candidate a Ray task, on the cluster at ADDRESS (auto: this machine's) or "
@@ -365,12 +394,12 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
               fmt: str, top: int) -> None:
     """Search deployments: simulate the candidates of the scenario's domains, rank them against the
     targets, and save the best as runnable scenarios. Exit 1 when no candidate is feasible, 130 on
-    Ctrl-C (the ledger of the candidates that finished is still written)."""
+    Ctrl-C and 143 on SIGTERM (the ledger of the candidates that finished is still written)."""
     from simmodel.recommend.executor import make_executor
     from simmodel.recommend.progress import SearchProgress
     from simmodel.recommend.search import load_search, planned, rank, run_search, write_ledger
 
-    probe_output_dir(output_dir, overwrite)
+    probe_output_dir(output_dir, overwrite, scenario)
     spec, space, base_dir = load_search(scenario, overrides)
     pool = make_executor(executor, spec.parallelism)
     progress = SearchProgress(spec, planned(spec, space)) if sys.stderr.isatty() else None
@@ -380,11 +409,12 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
         if progress is not None:
             progress.close()
     ranked = rank(entries, spec)
-    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite)
+    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite, scenario)
     if interrupted:
-        click.echo(f"simmodel: interrupted after {len(entries)} of {planned(spec, space)} candidates; "
+        how = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
+        click.echo(f"simmodel: {how} after {len(entries)} of {planned(spec, space)} candidates; "
                    f"their ledger is in {output_dir}", err=True)
-        sys.exit(130)
+        sys.exit(128 + interrupted)
     if fmt == "json":
         click.echo(json.dumps({"target": spec.target, "ranked": [
             {"id": e["id"], "objectives": e["objectives"], "score": e["score"], "choices": e["choices"],
@@ -408,7 +438,9 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
               help="The tool that wrote --measured (default: told by the file's keys).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write compare.csv, compare.json and the run's summary.json here.")
-@click.option("--overwrite", is_flag=True, help="Replace a non-empty --output-dir.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
+                   "wrote (listed in its .simmodel-output.json), removing only those.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @_quiet
 def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: str | None, output_dir: Path | None,
@@ -421,7 +453,7 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
     from simmodel.compare.table import compare as compare_runs
 
     if output_dir is not None:
-        probe_output_dir(output_dir, overwrite)
+        probe_output_dir(output_dir, overwrite, scenario)
     measurement = read_measured(measured, tool)
     sim = Simulation.from_yaml(scenario, overrides, keep_events=False)
     _warn(sim.scenario)
@@ -442,7 +474,8 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
         writer.writerows(rows)
         write_files(output_dir, overwrite, {"compare.csv": text.getvalue(),
                                             "compare.json": json.dumps(report, indent=2) + "\n",
-                                            "summary.json": summary_json(results.summary)})
+                                            "summary.json": summary_json(results.summary)},
+                    "compare", scenario)
     click.echo(json.dumps(report, indent=2) if fmt == "json" else format_rows(rows, notes, measurement.tool))
 
 
@@ -455,7 +488,9 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
 @click.option("--holdout", help="Runs to keep out of the fit: a fraction of the deployments (0.25) or run names "
                                 "(a,b). Default: RUNS.yaml's holdout, else a quarter of the deployments when "
                                 "there are several.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing --output file.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing --output file, only one simmodel calibrate wrote (a YAML mapping whose "
+                   "one key is calibration).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: bool, fmt: str) -> None:
     """Fit the default performance model's named parameters to measured runs, and report the error
@@ -463,17 +498,17 @@ def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: boo
     import importlib.util
 
     from simmodel.calibrate.fit import calibrate as fit
-    from simmodel.calibrate.fit import check_output, format_report, load_runs, report, write_calibration
+    from simmodel.calibrate.fit import (check_output, format_report, load_runs, probe_output, report,
+                                        write_calibration)
 
-    if output.exists() and not overwrite:
-        raise FileExistsError(f"--output {output}: exists (use --overwrite to replace it)")
+    check_output(output, overwrite)
     if importlib.util.find_spec("scipy") is None:
         raise ScenarioError("simmodel calibrate needs SciPy; pip install 'simmodel[calibrate]'")
     plan = load_runs(runs_path, holdout)
-    check_output(output)
+    probe_output(output)
     values = fit(plan)
     document = report(plan, values)
-    write_calibration(output, document)
+    write_calibration(output, document, overwrite)
     click.echo(json.dumps(document, indent=2) if fmt == "json" else format_report(document))
     warning = document["calibration"]["warning"]
     if warning:

@@ -1,7 +1,9 @@
-"""Write a run's results to a folder, all or nothing.
+"""Write a command's results to a folder, all or nothing, and never over what simmodel did not write.
 
 Files are written into a temporary sibling folder and moved into place only when all of them are
-complete, so a failed run never leaves half-written output behind.
+complete, so a failed run never leaves half-written output behind. Each output folder holds a manifest
+(``.simmodel-output.json``) listing what simmodel wrote there: ``--overwrite`` replaces only such a
+folder, and removes only what it lists.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import simmodel
 from simmodel.errors import ScenarioError
 from simmodel.sim import Results
 
@@ -30,17 +33,108 @@ def has_pyarrow() -> bool:
     return True
 
 
-def check_output_dir(path: Path, overwrite: bool) -> None:
-    """Refuse a non-empty folder without ``overwrite``, a path that is a file, or one the OS refuses."""
+MANIFEST = ".simmodel-output.json"
+"""The file that marks a folder simmodel wrote: the tool, its version, the command, and every file and
+subfolder it wrote there. ``--overwrite`` replaces a folder only when all it holds is listed here, and
+removes only what is listed."""
+
+
+def _refused_place(target: Path, scenario: Path | None) -> str | None:
+    """Why the real folder ``target`` can never be an output folder (it is replaced whole), or None.
+
+    A folder that is, or holds, the current folder, the home folder or the scenario's folder would take
+    them with it; the filesystem root holds everything."""
+    if target == Path(target.anchor):
+        return "is the filesystem root"
+    places = [("the current folder", Path.cwd), ("the home folder", Path.home)]
+    if scenario is not None:
+        places.append(("the scenario's folder", lambda: Path(scenario).resolve().parent))
+    for name, where in places:
+        try:
+            place = where().resolve()
+        except (OSError, KeyError, RuntimeError):  # a current folder removed, no home: nothing to protect
+            continue
+        if target == place:
+            return f"is {name}"
+        if target in place.parents:
+            return f"holds {name} ({place})"
+    return None
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest simmodel left in ``folder``, or None when there is none or it is not one simmodel wrote
+    (a JSON object with ``written_by: simmodel`` and lists of names ``files`` and ``folders``)."""
     try:
-        path.exists()
-    except (OSError, ValueError) as exc:  # a name too long, say
-        raise ScenarioError(f"--output-dir {path}: cannot write there: {getattr(exc, 'strerror', None) or exc}") \
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != "simmodel":
+        return None
+    if not all(isinstance(data.get(k), list) and all(isinstance(n, str) for n in data[k])
+               for k in ("files", "folders")):
+        return None
+    return data
+
+
+def _entries(folder: Path, under: str = "") -> list[tuple[str, str]]:
+    """Everything in ``folder``, depth first in name order, as (path relative to it, kind): ``file``,
+    ``folder`` or ``link`` (never followed: a link is not something simmodel writes)."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        rel = f"{under}{entry.name}"
+        if entry.is_symlink():
+            found.append((rel, "link"))
+        elif entry.is_dir(follow_symlinks=False):
+            found.append((rel, "folder"))
+            found += _entries(Path(entry.path), f"{rel}/")
+        else:
+            found.append((rel, "file"))
+    return found
+
+
+def _foreign(entries: list[tuple[str, str]], manifest: dict) -> str | None:
+    """The first entry the manifest does not list as what it is (a file as a file, a folder as a folder)."""
+    files, folders = set(manifest["files"]) | {MANIFEST}, set(manifest["folders"])
+    for rel, kind in entries:
+        if not ((kind == "file" and rel in files) or (kind == "folder" and rel in folders)):
+            return rel
+    return None
+
+
+def check_output_dir(path: Path, overwrite: bool, scenario: Path | None = None,
+                     option: str = "--output-dir") -> None:
+    """Refuse an output folder simmodel may not replace: a path that is a file or one the OS refuses; the
+    current, home or scenario's folder or one holding them, or the filesystem root (compared as real
+    paths, links resolved); a non-empty folder without simmodel's manifest; one with it, unless
+    ``overwrite``, and then only if everything in it is listed in the manifest. An empty folder is fine."""
+    try:
+        target = path.resolve()
+        target.exists()
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a loop of links
+        raise ScenarioError(f"{option} {path}: cannot write there: {getattr(exc, 'strerror', None) or exc}") \
             from None
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"--output-dir {path}: exists and is not a folder")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"--output-dir {path}: folder is not empty (use --overwrite to replace it)")
+    why = _refused_place(target, scenario)
+    if why is not None:
+        raise ScenarioError(f"{option} {path}: {why}; simmodel replaces an output folder whole, so it must be a "
+                            f"folder of its own (e.g. {option} runs/NAME)")
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{option} {path}: exists and is not a folder")
+    if not target.is_dir():
+        return
+    entries = _entries(target)
+    if not entries:
+        return
+    manifest = read_manifest(target)
+    if manifest is None:
+        raise FileExistsError(f"{option} {path}: folder is not empty and simmodel did not write it (no {MANIFEST} "
+                              f"in it); simmodel replaces only its own output: give a new or empty folder")
+    if not overwrite:
+        raise FileExistsError(f"{option} {path}: folder is not empty: it holds simmodel's earlier output "
+                              f"(use --overwrite to replace it)")
+    foreign = _foreign(entries, manifest)
+    if foreign is not None:
+        raise FileExistsError(f"{option} {path}: holds {foreign}, which simmodel did not write (not in its "
+                              f"{MANIFEST}); --overwrite replaces only simmodel's own output: move it away")
 
 
 def _clean(value):
@@ -72,45 +166,86 @@ def current_umask() -> int:
     return mask
 
 
-def _staging(path: Path) -> Path:
-    """A new folder beside ``path``, with an ordinary new folder's permissions."""
+def _staging(target: Path, path: Path, option: str) -> Path:
+    """A new folder beside ``target`` (``path`` as the user gave it, links resolved), with an ordinary new
+    folder's permissions."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     except OSError as exc:
-        raise ScenarioError(f"--output-dir {path}: cannot write there: {exc.strerror or exc}") from None
+        raise ScenarioError(f"{option} {path}: cannot write there: {exc.strerror or exc}") from None
     os.chmod(staging, 0o777 & ~current_umask())
     return staging
 
 
-def probe_output_dir(path: Path, overwrite: bool) -> None:
+def probe_output_dir(path: Path, overwrite: bool, scenario: Path | None = None,
+                     option: str = "--output-dir") -> None:
     """Before a long run: ``path`` is allowed (``check_output_dir``) and its folder can be written to."""
-    check_output_dir(path, overwrite)
-    _staging(path).rmdir()
+    check_output_dir(path, overwrite, scenario, option)
+    _staging(path.resolve(), path, option).rmdir()
+
+
+def write_manifest(folder: Path, command: str) -> None:
+    """List everything in ``folder`` (all of it written by simmodel) in its manifest."""
+    entries = _entries(folder)
+    manifest = {"written_by": "simmodel", "version": simmodel.__version__, "command": command,
+                "files": [rel for rel, kind in entries if kind == "file"],
+                "folders": [rel for rel, kind in entries if kind == "folder"]}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def _remove_listed(target: Path) -> None:
+    """Remove simmodel's earlier output in ``target``, and the folder: the entries its manifest lists, files
+    first, deepest folders first. Whatever else is there (checked just before) stops it."""
+    entries = _entries(target)
+    for rel, kind in entries:
+        if kind == "file":
+            (target / rel).unlink()
+    for rel, kind in reversed(entries):
+        if kind == "folder":
+            (target / rel).rmdir()
+    target.rmdir()
 
 
 @contextmanager
-def staged_folder(path: Path, overwrite: bool):
-    """A temporary folder beside ``path`` to fill; moved into place whole when the block ends, or removed
-    if it fails, so ``path`` is never half-written."""
-    check_output_dir(path, overwrite)
-    staging = _staging(path)
+def staged_folder(path: Path, overwrite: bool, command: str, scenario: Path | None = None,
+                  option: str = "--output-dir"):
+    """A temporary folder beside ``path`` to fill; when the block ends, its manifest is written and it
+    is moved into place whole (an earlier output there is removed, only what its manifest lists), or it
+    is removed if anything fails, so ``path`` is never half-written. The folder is checked
+    (``check_output_dir``) before and again just before it is replaced. An OS error while writing (a full
+    disk) leaves ``path`` as it was and names the option."""
+    check_output_dir(path, overwrite, scenario, option)
+    target = path.resolve()
+    staging = _staging(target, path, option)
     try:
-        yield staging
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(staging, path)
+        try:
+            yield staging
+            write_manifest(staging, command)
+        except OSError as exc:
+            if isinstance(exc, FileExistsError):
+                raise
+            raise OSError(exc.errno, f"cannot write: {exc.strerror or _first_line(exc)}; {path} is left as it was",
+                          f"{option} {path}") from None
+        check_output_dir(path, overwrite, scenario, option)
+        if target.is_dir():
+            _remove_listed(target)
+        os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
 def write_results(results: Results, path: Path, overwrite: bool, events: str = "memory",
-                  streamed: Path | None = None) -> list[str]:
+                  streamed: Path | None = None, scenario: Path | None = None) -> list[str]:
     """Write summary.json, requests.csv, passes.csv and the event log to ``path``: ``events`` ``memory``
     writes ``results.events`` (events.parquet, or events.csv without pyarrow), ``stream`` moves in the
     Parquet file a ``ParquetEventSink`` wrote at ``streamed``, ``off`` writes none."""
-    with staged_folder(path, overwrite) as staging:
+    with staged_folder(path, overwrite, "run", scenario) as staging:
         (staging / "summary.json").write_text(summary_json(results.summary), encoding="utf-8")
         results.requests.to_csv(staging / "requests.csv", index=False)
         results.passes.to_csv(staging / "passes.csv", index=False)
@@ -124,8 +259,9 @@ def write_results(results: Results, path: Path, overwrite: bool, events: str = "
     return names
 
 
-def write_files(path: Path, overwrite: bool, files: dict[str, str]) -> None:
-    """Write text files (name → content) into ``path`` whole."""
-    with staged_folder(path, overwrite) as staging:
+def write_files(path: Path, overwrite: bool, files: dict[str, str], command: str,
+                scenario: Path | None = None) -> None:
+    """Write text files (name → content) into ``path`` whole, as ``command``'s output."""
+    with staged_folder(path, overwrite, command, scenario) as staging:
         for name, text in files.items():
             (staging / name).write_text(text, encoding="utf-8")

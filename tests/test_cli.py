@@ -61,14 +61,16 @@ def test_same_seed_same_bytes(scenario, tmp_path):
 
 
 def test_non_empty_output_dir_is_refused(scenario, tmp_path):
+    """An earlier output is replaced only with --overwrite; a folder simmodel did not write, never
+    (tests/test_outputs.py has every case)."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("x")
+    assert simmodel("run", "-c", str(scenario), "--output-dir", str(out)).returncode == 0
     proc = simmodel("run", "-c", str(scenario), "--output-dir", str(out))
-    assert proc.returncode == 2 and "folder is not empty (use --overwrite" in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert proc.returncode == 2 and "folder is not empty: it holds simmodel's earlier output (use --overwrite" \
+        in proc.stderr
     assert simmodel("run", "-c", str(scenario), "--output-dir", str(out), "--overwrite").returncode == 0
-    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "passes.csv", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".simmodel-output.json", "events.parquet", "passes.csv",
+                                                     "requests.csv", "summary.json"]
 
 
 @pytest.mark.parametrize("args, message", [

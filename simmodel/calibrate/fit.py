@@ -355,7 +355,38 @@ def report(plan: Plan, values: dict[str, float]) -> dict:
                             "runs": runs}}
 
 
-def check_output(path: Path) -> None:
+def is_calibration_file(path: Path) -> bool:
+    """Whether ``path`` is a file simmodel calibrate wrote: YAML, one mapping whose one key is
+    ``calibration``, holding ``parameters``."""
+    try:
+        if path.stat().st_size > 10_000_000:
+            return False
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and list(data) == ["calibration"] and isinstance(data["calibration"], dict) \
+        and "parameters" in data["calibration"]
+
+
+def check_output(path: Path, overwrite: bool) -> None:
+    """The calibration file may be written at ``path``: nothing is there, or (with ``overwrite``) a
+    calibration file simmodel wrote, never another file (a scenario, the runs file) or a folder."""
+    try:
+        there = path.exists() or path.is_symlink()
+        is_dir = path.is_dir()
+    except (OSError, ValueError) as exc:  # a name too long, say
+        raise ScenarioError(f"--output {path}: cannot write there: {getattr(exc, 'strerror', None) or exc}") \
+            from None
+    if is_dir:
+        raise ScenarioError(f"--output {path}: is a folder; give the calibration file's name")
+    if there and not overwrite:
+        raise FileExistsError(f"--output {path}: exists (use --overwrite to replace it)")
+    if there and not is_calibration_file(path):
+        raise FileExistsError(f"--output {path}: exists and is not a calibration file simmodel wrote (a YAML "
+                              f"mapping whose one key is calibration); --overwrite replaces only those")
+
+
+def probe_output(path: Path) -> None:
     """Before fitting: the calibration file's folder can be made and written to."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -366,16 +397,25 @@ def check_output(path: Path) -> None:
         raise ScenarioError(f"--output {path}: cannot write there: {exc.strerror or exc}") from None
 
 
-def write_calibration(path: Path, document: dict) -> None:
-    """Write the calibration file whole (a temporary file beside it, then renamed)."""
+def write_calibration(path: Path, document: dict, overwrite: bool = False) -> None:
+    """Write the calibration file whole: a temporary file beside it, renamed over it (checked again by
+    ``check_output`` just before, as a file may have appeared while the fit ran). An OS error (a full
+    disk) leaves ``path`` as it was and no temporary file."""
+    check_output(path, overwrite)
+    name = None
     try:
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(handle, "w") as f:
             f.write(yaml.safe_dump(document, sort_keys=False))
         os.chmod(name, 0o666 & ~current_umask())  # as an ordinary new file, not mkstemp's private one
         os.replace(name, path)
+        name = None
     except OSError as exc:
-        raise ScenarioError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+        raise OSError(exc.errno, f"cannot write: {exc.strerror or exc}; {path} is left as it was",
+                      f"--output {path}") from None
+    finally:
+        if name is not None:
+            Path(name).unlink(missing_ok=True)
 
 
 def format_report(document: dict) -> str:

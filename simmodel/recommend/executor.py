@@ -14,6 +14,8 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 
 from simmodel.errors import ScenarioError
@@ -34,13 +36,33 @@ def died(task: Task, what: str) -> dict:
 
 
 def _serve(conn, function: Callable[[Task], dict]) -> None:
-    """A worker: simulate each task it is sent, until it is sent None. Ctrl-C is the search's to handle."""
+    """A worker: simulate each task it is sent, until it is sent None or the search goes away. Ctrl-C and
+    SIGTERM are the search's to handle: it stops its workers itself (``LocalExecutor.close``), and a
+    worker dies with it if it is killed outright, so none is left holding the caller's pipes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
     while True:
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except EOFError:  # the search ended without telling us
+            return
         if task is None:
             return
         conn.send(function(task))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the process that forked it dies (prctl PR_SET_PDEATHSIG);
+    elsewhere nothing is asked, and a worker ends when it reads the closed pipe."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class LocalExecutor:
@@ -95,10 +117,11 @@ class LocalExecutor:
                 yield entry
 
     def close(self, abort: bool = False) -> None:
-        """Stop the workers: at once (``abort``, dropping what they were simulating) or when idle."""
+        """Stop the workers: at once (``abort``, dropping what they were simulating: killed, as they ignore
+        SIGINT and SIGTERM) or when idle."""
         for proc, conn in self._procs:
             if abort:
-                proc.terminate()
+                proc.kill()
             else:
                 try:
                     conn.send(None)
@@ -140,6 +163,7 @@ class RayExecutor:
                 _reachable(address)
             import warnings
 
+            previous = signal.getsignal(signal.SIGTERM)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -147,6 +171,11 @@ class RayExecutor:
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise ScenarioError(f"--executor ray={address}: cannot connect: {' '.join(str(exc).split())}") \
                     from None
+            finally:
+                # ray.init installs a SIGTERM handler that exits at once: SIGTERM stays the search's, which
+                # cancels the tasks, shuts Ray down and writes the partial ledger, as on Ctrl-C.
+                if previous is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, previous)
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_evaluate)
         self._pending: dict = {}
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -15,8 +13,8 @@ import yaml
 
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
-from simmodel.errors import ScenarioError
-from simmodel.export import check_output_dir
+from simmodel.errors import ScenarioError, signal_of
+from simmodel.export import staged_folder
 from simmodel.paths import exists
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
@@ -114,9 +112,10 @@ def planned(spec: SearchSpec, space: SearchSpace) -> int:
 
 
 def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=None,
-               on_result: Callable[[dict], None] | None = None) -> tuple[list[dict], bool]:
+               on_result: Callable[[dict], None] | None = None) -> tuple[list[dict], int]:
     """Every simulated candidate's ledger entry in candidate order (whatever order the executor finishes
-    them in), and whether Ctrl-C stopped the search (the entries are then those that finished)."""
+    them in), and the signal that stopped the search, 0 if none: ``SIGINT`` for Ctrl-C, ``SIGTERM`` (the
+    entries are then those that finished; the executor's workers are stopped at once)."""
     executor = executor or LocalExecutor(spec.parallelism)
     entries: dict[int, dict] = {}
     candidates: dict[int, Candidate] = {}
@@ -128,7 +127,7 @@ def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=No
             if on_result is not None:
                 on_result(entry)
 
-    interrupted = False
+    interrupted = 0
     closed = False
     try:
         if spec.algorithm == "bayesian":
@@ -138,8 +137,8 @@ def run_search(spec: SearchSpec, space: SearchSpace, base_dir: Path, executor=No
             simulate(expand(space, spec.algorithm, spec.max_trials, spec.seed))
         executor.close()
         closed = True
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as the command raises it (errors.Interrupted)
+        interrupted = signal_of(exc)
     finally:
         if not closed:
             executor.close(abort=True)
@@ -212,16 +211,13 @@ def runnable(config: dict, base_dir: Path) -> dict:
 
 
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
-                 interrupted: bool = False, overwrite: bool = False) -> None:
+                 interrupted: bool = False, overwrite: bool = False, scenario: Path | None = None) -> None:
     """recommendation.json, recommendation.csv and recommendations/0001.yaml … (best first), written to a
-    temporary folder beside ``folder`` and moved into place whole (a folder that filled up while the
-    search ran is refused as at the start, unless ``overwrite``)."""
-    check_output_dir(folder, overwrite)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    temporary folder beside ``folder`` and moved into place whole (``staged_folder``: a folder that filled
+    up while the search ran is refused as at the start)."""
+    with staged_folder(folder, overwrite, "recommend", scenario) as staging:
         ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": asdict(spec.sla),
-                  "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": interrupted,
+                  "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": bool(interrupted),
                   "ranked": [e["id"] for e in ranked], "candidates": entries}
         (staging / "recommendation.json").write_text(json.dumps(ledger, indent=2, default=str) + "\n")
         paths = sorted({p for e in entries for p in e.get("choices", {})})
@@ -240,9 +236,3 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         saved.mkdir()
         for i, e in enumerate(ranked, start=1):
             (saved / f"{i:04d}.yaml").write_text(yaml.safe_dump(runnable(e["config"], base_dir), sort_keys=False))
-        if folder.exists():
-            shutil.rmtree(folder)
-        staging.rename(folder)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)

@@ -57,10 +57,12 @@ def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_cli_events_modes(tmp_path):
     out = tmp_path / "out"
     assert run_cli(tmp_path, "--output-dir", str(out), "--events", "stream").returncode == 0
-    assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "passes.csv", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".simmodel-output.json", "events.parquet", "passes.csv",
+                                                     "requests.csv", "summary.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
     off = tmp_path / "off"
     assert run_cli(tmp_path, "--output-dir", str(off), "--events", "off").returncode == 0
-    assert sorted(p.name for p in off.iterdir()) == ["passes.csv", "requests.csv", "summary.json"]
+    assert sorted(p.name for p in off.iterdir()) == [".simmodel-output.json", "passes.csv", "requests.csv",
+                                                     "summary.json"]
     bad = run_cli(tmp_path, "--events", "stream")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--events stream" in bad.stderr
