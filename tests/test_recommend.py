@@ -86,6 +86,23 @@ def test_the_saved_best_scenario_reruns_to_the_same_metrics(tmp_path):
     assert summary["gpu_count"] == best["metrics"]["gpu_count"]
 
 
+def test_a_saved_candidate_carries_the_searchs_sla_and_reports_its_goodput(tmp_path):
+    """strict_sla with e2e_ms 40: the saved best (1 worker × 4 sequences, every request done at 30 ms, see
+    ``search``) carries that bound with the attainment the search required (1, strict), and a run of it
+    reports all 4 requests good over the 30 ms run: goodput 4 / 0.03 s = 133.3 req/s, attainment 1, met."""
+    data = search(evaluation={"sla": {"e2e_ms": 40}}, optimization={"target": "e2e_latency", "strict_sla": True})
+    out = tmp_path / "out"
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    saved = yaml.safe_load((out / "recommendations" / "0001.yaml").read_text())
+    assert saved["evaluation"] == {"sla": {"e2e_ms": 40, "attainment": 1.0}}
+    assert "optimization" not in saved and "optimizer" not in saved
+    proc = simmodel("run", "-c", str(out / "recommendations" / "0001.yaml"), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    sla = json.loads(proc.stdout)["sla"]
+    assert sla["sla_attainment"] == 1.0 and sla["required_attainment"] == 1.0 and sla["sla_met"] is True
+    assert sla["goodput_rps"] == pytest.approx(4 / 0.030)
+
+
 def test_sla_and_gpu_budget_reject_candidates_with_their_reason(tmp_path):
     data = search(evaluation={"sla": {"e2e_ms": 40}},
                   optimization={"target": "e2e_latency", "strict_sla": True, "constraints": {"max_candidate_gpus": 1}})

@@ -13,6 +13,7 @@ import yaml
 
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
+from simmodel.config.schema import Sla
 from simmodel.errors import ScenarioError, signal_of
 from simmodel.export import staged_folder
 from simmodel.paths import exists
@@ -210,6 +211,16 @@ def runnable(config: dict, base_dir: Path) -> dict:
     return config
 
 
+def with_sla(config: dict, sla: Sla) -> dict:
+    """A saved candidate with the search's SLA as its ``evaluation.sla`` (the required fraction as the search
+    resolved it, ``strict_sla`` included), so that ``simmodel run`` of it reports the goodput and attainment
+    the search ranked it by; unchanged when the search has no bound."""
+    if not sla.bounded:
+        return config
+    bounds = {k: v for k, v in asdict(sla).items() if v is not None}
+    return {**config, "evaluation": {"sla": bounds}}
+
+
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
                  interrupted: bool = False, overwrite: bool = False, scenario: Path | None = None) -> None:
     """recommendation.json, recommendation.csv and recommendations/0001.yaml … (best first), written to a
@@ -235,4 +246,5 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         saved = staging / "recommendations"
         saved.mkdir()
         for i, e in enumerate(ranked, start=1):
-            (saved / f"{i:04d}.yaml").write_text(yaml.safe_dump(runnable(e["config"], base_dir), sort_keys=False))
+            scenario_data = with_sla(runnable(e["config"], base_dir), spec.sla)
+            (saved / f"{i:04d}.yaml").write_text(yaml.safe_dump(scenario_data, sort_keys=False))
