@@ -390,8 +390,9 @@ def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, c
                    "on a Ray instance started here.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table.")
+@_quiet
 def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, overwrite: bool, executor: str,
-              fmt: str, top: int) -> None:
+              fmt: str, top: int, quiet: bool) -> None:
     """Search deployments: simulate the candidates of the scenario's domains, rank them against the
     targets, and save the best as runnable scenarios. Exit 1 when no candidate is feasible, 130 on
     Ctrl-C and 143 on SIGTERM (the ledger of the candidates that finished is still written)."""
@@ -402,7 +403,7 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
     probe_output_dir(output_dir, overwrite, scenario)
     spec, space, base_dir = load_search(scenario, overrides)
     pool = make_executor(executor, spec.parallelism)
-    progress = SearchProgress(spec, planned(spec, space)) if sys.stderr.isatty() else None
+    progress = None if quiet else SearchProgress(spec, planned(spec, space))
     try:
         entries, interrupted = run_search(spec, space, base_dir, pool, progress)
     finally:

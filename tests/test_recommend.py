@@ -457,7 +457,7 @@ def test_the_progress_bar_counts_candidates_feasible_and_best():
     from simmodel.recommend.spec import parse_search
 
     stream = io.StringIO()
-    bar = SearchProgress(parse_search({"optimization": {"target": "e2e_latency"}}), total=3, stream=stream)
+    bar = SearchProgress(parse_search({"optimization": {"target": "e2e_latency"}}), total=3, stream=stream, tty=True)
     bar({"status": "feasible", "objectives": {"mean_e2e_ms": 75.0}})
     bar({"status": "infeasible", "objectives": None})
     bar({"status": "feasible", "objectives": {"mean_e2e_ms": 30.0}})  # lower is better for e2e latency
@@ -465,6 +465,38 @@ def test_the_progress_bar_counts_candidates_feasible_and_best():
     text = stream.getvalue()
     assert "3/3" in text and "2 feasible, best mean_e2e_ms 30" in text
     bar.close()
+
+
+def test_off_a_terminal_the_search_prints_a_heartbeat_every_ten_seconds():
+    """Candidates finish at 4, 9, 12 and 25 s of (fake) wall time: lines at 12 s (the first 10 s past the
+    start) and at 25 s (10 s past that line); none at 4 or 9 s."""
+    import io
+
+    from simmodel.recommend.progress import SearchProgress
+    from simmodel.recommend.spec import parse_search
+
+    stream, now = io.StringIO(), [0.0]
+    beat = SearchProgress(parse_search({"optimization": {"target": "e2e_latency"}}), total=4, stream=stream,
+                          tty=False, clock=lambda: now[0])
+    for t, entry in ((4, {"status": "feasible", "objectives": {"mean_e2e_ms": 75.0}}),
+                     (9, {"status": "infeasible", "objectives": None}),
+                     (12, {"status": "feasible", "objectives": {"mean_e2e_ms": 30.0}}),
+                     (25, {"status": "failed", "objectives": None})):
+        now[0] = t
+        beat(entry)
+    beat.close()
+    assert stream.getvalue().splitlines() == [
+        "simmodel: 3/4 candidates done, 2 feasible, best mean_e2e_ms 30",
+        "simmodel: 4/4 candidates done, 2 feasible, best mean_e2e_ms 30"]
+
+
+def test_recommend_quiet_prints_no_progress(tmp_path):
+    """A search that ends within 10 s prints nothing on stderr off a terminal, with or without --quiet
+    (which also silences the terminal's bar: no progress object is made)."""
+    for extra in ((), ("--quiet",)):
+        out = tmp_path / f"out{len(extra)}"
+        proc = simmodel("recommend", "-c", str(write(tmp_path, search())), "--output-dir", str(out), *extra)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
 def test_a_worker_that_dies_costs_only_its_candidate():
