@@ -20,6 +20,7 @@ import pytest
 import yaml
 from factories import make_scenario
 
+from simmodel.errors import ScenarioError
 from simmodel.export import MANIFEST, check_output_dir, staged_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,12 +77,22 @@ def test_places_that_are_never_an_output_folder(work, tmp_path, where, says, com
     (tmp_path / "link").symlink_to(work, target_is_directory=True)
     out = where.format(link=tmp_path / "link", home=home)
     extra = {"run": [], "recommend": [], "compare": ["--measured", str(work / "m.json")]}[command]
-    proc = simmodel(command, "-c", "s.yaml", *TINY, *extra, "--output-dir", out, "--overwrite", cwd=work,
+    # NOTE: never --overwrite of the real root from a subprocess: against a simmodel without these rules
+    # (an older checkout, a regression) it would empty this machine. The root's rule is checked without it
+    # here, and with it in process by test_the_root_is_refused_even_with_overwrite, which removes nothing.
+    overwrite = [] if out == "/" else ["--overwrite"]
+    proc = simmodel(command, "-c", "s.yaml", *TINY, *extra, "--output-dir", out, *overwrite, cwd=work,
                     env={"HOME": str(home)})
     assert proc.returncode == 2, proc.stderr
     assert f"--output-dir {out}: {says}" in one_line(proc)
     assert sorted(p.name for p in work.iterdir()) == ["mine.py", "s.yaml"]
     assert (home / ".bashrc").exists()
+
+
+def test_the_root_is_refused_even_with_overwrite():
+    """The check alone (it removes nothing): the filesystem root is never an output folder."""
+    with pytest.raises(ScenarioError, match="--output-dir /: is the filesystem root"):
+        check_output_dir(Path("/"), overwrite=True)
 
 
 @pytest.mark.parametrize("command", ["run", "recommend", "compare"])
