@@ -318,7 +318,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
                                         dir=output_dir.parent)
         os.close(handle)
         streamed = Path(name)
-        sink = ParquetEventSink(streamed)
+        sink = ParquetEventSink(streamed, where=f"--output-dir {output_dir}")
     try:
         # Without --output-dir the event log is never written: do not keep it.
         keep = events == "memory" and output_dir is not None

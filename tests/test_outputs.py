@@ -274,9 +274,8 @@ def test_a_full_disk_leaves_the_calibration_file_as_it_was(tmp_path, monkeypatch
     assert cal.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
 
 
-@pytest.mark.parametrize("events, says", [("memory", "cannot write: No space left on device"),
-                                          ("stream", "No space left on device")])
-def test_a_really_full_disk(work, tmp_path, events, says):
+@pytest.mark.parametrize("events", ["memory", "stream"])
+def test_a_really_full_disk(work, tmp_path, events):
     """A 64 KiB file system (tmpfs, where mounting is allowed: root on Linux): the run's files do not fit
     (passes.csv alone is over 64 KiB for 200 requests of 5 passes each); nothing is left on it, neither
     the staging folder nor the streamed event log's temporary file."""
@@ -293,7 +292,11 @@ def test_a_really_full_disk(work, tmp_path, events, says):
         proc = simmodel("run", "-c", "s.yaml", "--set", "traffic.stop.requests=200", "--output-dir",
                         str(small / "out"), "--events", events, cwd=work)
         assert proc.returncode == 1
-        assert says in one_line(proc)
+        # The streamed event log or the staged files: whichever fills the disk first, the line names the
+        # option and the OS's reason
+        line = one_line(proc)
+        assert line.startswith(f"simmodel: --output-dir {small / 'out'}: cannot write") and \
+            "No space left on device" in line
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", str(small)], check=True)

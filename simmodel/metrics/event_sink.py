@@ -10,6 +10,9 @@ event strictly earlier than the watermark can be written in order; later ones wa
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 from pathlib import Path
 
 from simmodel.metrics.records import Event
@@ -20,7 +23,7 @@ ROW_GROUP = 65_536
 class ParquetEventSink:
     """Receives events as they are recorded and writes the settled ones to ``path``."""
 
-    def __init__(self, path: Path, watermark=None) -> None:
+    def __init__(self, path: Path, watermark=None, where: str = "") -> None:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
@@ -28,6 +31,8 @@ class ParquetEventSink:
         self.path = path
         self.watermark = watermark
         """Returns the earliest time a future event may carry (set by the simulation)."""
+        self.where = where
+        """What the file is written for (``--output-dir runs/x``), named by a write error."""
         self.num_written = 0
         self._writer = None
         self._buffer: list[Event] = []
@@ -51,8 +56,11 @@ class ParquetEventSink:
         self._write(self._buffer, final=True)
         self._buffer = []
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError as exc:
+                raise _write_error(exc, self.where or str(self.path)) from None
 
     def _write(self, events: list[Event], final: bool = False) -> None:
         import pyarrow as pa
@@ -63,10 +71,22 @@ class ParquetEventSink:
         if not events and not (final and self._writer is None):
             return
         table = pa.Table.from_pandas(events_frame(events), preserve_index=False)
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, table.schema)
-        self._writer.write_table(table)
+        try:
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.path, table.schema)
+            self._writer.write_table(table)
+        except OSError as exc:  # a full disk: Arrow's message wraps the errno in its own words
+            raise _write_error(exc, self.where or str(self.path)) from None
         self.num_written += len(events)
+
+
+def _write_error(exc: OSError, where: str) -> OSError:
+    """The OS error under an Arrow write error, naming ``where``: one line, and exit 1 for a full disk."""
+    code = exc.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else errno.EIO
+    return OSError(code, f"cannot write the event log: {os.strerror(code)}", where)
 
 
 def _time(event: Event) -> int:
