@@ -66,6 +66,11 @@ MAX_NUMBER = 1e9
 MAX_GPUS = 100_000
 """GPUs in one deployment (summed over roles): several times the largest inference fleets serving one
 model; every GPU's worker and KV pool is simulated, so a typo of 10**9 replicas fails here, not in memory."""
+MAX_CACHED_BLOCKS = 100_000_000
+"""KV blocks of vLLM prefix-caching pools in one deployment (summed over its ranks): each such block's
+state (reference count, content key, free-queue links) is a Python object of about 100 bytes, so this
+keeps a run's pools under about 10 GB. A pool without prefix caching only counts its blocks, and SGLang's
+radix cache holds only what requests use: neither is bounded here."""
 MAX_PARALLEL = {"tensor": 1024, "pipeline": 1024, "attention_data": 1024, "prefill_context": 1024,
                 "decode_context": 1024, "moe_tensor": MAX_GPUS, "moe_expert": MAX_GPUS}
 """Each parallelism degree's ceiling: a tensor, pipeline, context or attention-DP group of a worker spans
@@ -648,6 +653,8 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, mode, base_dir)
     _check_gpu_count(workers, roles)
+    if backend == "vllm":
+        _check_cached_blocks(workers, roles)
     workers.done()
     if backend == "sglang" and mode == "disaggregated":
         dec = roles["decode"]
@@ -675,6 +682,24 @@ def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:
     raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment would use {total:,} GPUs; "
                         f"at most {MAX_GPUS:,} (replicas × tensor × pipeline × attention_data × prefill_context, "
                         f"summed over the roles)")
+
+
+def _check_cached_blocks(workers: _Node, roles: dict[str, WorkerRole]) -> None:
+    """The deployment's prefix-caching KV blocks (replicas × attention_data × blocks per rank, summed over
+    the roles that cache) are at most ``MAX_CACHED_BLOCKS``: a run that would hold more is refused here
+    instead of running out of memory."""
+    def blocks(role: WorkerRole) -> int:
+        p = role.parallelism
+        return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
+
+    total = sum(blocks(role) for role in roles.values())
+    if total <= MAX_CACHED_BLOCKS:
+        return
+    largest = max(roles, key=lambda name: blocks(roles[name]))
+    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
+                        f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel keeps "
+                        f"each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} (about "
+                        f"10 GB): fewer replicas, a smaller kv_cache.capacity or a larger kv_cache.block_size")
 
 
 def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:

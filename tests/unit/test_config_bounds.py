@@ -53,6 +53,26 @@ def test_the_gpu_count_multiplies_replicas_by_the_gpus_of_a_worker():
         .workers["aggregated"].parallelism.gpu_count == 100_000
 
 
+def cached(replicas: int, blocks: int, prefix_caching: bool = True, **parallel) -> dict:
+    return make_scenario(engine={"workers": {"aggregated": {
+        "parallelism": {"replicas": replicas, **parallel},
+        "kv_cache": {"prefix_caching": prefix_caching, "capacity": {"type": "fixed", "blocks": blocks}}}}})
+
+
+def test_prefix_caching_blocks_of_the_deployment_are_bounded():
+    # 10,001 replicas × 10,000 blocks = 100,010,000 blocks, above 100,000,000 (each kept in memory); 10,000
+    # replicas is the limit itself; 5,001 × attention_data 2 × 10,000 = 100,020,000 counts every rank.
+    assert error_of(cached(10_001, 10_000)) == (
+        f"{AGG}.parallelism.replicas: the deployment's prefix-caching KV pools would hold 100,010,000 blocks "
+        f"(replicas × attention_data × blocks per rank); simmodel keeps each block's state in memory (about "
+        f"100 bytes), so at most 100,000,000 (about 10 GB): fewer replicas, a smaller kv_cache.capacity or a "
+        f"larger kv_cache.block_size")
+    assert parse_scenario(cached(10_000, 10_000), Path("."))
+    assert "would hold 100,020,000 blocks" in error_of(cached(5_001, 10_000, attention_data=2))
+    # Without prefix caching a pool only counts its blocks: nothing to bound.
+    assert parse_scenario(cached(10_001, 10_000, prefix_caching=False), Path("."))
+
+
 def test_the_gpu_count_sums_the_roles_and_names_the_larger():
     # prefill 60,000 × 1 + decode 20,001 × tensor 2 = 60,000 + 40,002 = 100,002 GPUs; prefill holds more.
     message = error_of(disaggregated({"replicas": 60_000}, {"replicas": 20_001, "tensor": 2}))
