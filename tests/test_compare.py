@@ -194,11 +194,13 @@ def test_per_request_weighting_and_nearest_rank_by_hand():
 
 
 @pytest.mark.parametrize(("content", "args", "message"), [
-    ("{not json", (), "not JSON"),
+    ("{not json", (), "not valid JSON (Expecting property name enclosed in double quotes)"),
+    ("{\"duration\": " + "9" * 5000 + "}", (), "not valid JSON (a number of over 4,300 digits)"),
+    ("[" * 20_000 + "]" * 20_000, (), "not valid JSON (nested too deeply)"),
     (json.dumps({"hello": 1}), (), "not a result file of vllm-bench, inference-perf, guidellm, aiperf; give --tool"),
     (json.dumps({"benchmarks": []}), ("--tool", "vllm-bench"), "looks like a guidellm result, not vllm-bench"),
     (json.dumps({"duration": 1, "completed": 1}), (), "no metric this comparison knows"),
-])
+], ids=["syntax", "digits", "nesting", "unknown", "wrong-tool", "no-metric"])
 def test_bad_measured_files_are_one_line(tmp_path, content, args, message):
     measured = tmp_path / "m.json"
     measured.write_text(content)

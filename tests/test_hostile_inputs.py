@@ -126,3 +126,63 @@ def test_a_billion_replicas_through_validate_and_run(tmp_path):
                                            "1,000,000,000 GPUs; at most 100,000 (replicas × tensor × pipeline × "
                                            "attention_data × prefill_context, summed over the roles)")
     assert not (tmp_path / "out").exists()
+
+
+MOONCAKE_ROW = '{"timestamp": 0, "input_length": 10, "output_length": 5}'
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    # Python converts at most 4,300 digits of text to an int: a 5,000-digit length is refused in one line.
+    ('{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 5}\n',
+     "t.jsonl:1: not valid JSON (a number of over 4,300 digits)"),
+    # 100,000 nested arrays exhaust the parser's recursion: one line, not a RecursionError.
+    (MOONCAKE_ROW + "\n" + "[" * 20_000 + "]" * 20_000 + "\n", "t.jsonl:2: not valid JSON (nested too deeply)"),
+    (MOONCAKE_ROW + "\n" + '{"timestamp": 1,\n', "t.jsonl:2: not valid JSON (Expecting property name enclosed in "
+                                                   "double quotes)"),
+], ids=["digits", "nesting", "syntax"])
+def test_a_mooncake_trace_that_is_not_json(tmp_path, content, says):
+    (tmp_path / "t.jsonl").write_text(content)
+    data = trace_scenario(tmp_path / "t.jsonl", traffic={"source": {"format": "mooncake"}})
+    code, line = run_one_line(tmp_path, data, "validate")
+    assert code == 2 and line.endswith(says), line
+
+
+def test_a_mooncake_trace_of_bytes_that_are_not_utf8(tmp_path):
+    # The first row, then the byte 0x80 (a UTF-8 continuation byte cannot start a character) at offset 58.
+    (tmp_path / "t.jsonl").write_bytes(MOONCAKE_ROW.encode() + b"\n\x80\x81garbage\n")
+    data = trace_scenario(tmp_path / "t.jsonl", traffic={"source": {"format": "mooncake"}})
+    code, line = run_one_line(tmp_path, data, "validate")
+    assert code == 2 and line.endswith(f"t.jsonl: not a UTF-8 text file (byte {len(MOONCAKE_ROW) + 1} is not UTF-8)")
+
+
+def test_a_mooncake_trace_with_a_byte_order_mark_is_read(tmp_path):
+    # Editors on Windows start UTF-8 files with U+FEFF; the trace's two rows are read as written.
+    (tmp_path / "t.jsonl").write_bytes(b"\xef\xbb\xbf" + (MOONCAKE_ROW + "\n").encode() * 2)
+    data = trace_scenario(tmp_path / "t.jsonl", traffic={"source": {"format": "mooncake"}})
+    proc = simmodel("validate", "-c", str(_write(tmp_path, data)))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ('{"hidden_size": ' + "9" * 5000 + "}", "config.json: not valid JSON (a number of over 4,300 digits)"),
+    ("[" * 20_000 + "]" * 20_000, "config.json: not valid JSON (nested too deeply)"),
+], ids=["digits", "nesting"])
+def test_a_config_json_that_python_cannot_parse(tmp_path, content, says):
+    (tmp_path / "config.json").write_text(content)
+    code, line = run_one_line(tmp_path, make_scenario(engine={"model": str(tmp_path / "config.json")}), "validate")
+    assert code == 2 and line.endswith(says), line
+
+
+def _write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_scenario_that_never_ends_is_refused(tmp_path):
+    # /dev/zero reads for ever: past 256 MiB simmodel stops reading and says why (once it hung).
+    proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "validate", "-c", "/dev/zero"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == ("simmodel: zero: cannot read the scenario file (larger than 256 MiB: not a file simmodel "
+                           "reads whole)\n")

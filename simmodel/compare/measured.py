@@ -11,13 +11,13 @@ GuideLLM seconds for ``request_latency`` and ms for the rest, vLLM and AIPerf ms
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from simmodel.config.load import read_text_file
+from simmodel.config.json_safe import parse_json
 from simmodel.errors import ScenarioError
 
 TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")
@@ -72,17 +72,15 @@ def read_measured(path: Path, tool: str | None = None) -> Measurement:
     """Read a result file; ``tool`` is detected from its keys when not given."""
     text = read_text_file(path, "--measured")
     try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ScenarioError(f"--measured {path}: nested too deeply to be a result file") from None
-    except json.JSONDecodeError as exc:
+        data = parse_json(text, f"--measured {path}")
+    except ScenarioError as whole:
         lines = [line for line in text.splitlines() if line.strip()]  # vllm bench --append-result: one per line
         try:
-            data = json.loads(lines[-1]) if len(lines) > 1 else None
-        except json.JSONDecodeError:
+            data = parse_json(lines[-1], "") if len(lines) > 1 else None
+        except ScenarioError:
             data = None
         if data is None:
-            raise ScenarioError(f"--measured {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+            raise whole from None
     found = detect(data)
     if tool is None:
         if found is None:
@@ -210,11 +208,7 @@ def _inference_perf(data: dict, path: Path) -> list[Scope]:
     stage_files = sorted((int(m.group(1)), p) for p in path.parent.iterdir()
                          if (m := re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)))
     for k, stage_path in stage_files:
-        try:
-            stage = json.loads(stage_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ScenarioError(f"--measured {stage_path}: not a readable stage file "
-                                f"({' '.join(str(exc).split())[:120]})") from None
+        stage = parse_json(read_text_file(stage_path, "--measured"), f"--measured {stage_path}")
         if not isinstance(stage, dict):
             raise ScenarioError(f"--measured {stage_path}: not a stage file (not a JSON object)")
         scopes.append(_iperf_scope(stage, f"stage {k}", k))

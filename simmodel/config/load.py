@@ -175,20 +175,38 @@ def read_text_file(path: Path, where: str) -> str:
     """A UTF-8 text file's contents; a file that cannot be read, or is not text, is one line naming
     ``where`` (the field or option that named it)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return _read_bounded(path)
     except OSError as exc:
         raise ScenarioError(f"{where}: {path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{where}: {path}: not a text file (UTF-8)") from None
 
 
+MAX_TEXT_BYTES = 256 * 2**20
+"""The largest scenario, result or workload file read whole (256 MiB): a device such as /dev/zero, or a
+file given by mistake, is refused instead of read without end."""
+
+
+def _read_bounded(path: Path) -> str:
+    """A UTF-8 file's text, at most ``MAX_TEXT_BYTES``; more is an ``OSError`` saying so (EFBIG)."""
+    import errno
+
+    with path.open("rb") as f:
+        data = f.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_TEXT_BYTES // 2**20} MiB: not a file simmodel reads whole")
+    return data.decode("utf-8")
+
+
 def read_yaml(path: Path) -> dict:
     """Parse one YAML document safely (no object construction)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path)
     except FileNotFoundError:
         raise ScenarioError("scenario file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ScenarioError(f"cannot read the scenario file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
         raise ScenarioError(f"cannot read the scenario file ({exc})") from None
     try:
         data = safe_load(text)

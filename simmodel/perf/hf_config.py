@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simmodel.config.json_safe import parse_json
 from simmodel.errors import ScenarioError
 from simmodel.perf.models import ModelSpec
 
@@ -127,13 +128,12 @@ def _shown(value: Any) -> str:
 
 def _read(file: Path) -> dict[str, Any]:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(f"{file}: no such config.json") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{file}: cannot read ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(f"{file}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = parse_json(text, str(file))
     if not isinstance(data, dict):
         raise ScenarioError(f"{file}: a config.json must be a JSON object")
     architectures = data.get("architectures")

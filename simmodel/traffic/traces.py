@@ -6,7 +6,6 @@ Each returns a ``TraceData`` whose arrivals are shifted so the first one is at 0
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simmodel.config.json_safe import parse_json
 from simmodel.errors import ScenarioError
 from simmodel.paths import is_file
 
@@ -110,33 +110,40 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _text_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark at its start is dropped), split at newlines only
+    (a JSON string may hold U+2028); bytes that are not UTF-8 are one line naming the file."""
+    try:
+        return path.read_text(encoding="utf-8-sig").split("\n")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a UTF-8 text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def _read_mooncake(path: Path):
     arrival, isl, osl, dp_rank, prefill_dp_rank, hash_ids, lines = [], [], [], [], [], [], []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            lines.append(lineno)
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ScenarioError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise ScenarioError(f"{where}: each line must be a JSON object")
-            ts = obj.get("timestamp")
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-                raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {_short(ts)}")
-            arrival.append(float(ts) / 1000.0)
-            isl.append(_int_field(obj, "input_length", where))
-            osl.append(_int_field(obj, "output_length", where))
-            dp_rank.append(_int_field(obj, "dp_rank", where) if "dp_rank" in obj else -1)
-            prefill_dp_rank.append(_int_field(obj, "prefill_dp_rank", where) if "prefill_dp_rank" in obj else -1)
-            hashes = obj.get("hash_ids")
-            if hashes is not None and (not isinstance(hashes, list)
-                                       or not all(isinstance(h, int) for h in hashes)):
-                raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
-            hash_ids.append(tuple(hashes) if hashes is not None else None)
+    for lineno, line in enumerate(_text_lines(path), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        lines.append(lineno)
+        obj = parse_json(line, where)
+        if not isinstance(obj, dict):
+            raise ScenarioError(f"{where}: each line must be a JSON object")
+        ts = obj.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {_short(ts)}")
+        arrival.append(float(ts) / 1000.0)
+        isl.append(_int_field(obj, "input_length", where))
+        osl.append(_int_field(obj, "output_length", where))
+        dp_rank.append(_int_field(obj, "dp_rank", where) if "dp_rank" in obj else -1)
+        prefill_dp_rank.append(_int_field(obj, "prefill_dp_rank", where) if "prefill_dp_rank" in obj else -1)
+        hashes = obj.get("hash_ids")
+        if hashes is not None and (not isinstance(hashes, list)
+                                   or not all(isinstance(h, int) for h in hashes)):
+            raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
+        hash_ids.append(tuple(hashes) if hashes is not None else None)
     return (np.array(arrival, dtype=np.float64), np.array(isl, dtype=np.int64),
             np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64),
             np.array(prefill_dp_rank, dtype=np.int64), hash_ids, lines)
