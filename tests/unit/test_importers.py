@@ -35,6 +35,13 @@ def test_vllm_bench_command_line(tmp_path):
     assert warnings == ["cmd.sh: num_warmups 3: warm-up requests are not simulated"]
 
 
+@pytest.mark.parametrize("tool", ["vllm-bench", "inference-perf", "guidellm", "aiperf"])
+def test_an_empty_workload_file_is_refused_not_read_as_every_default(tmp_path, tool):
+    path = write(tmp_path / "cmd.sh", "  \n\n")
+    with pytest.raises(ScenarioError, match=r"cmd.sh: is empty: give the tool's command line or its saved arguments"):
+        import_workload(tool, path)
+
+
 def test_vllm_bench_defaults_prefix_and_an_infinite_rate(tmp_path):
     # defaults 1024 → 128, ratio 0: fixed; a 100-token prefix shared by all prompts adds to the input;
     # rate inf: everything at once, at most max_concurrency in flight (a closed loop of that many)

@@ -16,6 +16,9 @@ from simmodel.errors import ScenarioError
 def arguments(text: str, path: Path) -> dict:
     """A JSON/YAML mapping as it is, or a command line's ``--flag value`` pairs (dashes as underscores)."""
     stripped = text.strip()
+    if not stripped:  # not "every default": a file saved empty by mistake
+        raise ScenarioError(f"traffic.source.path: {path}: is empty: give the tool's command line or its saved "
+                            f"arguments")
     if stripped.startswith("{") or path.suffix in (".json", ".yaml", ".yml"):
         try:
             data = safe_load(stripped)
