@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import simmodel
 from simmodel.errors import ScenarioError
+from simmodel.paths import current_umask
 from simmodel.sim import Results
 
 if TYPE_CHECKING:
@@ -158,12 +159,6 @@ def write_events(frame: pd.DataFrame, folder: Path) -> str:
         name = "events.csv"
         frame.to_csv(folder / name, index=False)
     return name
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _staging(target: Path, path: Path, option: str) -> Path:

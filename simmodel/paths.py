@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -20,3 +21,10 @@ def exists(path: Path) -> bool:
         return path.exists()
     except (OSError, ValueError):
         return False
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back): the permissions a new file would get."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -26,8 +26,7 @@ from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
-from simmodel.export import current_umask
-from simmodel.paths import is_file
+from simmodel.paths import current_umask, is_file
 from simmodel.sim import Simulation
 
 DEFAULT_PARAMETERS = ("compute_efficiency", "memory_efficiency", "host_prefill_ms", "host_decode_ms")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from simmodel.errors import ScenarioError
+from simmodel.paths import current_umask
 from simmodel.traffic.catalog import FETCHABLE, PublicTrace
 
 BASE_URL_VARIABLE = "SIMMODEL_TRACES_BASE_URL"
@@ -63,6 +64,7 @@ def fetch_trace(name: str, folder: Path, *, overwrite: bool = False,
     url = trace_url(trace)
     target = folder / trace.file
     _check_target(target, overwrite)
+    made = _missing_folders(folder)
     folder.mkdir(parents=True, exist_ok=True)
     handle, partial = tempfile.mkstemp(prefix=f".{trace.file}.", suffix=".part", dir=folder)
     try:
@@ -72,11 +74,26 @@ def fetch_trace(name: str, folder: Path, *, overwrite: bool = False,
             raise FetchError(f"{name}: checksum mismatch (sha256 {digest}, expected {trace.sha256}); "
                              f"nothing written")
         _check_target(target, overwrite)  # a file of that name may have appeared meanwhile
+        os.chmod(partial, 0o666 & ~current_umask())  # mkstemp's file is the owner's alone; a download is not
         os.replace(partial, target)
     except BaseException:
         Path(partial).unlink(missing_ok=True)
+        for created in made:  # the folders this call made, deepest first, if nothing else came into them
+            try:
+                created.rmdir()
+            except OSError:
+                break
         raise
     return target
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def _check_target(target: Path, overwrite: bool) -> None:
