@@ -492,7 +492,10 @@ class Simulation:
             return None
         if isinstance(until, (bool, np.bool_)) or not isinstance(until, numbers.Real):
             raise TypeError(f"until must be a number of seconds (or None for the end), got {until!r}")
-        until = float(until)
+        try:
+            until = float(until)
+        except OverflowError:  # an int beyond any float (10**400): later than any clock, so the end
+            return None
         if math.isnan(until):
             raise ValueError("until must be a number of seconds, got nan")
         if until < self.now:

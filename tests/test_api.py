@@ -126,7 +126,7 @@ def test_until_before_now_is_refused():
     assert sim.now == 0.1
 
 
-@pytest.mark.parametrize("until", [float("inf"), 1e300])
+@pytest.mark.parametrize("until", [float("inf"), 1e300, 10**400])  # 10**400: an int beyond any float
 def test_until_infinity_runs_to_the_end(until):
     whole, capped = simulation().run(), simulation().run(until=until)
     assert capped.summary["completed_requests"] == whole.summary["completed_requests"] == 4
@@ -156,6 +156,8 @@ def test_overrides_as_one_string_are_refused(tmp_path):
         load_scenario(path, "engine.seed=1")
     with pytest.raises(TypeError, match="overrides must be 'PATH=VALUE' strings, got 1"):
         load_scenario(path, [1])
+    with pytest.raises(TypeError, match=r"got a mapping; write \['engine.seed=3'\]"):
+        Simulation.from_yaml(path, overrides={"engine.seed": 3})
     assert Simulation.from_yaml(path, overrides=["engine.seed=1"]).scenario.engine.seed == 1
 
 

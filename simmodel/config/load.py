@@ -7,7 +7,7 @@ integer, got 0")``: the dotted path of the field, then the rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -227,13 +227,16 @@ def apply_overrides(data: dict, overrides: Iterable[str]) -> dict:
 
     Raises:
         TypeError: ``overrides`` is one string rather than a list of them (it would be read letter by
-            letter), or holds something other than strings.
+            letter), a mapping, or holds something other than strings.
     """
     import copy
 
     if isinstance(overrides, (str, bytes)):
         raise TypeError(f"overrides must be a list of 'PATH=VALUE' strings, got the single string {overrides!r}; "
                         f"write [{overrides!r}]")
+    if isinstance(overrides, Mapping):  # iterating it would give its keys alone, values lost
+        raise TypeError(f"overrides must be a list of 'PATH=VALUE' strings, got a mapping; write "
+                        f"{[f'{k}={v}' for k, v in overrides.items()]!r}")
     data = copy.deepcopy(data)
     for item in overrides:
         if not isinstance(item, str):
