@@ -194,7 +194,7 @@ def test_per_request_weighting_and_nearest_rank_by_hand():
 
 
 @pytest.mark.parametrize(("content", "args", "message"), [
-    ("{not json", (), "not valid JSON (Expecting property name enclosed in double quotes)"),
+    ("{not json", (), "not valid JSON (line 1: Expecting property name enclosed in double quotes)"),
     ("{\"duration\": " + "9" * 5000 + "}", (), "not valid JSON (a number of over 4,300 digits)"),
     ("[" * 20_000 + "]" * 20_000, (), "not valid JSON (nested too deeply)"),
     (json.dumps({"hello": 1}), (), "not a result file of vllm-bench, inference-perf, guidellm, aiperf; give --tool"),

@@ -13,12 +13,13 @@ from typing import Any
 from simmodel.errors import ScenarioError
 
 
-def parse_json(text: str, where: str) -> Any:
-    """``text`` parsed as JSON, or a ``ScenarioError`` ``"WHERE: not valid JSON (reason)"``."""
+def parse_json(text: str, where: str, numbered: bool = True) -> Any:
+    """``text`` parsed as JSON, or a ``ScenarioError`` ``"WHERE: not valid JSON (reason)"``; a syntax error
+    names its line unless ``numbered`` is false (``where`` names it already: one line of a JSONL file)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        reason = f"line {exc.lineno}: {exc.msg}" if "\n" in text.strip() else exc.msg
+        reason = f"line {exc.lineno}: {exc.msg}" if numbered else exc.msg
     except RecursionError:
         reason = "nested too deeply"
     except ValueError:  # int("1" * 5000): Python converts at most 4,300 digits

@@ -128,7 +128,7 @@ def _read_mooncake(path: Path):
             continue
         where = f"{path}:{lineno}"
         lines.append(lineno)
-        obj = parse_json(line, where)
+        obj = parse_json(line, where, numbered=False)
         if not isinstance(obj, dict):
             raise ScenarioError(f"{where}: each line must be a JSON object")
         ts = obj.get("timestamp")
