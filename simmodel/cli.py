@@ -219,6 +219,9 @@ class _Stopped(Exception):
 
 _scenario = click.option("-c", "--config", "scenario", required=True,
                          type=click.Path(dir_okay=False, path_type=Path), help="Scenario YAML file.")
+_overwrite = click.option("--overwrite", is_flag=True,
+                          help="Replace an earlier output of simmodel in --output-dir: only a folder whose every "
+                               "file simmodel wrote (listed in its .simmodel-output.json), removing only those.")
 _quiet = click.option("--quiet", "-q", is_flag=True,
                       help="No progress on stderr: neither the terminal's progress line nor the heartbeat line "
                            "printed every 10 s elsewhere (warnings and errors still are).")
@@ -292,9 +295,7 @@ def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
 @_set
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write summary.json, requests.csv, passes.csv and events.parquet here.")
-@click.option("--overwrite", is_flag=True,
-              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
-                   "wrote (listed in its .simmodel-output.json), removing only those.")
+@_overwrite
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--events", type=click.Choice(["memory", "stream", "off"]), default="memory", show_default=True,
               help="The event log: kept in memory, streamed to events.parquet in row groups as the run goes "
@@ -381,9 +382,7 @@ def estimate(model: str, hardware: str, tensor: int, backend: str, dtype: str, c
 @_set
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Write recommendation.json, recommendation.csv and recommendations/0001.yaml … here.")
-@click.option("--overwrite", is_flag=True,
-              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
-                   "wrote (listed in its .simmodel-output.json), removing only those.")
+@_overwrite
 @click.option("--executor", default="local", show_default=True, metavar="local|ray[=ADDRESS]",
               help="local: a process pool on this machine (optimizer.parallelism processes, default one per "
                    "core); ray: each candidate a Ray task, on the cluster at ADDRESS (auto: this machine's) or "
@@ -439,9 +438,7 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
               help="The tool that wrote --measured (default: told by the file's keys).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write compare.csv, compare.json and the run's summary.json here.")
-@click.option("--overwrite", is_flag=True,
-              help="Replace an earlier output of simmodel in --output-dir: only a folder whose every file simmodel "
-                   "wrote (listed in its .simmodel-output.json), removing only those.")
+@_overwrite
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @_quiet
 def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: str | None, output_dir: Path | None,
@@ -499,8 +496,7 @@ def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: boo
     import importlib.util
 
     from simmodel.calibrate.fit import calibrate as fit
-    from simmodel.calibrate.fit import (check_output, format_report, load_runs, probe_output, report,
-                                        write_calibration)
+    from simmodel.calibrate.fit import check_output, format_report, load_runs, probe_output, report, write_calibration
 
     check_output(output, overwrite)
     if importlib.util.find_spec("scipy") is None:

@@ -68,6 +68,17 @@ def trace_scenario(trace: Path, **overrides) -> dict:
     return scenario
 
 
+def scenario_error(data: dict, base_dir: Path = Path(".")) -> str:
+    """The one-line ``ScenarioError`` message ``parse_scenario`` raises for ``data`` (it must raise one)."""
+    import pytest
+
+    from simmodel.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data, base_dir)
+    return str(info.value)
+
+
 def run_scenario(data: dict, base_dir: Path = Path(".")) -> Results:
     return Simulation(parse_scenario(data, base_dir)).run()
 

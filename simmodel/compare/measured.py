@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simmodel.config.load import read_text_file
 from simmodel.config.json_safe import parse_json
+from simmodel.config.load import read_text_file
 from simmodel.errors import ScenarioError
 
 TOOLS = ("vllm-bench", "inference-perf", "guidellm", "aiperf")

@@ -222,10 +222,11 @@ def with_sla(config: dict, sla: Sla) -> dict:
 
 
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
-                 interrupted: bool = False, overwrite: bool = False, scenario: Path | None = None) -> None:
+                 interrupted: int = 0, overwrite: bool = False, scenario: Path | None = None) -> None:
     """recommendation.json, recommendation.csv and recommendations/0001.yaml … (best first), written to a
     temporary folder beside ``folder`` and moved into place whole (``staged_folder``: a folder that filled
-    up while the search ran is refused as at the start)."""
+    up while the search ran is refused as at the start). ``interrupted``: the signal that stopped the
+    search (0: none)."""
     with staged_folder(folder, overwrite, "recommend", scenario) as staging:
         ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": asdict(spec.sla),
                   "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": bool(interrupted),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import make_scenario
+from factories import make_scenario, scenario_error
 
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
 from simmodel.errors import ScenarioError
@@ -14,10 +14,7 @@ from simmodel.perf.roofline import Efficiency, HostOverhead
 AGG = "engine.workers.aggregated"
 
 
-def error_of(data: dict) -> str:
-    with pytest.raises(ScenarioError) as info:
-        parse_scenario(data, Path("."))
-    return str(info.value)
+error_of = scenario_error
 
 
 def worker(**fields) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from factories import make_scenario
+from factories import make_scenario, scenario_error
 
 from simmodel.calibrate.params import read_calibration
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
@@ -19,10 +19,7 @@ AGG = "engine.workers.aggregated"
 RULE = "(replicas × tensor × pipeline × attention_data × prefill_context, summed over the roles)"
 
 
-def error_of(data: dict) -> str:
-    with pytest.raises(ScenarioError) as info:
-        parse_scenario(data, Path("."))
-    return str(info.value)
+error_of = scenario_error
 
 
 def parallelism(**fields) -> dict:
