@@ -693,13 +693,18 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
                   dtype, transfer, speculation)
 
 
+def _deployment_total(roles: dict[str, WorkerRole], count) -> tuple[int, str]:
+    """``count`` summed over the roles, and the role that holds the most (the one a message names)."""
+    counts = {name: count(role) for name, role in roles.items()}
+    return sum(counts.values()), max(counts, key=counts.__getitem__)
+
+
 def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:
     """The deployment's GPUs (every role's replicas × GPUs per worker) are at most ``MAX_GPUS``; the
     message names the replicas of the role with the most GPUs, the knob that multiplies them."""
-    total = sum(role.parallelism.gpu_count for role in roles.values())
+    total, largest = _deployment_total(roles, lambda role: role.parallelism.gpu_count)
     if total <= MAX_GPUS:
         return
-    largest = max(roles, key=lambda name: roles[name].parallelism.gpu_count)
     raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment would use {total:,} GPUs; "
                         f"at most {MAX_GPUS:,} (replicas × tensor × pipeline × attention_data × prefill_context, "
                         f"summed over the roles)")
@@ -713,10 +718,9 @@ def _check_cached_blocks(workers: _Node, roles: dict[str, WorkerRole]) -> None:
         p = role.parallelism
         return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
 
-    total = sum(blocks(role) for role in roles.values())
+    total, largest = _deployment_total(roles, blocks)
     if total <= MAX_CACHED_BLOCKS:
         return
-    largest = max(roles, key=lambda name: blocks(roles[name]))
     raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
                         f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel keeps "
                         f"each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} (about "
