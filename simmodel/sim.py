@@ -17,6 +17,7 @@ from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.limits import RunLimits
+from simmodel.engine.placement import ArrivalRoutes, RoundRobin, Router
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
@@ -41,7 +42,7 @@ from simmodel.metrics.summarize import (
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 from simmodel.traffic.lengths import smallest_length
-from simmodel.traffic.source import RequestStream, TrafficSource
+from simmodel.traffic.source import RequestStream, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
 
@@ -67,10 +68,14 @@ class Results:
     """
 
     def __init__(self, summary: dict, requests: RequestTable, passes: PassLog, num_passes: int,
-                 events: list, num_events: int, stage_starts: np.ndarray | None = None) -> None:
+                 events: list, num_events: int, stage_starts: np.ndarray | None = None,
+                 by_worker: bool = False) -> None:
         self.summary = summary
         self._requests, self._passes, self._num_passes = requests, passes, num_passes
         self._events, self._num_events, self._stage_starts = events, num_events, stage_starts
+        self._by_worker = by_worker
+        """Workers planned ahead, each on its own: passes are ordered by end then worker, and each instant's
+        events by worker (``summarize.event_order``), so that the order is that of the pass-by-pass run."""
         self._tables: dict[str, pd.DataFrame] = {}
 
     @property
@@ -84,6 +89,8 @@ class Results:
         if "passes" not in self._tables:
             passes = self._passes  # the log, or (unpickled) its columns
             data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
+            if self._by_worker:
+                data = _by_end_and_worker(data)
             if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
                 data["stage"] = np.maximum(np.searchsorted(self._stage_starts, data["start_ns"], side="right") - 1, 0)
             self._tables["passes"] = passes_frame(data)
@@ -92,7 +99,7 @@ class Results:
     @property
     def events(self) -> pd.DataFrame:
         if "events" not in self._tables:
-            self._tables["events"] = events_frame(self._events[:self._num_events])
+            self._tables["events"] = events_frame(self._events[:self._num_events], by_worker=self._by_worker)
         return self._tables["events"]
 
     def __getstate__(self) -> dict:  # pickled: the rows themselves, not the whole log
@@ -101,6 +108,13 @@ class Results:
             state["_passes"] = pass_columns(self._passes, self._num_passes)
         state["_events"] = self._events[:self._num_events]
         return state
+
+
+def _by_end_and_worker(data: dict) -> dict:
+    """Pass rows ordered by their end, then worker (stably: a worker's ranks keep their order)."""
+    order = np.lexsort((np.asarray(data["worker"]), np.asarray(data["end_ns"])))
+    return {name: (np.asarray(column)[order] if isinstance(column, np.ndarray) else [column[i] for i in order])
+            for name, column in data.items()}
 
 
 def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
@@ -234,7 +248,8 @@ class Simulation:
             worker.limits = self.limits
             worker.coalesce = coalesce
             worker.horizon = self.stop_at
-        self._next_worker = dict.fromkeys(self.pools, 0)
+        self.routers: dict[str, Router] = {name: RoundRobin(pool) for name, pool in self.pools.items()}
+        """Per role, the router that picks the worker of each request placed on its pool."""
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
             assert engine.kv_transfer is not None
@@ -249,14 +264,30 @@ class Simulation:
                                     serving_context_length(scenario),
                                     load.concurrency if load.type == "concurrency" else 0)
         self.wall_time_s = 0.0
-        if len(self.workers) == 1 and engine.mode == "aggregated" and engine.backend == "vllm":
-            # An arrival only queues a request on the one worker's rank (round robin or the trace's hint).
-            self.workers[0].arrivals = self.source
+        self.routes: ArrivalRoutes | None = None
+        """Each arrival's worker, known ahead (see ``_route_ahead``), or None."""
+        self._route_ahead(engine)
+        if event_sink is not None:
+            event_sink.by_worker = self.routes is not None
         for worker in self.workers:
             self.env.process(worker.run())
             for rank in worker.ranks:
                 self.env.process(rank.run())
         self.env.process(self.source.run())
+
+    def _route_ahead(self, engine) -> None:
+        """Aggregated vLLM under an open-loop load with a router that reads no state: an arrival only creates
+        a request and queues it on the worker the router names, which is known ahead. Each worker is then
+        given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one."""
+        router = self.routers.get("aggregated")
+        if engine.mode != "aggregated" or engine.backend != "vllm" or router is None or router.reads_state:
+            return
+        if not self.source.open_loop:
+            return
+        self.routes = ArrivalRoutes(router, self.source.rejected, self.source.stream.limit)
+        self.source.routed(self.routes)
+        for k, worker in enumerate(self.pools["aggregated"]):
+            worker.arrivals = WorkerArrivals(self.source, k)
 
     def _build_pool(self, role: WorkerRole) -> list[Worker]:
         """``replicas`` workers of ``attention_data`` ranks, each rank with its own scheduler and KV pool."""
@@ -337,18 +368,18 @@ class Simulation:
     # -- placement -----------------------------------------------------------------------------
 
     def _next_in(self, role: str) -> Worker:
-        """Round robin across a role's workers."""
-        pool = self.pools[role]
-        worker = pool[self._next_worker[role]]
-        self._next_worker[role] = (self._next_worker[role] + 1) % len(pool)
-        return worker
+        """The worker of a role's pool its router picks for the next request."""
+        return self.routers[role].pick(None)
 
-    def _place(self, request: Request) -> Rank | None:
-        """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool."""
+    def _place(self, request: Request, at: int | None = None) -> Rank | None:
+        """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool.
+        ``at``: the arrival instant of a request a worker makes ahead of the clock (routed loads only)."""
         if self.scenario.engine.backend == "sglang":
             return self._place_sglang(request)
         if self.transfer is None:
             request.block_keys = self._block_keys(request, "aggregated")
+            if self.routes is not None:
+                return self.routes.worker(request.request_id).place(request, at)
             return self._next_in("aggregated").place(request)
         leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
                       request.prefill_dp_rank_hint)
@@ -543,7 +574,7 @@ class Simulation:
         """The event log up to ``now``. A coalesced run of passes records its rows when it is planned, ahead
         of the clock; while paused those rows are kept back and appear once the clock reaches them (the
         final results hold every row)."""
-        return events_frame(self.recorder.events, upto_ns=self.env.now)
+        return events_frame(self.recorder.events, upto_ns=self.env.now, by_worker=self.routes is not None)
 
     def end_time(self) -> float:
         """When the run ended: the last pass end once drained, else the current time."""
@@ -630,4 +661,4 @@ class Simulation:
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
         return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
-                       len(self.recorder.events), starts)
+                       len(self.recorder.events), starts, by_worker=self.routes is not None)

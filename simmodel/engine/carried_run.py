@@ -1,16 +1,17 @@
 """Decode runs carried on through arrivals: one vLLM worker's passes, each arriving prompt admitted in the
 pass the scheduler would admit it, applied as one vectorized step.
 
-Under an open-loop load with one aggregated worker, an arrival only queues a request on the worker's one
-rank, and the next pass planned after it admits the prompt. Between arrivals every pass is a decode of
-the same running requests (``decode_run``); an admission only adds a column to that picture: the prompt's
-prefill in the pass that admits it, then one decode a pass. So a run does not stop at an arrival: the
-request is created at its arrival time (``TrafficSource.arrive_early``: creating it schedules nothing), the
-scheduler's own admission (``VllmScheduler._admit_waiting``) admits it when the pass after the arrival is
+Under an open-loop load placed by a router that reads no state, an arrival only queues a request on the
+worker the router names, known ahead (``Worker.arrivals``), and the next pass that worker plans after it
+admits the prompt; no other worker's passes matter. Between arrivals every pass is a decode of the same
+running requests (``decode_run``); an admission only adds a column to that picture: the prompt's prefill
+in the pass that admits it, then one decode a pass. So a run does not stop at an arrival: the request is
+created as at its arrival time (``WorkerArrivals.arrive_early``: creating it schedules nothing), the
+scheduler's own admission (``VllmScheduler.admit_waiting``) admits it when the pass after the arrival is
 planned — on the pool and queue as they are then, the KV blocks of the passes before it taken and freed
 in vLLM's order — and the run prices the passes from there on again with the new column. Per arrival that
 is a few array operations instead of ending the run, planning the next pass request by request and
-starting a new run.
+starting a new run. Each one-rank worker carries its own runs, so a pool of replicas goes as fast as one.
 
 A run ends where ``decode_run.advance`` would end one (the next event of any other process, a pass short
 of KV blocks, the safety limits, every request finished), before a pass ending at the very instant of an
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import NS_PER_S, as_of
+from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -116,7 +117,7 @@ class _Carried:
         table[:, DECODE + 3] = contexts + decodes
         self.ramp = np.asfortranarray(_DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0]))
         """Row j: what a request with j tokens of context adds to a row's decode totals."""
-        self.capacity = np.full(rows, worker._kv_capacity_tokens[0])
+        self.capacity = np.full(rows, worker.kv_capacity_tokens[0])
         self.busy = np.zeros(rows, np.int64)
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
@@ -233,7 +234,7 @@ class _Carried:
         """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
         pool, sched, requests, ops = self.pool, self.sched, self.requests, self.ops
         if not pool.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
-            pool.num_free_blocks -= int(self.allocations[self.planned_rows:planned_rows].sum())
+            pool.allocate(int(self.allocations[self.planned_rows:planned_rows].sum()))
         self.planned_rows = max(self.planned_rows, planned_rows)
         limit = limit * _COLUMNS * 4
         context, first, left, bs = self.context, self.first, self.left, self.bs
@@ -278,11 +279,11 @@ class _Carried:
         sched.finished_since_schedule = False
         used = self.pool.num_used_blocks
         budget = cfg.max_num_batched_tokens - int(self.table[k, DECODE])  # after the row's decodes
-        skipped = sched._admit_waiting(budget, threshold, out, arrived_before)
+        skipped = sched.admit_waiting(budget, threshold, out, arrived_before)
         self.admitted_blocks[k] += self.pool.num_used_blocks - used
         self.plans_by_row[k] = out
         self.capacity_bound = len(sched.waiting) + len(sched.handoffs) > skipped
-        self.worker._placed_at_plan = self.worker._num_placed
+        self.worker.mark_planned()
         return out
 
     def take(self, k: int, out: SchedulerOutput, admitted_at: int) -> bool:
@@ -352,8 +353,7 @@ class _Carried:
         plan = self._row_plan(m)
         self.sched.prefill_capacity_bound = self.capacity_bound
         plan.kv_blocks_used = self.pool.num_used_blocks
-        with as_of(self.worker.env, int(self.end[m - 1])):
-            self.rank._record_plan(plan)
+        self.rank.record_plan(plan, int(self.end[m - 1]))
         return plan
 
     def _row_plan(self, k: int) -> SchedulerOutput:
@@ -423,7 +423,7 @@ class _Carried:
                 request.finished_at = ends[row]
         rank, sched = self.rank, self.sched
         rank.num_passes += m
-        rank._last_delivery = ends[m - 1]
+        rank.last_delivery = ends[m - 1]
         sched.prefill_capacity_bound = False
         # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the flag),
         # and the scheduler's running list is as that plan left it.
@@ -687,8 +687,7 @@ class _CarriedAsync(_Carried):
             return in_flight, None
         handed = self._row_plan(m + 1)
         handed.kv_blocks_used = self.pool.num_used_blocks
-        with as_of(worker.env, int(self.end[m - 1])):
-            self.rank._record_plan(handed)
+        self.rank.record_plan(handed, int(self.end[m - 1]))
         return in_flight, [handed]
 
 

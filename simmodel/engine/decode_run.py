@@ -22,8 +22,9 @@ Requests finishing inside the run leave it as they would (status, blocks freed, 
 Only vLLM's scheduler without speculative decoding is coalesced (synchronous with ``advance``, async with
 ``advance_async``), and only from a state where every rank's queue is empty and every running request
 sampled in the pass just ended (or samples its first token in the planned pass); anything else runs pass
-by pass. With one worker of one rank under an open-loop load, ``carried_run`` goes further: its runs go on
-through arrivals, admitting each in the pass planned after it. ``docs/speed.md`` has the details.
+by pass. With one-rank workers that only their own arrivals reach (``Worker.arrivals``: an open-loop load
+placed by a router that reads no state), ``carried_run`` goes further: each worker's runs go on through its
+arrivals, admitting each in the pass planned after it, whatever the other workers do. ``docs/speed.md`` has the details.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class _Run:
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
             if (type(s) is not VllmScheduler or s.waiting or s.handoffs or s.async_scheduling != self.asynchronous
-                    or s.config.num_speculative_tokens or rank._pending_releases):
+                    or s.config.num_speculative_tokens or rank.has_pending_releases):
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:
@@ -307,7 +308,7 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     run.count = run.per_rank(active)  # requests running in each pass (and rank): they all sample
     count = run.count.ravel()
     context = run.per_rank(np.where(active, run.context[:n], 0)).ravel()
-    capacity = worker._kv_capacity_tokens
+    capacity = worker.kv_capacity_tokens
     capacity = np.full(n, capacity[0]) if num_ranks == 1 else np.tile(capacity, n)
     sums = PassSums(np.zeros((n * num_ranks, len(SUM_COLUMNS))), capacity, n)
     pre, dec = sums.kinds()
@@ -404,7 +405,7 @@ def _deliver(run: _Run, m: int, ends_at: list[int], finished: dict[int, list]) -
             request.finished_at = ends_at[k]
     for r, rank in enumerate(ranks):
         rank.num_passes += m
-        rank._last_delivery = ends_at[m]
+        rank.last_delivery = ends_at[m]
         sched = rank.scheduler
         sched.prefill_capacity_bound = False
         sched.finished_since_schedule = any(q == r for q, _ in finished.get(m, ()))
@@ -505,7 +506,7 @@ def _finish(sched: VllmScheduler, request) -> None:
     request.num_draft_tokens = 0
     request.status = RequestStatus.FINISHED
     request.block_keys = None
-    sched._free(request)
+    sched.free(request)
 
 
 # -- asynchronous scheduling ------------------------------------------------------------------------
@@ -623,7 +624,7 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
         final_blocks = np.maximum(run.blocks, _cdiv(run.computed + np.minimum(left, planned), pool0.block_size))
         taken = run.allocs[:planned].sum(axis=0).tolist()
         for r, rank in enumerate(ranks):
-            rank.pool.num_free_blocks -= taken[r]
+            rank.pool.allocate(taken[r])
         for request, blocks in zip(requests, final_blocks.tolist()):
             request.num_blocks = blocks
         for i in ending:

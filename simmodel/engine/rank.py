@@ -30,7 +30,7 @@ class Rank:
         self.role = worker.role
         self.num_passes = 0
         self._pending_releases: list = []
-        self._last_delivery = 0
+        self.last_delivery = 0
         """When this rank's previous pass delivered its tokens (inter-token gaps of consecutive tokens)."""
 
     @property
@@ -45,19 +45,21 @@ class Rank:
     def waiting(self):
         return self.scheduler.waiting
 
-    def add_request(self, request: Request) -> None:
-        self._placed(request)
-        request.queued_at = self.env.now
+    def add_request(self, request: Request, at: int | None = None) -> None:
+        """Queue a new request here, placed now (or at ``at``: a worker making its own arrivals ahead)."""
+        at = self.env.now if at is None else at
+        self._placed(request, at)
+        request.queued_at = at
         self.scheduler.add_request(request)
 
     def add_prealloc(self, request: Request) -> None:
         """SGLang destination-first handoff: reserve this rank's KV for a prompt before its prefill starts."""
-        self._placed(request)
+        self._placed(request, self.env.now)
         self.scheduler.add_prealloc(request)
 
-    def _placed(self, request: Request) -> None:
+    def _placed(self, request: Request, at: int) -> None:
         request.worker, request.dp_rank = self.worker.worker_id, self.rank_id
-        self.recorder.event(self.env.now, EventKind.PLACEMENT, self.worker.worker_id, self.rank_id,
+        self.recorder.event(at, EventKind.PLACEMENT, self.worker.worker_id, self.rank_id,
                             request.request_id, request.num_prompt_tokens, self.role)
 
     # -- P/D handoffs ----------------------------------------------------------------------------
@@ -100,20 +102,27 @@ class Rank:
     def has_requests(self) -> bool:
         return self.scheduler.has_requests()
 
+    @property
+    def has_pending_releases(self) -> bool:
+        """Whether a prefill leg's KV waits to be freed at this rank's pass end (``release_when_idle``)."""
+        return bool(self._pending_releases)
+
     def run(self) -> Generator[simpy.Event, Any, None]:
         while True:
             yield self.worker.submit(self.rank_id, self.plan())
 
-    def plan(self) -> SchedulerOutput:
-        """Plan this rank's next pass now (no time passes) and record its admissions and preemptions."""
+    def plan(self, at: int | None = None) -> SchedulerOutput:
+        """Plan this rank's next pass now (or as at ``at``, for a pass a worker plans at the end of a run of
+        passes it applied ahead; no time passes) and record its admissions and preemptions."""
         plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
         plan.kv_blocks_used = self.pool.num_used_blocks
         if not plan.is_empty or plan.preempted:
-            self._record_plan(plan)
+            self.record_plan(plan, self.env.now if at is None else at)
         return plan
 
-    def _record_plan(self, plan: SchedulerOutput) -> None:
-        now, w, r, rec, role = self.env.now, self.worker.worker_id, self.rank_id, self.recorder, self.role
+    def record_plan(self, plan: SchedulerOutput, now: int) -> None:
+        """Record a plan made at ``now``: its preemptions, admissions (stamping each request) and resumptions."""
+        w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
         for request in plan.preempted:
             rec.event(now, EventKind.PREEMPTION, w, r, request.request_id, request.num_tokens, role)
         for request in plan.admitted:
@@ -162,11 +171,11 @@ class Rank:
             request.last_token_at = end_ns
             request.last_token_pass = pass_index
         if by_stage is None:
-            rec.intervals(end_ns - self._last_delivery, consecutive)
+            rec.intervals(end_ns - self.last_delivery, consecutive)
         else:
             for stage, count in sorted(by_stage.items()):
-                rec.intervals(end_ns - self._last_delivery, count, stage)
-        self._last_delivery = end_ns
+                rec.intervals(end_ns - self.last_delivery, count, stage)
+        self.last_delivery = end_ns
         for request in finished:
             request.finished_at = end_ns
             kind = EventKind.PREFILL_DONE if request.bootstrap else EventKind.FINISH

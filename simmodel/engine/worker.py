@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.carried_run import carry, carry_async
-from simmodel.engine.clock import NS_PER_S, as_of
+from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
@@ -69,7 +69,8 @@ class Worker:
         self._next_rank = 0
         self._num_placed = 0
         self._placed_at_plan = 0
-        self._kv_capacity_tokens = np.zeros(0)
+        self.kv_capacity_tokens = np.zeros(0)
+        """KV tokens each rank's pool holds (what the timing model prices attention against)."""
         self.open_pass_ends: list[int] = []
         """End times of the passes started and not yet finished: their pass-end events are still to come."""
         self.limits = None
@@ -77,8 +78,9 @@ class Worker:
         self.coalesce = True
         """Coalesce runs of decode-only passes (``decode_run``); off, every pass is planned on its own."""
         self.arrivals = None
-        """The traffic source when an arrival only queues a request here (one worker, and placement reads no
-        state), so a coalesced run may span it and plan past it (``TrafficSource.arrive_early``); else None."""
+        """This worker's arrivals (``traffic.source.WorkerArrivals``) when nothing but its own arrivals reaches
+        it (an open-loop load placed by a router that reads no state, aggregated vLLM): its runs of passes
+        then wait for no other process, and may span its arrivals and admit them; else None."""
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
@@ -90,7 +92,7 @@ class Worker:
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
         self._plans.append(None)
-        self._kv_capacity_tokens = np.array(
+        self.kv_capacity_tokens = np.array(
             [float(r.pool.num_blocks * r.pool.block_size) for r in self.ranks])
 
     # -- placement -----------------------------------------------------------------------------
@@ -103,10 +105,10 @@ class Worker:
         self._next_rank = (self._next_rank + 1) % len(self.ranks)
         return rank
 
-    def place(self, request: Request) -> Rank:
-        """Put a new request on a rank (see ``pick_rank``)."""
+    def place(self, request: Request, at: int | None = None) -> Rank:
+        """Put a new request on a rank (see ``pick_rank``), now or as at ``at`` (an arrival made ahead)."""
         rank = self.pick_rank(request.dp_rank_hint)
-        rank.add_request(request)
+        rank.add_request(request, at)
         self.notify()
         return rank
 
@@ -115,6 +117,10 @@ class Worker:
         self._num_placed += 1
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+    def mark_planned(self) -> None:
+        """Every request placed so far has been seen by a plan (see ``_sleep_until_work``)."""
+        self._placed_at_plan = self._num_placed
 
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
@@ -235,9 +241,8 @@ class Worker:
         source = self.arrivals
         while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
-            with as_of(self.env, end):  # planning schedules nothing
-                plans = [rank.plan() for rank in self.ranks]
-            self._placed_at_plan = self._num_placed
+            plans = [rank.plan(at=end) for rank in self.ranks]  # planning schedules nothing
+            self.mark_planned()
             if all(plan.is_empty for plan in plans):
                 return end, plans
             run = carry(self, horizon, plans, start=end)
@@ -247,16 +252,12 @@ class Worker:
         return end, planned
 
     def _horizon(self) -> tuple[float, int | None]:
-        """The next event that may read or change this worker, and the next arrival if it only queues a
-        request here (see ``arrivals``), else None."""
-        pending = self.arrivals.pending if self.arrivals is not None else None
-        if pending is None:
+        """The next event that may read or change this worker, and its next arrival if nothing but its own
+        arrivals reaches it (see ``arrivals``; the horizon is then only the end of the run being driven),
+        else None."""
+        if self.arrivals is None:
             return self._limited(self.env.peek()), None
-        horizon = float("inf")  # SimPy's event heap holds (time, priority, id, event): the earliest but the arrival
-        for at, _, _, event in self.env._queue:
-            if event is not pending and at < horizon:
-                horizon = at
-        return self._limited(horizon), self.arrivals.next_arrival_ns()
+        return self._limited(float("inf")), self.arrivals.next_arrival_ns()
 
     def _limited(self, horizon: float) -> float:
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)
@@ -392,11 +393,11 @@ class Worker:
             n = len(plan.requests)
             return PassBatch(1, np.zeros(n, dtype=np.int64), np.array(plan.num_new_tokens, dtype=np.int64),
                              np.array(plan.num_context_tokens, dtype=np.int64), np.array(plan.is_decode, dtype=bool),
-                             np.array(plan.samples, dtype=bool), self._kv_capacity_tokens)
+                             np.array(plan.samples, dtype=bool), self.kv_capacity_tokens)
         counts = [len(plan.requests) for plan in plans]
         rank = np.repeat(np.arange(len(plans)), counts)
         new = np.fromiter((n for p in plans for n in p.num_new_tokens), np.int64, rank.size)
         ctx = np.fromiter((n for p in plans for n in p.num_context_tokens), np.int64, rank.size)
         dec = np.fromiter((d for p in plans for d in p.is_decode), bool, rank.size)
         smp = np.fromiter((s for p in plans for s in p.samples), bool, rank.size)
-        return PassBatch(len(plans), rank, new, ctx, dec, smp, self._kv_capacity_tokens)
+        return PassBatch(len(plans), rank, new, ctx, dec, smp, self.kv_capacity_tokens)

@@ -34,6 +34,8 @@ class ParquetEventSink:
         self.where = where
         """What the file is written for (``--output-dir runs/x``), named by a write error."""
         self.num_written = 0
+        self.by_worker = False
+        """Order each instant's events by worker too (``summarize.event_order``), as the simulation says."""
         self._writer = None
         self._buffer: list[Event] = []
 
@@ -42,7 +44,7 @@ class ParquetEventSink:
         buffer.append(event)
         if len(buffer) >= ROW_GROUP:
             mark = self.watermark()
-            buffer.sort(key=_time)  # stable: recording order among equal times, as the in-memory log
+            buffer.sort(key=self._key())  # stable: recording order among ties, as the in-memory log
             settled = 0
             while settled < len(buffer) and buffer[settled].time_ns < mark:
                 settled += 1
@@ -50,9 +52,13 @@ class ParquetEventSink:
                 self._write(buffer[:settled])
                 del buffer[:settled]
 
+    def _key(self):
+        """The sort key of ``summarize.event_order``."""
+        return _time_and_worker if self.by_worker else _time
+
     def close(self) -> None:
         """Write what is left (the run is over: everything is settled) and close the file."""
-        self._buffer.sort(key=_time)
+        self._buffer.sort(key=self._key())
         self._write(self._buffer, final=True)
         self._buffer = []
         if self._writer is not None:
@@ -70,7 +76,7 @@ class ParquetEventSink:
 
         if not events and not (final and self._writer is None):
             return
-        table = pa.Table.from_pandas(events_frame(events), preserve_index=False)
+        table = pa.Table.from_pandas(events_frame(events, by_worker=self.by_worker), preserve_index=False)
         try:
             if self._writer is None:
                 self._writer = pq.ParquetWriter(self.path, table.schema)
@@ -91,3 +97,8 @@ def _write_error(exc: OSError, where: str) -> OSError:
 
 def _time(event: Event) -> int:
     return event.time_ns
+
+
+def _time_and_worker(event: Event) -> tuple[int, int, int]:
+    """``summarize.event_order`` with ``by_worker``."""
+    return event.time_ns, event.worker, event.request_id if event.worker == -1 else -1

@@ -39,7 +39,9 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float | 
     n = int(counts.sum())
     if n == 0:
         return dict.fromkeys(keys)
-    order = np.argsort(values, kind="stable")
+    # By value, then count: the sums below then add the same terms in the same order however the values
+    # were recorded (workers planning ahead each on its own record their intervals in no common order).
+    order = np.lexsort((counts, values))
     values, counts = values[order], counts[order]
     ends = np.cumsum(counts)  # expanded index i has value values[searchsorted(ends, i, 'right')]
     mean = float(np.dot(values, counts) / n)
@@ -185,15 +187,35 @@ def passes_frame(passes: PassLog | dict[str, object]) -> pd.DataFrame:
     return frame
 
 
-def events_frame(events: list[Event], upto_ns: int | None = None) -> pd.DataFrame:
-    """The event log as a table ordered by time; ``upto_ns``: only the rows stamped at or before it."""
+def event_order(by_worker: bool = False) -> list[str]:
+    """The columns the event log is ordered by, stably (so ties keep the order the events were recorded in).
+
+    By time: async engines record a pass's begin when they commit it, ahead of the events before it. With
+    ``by_worker``, at one instant the clients' events (worker −1) come first, in request order, then each
+    worker's in worker order: workers that plan their passes ahead of the clock, each on its own
+    (``Worker.arrivals``), make their arrivals and record their events in no common order, but each worker's
+    own order is that of the pass-by-pass run (``client_order`` is the request id on a client's row, else −1).
+    """
+    return ["time_ns", "worker", "client_order"] if by_worker else ["time_ns"]
+
+
+def client_order(worker, request_id):
+    """The third key of ``event_order``: a client's rows by request, a worker's rows as recorded."""
+    return np.where(np.asarray(worker) == -1, np.asarray(request_id), -1)
+
+
+def events_frame(events: list[Event], upto_ns: int | None = None, by_worker: bool = False) -> pd.DataFrame:
+    """The event log as a table ordered by ``event_order``; ``upto_ns``: only the rows stamped at or before it."""
     import pandas as pd
 
     frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
     if upto_ns is not None:
         frame = frame[frame["time_ns"] <= upto_ns]
-    # Async engines record a pass's begin when they commit it; order the log by time (stable for ties).
-    frame = frame.sort_values("time_ns", kind="stable", ignore_index=True)
+    if by_worker:
+        frame["client_order"] = client_order(frame["worker"], frame["request_id"])
+    frame = frame.sort_values(event_order(by_worker), kind="stable", ignore_index=True)
+    if by_worker:
+        frame.pop("client_order")
     frame.insert(0, "time_s", frame.pop("time_ns") / NS_PER_S)
     names = [k.name.lower() for k in EventKind]
     frame["kind"] = pd.Categorical.from_codes(frame["kind"].to_numpy(dtype=np.int64), categories=names)

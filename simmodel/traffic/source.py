@@ -9,7 +9,7 @@ import numpy as np
 import simpy
 
 from simmodel.config.schema import Scenario, SessionsSource, SharedPrefixSource, SyntheticSource
-from simmodel.engine.clock import NS_PER_S, as_of, to_ns
+from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.metrics.records import EventKind, Recorder
@@ -153,11 +153,18 @@ class TrafficSource:
     rejected), until the request limit. Staged loads run their stages one after the other.
     """
 
-    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request], object],
+    def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request, int], object],
                  recorder: Recorder, context_length: int, concurrency: int = 0) -> None:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
-        self.requests: list[Request] = []
+        self._requests: list[Request] = []
+        self._in_order = True
+        """Whether ``_requests`` is in request order (workers create their own arrivals ahead, see
+        ``WorkerArrivals``, so a later request may be made before an earlier one)."""
+        self._created = bytearray()
+        """Per request index, 1 once it is made (an open-loop load whose arrivals workers make ahead)."""
+        self.routes = None
+        """``placement.ArrivalRoutes`` when each arrival's worker is known ahead (see ``routed``), else None."""
         self.sessions = stream.sessions
         self.units = 0
         """Units (requests, or sessions) the load has started."""
@@ -176,59 +183,48 @@ class TrafficSource:
         """Units of each stage in flight (kept under ``drain`` only)."""
         self._stage_done: simpy.Event | None = None
         self._draining: tuple[int, simpy.Event] | None = None
-        self.pending: simpy.Event | None = None
-        """The timeout of the next open-loop arrival while it is scheduled (request units only)."""
         self.in_flight = 0
         """Requests handed to the deployment and not finished (counted under ``max_concurrency`` only)."""
         self.backlog = 0
         """Arrivals waiting at the client for a slot under ``max_concurrency``."""
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request made so far, in request order."""
+        if not self._in_order:
+            self._requests.sort(key=_request_id)
+            self._in_order = True
+        return self._requests
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether each arrival only creates and places its request at its own time, whatever the
+        deployment does: timed arrivals of requests, with no client cap, no sessions and no stages."""
+        load = self.stream.load
+        return (load.type != "stages" and not self.concurrency and self.sessions is None
+                and load.max_concurrency is None)
+
+    def routed(self, routes) -> None:
+        """Place every arrival on the worker ``routes`` (``placement.ArrivalRoutes``) names for it, so that each
+        worker may make its own arrivals ahead of the clock (``WorkerArrivals``). Open loop only."""
+        assert self.open_loop
+        self.routes = routes
+
+    def rejected(self, i: int) -> bool:
+        """Whether request ``i`` is refused before placement (its prompt is at or over the context length)."""
+        return self.stream.request(i)[0] >= self.context_length
+
+    def made(self, i: int) -> bool:
+        """Whether request ``i`` has been created (routed open-loop loads)."""
+        return i < len(self._created) and self._created[i] == 1
 
     def _has_next(self, waiting: int = 0) -> bool:
         """Whether another request may be created (``waiting`` more already promised)."""
         limit = self.stream.limit
         return limit is None or len(self.requests) + waiting < limit
 
-    def quiet_until(self, end_ns: int) -> bool:
-        """Whether the requests arriving from now to ``end_ns`` (open loop) leave that instant free: none
-        arrives exactly then, and none breaks ``limits.max_requests``. A coalesced run spanning the next
-        arrival may then end at ``end_ns``."""
-        limits = self.stream.limits
-        i = len(self.requests)
-        while self._has_next_index(i):
-            at = to_ns(self.stream.arrival(i))
-            if at > end_ns:
-                return True
-            if at == end_ns or (limits is not None and i + 1 > limits.spec.max_requests):
-                return False
-            i += 1
-        return True
-
-    @property
-    def arrives_early(self) -> bool:
-        """Whether the next arrivals may be created ahead of their time by ``arrive_early``: an open-loop
-        load of requests with no client cap, no sessions and no stages (each arrival only creates and places
-        its request), the one load that keeps its next arrival ``pending``."""
-        return self.pending is not None
-
-    def next_arrival_ns(self) -> int | None:
-        """When the next open-loop request arrives (None: no more)."""
-        if not self._has_next():
-            return None
-        return to_ns(self.stream.arrival(self.units))
-
-    def arrive_early(self, before_ns: int) -> None:
-        """Create and place, each at its own arrival time, the requests arriving before ``before_ns``. A
-        worker's carried run (``engine/carried_run.py``) calls this when it plans a pass past their
-        arrivals: its pass ends are not SimPy events, so their arrival events must not wait for the clock. Creating a
-        request schedules nothing, so each is created as of its arrival time (``clock.as_of``: every record
-        and field is as at that instant); the arrival's own timeout then finds it done (``run``). Only while
-        ``arrives_early``, and no arrival may break ``limits.max_requests`` (the caller checks
-        ``quiet_until``)."""
-        while (at := self.next_arrival_ns()) is not None and at < before_ns:
-            with as_of(self.env, at):
-                self._start_unit()
-
-    def _has_next_index(self, i: int) -> bool:
+    def has_index(self, i: int) -> bool:
+        """Whether the load has a request number ``i`` (within ``traffic.stop.requests`` and the trace)."""
         limit = self.stream.limit
         return limit is None or i < limit
 
@@ -265,21 +261,47 @@ class TrafficSource:
                     break
                 self._start_unit()
             return
+        if self.routes is not None:
+            yield from self._run_routed()
+            return
         cap = self.stream.load.max_concurrency
         while self._has_next(self.backlog):
             i = self.units + self.backlog
             at = to_ns(self.stream.arrival(i))
             if at > self.env.now:
-                timeout = self.env.timeout(at - self.env.now)
-                if self.sessions is None and cap is None:
-                    self.pending = timeout
-                yield timeout
-                if self.units != i:
-                    continue  # a carried decode run has created it already (``arrive_early``)
+                yield self.env.timeout(at - self.env.now)
             if cap is not None and self.in_flight >= cap:
                 self.backlog += 1  # waits at the client for a free slot
             else:
                 self._start_unit()
+
+    def _run_routed(self) -> Generator[simpy.Event, Any, None]:
+        """Open loop with routes known ahead: each request at its arrival time, unless its worker made it
+        already (``WorkerArrivals.arrive_early``)."""
+        i = 0
+        while self.has_index(i):
+            at = to_ns(self.stream.arrival(i))
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            if not self.made(i):
+                self.arrive(i, at)
+            i += 1
+
+    def arrive(self, i: int, at: int) -> None:
+        """Create request ``i`` as at its arrival time ``at`` and place it (routed open-loop loads). Creating
+        and placing a request schedules nothing, so every record and field is as at ``at``."""
+        if self.stream.limits is not None:
+            self.stream.limits.check_requests(i + 1)
+        if i >= len(self._created):
+            self._created.extend(bytes(i + 1 - len(self._created) + 1024))
+        self._created[i] = 1
+        if self._requests and self._requests[-1].request_id > i:
+            self._in_order = False
+        self.units += 1
+        isl, osl, hint, hashes = self.stream.request(i)
+        request = self._create(i, isl, osl, self.stage, hint, hashes, at)
+        if self._admit(request, at):
+            self.in_flight += 1
 
     def _run_stages(self) -> Generator[simpy.Event, Any, None]:
         """A staged load: the stages one after the other. A stage sends for its duration and/or until it
@@ -355,28 +377,32 @@ class TrafficSource:
             if not (self._closed(request.stage) and self._has_next()):
                 return
 
-    def _create(self, i: int, isl: int, osl: int, stage: int, hint: int | None = None, hashes=None) -> Request:
-        request = Request(i, self.env.now, isl, osl, hint, hashes)
+    def _create(self, i: int, isl: int, osl: int, stage: int, hint: int | None = None, hashes=None,
+                at: int | None = None) -> Request:
+        """Request ``i`` arriving now (or at ``at``)."""
+        at = self.env.now if at is None else at
+        request = Request(i, at, isl, osl, hint, hashes)
         request.prefill_dp_rank_hint = self.stream.prefill_hint(i)
         request.stage = stage
-        self.requests.append(request)
+        self._requests.append(request)
         if self.staged and stage == self.stage and self.stage_open:
             self.stage_sent += 1
             cap = self.stream.load.stages[stage].requests
             if cap is not None and self.stage_sent >= cap:
                 self._close_stage()
-        self.recorder.event(self.env.now, EventKind.ARRIVAL, -1, -1, i, isl, "client")
+        self.recorder.event(at, EventKind.ARRIVAL, -1, -1, i, isl, "client")
         return request
 
-    def _admit(self, request: Request) -> bool:
-        """Hand the request to the deployment, or refuse it; whether it was handed over."""
+    def _admit(self, request: Request, at: int | None = None) -> bool:
+        """Hand the request to the deployment now (or at ``at``), or refuse it; whether it was handed over."""
+        at = self.env.now if at is None else at
         if request.num_prompt_tokens < self.context_length:
-            self.place(request)  # the rank it lands on records the placement (maybe later: frontend)
+            self.place(request, at)  # the rank it lands on records the placement (maybe later: frontend)
             return True
         # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
         request.status = RequestStatus.REJECTED
-        request.finished_at = self.env.now
-        self.recorder.event(self.env.now, EventKind.REJECTION, -1, -1, request.request_id,
+        request.finished_at = at
+        self.recorder.event(at, EventKind.REJECTION, -1, -1, request.request_id,
                             request.num_prompt_tokens, "client")
         return False
 
@@ -428,3 +454,65 @@ class TrafficSource:
             self._unit_done(session.stage)
             if self._closed(session.stage) and self._has_next():
                 self._start_unit()
+
+
+def _request_id(request: Request) -> int:
+    return request.request_id
+
+
+class WorkerArrivals:
+    """The arrivals of a routed open-loop load (``TrafficSource.routed``) that come to one worker: what its
+    pass planner may peek at, and make ahead of the clock when its passes run past them.
+
+    An arrival of this load only creates a request and queues it on its worker, and which worker is known
+    ahead, so a worker planning its passes through its own arrivals waits for nobody. A request is made as
+    at its own arrival time (``TrafficSource.arrive``); the load's process then finds it made.
+    """
+
+    def __init__(self, source: TrafficSource, worker_index: int) -> None:
+        self.source, self.worker_index = source, worker_index
+        self._next = 0
+        """No request of this worker before this index is still to be made."""
+
+    def _next_index(self, start: int | None = None) -> int | None:
+        """The first request of this worker not made yet (from ``start`` on, else from the cursor)."""
+        source, routes, k = self.source, self.source.routes, self.worker_index
+        i = self._next if start is None else start
+        while source.has_index(i):
+            if routes.worker_index(i) == k and not source.made(i):
+                if start is None:
+                    self._next = i
+                return i
+            i += 1
+        if start is None:
+            self._next = i
+        return None
+
+    def next_arrival_ns(self) -> int | None:
+        """When this worker's next request arrives (None: no more)."""
+        i = self._next_index()
+        return None if i is None else to_ns(self.source.stream.arrival(i))
+
+    def quiet_until(self, end_ns: int) -> bool:
+        """Whether this worker's requests arriving from now to ``end_ns`` leave that instant free: none arrives
+        exactly then, and none breaks ``limits.max_requests``. A run of passes spanning the next arrival may
+        then end at ``end_ns``."""
+        limits = self.source.stream.limits
+        i = self._next_index()
+        while i is not None:
+            at = to_ns(self.source.stream.arrival(i))
+            if at > end_ns:
+                return True
+            if at == end_ns or (limits is not None and i + 1 > limits.spec.max_requests):
+                return False
+            i = self._next_index(i + 1)
+        return True
+
+    def arrive_early(self, before_ns: int) -> None:
+        """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The
+        caller checked ``quiet_until``."""
+        while (i := self._next_index()) is not None:
+            at = to_ns(self.source.stream.arrival(i))
+            if at >= before_ns:
+                return
+            self.source.arrive(i, at)

@@ -75,7 +75,7 @@ class VllmScheduler:
 
     def release(self, request: Request) -> None:
         """Free the blocks a finished request held for its KV transfer (the source side of a handoff)."""
-        self._free(request)
+        self.free(request)
 
     def _take(self, request: Request, num_blocks: int) -> None:
         """Give the request ``num_blocks`` more blocks."""
@@ -86,7 +86,8 @@ class VllmScheduler:
             self.pool.allocate(num_blocks)
             request.num_blocks += num_blocks
 
-    def _free(self, request: Request) -> None:
+    def free(self, request: Request) -> None:
+        """Return every KV block a request holds to the pool (it finished, was preempted or handed off)."""
         if self.caching:
             self.pool.free_request(request)
         else:
@@ -160,7 +161,7 @@ class VllmScheduler:
                 if min(computed + num_new, num_tokens) // block_size > request.num_cached_blocks:
                     pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
             else:
-                pool.num_free_blocks -= num_needed
+                pool.allocate(num_needed)
                 request.num_blocks += num_needed
             reqs.append(request)
             news.append(num_new)
@@ -183,7 +184,7 @@ class VllmScheduler:
 
         # Phase 2: admissions, only in a pass that preempted nothing.
         if not out.preempted:
-            skipped = self._admit_waiting(token_budget, threshold, out, arrived_before, defer)
+            skipped = self.admit_waiting(token_budget, threshold, out, arrived_before, defer)
             if not defer:
                 self.prefill_capacity_bound = len(self.waiting) + len(self.handoffs) > skipped
         return out
@@ -219,7 +220,7 @@ class VllmScheduler:
                 if (c + 1) // bs > request.num_cached_blocks:
                     pool.cache_full_blocks(request, c + 1)
             elif k > 0:
-                pool.num_free_blocks -= k
+                pool.allocate(k)
                 request.num_blocks += k
             request.num_scheduled_drafts = request.num_draft_tokens = 0
             request.is_prefill_chunk = False
@@ -232,7 +233,7 @@ class VllmScheduler:
         out.samples.extend([True] * n)
         return True
 
-    def _admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
+    def admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
                        arrived_before: int | None = None, defer: bool = False) -> int:
         """FCFS admission, received handoffs first; the first request that does not fit blocks everything
         behind it. Async: a preempted request whose stale output is still in flight is stepped over."""
@@ -329,7 +330,7 @@ class VllmScheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         """Recompute preemption: free every block and put the request at the front of the queue."""
-        self._free(request)
+        self.free(request)
         request.num_computed_tokens = 0
         # Async: the outputs still in flight will be delivered, but not counted as placeholders again.
         request.num_stale_output_tokens = request.num_in_flight_tokens
@@ -398,7 +399,7 @@ class VllmScheduler:
                 request.status = RequestStatus.FINISHED
                 request.block_keys = None  # its content keys are never needed again (and weigh kilobytes)
                 if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
-                    self._free(request)
+                    self.free(request)
                 finished.append(request)
                 stopped_waiting |= status is preempted
             elif speculative and status is running:

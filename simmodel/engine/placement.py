@@ -1,0 +1,88 @@
+"""Placement: which worker of a role a request goes to.
+
+A serving frontend (vLLM's API server behind a load balancer, Dynamo's router) picks one worker of a pool
+for each new request. A ``Router`` makes that choice; the worker then picks the attention-DP rank (the
+trace's ``dp_rank`` hint, else its own round robin, ``Worker.pick_rank``).
+
+Round robin reads nothing of the workers' state, so its choice for the n-th request of a pool is known
+before that request arrives. ``ArrivalRoutes`` uses that: under an open-loop load it tells each worker
+which requests will come to it and when, so that a worker can plan its passes through its own arrivals
+without waiting for the other workers (``traffic.source.WorkerArrivals``). A router that reads the
+workers' state (a KV-aware router) must be asked at the arrival instant, and sets ``reads_state``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simmodel.engine.request import Request
+    from simmodel.engine.worker import Worker
+
+
+class Router(Protocol):
+    """Chooses the worker of a pool that a request goes to."""
+
+    reads_state: bool
+    """Whether a choice reads the workers' state (then it can only be made at the request's arrival)."""
+
+    def pick(self, request: Request | None) -> Worker:
+        """The worker for the next request placed on this pool."""
+        ...
+
+
+class RoundRobin:
+    """Each request to the next worker of the pool in turn, whatever their load (vLLM's and Dynamo's
+    default for a pool of identical replicas)."""
+
+    reads_state = False
+
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+        self._next = 0
+
+    def pick(self, request: Request | None) -> Worker:
+        worker = self.workers[self._next]
+        self._next = (self._next + 1) % len(self.workers)
+        return worker
+
+
+ROUTERS = {"round_robin": RoundRobin}
+"""The routers a pool can be given, by name."""
+
+
+class ArrivalRoutes:
+    """The worker each request of an open-loop load goes to, asked of a router that reads no state, in
+    request order, ahead of the arrivals.
+
+    ``rejected(i)`` says whether request ``i`` is refused before placement (it then takes no turn of the
+    router). Routes are found in chunks as far as they are asked for.
+    """
+
+    CHUNK = 1024
+
+    def __init__(self, router: Router, rejected, limit: int | None) -> None:
+        if router.reads_state:
+            raise ValueError("routes can be known ahead only for a router that reads no state")
+        self.router, self.rejected, self.limit = router, rejected, limit
+        self.index_of = {id(w): k for k, w in enumerate(router.workers)}
+        self._routes = np.zeros(0, dtype=np.int64)
+        """Per request: the index of its worker in the router's pool, or −1 if refused."""
+
+    def worker_index(self, i: int) -> int:
+        """The pool index of request ``i``'s worker (−1: it is refused before placement)."""
+        routes = self._routes
+        while i >= len(routes):
+            lo = len(routes)
+            hi = lo + self.CHUNK if self.limit is None else min(lo + self.CHUNK, self.limit)
+            if hi <= lo:
+                raise IndexError(f"request {i} is past the load's last request")
+            more = np.array([-1 if self.rejected(j) else self.index_of[id(self.router.pick(None))]
+                             for j in range(lo, hi)], dtype=np.int64)
+            routes = self._routes = np.concatenate((routes, more))
+        return int(routes[i])
+
+    def worker(self, i: int) -> Worker:
+        return self.router.workers[self.worker_index(i)]
