@@ -14,16 +14,13 @@ import simpy
 
 from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
+from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import NS_PER_S, to_ns
-from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.limits import RunLimits
 from simmodel.engine.placement import ArrivalRoutes, RoundRobin, Router
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
-from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
-from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
-from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
-from simmodel.engine.vision_encoder import RankVision, image_tokens
+from simmodel.engine.vision_encoder import image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
@@ -186,10 +183,7 @@ def load_trace(scenario: Scenario) -> TraceData | None:
 def serving_context_length(scenario: Scenario) -> int:
     """The longest prompt plus one that every role accepts. vLLM refuses a prompt at ``max_model_len``;
     SGLang one at ``max_req_len = min(context_length, KV tokens) − 1``."""
-    roles = scenario.engine.workers.values()
-    if scenario.engine.backend == "sglang":
-        return min(min(role.context_length, role.num_kv_blocks) - 1 for role in roles)
-    return min(role.context_length for role in roles)
+    return BACKENDS[scenario.engine.backend].max_prompt_tokens(scenario)
 
 
 def check_workload(scenario: Scenario) -> TraceData | None:
@@ -239,7 +233,9 @@ class Simulation:
                                                                        self.images)
         self.frontends: dict[int, Frontend] = {}
         """SGLang: each front worker's frontend stage pools, by worker id."""
-        self.pools: dict[str, list[Worker]] = {name: self._build_pool(role) for name, role in engine.workers.items()}
+        self.backend: Backend = BACKENDS[engine.backend](self)
+        self.pools: dict[str, list[Worker]] = {name: self.backend.build_pool(role, make_timing(role, engine.backend))
+                                               for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
         self.limits = RunLimits(scenario.limits)
         cutoff = scenario.traffic.stop.max_virtual_time_seconds
@@ -254,8 +250,8 @@ class Simulation:
         if engine.mode == "disaggregated":
             assert engine.kv_transfer is not None
             self.transfer = KvTransfer(self.env, engine.kv_transfer, kv_transfer_bytes_per_token(scenario),
-                                       self.pools["prefill"], self.pools["decode"], self._pick_decode, self.recorder,
-                                       destination_first=engine.backend == "sglang")
+                                       self.pools["prefill"], self.pools["decode"], self.pick_decode, self.recorder,
+                                       destination_first=self.backend.destination_first)
         load = scenario.traffic.load
         stream = RequestStream(scenario, trace)
         stream.extra_prompt_tokens = self.image_tokens
@@ -280,7 +276,7 @@ class Simulation:
         a request and queues it on the worker the router names, which is known ahead. Each worker is then
         given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one."""
         router = self.routers.get("aggregated")
-        if engine.mode != "aggregated" or engine.backend != "vllm" or router is None or router.reads_state:
+        if engine.mode != "aggregated" or not self.backend.routes_ahead or router is None or router.reads_state:
             return
         if not self.source.open_loop:
             return
@@ -288,70 +284,6 @@ class Simulation:
         self.source.routed(self.routes)
         for k, worker in enumerate(self.pools["aggregated"]):
             worker.arrivals = WorkerArrivals(self.source, k)
-
-    def _build_pool(self, role: WorkerRole) -> list[Worker]:
-        """``replicas`` workers of ``attention_data`` ranks, each rank with its own scheduler and KV pool."""
-        engine = self.scenario.engine
-        timing = make_timing(role, engine.backend)
-        if engine.backend == "sglang":
-            return self._build_sglang_pool(role, timing)
-        sched_cfg = VllmSchedulerConfig(
-            max_num_seqs=role.scheduler.max_sequences,
-            max_num_batched_tokens=role.scheduler.max_batched_tokens,
-            max_model_len=role.context_length,
-            long_prefill_token_threshold=role.scheduler.long_prefill_token_threshold,
-            enable_chunked_prefill=engine.enable_chunked_prefill,
-            reserve_full_isl=role.scheduler.reserve_full_isl,
-            enable_prefix_caching=role.kv_cache.prefix_caching,
-            async_scheduling=role.scheduler.async_scheduling,
-            num_speculative_tokens=0 if engine.speculation is None else engine.speculation.num_speculative_tokens,
-        )
-        pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
-        workers = []
-        for w in range(role.parallelism.replicas):
-            worker = Worker(self.env, w, timing, role.name, role.scheduler.async_scheduling,
-                            role.scheduler.prefill_schedule_interval, role.scheduler.launch)
-            for r in range(role.parallelism.attention_data):
-                pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
-                scheduler = VllmScheduler(sched_cfg, pool)
-                scheduler.accept = self._acceptance()
-                worker.add_rank(Rank(self.env, worker, r, scheduler, self.recorder))
-            workers.append(worker)
-        return workers
-
-    def _build_sglang_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
-        """SGLang workers: each rank an ``SglangScheduler`` over a page-size-1 radix cache of
-        ``num_kv_blocks`` tokens. The per-pass prefill budget is SGLang's ``chunked_prefill_size`` (8192),
-        or the role's ``max_batched_tokens`` with the host loop or images encoded on the worker."""
-        spec = role.scheduler.sglang
-        assert spec is not None
-        images = getattr(self.scenario.traffic.source, "images", None) is not None
-        on_worker = images and role.name == self.front_role  # images are encoded on the front role
-        chunk = role.scheduler.max_batched_tokens if (role.host_loop or on_worker) else spec.chunked_prefill_size
-        trace_block = getattr(self.scenario.traffic.source, "block_size", 64)
-        cfg = SglangSchedulerConfig(
-            max_running_requests=role.scheduler.max_sequences, chunked_prefill_size=chunk,
-            max_prefill_tokens=spec.max_prefill_tokens, schedule_policy=spec.schedule_policy,
-            schedule_conservativeness=spec.schedule_conservativeness, clip_max_new_tokens=spec.clip_max_new_tokens,
-            attention_data=role.parallelism.attention_data, prefill_decode_interval=spec.prefill_decode_interval,
-            trace_block_size=trace_block, base_new_token_ratio=spec.init_new_token_ratio,
-            min_new_token_ratio_factor=spec.min_new_token_ratio_factor,
-            new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
-            max_req_len=min(role.context_length, role.num_kv_blocks) - 1)
-        workers = []
-        for w in range(role.parallelism.replicas):
-            worker = Worker(self.env, w, timing, role.name, async_scheduling=role.host_loop,
-                            prefill_decode_interval=spec.prefill_decode_interval)
-            for r in range(role.parallelism.attention_data):
-                scheduler = SglangScheduler(cfg, role.num_kv_blocks)
-                worker.add_rank(Rank(self.env, worker, r, scheduler, self.recorder))
-            if self.images is not None and role.name == self.front_role:
-                worker.vision = [RankVision(role.deployment, self.images, role.vision, role.timing.efficiency)
-                                 for _ in worker.ranks]
-            if role.frontend is not None:
-                self.frontends[w] = Frontend(self.env, role.frontend.stages)
-            workers.append(worker)
-        return workers
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = (), keep_events: bool = True,
@@ -367,93 +299,14 @@ class Simulation:
 
     # -- placement -----------------------------------------------------------------------------
 
-    def _next_in(self, role: str) -> Worker:
-        """The worker of a role's pool its router picks for the next request."""
-        return self.routers[role].pick(None)
-
     def _place(self, request: Request, at: int | None = None) -> Rank | None:
-        """Send a new request to a worker, then a rank; disaggregated: its prefill leg to the prefill pool.
-        ``at``: the arrival instant of a request a worker makes ahead of the clock (routed loads only)."""
-        if self.scenario.engine.backend == "sglang":
-            return self._place_sglang(request)
-        if self.transfer is None:
-            request.block_keys = self._block_keys(request, "aggregated")
-            if self.routes is not None:
-                return self.routes.worker(request.request_id).place(request, at)
-            return self._next_in("aggregated").place(request)
-        leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
-                      request.prefill_dp_rank_hint)
-        leg.block_keys = self._block_keys(request, "prefill")
-        request.block_keys = self._block_keys(request, "decode")
-        leg.bootstrap, leg.client = True, request
-        request.prefill_leg = leg
-        leg.on_finish = self._handoff
-        request.kv_transferred = True
-        return self._next_in("prefill").place(leg)
+        """Send a new request to a worker, then a rank (``engine.backends``); ``at``: the arrival instant of a
+        request a worker makes ahead of the clock (routed loads only)."""
+        return self.backend.place(request, at)
 
-    def _place_sglang(self, request: Request) -> Rank | None:
-        """SGLang: the prompt's radix segments (images first); through the front worker's frontend stages
-        when it has some; disaggregated, destination-first (the decode rank reserves the prompt's KV, then
-        the prefill leg is placed)."""
-        i = request.request_id
-        text = self.source.stream.prompt_segments(i, request.num_prompt_tokens - self.image_tokens)
-        if self.images is not None:
-            per = self.image_tokens // self.images.count
-            shared = self.images.identity == "shared"
-            text = [((-4, k) if shared else (-4, i, k), per) for k in range(self.images.count)] + text
-        request.prompt_segments = text
-        front = self._next_in(self.front_role)
-        frontend = self.frontends.get(front.worker_id)
-        if frontend is None:
-            return self._route_sglang(request, front)
-
-        def done() -> None:
-            request.frontend_ns = self.env.now - request.arrived_at
-            self._route_sglang(request, front)
-        frontend.submit(i, done)
-        return None
-
-    def _route_sglang(self, request: Request, front: Worker) -> Rank:
-        if self.transfer is None:
-            return front.place(request)
-        leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
-                      request.prefill_dp_rank_hint)
-        leg.prompt_segments = request.prompt_segments
-        leg.bootstrap, leg.client = True, request
-        request.prefill_leg = leg
-        leg.on_finish = self._handoff
-        request.kv_transferred = True
-        target = self._pick_decode(request)
-
-        self.transfer.expect(target, request, front.place)  # the decode side reserved: the leg may queue
-        target.add_prealloc(request)
-        target.worker.notify()
-        return target
-
-    def _acceptance(self):
-        """Each rank's draft-acceptance model, with its own seeded stream (ranks in build order)."""
-        spec = self.scenario.engine.speculation
-        if spec is None:
-            return None
-        if spec.kind == "mtp":
-            return MeanAcceptance(spec.mean_accepted)
-        self._num_spec_ranks = getattr(self, "_num_spec_ranks", 0) + 1
-        seed = np.random.SeedSequence([spec.seed, self._num_spec_ranks])
-        return ConditionalAcceptance(spec.acceptance_rates, np.random.default_rng(seed))
-
-    def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
-        kv = self.scenario.engine.workers[role].kv_cache
-        if not kv.prefix_caching:
-            return None
-        return BlockKeys(self.source.stream.block_content(request.request_id, request.num_prompt_tokens,
-                                                          kv.block_size))
-
-    def _handoff(self, leg: Request) -> None:
-        assert self.transfer is not None
-        self.transfer.prefill_done(self.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
-
-    def _pick_decode(self, request: Request) -> Rank:
-        return self._next_in("decode").pick_rank(request.dp_rank_hint)
+    def pick_decode(self, request: Request) -> Rank:
+        """The decode rank a prefilled request goes to: the decode pool's router, then the worker's rank."""
+        return self.routers["decode"].pick(request).pick_rank(request.dp_rank_hint)
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -629,8 +482,7 @@ class Simulation:
         if disaggregated:
             assert self.transfer is not None
             summary["num_kv_transfers"] = self.transfer.num_transfers
-        if self.scenario.engine.backend == "sglang":
-            summary["num_retractions"] = sum(rank.scheduler.num_retractions for w in self.workers for rank in w.ranks)
+        summary.update(self.backend.summary())
         if self.frontends:
             spec = self.scenario.engine.workers[self.front_role].frontend
             assert spec is not None

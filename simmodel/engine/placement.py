@@ -86,3 +86,17 @@ class ArrivalRoutes:
 
     def worker(self, i: int) -> Worker:
         return self.router.workers[self.worker_index(i)]
+
+
+def prefill_leg(request: Request, on_finish) -> Request:
+    """Disaggregated serving: the prefill pool's part of ``request``, a one-token request whose finish
+    (``on_finish``) hands its KV to the decode side. The request then only waits for that KV."""
+    from simmodel.engine.request import Request
+
+    leg = Request(request.request_id, request.arrived_at, request.num_prompt_tokens, 1,
+                  request.prefill_dp_rank_hint)
+    leg.bootstrap, leg.client = True, request
+    request.prefill_leg = leg
+    leg.on_finish = on_finish
+    request.kv_transferred = True
+    return leg

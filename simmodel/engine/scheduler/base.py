@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from simmodel.engine.request import Request
 
@@ -38,14 +38,62 @@ class SchedulerOutput:
 
 
 class Scheduler(Protocol):
-    """Plain-Python scheduling policy of one rank; no time passes inside it."""
+    """Plain-Python scheduling policy of one rank, as the rank and the pass planner drive it; no time passes
+    inside it. Every KV block it holds is in ``pool``."""
 
     running: list[Request]
+    """Requests with KV on the rank, in the order the engine schedules them."""
+    waiting: Any
+    """Requests queued for admission (a deque), first in line first."""
+    pool: Any
+    """The rank's KV pool (``kv_cache.BlockPool``, ``PrefixCachingBlockPool`` or SGLang's radix cache)."""
 
-    def add_request(self, request: Request) -> None: ...
+    def add_request(self, request: Request) -> None:
+        """Queue a new request."""
+        ...
 
-    def has_requests(self) -> bool: ...
+    def has_requests(self) -> bool:
+        """Whether any request is running or queued here."""
+        ...
 
-    def schedule(self) -> SchedulerOutput: ...
+    def schedule(self, arrived_before: int | None = None, throttle_prefills: bool = False) -> SchedulerOutput:
+        """Plan the next pass: the requests that run and their new tokens. ``arrived_before``: requests
+        arriving at or after it are not read yet (async engines); ``throttle_prefills``: this pass may not
+        start new prefills (vLLM's prefill schedule interval, SGLang's prefill/decode interval)."""
+        ...
 
-    def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]: ...
+    def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:
+        """Apply a pass's outcome; returns the requests that sampled a token and those that finished."""
+        ...
+
+    def add_handoff(self, request: Request) -> None:
+        """P/D decode side: a request whose prompt KV has arrived joins the next pass."""
+        ...
+
+    def release(self, request: Request) -> None:
+        """P/D prefill side: free the KV a finished prefill leg held for its transfer."""
+        ...
+
+
+class PullHandoffs(Protocol):
+    """P/D handoffs where the decode side reserves a prompt's KV when its transfer starts (vLLM, NIXL)."""
+
+    def add_remote(self, request: Request) -> None:
+        """A request prefilled elsewhere waits here until ``schedule()`` reserves its KV blocks."""
+        ...
+
+
+class DestinationFirstHandoffs(Protocol):
+    """P/D handoffs where the decode rank reserves a prompt's KV before its prefill starts (SGLang)."""
+
+    def add_prealloc(self, request: Request) -> None:
+        """Reserve the KV of a prompt about to be prefilled elsewhere."""
+        ...
+
+    def drop_handoff(self, request: Request) -> None:
+        """A one-token request is done once its KV arrives: drop its reservation."""
+        ...
+
+    def decodes(self, request: Request) -> bool:
+        """Whether the request has tokens to decode here once its KV arrives."""
+        ...

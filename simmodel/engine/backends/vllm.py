@@ -1,0 +1,104 @@
+"""vLLM: each rank a v1 ``VllmScheduler`` over a paged KV block pool (with prefix caching, or counted blocks)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
+from simmodel.engine.placement import prefill_leg
+from simmodel.engine.rank import Rank
+from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
+from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
+from simmodel.engine.worker import Worker
+
+if TYPE_CHECKING:
+    from simmodel.config.schema import Scenario, WorkerRole
+    from simmodel.engine.request import Request
+    from simmodel.perf.timing import PassTiming
+    from simmodel.sim import Simulation
+
+
+class VllmBackend:
+    """vLLM's engine: a request goes straight from the API server to its worker's scheduler; disaggregated,
+    its prefill leg goes to the prefill pool and its KV is reserved on the decode side when the transfer
+    starts (NIXL's pull)."""
+
+    destination_first = False
+    routes_ahead = True
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self._num_spec_ranks = 0
+
+    @staticmethod
+    def max_prompt_tokens(scenario: Scenario) -> int:
+        """vLLM refuses a prompt at ``max_model_len``."""
+        return min(role.context_length for role in scenario.engine.workers.values())
+
+    def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
+        engine, sim = self.sim.scenario.engine, self.sim
+        sched_cfg = VllmSchedulerConfig(
+            max_num_seqs=role.scheduler.max_sequences,
+            max_num_batched_tokens=role.scheduler.max_batched_tokens,
+            max_model_len=role.context_length,
+            long_prefill_token_threshold=role.scheduler.long_prefill_token_threshold,
+            enable_chunked_prefill=engine.enable_chunked_prefill,
+            reserve_full_isl=role.scheduler.reserve_full_isl,
+            enable_prefix_caching=role.kv_cache.prefix_caching,
+            async_scheduling=role.scheduler.async_scheduling,
+            num_speculative_tokens=0 if engine.speculation is None else engine.speculation.num_speculative_tokens,
+        )
+        pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
+        workers = []
+        for w in range(role.parallelism.replicas):
+            worker = Worker(sim.env, w, timing, role.name, role.scheduler.async_scheduling,
+                            role.scheduler.prefill_schedule_interval, role.scheduler.launch)
+            for r in range(role.parallelism.attention_data):
+                pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
+                scheduler = VllmScheduler(sched_cfg, pool)
+                scheduler.accept = self._acceptance()
+                worker.add_rank(Rank(sim.env, worker, r, scheduler, sim.recorder))
+            workers.append(worker)
+        return workers
+
+    def _acceptance(self):
+        """Each rank's draft-acceptance model, with its own seeded stream (ranks in build order)."""
+        spec = self.sim.scenario.engine.speculation
+        if spec is None:
+            return None
+        if spec.kind == "mtp":
+            return MeanAcceptance(spec.mean_accepted)
+        self._num_spec_ranks += 1
+        seed = np.random.SeedSequence([spec.seed, self._num_spec_ranks])
+        return ConditionalAcceptance(spec.acceptance_rates, np.random.default_rng(seed))
+
+    def place(self, request: Request, at: int | None) -> Rank:
+        """To the worker its router (or the routes known ahead) names; disaggregated, its prefill leg to the
+        prefill pool, which hands it off when it finishes."""
+        sim = self.sim
+        if sim.transfer is None:
+            request.block_keys = self._block_keys(request, "aggregated")
+            if sim.routes is not None:
+                return sim.routes.worker(request.request_id).place(request, at)
+            return sim.routers["aggregated"].pick(request).place(request)
+        leg = prefill_leg(request, self._handoff)
+        leg.block_keys = self._block_keys(request, "prefill")
+        request.block_keys = self._block_keys(request, "decode")
+        return sim.routers["prefill"].pick(leg).place(leg)
+
+    def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
+        kv = self.sim.scenario.engine.workers[role].kv_cache
+        if not kv.prefix_caching:
+            return None
+        return BlockKeys(self.sim.source.stream.block_content(request.request_id, request.num_prompt_tokens,
+                                                              kv.block_size))
+
+    def _handoff(self, leg: Request) -> None:
+        sim = self.sim
+        assert sim.transfer is not None
+        sim.transfer.prefill_done(sim.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
+
+    def summary(self) -> dict:
+        return {}
