@@ -14,10 +14,12 @@ from typing import Any
 
 import yaml
 
-from simmodel.calibrate.params import identity_of
+from simmodel.config.calibration import identity_of
+from simmodel.config.catalog import resolve_trace_path
 from simmodel.config.domains import reject_search
 from simmodel.config.schema import (
     DEFAULT_ATTAINMENT,
+    TRACE_FORMATS,
     CapacitySpec,
     Engine,
     FrontendSpec,
@@ -48,16 +50,13 @@ from simmodel.config.schema import (
     WorkerRole,
 )
 from simmodel.config.yaml_safe import problem_line, safe_load
-from simmodel.engine.kv_cache import cdiv
 from simmodel.errors import ScenarioError
 from simmodel.frontend.stages import StageSpec
-from simmodel.perf.capacity import default_kv_blocks
+from simmodel.perf.capacity import cdiv, default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
 from simmodel.perf.hardware import HARDWARE, HardwareSpec
 from simmodel.perf.models import MODELS, ModelSpec
 from simmodel.perf.roofline import Efficiency, HostOverhead
-from simmodel.traffic.catalog import resolve_trace_path
-from simmodel.traffic.traces import FORMATS
 
 _MISSING = object()
 # Bounds that keep every count and every simulated time (integer nanoseconds) well inside int64.
@@ -348,7 +347,7 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
         raise ScenarioError(f"engine.model: {role.deployment.model.model_id} has no vision tower in the registry; "
                             f"images need a vision-language model such as Qwen/Qwen3-VL-8B-Instruct")
     if images is not None:
-        from simmodel.engine.vision_encoder import image_tokens
+        from simmodel.perf.vision import image_tokens
 
         try:
             tokens = image_tokens(role.deployment, images)
@@ -465,8 +464,8 @@ def _stages(ld: _Node) -> tuple[LoadStage, ...]:
 
 def _imported(node: _Node, base_dir: Path) -> Traffic:
     """``source: {type: import, tool, path}``: the workload a benchmark tool's own file describes
-    (``simmodel.traffic.importers``); it sets the load and stop too."""
-    from simmodel.traffic.importers import TOOLS, import_workload
+    (``simmodel.config.importers``); it sets the load and stop too."""
+    from simmodel.config.importers import TOOLS, import_workload
 
     src = node.node("source")
     src.choice("type", ("import",))
@@ -533,7 +532,7 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
             path = resolve_trace_path(raw_path, base_dir)
         except ScenarioError as exc:
             raise ScenarioError(f"{src.at('path')}: {exc}") from None
-        fmt = src.choice("format", FORMATS)
+        fmt = src.choice("format", TRACE_FORMATS)
         hash_block = src.int("block_size", 512)
         if fmt != "mooncake" and src.raw("block_size", None) is not None:
             raise ScenarioError(f"{src.at('block_size')}: only mooncake traces carry hash_ids")
@@ -1096,7 +1095,7 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                                 _fraction(node, "link_efficiency", eff.link))
         calibration, transfer, host_assumed = None, node.bool("allow_transfer", False), True
         if node.raw("calibration", None) is not None:
-            from simmodel.calibrate.params import HOST, apply, read_calibration, timing_fields
+            from simmodel.config.calibration import HOST, apply, read_calibration, timing_fields
 
             raw = node.raw("calibration")
             if not isinstance(raw, str) or not raw:
@@ -1130,7 +1129,7 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
 def _check_calibration(node: _Node, timing: TimingSpec, identity: dict) -> TimingSpec:
     """A calibration applies to the roles and deployments it was fitted on; elsewhere only with
     ``allow_transfer`` (then marked transferred)."""
-    from simmodel.calibrate.params import describe, read_calibration
+    from simmodel.config.calibration import describe, read_calibration
 
     cal = read_calibration(timing.calibration, node.at("timing.calibration"))
     if cal.matches(identity):
