@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simmodel.config.files import read_text_file
 from simmodel.config.importers import aiperf, guidellm, inference_perf, vllm_bench
 from simmodel.config.importers.common import arguments, parse_flags
-from simmodel.config.load import read_text_file
 from simmodel.errors import ScenarioError
 
 __all__ = ["TOOLS", "import_workload", "parse_flags"]
