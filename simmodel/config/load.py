@@ -6,15 +6,17 @@ integer, got 0")``: the dotted path of the field, then the rule.
 This module ties the parts together; each part of a scenario has its own parser in ``simmodel.config``:
 
     files.py        the file → a mapping: bounded reads, safe YAML, ``--set PATH=VALUE`` overrides
-    node.py         the node reader every parser uses (typed fields, unknown fields refused); bounds.py its ceilings
-    traffic.py      ``traffic``: source, load, stop (and workloads imported from benchmark tools, importers/)
+    node.py         the node reader every parser uses (typed fields, unknown fields refused); bounds.py: ceilings
+    traffic.py      ``traffic``: source, load, stop; importers/ (a benchmark tool's workload file), catalog.py
+                    (the ``builtin:`` traces a path may name)
     engine.py       ``engine``: mode, model, backend, speculation, KV transfer, deployment-wide bounds
     registries.py   ``engine.model`` and ``engine.hardware``: a registry id or a local file
     workers.py      ``engine.workers.<role>``: parallelism, KV cache and its capacity, the role's rules
-    schedulers.py   ``…scheduler``: vLLM's and SGLang's scheduler knobs
+    schedulers.py   ``….scheduler``: vLLM's and SGLang's scheduler knobs
     sglang_host.py  an SGLang worker's host loop, frontend, host profile, vision; the rules joining them to images
-    timing.py       ``…timing``, and the calibration files it may use (calibration.py)
-    limits.py       ``limits``;  evaluation.py: ``evaluation.sla``
+    timing.py       ``….timing``; calibration.py: the calibration file it may name
+    limits.py       ``limits``; evaluation.py: ``evaluation.sla``
+    schema.py       the frozen dataclasses all of these build; domains.py: search domains, refused here
 """
 
 from __future__ import annotations
