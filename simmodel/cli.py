@@ -545,7 +545,7 @@ def traces() -> None:
 @traces.command("list")
 def traces_list() -> None:
     """One line per trace: name, size, licence, where it comes from."""
-    from simmodel.traffic.catalog import BUILTIN, BUILTIN_PREFIX, FETCHABLE
+    from simmodel.config.catalog import BUILTIN, BUILTIN_PREFIX, FETCHABLE
 
     rows = [(BUILTIN_PREFIX + t.name, t) for t in BUILTIN.values()] + [(t.name, t) for t in FETCHABLE.values()]
     width = max(len(name) for name, _ in rows)

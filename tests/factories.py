@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from simmodel.config.catalog import BUILTIN_PREFIX, resolve_trace_path
 from simmodel.config.load import parse_scenario
 from simmodel.sim import Results, Simulation
-from simmodel.traffic.catalog import BUILTIN_PREFIX, resolve_trace_path
 
 
 def builtin_trace(name: str) -> Path:

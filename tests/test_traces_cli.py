@@ -21,8 +21,8 @@ import yaml
 from factories import builtin_trace, make_scenario
 
 from simmodel.cli import download_bar
+from simmodel.config.catalog import BUILTIN, FETCHABLE
 from simmodel.paths import current_umask
-from simmodel.traffic.catalog import BUILTIN, FETCHABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CODE = builtin_trace("azure/code_2023.csv")

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simmodel.calibrate.params import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
+from simmodel.config.calibration import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError
 from simmodel.paths import current_umask, is_file

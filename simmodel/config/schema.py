@@ -27,6 +27,15 @@ class LengthSpec:
     weights: tuple[float, ...] | None = None
 
 
+def smallest_length(spec: LengthSpec) -> int:
+    """The least length the spec can produce."""
+    if spec.distribution == "fixed":
+        return spec.value
+    if spec.distribution == "choice":
+        return min(v for v, w in zip(spec.values, spec.weights or [1] * len(spec.values)) if w > 0)
+    return spec.min
+
+
 @dataclass(frozen=True, slots=True)
 class SharedPrefix:
     """Synthetic prompts whose first ``tokens`` tokens are the same within each of ``groups`` groups
@@ -63,8 +72,6 @@ class SharedPrefixSource:
     @property
     def input_tokens(self) -> LengthSpec:
         """The least a prompt can be, for the context-length checks: both parts at their smallest."""
-        from simmodel.traffic.lengths import smallest_length
-
         return LengthSpec("fixed", value=smallest_length(self.system_prompt_tokens)
                           + smallest_length(self.question_tokens))
 
@@ -91,6 +98,10 @@ class SessionsSource:
     @property
     def output_tokens(self) -> LengthSpec:
         return self.output_tokens_per_turn
+
+
+TRACE_FORMATS = ("mooncake", "azure", "csv")
+"""The trace file formats ``traffic.source.format`` names; ``simmodel.traffic.traces`` reads each."""
 
 
 @dataclass(frozen=True, slots=True)

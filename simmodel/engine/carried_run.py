@@ -33,10 +33,10 @@ import numpy as np
 
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
+from simmodel.engine.recorder import Event as EventRow
+from simmodel.engine.recorder import EventKind
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
-from simmodel.metrics.records import Event as EventRow
-from simmodel.metrics.records import EventKind
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
 
 if TYPE_CHECKING:

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.recorder import PASS_INT_FIELDS, EventKind
+from simmodel.engine.recorder import Event as EventRow
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.engine.scheduler.vllm import VllmScheduler
-from simmodel.metrics.records import Event as EventRow
-from simmodel.metrics.records import EventKind, PassLog
 from simmodel.perf.timing import (
     CONTEXT_TOKENS,
     NEW_TOKENS,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
-_TOKENS, _PREFILL_TOKENS, _PREFILL_SEQS, _DECODES = (PassLog.INT_FIELDS.index(name) for name in (
+_TOKENS, _PREFILL_TOKENS, _PREFILL_SEQS, _DECODES = (PASS_INT_FIELDS.index(name) for name in (
     "num_scheduled_tokens", "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs"))
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")

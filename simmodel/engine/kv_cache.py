@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division for non-negative integers."""
-    return -(-a // b)
+from simmodel.perf.capacity import cdiv as cdiv  # re-exported: the schedulers count blocks with it
 
 
 class BlockPool:

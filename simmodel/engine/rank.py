@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from simmodel.engine.recorder import EventKind, PassRecord, Recorder
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import Scheduler, SchedulerOutput
-from simmodel.metrics.records import EventKind, PassRecord, Recorder
 
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker

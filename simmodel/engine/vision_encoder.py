@@ -17,15 +17,9 @@ from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.roofline import Efficiency
 from simmodel.perf.vision import embedding_bytes, encode_seconds, image_patches, visual_tokens
+from simmodel.perf.vision import image_tokens as image_tokens  # re-exported: it lives with the image processor
 
 MIB = 1 << 20
-
-
-def image_tokens(deployment: Deployment, images: ImageSpec) -> int:
-    """Prompt tokens the images of one request add."""
-    tower = deployment.model.vision
-    assert tower is not None
-    return int(visual_tokens(tower, images.height, images.width)) * images.count
 
 
 class RankVision:

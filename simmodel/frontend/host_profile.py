@@ -34,7 +34,7 @@ from simmodel.errors import ScenarioError
 from simmodel.frontend.stages import StageSpec
 
 MAX_ROWS_LISTED = 6
-# The bounds of a scenario's own frontend stages (config.load): simulated nanoseconds stay integers.
+# The bounds of a scenario's own frontend stages (config.sglang_host._frontend): simulated nanoseconds stay integers.
 MAX_WORKERS, MAX_SERVICE_MS, MAX_SCALE = 100_000, 1e9, 1e6
 
 

@@ -1,68 +1,14 @@
-"""Append-only rows written while the simulation runs; no pandas here (the engine imports this)."""
+"""The recorder a simulation runs with: the event rows (or their sink), the pass log as columns, and the
+inter-token intervals. It is the engine's ``Recorder`` (``simmodel.engine.recorder``, whose rows it
+re-exports for the readers of the results); no pandas here (it is imported while the simulation runs)."""
 
 from __future__ import annotations
 
 from array import array
-from enum import IntEnum
-from typing import NamedTuple
 
 import numpy as np
 
-
-class EventKind(IntEnum):
-    """Request lifecycle milestones and pass boundaries, in the event log's ``kind`` column."""
-
-    ARRIVAL = 0
-    PLACEMENT = 1
-    REJECTION = 2
-    ADMISSION = 3
-    PREEMPTION = 4
-    RESUME = 5
-    FIRST_TOKEN = 6
-    FINISH = 7
-    PASS_BEGIN = 8
-    PASS_END = 9
-    PREFILL_DONE = 10
-    TRANSFER_START = 11
-    TRANSFER_END = 12
-    SOURCE_RELEASED = 13
-
-
-class Event(NamedTuple):
-    """One row of the event log. ``request_id`` is -1 on pass rows; ``num_tokens`` is the tokens the
-    event concerns (prompt at arrival, scheduled chunk at admission/resume, output at finish,
-    scheduled tokens of the rank's pass). ``pass_index`` is the rank's pass a ``pass_begin`` or
-    ``pass_end`` row belongs to (``PassRecord.pass_index``: a begin and its end share it), -1 on other rows."""
-
-    time_ns: int
-    kind: EventKind
-    worker: int
-    dp_rank: int
-    request_id: int
-    num_tokens: int
-    role: str
-    pass_index: int = -1
-
-
-class PassRecord(NamedTuple):
-    """One rank's share of one worker pass."""
-
-    role: str
-    worker: int
-    dp_rank: int
-    pass_index: int
-    start_ns: int
-    end_ns: int
-    num_scheduled_tokens: int
-    num_prefill_tokens: int
-    num_prefill_seqs: int
-    num_decode_seqs: int
-    num_sampled: int
-    kv_blocks_used: int
-    num_preempted: int
-    rank_busy_ns: int
-    provenance: str
-    """Where the pass time came from, labels joined by "+" (e.g. ``extrapolated:roofline+assumed-host``)."""
+from simmodel.engine.recorder import PASS_INT_FIELDS, Event, EventKind, PassRecord
 
 
 class PassLog:
@@ -76,7 +22,7 @@ class PassLog:
     summary needs only the latest pass end, kept as rows come).
     """
 
-    INT_FIELDS = tuple(f for f in PassRecord._fields if f not in ("role", "provenance"))
+    INT_FIELDS = PASS_INT_FIELDS
 
     def __init__(self) -> None:
         self.role: list[str] = []

@@ -14,6 +14,11 @@ from simmodel.perf.deployment import Deployment
 ACTIVATION_RESERVE_BYTES = 1 << 30
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for non-negative integers."""
+    return -(-a // b)
+
+
 def free_kv_bytes_per_gpu(deployment: Deployment, memory_fraction: float) -> float:
     return (deployment.hardware.memory_bytes * memory_fraction - deployment.weight_bytes_per_gpu
             - ACTIVATION_RESERVE_BYTES)

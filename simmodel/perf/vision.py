@@ -28,7 +28,7 @@ each GPU moves over the link (``roofline._link``: NVLink inside a node, the NIC 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -36,8 +36,12 @@ from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import VisionTower
 from simmodel.perf.roofline import LINEAR_ACTIVATION_PASSES, Efficiency, _link
 
-__all__ = ["VisionTower", "embedding_bytes", "encode_seconds", "image_grid", "image_patches", "smart_resize",
-           "tower_parameters", "tower_weight_bytes", "visual_tokens"]
+if TYPE_CHECKING:
+    from simmodel.config.schema import ImageSpec
+    from simmodel.perf.deployment import Deployment
+
+__all__ = ["VisionTower", "embedding_bytes", "encode_seconds", "image_grid", "image_patches", "image_tokens",
+           "smart_resize", "tower_parameters", "tower_weight_bytes", "visual_tokens"]
 
 EncoderParallel = Literal["tp", "dp"]
 MAX_ASPECT_RATIO = 200  # transformers' smart_resize refuses longer sides beyond 200:1
@@ -92,6 +96,13 @@ def visual_tokens(tower: VisionTower, height: np.ndarray | int, width: np.ndarra
     """LLM tokens each image becomes: its patches / spatial_merge_size². An int for scalar sides."""
     rows, cols = image_grid(tower, height, width)
     return _like(rows * cols // tower.spatial_merge_size**2, height, width)
+
+
+def image_tokens(deployment: Deployment, images: ImageSpec) -> int:
+    """Prompt tokens the images of one request add."""
+    tower = deployment.model.vision
+    assert tower is not None
+    return int(visual_tokens(tower, images.height, images.width)) * images.count
 
 
 def _like(values: np.ndarray, height: np.ndarray | int, width: np.ndarray | int) -> np.ndarray | int:

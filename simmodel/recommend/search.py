@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from simmodel.config.catalog import is_builtin
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.config.schema import Sla
@@ -22,7 +23,6 @@ from simmodel.perf.models import MODELS
 from simmodel.recommend.executor import LocalExecutor
 from simmodel.recommend.space import MAX_GRID, Candidate, SearchSpace, expand
 from simmodel.recommend.spec import SearchSpec, parse_search
-from simmodel.traffic.catalog import is_builtin
 
 TIE = 1e-9
 """Relative difference under which two objective values are the same."""

@@ -13,9 +13,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from simmodel.config.catalog import FETCHABLE, PublicTrace
 from simmodel.errors import ScenarioError
 from simmodel.paths import current_umask
-from simmodel.traffic.catalog import FETCHABLE, PublicTrace
 
 BASE_URL_VARIABLE = "SIMMODEL_TRACES_BASE_URL"
 """Environment variable: fetch ``<base>/<file name>`` instead of the upstream URL (a mirror, or a test's

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from simmodel.config.schema import LengthSpec
+from simmodel.config.schema import smallest_length as smallest_length  # re-exported: it lives with LengthSpec
 
 
 def sample_lengths(spec: LengthSpec, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -26,12 +27,3 @@ def sample_lengths(spec: LengthSpec, rng: np.random.Generator, n: int) -> np.nda
         raw = rng.lognormal(math.log(spec.mean) - sigma2 / 2, math.sqrt(sigma2), size=n)
     high = spec.max if spec.max is not None else np.iinfo(np.int64).max // 4
     return np.clip(np.rint(raw), spec.min, high).astype(np.int64)
-
-
-def smallest_length(spec: LengthSpec) -> int:
-    """The least length the spec can produce."""
-    if spec.distribution == "fixed":
-        return spec.value
-    if spec.distribution == "choice":
-        return min(v for v, w in zip(spec.values, spec.weights or [1] * len(spec.values)) if w > 0)
-    return spec.min

@@ -20,7 +20,6 @@ from simmodel.paths import is_file
 if TYPE_CHECKING:
     import pandas as pd
 
-FORMATS = ("mooncake", "azure", "csv")
 MAX_ABS_VALUE = 1e18
 """The largest magnitude a trace's number may have before its own rule (arrivals spanning 1e9 s, lengths
 of 1e9 tokens) judges it: within int64 and far from float64's overflow."""
@@ -47,7 +46,7 @@ class TraceData:
 
 
 def read_trace(path: Path, fmt: str, *, require_monotone: bool) -> TraceData:
-    """Read and validate a trace file of format ``fmt`` (one of ``FORMATS``)."""
+    """Read and validate a trace file of format ``fmt`` (one of ``simmodel.config.schema.TRACE_FORMATS``)."""
     if not is_file(path):
         raise ScenarioError(f"{path}: trace file not found")
     reader = {"mooncake": _read_mooncake, "azure": _read_azure, "csv": _read_csv}[fmt]

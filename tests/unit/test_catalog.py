@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import simmodel
+from simmodel.config.catalog import BUILTIN, FETCHABLE, builtin_path, resolve_trace_path
 from simmodel.errors import ScenarioError
 from simmodel.recommend.search import runnable
-from simmodel.traffic.catalog import BUILTIN, FETCHABLE, builtin_path, resolve_trace_path
 
 SHIPPED = Path(simmodel.__file__).resolve().parent / "data" / "traces"
 

@@ -9,11 +9,11 @@ import pytest
 import yaml
 from factories import make_scenario, scenario_error
 
-from simmodel.calibrate.params import read_calibration
+from simmodel.config.calibration import read_calibration
+from simmodel.config.importers.common import arguments
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
 from simmodel.config.yaml_safe import safe_load
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers.common import arguments
 
 AGG = "engine.workers.aggregated"
 RULE = "(replicas × tensor × pipeline × attention_data × prefill_context, summed over the roles)"

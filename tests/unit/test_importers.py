@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from factories import make_scenario, run_scenario
 
+from simmodel.config.importers import import_workload
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers import import_workload
 
 
 def write(path: Path, text: str) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from simmodel.config.importers.common import norm, number, parse_flags, warn_rest
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers.common import norm, number, parse_flags, warn_rest
 
 
 def build(args: dict, warnings: list[str]) -> dict:

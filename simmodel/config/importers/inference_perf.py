@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from simmodel.config.importers.common import uniform, warn_rest
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers.common import uniform, warn_rest
 
 
 def _iperf_length(spec, name: str, warnings: list[str], defaults=(10, 1024, 512, 200)):

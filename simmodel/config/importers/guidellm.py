@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from simmodel.config.importers.common import norm, uniform, warn_rest
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers.common import norm, uniform, warn_rest
 
 
 def _guidellm_data(data, warnings: list[str]) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from simmodel.config.files import read_text_file
 from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
 from simmodel.perf.roofline import Efficiency, HostOverhead
@@ -80,8 +81,6 @@ class Calibration:
 
 def read_calibration(path: Path, at: str) -> Calibration:
     """Read and check a calibration file; ``at`` names the scenario field in errors."""
-    from simmodel.config.load import read_text_file
-
     text = read_text_file(path, at)
     try:
         data = safe_load(text)

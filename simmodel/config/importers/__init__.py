@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simmodel.config.load import read_text_file
+from simmodel.config.files import read_text_file
+from simmodel.config.importers import aiperf, guidellm, inference_perf, vllm_bench
+from simmodel.config.importers.common import arguments, parse_flags
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers import aiperf, guidellm, inference_perf, vllm_bench
-from simmodel.traffic.importers.common import arguments, parse_flags
 
 __all__ = ["TOOLS", "import_workload", "parse_flags"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from simmodel.config.importers.common import norm, number, uniform, warn_rest
 from simmodel.errors import ScenarioError
-from simmodel.traffic.importers.common import norm, number, uniform, warn_rest
 
 _VLLM_SILENT = {
     "backend", "endpoint_type", "base_url", "host", "port", "endpoint", "model", "served_model_name", "tokenizer",

@@ -1,0 +1,140 @@
+"""``engine``: what serves the traffic. The mode (aggregated, or disaggregated prefill and decode), model,
+hardware, backend, context length, seed and speculative decoding shared by every worker; one worker
+role per mode (``simmodel.config.workers``); the P→D KV transfer; and the bounds on the whole
+deployment (GPUs, prefix-caching KV blocks) summed over its roles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simmodel.config.bounds import MAX_CACHED_BLOCKS, MAX_GPUS
+from simmodel.config.node import _Node
+from simmodel.config.registries import _hardware, _model, _role_hardware
+from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, WorkerRole
+from simmodel.config.workers import _context_length, _worker
+from simmodel.errors import ScenarioError
+from simmodel.perf.deployment import DTYPE_BYTES
+
+
+def _engine(node: _Node, base_dir: Path) -> Engine:
+    mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
+    model_id, model = _model(node, base_dir)
+    hardware_id, hardware = _hardware(node, base_dir)
+    backend = node.choice("backend", ("vllm", "sglang"), "vllm")
+    dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
+    context_length = _context_length(node, model, model.max_position_embeddings)
+    chunked = node.bool("enable_chunked_prefill", True)
+    if backend == "sglang" and not chunked:
+        raise ScenarioError(f"{node.at('enable_chunked_prefill')}: SGLang always chunks long prompts "
+                            f"(chunked_prefill_size); false is only accepted with backend vllm")
+    seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
+    speculation = _speculation(node, seed)
+    if backend == "sglang" and speculation is not None:
+        key = "speculation" if speculation.kind == "ngram" else "nextn"
+        raise ScenarioError(f"{node.at(key)}: speculative decoding is not yet modeled for backend sglang")
+    workers = node.node("workers", required=True)
+    names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
+    roles = {}
+    for name in names:
+        role_node = workers.node(name, required=True)
+        role_hardware = hardware
+        if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
+            role_hardware = _role_hardware(role_node, base_dir)
+        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
+                              backend, mode, base_dir)
+    _check_gpu_count(workers, roles)
+    if backend == "vllm":
+        _check_cached_blocks(workers, roles)
+    workers.done()
+    if backend == "sglang" and mode == "disaggregated":
+        dec = roles["decode"]
+        longest = min(role.context_length for role in roles.values()) - 1
+        if dec.num_kv_blocks < longest + 512:
+            raise ScenarioError(f"engine.workers.decode.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
+                                f"KV plus 512 tokens for its decoding (SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs "
+                                f"at least {longest + 512} tokens for a {longest}-token prompt; it has "
+                                f"{dec.num_kv_blocks}")
+    if mode == "aggregated" and node.has("kv_transfer"):
+        raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
+    transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
+    node.done()
+    return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
+                  dtype, transfer, speculation)
+
+
+def _deployment_total(roles: dict[str, WorkerRole], count) -> tuple[int, str]:
+    """``count`` summed over the roles, and the role that holds the most (the one a message names)."""
+    counts = {name: count(role) for name, role in roles.items()}
+    return sum(counts.values()), max(counts, key=counts.__getitem__)
+
+
+def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:
+    """The deployment's GPUs (every role's replicas × GPUs per worker) are at most ``MAX_GPUS``; the
+    message names the replicas of the role with the most GPUs, the knob that multiplies them."""
+    total, largest = _deployment_total(roles, lambda role: role.parallelism.gpu_count)
+    if total <= MAX_GPUS:
+        return
+    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment would use {total:,} GPUs; "
+                        f"at most {MAX_GPUS:,} (replicas × tensor × pipeline × attention_data × prefill_context, "
+                        f"summed over the roles)")
+
+
+def _check_cached_blocks(workers: _Node, roles: dict[str, WorkerRole]) -> None:
+    """The deployment's prefix-caching KV blocks (replicas × attention_data × blocks per rank, summed over
+    the roles that cache) are at most ``MAX_CACHED_BLOCKS``: a run that would hold more is refused here
+    instead of running out of memory."""
+    def blocks(role: WorkerRole) -> int:
+        p = role.parallelism
+        return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
+
+    total, largest = _deployment_total(roles, blocks)
+    if total <= MAX_CACHED_BLOCKS:
+        return
+    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
+                        f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel keeps "
+                        f"each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} (about "
+                        f"10 GB): fewer replicas, a smaller kv_cache.capacity or a larger kv_cache.block_size")
+
+
+def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:
+    """``engine.speculation`` (n-gram drafts) or ``engine.nextn`` / ``nextn_accepted`` (MTP/EAGLE heads)."""
+    if node.raw("speculation", None) is not None and node.raw("nextn", None) is not None:
+        raise ScenarioError(f"{node.at('nextn')}: cannot be combined with engine.speculation (one drafter at a time)")
+    if node.raw("speculation", None) is not None:
+        sp = node.node("speculation")
+        sp.choice("kind", ("ngram",))
+        k = sp.int("num_speculative_tokens")
+        if k > 5:
+            raise ScenarioError(f"{sp.at('num_speculative_tokens')}: must be from 1 to 5, got {k}")
+        rates = sp.raw("acceptance_rates")
+        if (not isinstance(rates, list) or len(rates) != k or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in rates)):
+            raise ScenarioError(f"{sp.at('acceptance_rates')}: must be {k} numbers from 0 to 1 (draft i's chance "
+                                f"of acceptance given drafts before it were accepted)")
+        spec = SpeculationSpec("ngram", k, tuple(float(x) for x in rates), seed=sp.int("seed", seed, minimum=0, maximum=2**32 - 1))
+        sp.done()
+        return spec
+    if node.raw("nextn", None) is None:
+        if node.raw("nextn_accepted", None) is not None:
+            raise ScenarioError(f"{node.at('nextn_accepted')}: needs engine.nextn")
+        return None
+    k = node.int("nextn")
+    if k > 5:
+        raise ScenarioError(f"{node.at('nextn')}: must be from 1 to 5, got {k}")
+    mean = node.number("nextn_accepted")
+    if mean > k:
+        raise ScenarioError(f"{node.at('nextn_accepted')}: at most nextn ({k}) drafts can be accepted, got {mean:g}")
+    return SpeculationSpec("mtp", k, mean_accepted=mean)
+
+
+def _kv_transfer(node: _Node) -> KvTransferSpec:
+    bandwidth = node.number("bandwidth_gb_per_second", None, positive=True)
+    latency = node.number("latency_ms", 0.0)
+    per_token = node.raw("bytes_per_token", "auto")
+    if per_token != "auto":
+        per_token = node.number("bytes_per_token", positive=True)
+    mode = node.choice("timing_mode", ("full_prompt", "destination_missing"), "full_prompt")
+    contention = node.choice("contention", ("none", "shared_link"), "none")
+    node.done()
+    return KvTransferSpec(bandwidth, latency, None if per_token == "auto" else per_token, mode, contention)

@@ -1,0 +1,80 @@
+"""``engine.workers.<role>.scheduler``: the knobs of vLLM's scheduler (token budget, sequence limit, long
+prefill threshold, async scheduling, full-prompt reservation, prefill schedule interval, pass launch) and
+of SGLang's (chunked prefill size, prefill token cap, schedule policy and conservativeness, new-token
+ratio); a field of one backend set on the other is refused.
+"""
+
+from __future__ import annotations
+
+from simmodel.config.node import _backend_only, _Node
+from simmodel.config.schema import LaunchSpec, SchedulerSpec, SglangSchedulerSpec, SpeculationSpec
+from simmodel.errors import ScenarioError
+
+_SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "new_token_ratio",
+                     "clip_max_new_tokens", "prefill_decode_interval")
+_VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl",
+                   "prefill_schedule_interval", "launch")
+
+
+def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256,
+               speculation: SpeculationSpec | None = None, backend: str = "vllm") -> SchedulerSpec:
+    if backend == "sglang":
+        _backend_only(node, _VLLM_SCHEDULER, backend, "vLLM")
+        spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", 8192),
+                             max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
+                             sglang=_sglang_scheduler(node))
+        node.done()
+        return spec
+    _backend_only(node, _SGLANG_SCHEDULER, backend, "SGLang")
+    # vLLM turns async scheduling off with n-gram drafts; our async model does not verify drafts yet.
+    asynchronous = node.bool("async_scheduling", speculation is None)
+    if asynchronous and speculation is not None:
+        reason = ("vLLM runs n-gram drafts synchronously" if speculation.kind == "ngram"
+                  else "async scheduling with draft heads is not yet modeled")
+        raise ScenarioError(f"{node.at('async_scheduling')}: true cannot be used with speculative decoding "
+                            f"({reason}); leave it unset or false")
+    spec = SchedulerSpec(
+        max_batched_tokens=node.int("max_batched_tokens", 8192),
+        max_sequences=node.int("max_sequences", max_sequences),
+        long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
+        async_scheduling=asynchronous,
+        reserve_full_isl=node.bool("reserve_full_isl", True),
+        prefill_schedule_interval=node.int("prefill_schedule_interval", 1),
+        launch=_launch(node) if node.raw("launch", None) is not None else None,
+    )
+    node.done()
+    if spec.max_batched_tokens < spec.max_sequences:
+        raise ScenarioError(f"{node.at('max_batched_tokens')}: must be >= max_sequences "
+                            f"({spec.max_sequences}), as vLLM requires; got {spec.max_batched_tokens}")
+    if not chunked and spec.max_batched_tokens < context_length:
+        raise ScenarioError(f"{node.at('max_batched_tokens')}: with enable_chunked_prefill false a whole "
+                            f"prompt must fit one pass, so vLLM requires it >= context_length "
+                            f"({context_length}); got {spec.max_batched_tokens}")
+    return spec
+
+
+def _launch(node: _Node) -> LaunchSpec:
+    ln = node.node("launch")
+    spec = LaunchSpec(ln.number("decode_ms"), ln.number("piecewise_ms"), ln.number("eager_ms"),
+                      ln.int("max_cudagraph_capture_size", 512), ln.number("eager_queue_fraction", 0.0, maximum=1.0))
+    ln.done()
+    return spec
+
+
+def _sglang_scheduler(node: _Node) -> SglangSchedulerSpec:
+    ratio = node.node("new_token_ratio")
+    base = SglangSchedulerSpec()
+    spec = SglangSchedulerSpec(
+        chunked_prefill_size=node.int("chunked_prefill_size", base.chunked_prefill_size),
+        max_prefill_tokens=node.int("max_prefill_tokens", base.max_prefill_tokens),
+        schedule_policy=node.choice("schedule_policy", ("fcfs", "lpm"), base.schedule_policy),
+        schedule_conservativeness=node.number("schedule_conservativeness", base.schedule_conservativeness,
+                                              positive=True, maximum=100.0),
+        init_new_token_ratio=ratio.number("init", base.init_new_token_ratio, maximum=1.0),
+        min_new_token_ratio_factor=ratio.number("min_factor", base.min_new_token_ratio_factor, maximum=1.0),
+        new_token_ratio_decay_steps=ratio.int("decay_steps", base.new_token_ratio_decay_steps),
+        clip_max_new_tokens=node.int("clip_max_new_tokens", base.clip_max_new_tokens),
+        prefill_decode_interval=node.int("prefill_decode_interval", 0, minimum=0),
+    )
+    ratio.done()
+    return spec

@@ -1,0 +1,178 @@
+"""``engine.workers.<role>``: one worker role. Its parallelism, scheduler, KV cache and its capacity in
+blocks (fixed, or from the GPU memory the weights leave), timing, context length, and the rules that
+join them; the ``Deployment`` (model × hardware × parallelism × dtypes) the performance model prices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
+from simmodel.config.calibration import identity_of
+from simmodel.config.node import _Node
+from simmodel.config.schedulers import _scheduler
+from simmodel.config.schema import (
+    CapacitySpec,
+    KvCacheSpec,
+    Parallelism,
+    SglangSchedulerSpec,
+    SpeculationSpec,
+    WorkerRole,
+)
+from simmodel.config.sglang_host import _sglang_host
+from simmodel.config.timing import _check_calibration, _timing
+from simmodel.errors import ScenarioError
+from simmodel.perf.capacity import cdiv, default_kv_blocks
+from simmodel.perf.deployment import DTYPE_BYTES, Deployment
+from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.models import ModelSpec
+
+
+def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
+    """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces."""
+    value = node.int("context_length", limit if default is None else default, minimum=2)
+    if value > limit:
+        raise ScenarioError(f"{node.at('context_length')}: {model.model_id} supports at most {limit} tokens "
+                            f"(max_position_embeddings), got {value}")
+    return value
+
+
+def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
+    p = Parallelism(**{f: node.int(f, 1, maximum=MAX_PARALLEL.get(f, MAX_INT))
+                       for f in Parallelism.__dataclass_fields__})
+    node.done()
+    name = model.model_id
+    if p.pipeline != 1:
+        raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}",
+                            category="invalid_shape")
+    if model.num_attention_heads % p.tensor:
+        raise ScenarioError(f"{node.at('tensor')}: must divide the {model.num_attention_heads} attention "
+                            f"heads of {name}, got {p.tensor}", category="invalid_shape")
+    if not model.is_mla and model.num_kv_heads % p.tensor and p.tensor % model.num_kv_heads:
+        raise ScenarioError(f"{node.at('tensor')}: must divide or be a multiple of the {model.num_kv_heads} "
+                            f"KV heads of {name}, got {p.tensor}", category="invalid_shape")
+    if p.tensor % p.decode_context:
+        raise ScenarioError(f"{node.at('decode_context')}: must divide tensor ({p.tensor}), "
+                            f"got {p.decode_context}")
+    if p.prefill_context > 1 and p.decode_context > 1:
+        raise ScenarioError(f"{node.path}: at most one of prefill_context and decode_context may be above 1")
+    if not model.is_moe:
+        for key in ("moe_tensor", "moe_expert"):
+            if getattr(p, key) != 1:
+                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1", category="invalid_shape")
+        return p
+    # vLLM lays experts over the worker's tensor × attention_data GPUs; unset, they are tensor-sharded.
+    gpus = p.tensor * p.attention_data
+    if p.moe_tensor == 1 and p.moe_expert == 1:
+        p = replace(p, moe_tensor=gpus)
+    elif p.moe_tensor * p.moe_expert != gpus:
+        raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
+                            f"tensor × attention_data ({gpus}), the GPUs the experts are spread over",
+                            category="invalid_shape")
+    if model.num_experts % p.moe_expert:
+        raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
+                            f"got {p.moe_expert}", category="invalid_shape")
+    return p
+
+
+def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
+            chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
+            backend: str = "vllm", mode: str = "aggregated", base_dir: Path | None = None) -> WorkerRole:
+    startup = node.number("startup_seconds", 0.0)
+    if startup:
+        raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
+                            f"this version does not model (worker counts are fixed); must be 0")
+    context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
+    parallelism = _parallelism(node.node("parallelism"), model)
+    scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
+                           max_sequences=1 if name == "prefill" else 256, speculation=speculation, backend=backend)
+    sg = scheduler.sglang
+    if sg is not None and sg.prefill_decode_interval and name != "aggregated":
+        raise ScenarioError(f"{node.at('scheduler.prefill_decode_interval')}: spaces prefills between decode "
+                            f"rounds, so it only applies to aggregated workers (a {name} worker never mixes them)")
+    if sg is not None and name == "decode":
+        base = SglangSchedulerSpec()
+        for key in ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy"):
+            if getattr(sg, key) != getattr(base, key):
+                raise ScenarioError(f"{node.at('scheduler.' + key)}: a decode worker never prefills (its requests "
+                                    f"arrive with their KV); remove it")
+    if sg is not None and sg.chunked_prefill_size < parallelism.attention_data:
+        raise ScenarioError(f"{node.at('scheduler.chunked_prefill_size')}: is divided over the "
+                            f"{parallelism.attention_data} attention-DP ranks, so it must be at least that; got "
+                            f"{sg.chunked_prefill_size}")
+    host_loop, frontend, profile, vision = _sglang_host(node, backend, name, mode, parallelism)
+    p = parallelism
+    if scheduler.launch is not None and not scheduler.async_scheduling:
+        raise ScenarioError(f"{node.at('scheduler.launch')}: models vLLM's async engine loop; needs "
+                            f"async_scheduling true")
+    if scheduler.launch is not None and (name != "aggregated" or p.tensor * p.pipeline * p.attention_data
+                                         * p.prefill_context != 1):
+        raise ScenarioError(f"{node.at('scheduler.launch')}: only one-GPU aggregated workers launch passes inside "
+                            f"vLLM's engine loop (tensor, pipeline, attention_data and prefill_context of 1)")
+    if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
+        raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
+                            f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
+    kv_cache = _kv_cache(node.node("kv_cache"), backend)
+    timing = _timing(node.node("timing"), base_dir)
+    node.done()
+    if timing.type == "default" and parallelism.prefill_context > 1:
+        raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
+                            f"modeled by the default timing; use timing fixed or polynomial, or set it to 1")
+    p = parallelism
+    # "auto" weights are the checkpoint's own dtype (FP8 for DeepSeek-V3; a float32 checkpoint is served
+    # in 16 bits, as vLLM's dtype "auto" does); "auto" KV is the 16-bit activation dtype, as vLLM's
+    # kv_cache_dtype "auto" is.
+    deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
+                            p.prefill_context, p.decode_context,
+                            weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
+                            kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
+                            encoder_parallel="tp" if vision is None else vision.encoder_parallel)
+    if timing.calibration is not None:
+        timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
+    blocks = _kv_blocks(node, kv_cache, deployment)
+    needed = cdiv(context_length, kv_cache.block_size)
+    if blocks < needed:
+        held = (f"{blocks} KV tokens (page size 1)" if backend == "sglang"
+                else f"{blocks} KV blocks of {kv_cache.block_size} tokens")
+        raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
+                            f"context_length {context_length} needs {needed}; lower context_length or give the "
+                            f"rank more KV", category="kv_capacity")
+    return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
+                      host_loop, frontend, profile, vision)
+
+
+def _kv_cache(node: _Node, backend: str = "vllm") -> KvCacheSpec:
+    block_size = node.int("block_size", 1 if backend == "sglang" else 16)
+    prefix = node.bool("prefix_caching", True)
+    if backend == "sglang" and block_size != 1:
+        raise ScenarioError(f"{node.at('block_size')}: SGLang's radix cache has page size 1 (capacity blocks "
+                            f"are tokens); must be 1, got {block_size}")
+    if backend == "sglang" and not prefix:
+        raise ScenarioError(f"{node.at('prefix_caching')}: SGLang's radix prefix cache cannot be turned off "
+                            f"here; false is only accepted with backend vllm")
+    dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
+    cap = node.node("capacity")
+    kind = cap.choice("type", ("default", "fixed"), "default")
+    if kind == "default":
+        capacity = CapacitySpec(kind, memory_fraction=cap.number("memory_fraction", 0.9, positive=True,
+                                                                 maximum=1.0))
+    else:
+        capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
+    cap.done()
+    node.done()
+    return KvCacheSpec(block_size, prefix, capacity, dtype)
+
+
+def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:
+    if kv.capacity.type == "fixed":
+        return kv.capacity.blocks
+    blocks = default_kv_blocks(deployment, memory_fraction=kv.capacity.memory_fraction, block_size=kv.block_size)
+    if blocks <= 0:
+        d = deployment
+        raise ScenarioError(
+            f"{node.at('kv_cache.capacity')}: {d.model.model_id} needs {d.weight_bytes_per_gpu / 1e9:.1f} GB of "
+            f"weights per GPU at tensor {d.tensor}, leaving no KV memory on {d.hardware.system_id} at "
+            f"memory_fraction {kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU",
+            category="kv_capacity")
+    return blocks
