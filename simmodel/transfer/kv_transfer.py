@@ -35,7 +35,7 @@ from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.worker import Worker
-from simmodel.metrics.records import EventKind, Recorder
+from simmodel.engine.recorder import EventKind, Recorder
 
 
 class KvTransfer:
