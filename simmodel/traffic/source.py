@@ -11,8 +11,8 @@ import simpy
 from simmodel.config.schema import Scenario, SessionsSource, SharedPrefixSource, SyntheticSource
 from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import trace_block_content
-from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.recorder import EventKind, Recorder
+from simmodel.engine.request import Request, RequestStatus
 from simmodel.traffic.arrivals import gaps, rescaled_arrivals, stage_arrivals
 from simmodel.traffic.lengths import sample_lengths
 from simmodel.traffic.sessions import Sessions

@@ -33,9 +33,9 @@ import simpy
 from simmodel.config.schema import KvTransferSpec
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.rank import Rank
+from simmodel.engine.recorder import EventKind, Recorder
 from simmodel.engine.request import Request
 from simmodel.engine.worker import Worker
-from simmodel.engine.recorder import EventKind, Recorder
 
 
 class KvTransfer:
