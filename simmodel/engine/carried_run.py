@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.decode_run import MAX_RUN, _busy_ns, _count_passes, _finish, _joined, _Run
+from simmodel.engine.decode_run import MAX_RUN, DecodeRun, busy_ns, joined, retire
 from simmodel.engine.recorder import Event as EventRow
 from simmodel.engine.recorder import EventKind
 from simmodel.engine.request import RequestStatus
@@ -69,7 +69,7 @@ class _Carried:
     FINISH_BACK = 0
     """A finish at step s retires the request after row s // 2 − this."""
 
-    def __init__(self, worker: Worker, run: _Run, now: int, rows: int) -> None:
+    def __init__(self, worker: Worker, run: DecodeRun, now: int, rows: int) -> None:
         self.worker, self.now, self.rows = worker, now, rows
         self.start0 = now
         """When row 0 starts."""
@@ -160,7 +160,7 @@ class _Carried:
             return True
         n = hi - k
         seconds, labels = self.worker.timing.price_sums(PassSums(self.table[k:hi], self.capacity[k:hi], n))
-        busy = _busy_ns(seconds)
+        busy = busy_ns(seconds)
         if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
             s = seconds[:, 0]
             j = int(np.argmax(~((s * NS_PER_S < 2**62) & (s >= 0))))
@@ -168,7 +168,7 @@ class _Carried:
             if not j:
                 return False
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
-            busy = _busy_ns(seconds)
+            busy = busy_ns(seconds)
         self.busy[k:hi] = busy[:, 0]
         self.end[k:hi] = np.cumsum(self.busy[k:hi]) + (self.end[k - 1] if k else self.now)
         self.labels[k:hi] = labels
@@ -248,13 +248,13 @@ class _Carried:
                 row = (step >> 1) - back
                 if pool.caching:
                     before = pool.num_free_blocks
-                    _finish(sched, request)
+                    retire(sched, request)
                     self.returned[row] += pool.num_free_blocks - before
                 else:
                     blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
                     request.num_blocks = blocks
                     self.returned[row] += blocks
-                    _finish(sched, request)
+                    retire(sched, request)
                 self.finished.setdefault(row, []).append(request)
                 self.finishes = True
             elif action == _CACHE:
@@ -465,13 +465,13 @@ class _Carried:
                 values.append(gap)
                 counts.append(c)
         labels = self.labels
-        rec.passes.extend(role, _joined(labels[:m]),
+        rec.passes.extend(role, joined(labels[:m]),
                           (w, 0, np.arange(self.base, self.base + m), starts[:m], ends, tokens[:m],
                            prefill_tokens[:m], prefill_seqs[:m], decodes[:m], decodes[:m] + prefill_seqs[:m], used,
                            0, self.busy[:m]),
                           int(ends[m - 1]))
         # The passes started in the run: synchronous 0..m − 1, async 1..m (row 0 was in flight).
-        _count_passes(worker, m, labels[s:m + s], int(self.busy[m - 1 + s]))
+        worker.count_run(m, labels[s:m + s], int(self.busy[m - 1 + s]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
             rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
@@ -534,10 +534,10 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
     return int(state.end[m - 1]), None if plan is None else [plan]
 
 
-def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> _Run | None:
+def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
-    ``decode_run._Run.gather``; no finish may call back, and a staged load records stages a run does not)."""
-    run = _Run(worker, plans, asynchronous)
+    ``decode_run.DecodeRun.gather``; no finish may call back, and a staged load records stages a run does not)."""
+    run = DecodeRun(worker, plans, asynchronous)
     if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
         return None
     return run
@@ -607,7 +607,7 @@ class _CarriedAsync(_Carried):
     CACHE_SHIFT = (0, 1)
     FINISH_BACK = 1
 
-    def __init__(self, worker: Worker, run: _Run, now: int, rows: int, in_flight: tuple) -> None:
+    def __init__(self, worker: Worker, run: DecodeRun, now: int, rows: int, in_flight: tuple) -> None:
         self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
         super().__init__(worker, run, now, rows)
         self.start0 = first_start

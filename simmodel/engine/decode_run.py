@@ -69,7 +69,7 @@ def _cdiv(a: np.ndarray, b: int) -> np.ndarray:
     return -(-a // b)
 
 
-class _Run:
+class DecodeRun:
     """The running requests of every rank of a worker, rank after rank, as arrays, and the matrices of
     the run's candidate passes (one row per pass, one column per request)."""
 
@@ -195,7 +195,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     typical = worker.decode_pass_ns or worker.last_pass_ns
     if plans is None and now + typical >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _Run(worker, plans)
+    run = DecodeRun(worker, plans)
     if not run.gather():
         return None
     limit = min(_pass_cap(run, now, horizon, arrival), int(run.left.max()))
@@ -206,7 +206,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     if limit < 1:
         return None
     seconds, labels = _price(run, limit)
-    busy = _busy_ns(seconds)
+    busy = busy_ns(seconds)
     if busy is None:
         return None
     end = now + np.cumsum(busy[:, 0] if busy.shape[1] == 1 else busy.max(axis=1))
@@ -218,7 +218,7 @@ def advance(worker: Worker, horizon: int, arrival: int | None = None, plans: lis
     return int(end[m - 1])
 
 
-def _pass_cap(run: _Run, now: int, horizon: int, arrival: int) -> int:
+def _pass_cap(run: DecodeRun, now: int, horizon: int, arrival: int) -> int:
     """Passes worth pricing: to the horizon at the last pass's pace (a longer run continues as the next
     one), and not past a finish that calls back (it acts at that time) or the pass limit."""
     worker = run.worker
@@ -230,7 +230,7 @@ def _pass_cap(run: _Run, now: int, horizon: int, arrival: int) -> int:
     return int(cap)
 
 
-def _busy_ns(seconds: np.ndarray) -> np.ndarray | None:
+def busy_ns(seconds: np.ndarray) -> np.ndarray | None:
     """Each pass's and rank's time in integer nanoseconds, or None where one would not fit the clock (the
     pass-by-pass path then reports it)."""
     if not (seconds.max() * NS_PER_S < 2**62 and seconds.min() >= 0):  # NaN fails both, infinities one
@@ -258,7 +258,7 @@ def _may_span(worker: Worker, end: int) -> bool:
     return worker.arrivals is not None and worker.arrivals.quiet_until(end)
 
 
-def _kv_limit(run: _Run, limit: int) -> int:
+def _kv_limit(run: DecodeRun, limit: int) -> int:
     """Passes the run can take before one would need more KV blocks than its rank has free (vLLM would
     preempt there). Frees from requests finishing in the run count (only when needed), conservatively
     with prefix caching (only blocks no other request shares)."""
@@ -299,7 +299,7 @@ def _kv_limit(run: _Run, limit: int) -> int:
     return limit
 
 
-def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+def _price(run: DecodeRun, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     """Seconds per pass and rank, shape (n, ranks), for passes 1..n of the run, priced from their
     per-rank totals (``PassSums``): each decoding request computes one token on its context, cj − 1
     (in a planned first pass too), and a prefill of the planned first pass is read from its plan."""
@@ -327,14 +327,14 @@ def _price(run: _Run, n: int) -> tuple[np.ndarray, list[tuple[str, ...]]]:
     return price_passes(worker.timing, sums, n)
 
 
-def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
+def _apply(run: DecodeRun, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
            labels: list[tuple[str, ...]]) -> None:
     """Apply passes 1..m to the ranks' requests and pools and record them as the pass-by-pass path would."""
     worker, ranks = run.worker, run.ranks
     ends = end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[k]: when run pass k ends (k = 0: the pass before the run)
-    provenance = _joined(labels)
-    _count_passes(worker, m, labels, ends[-1] - int(start[-1]))
+    provenance = joined(labels)
+    worker.count_run(m, labels, ends[-1] - int(start[-1]))
 
     count = run.count[:m]
     used_before = np.array([rank.pool.num_used_blocks for rank in ranks])
@@ -347,7 +347,7 @@ def _apply(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarr
     _record(run, m, start, end, busy, provenance, count, used, finished)
 
 
-def _joined(labels: list[tuple[str, ...]]) -> list[str]:
+def joined(labels: list[tuple[str, ...]]) -> list[str]:
     """Each pass's provenance labels joined by "+" (most runs have one set of labels for every pass)."""
     first = labels[0]
     if all(p is first for p in labels):
@@ -355,26 +355,7 @@ def _joined(labels: list[tuple[str, ...]]) -> list[str]:
     return ["+".join(p) for p in labels]
 
 
-def _count_passes(worker: Worker, m: int, started: list[tuple[str, ...]], last_ns: int) -> None:
-    """The worker's counters once the run started and finished m passes each (``started``: the
-    provenance labels of those it started; ``last_ns``: how long the last one started takes)."""
-    counts = worker.provenance_counts
-    first = started[0] if started else None
-    if all(p is first for p in started):
-        for label in first or ():
-            counts[label] = counts.get(label, 0) + len(started)
-    else:
-        for labels in started:
-            for label in labels:
-                counts[label] = counts.get(label, 0) + 1
-    if worker.limits is not None:
-        worker.limits.num_passes += m
-    worker._wave_step += m
-    worker.num_passes += m
-    worker.last_pass_ns = worker.decode_pass_ns = last_ns
-
-
-def _deliver(run: _Run, m: int, ends_at: list[int], finished: dict[int, list]) -> None:
+def _deliver(run: DecodeRun, m: int, ends_at: list[int], finished: dict[int, list]) -> None:
     """The requests and schedulers once passes 1..m delivered their tokens (``ends_at[j]``: when pass j
     ended); async, the requests still running have pass m + 1 in flight."""
     ranks = run.ranks
@@ -413,7 +394,7 @@ def _deliver(run: _Run, m: int, ends_at: list[int], finished: dict[int, list]) -
             sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
 
 
-def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray, provenance: list[str],
+def _record(run: DecodeRun, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray, provenance: list[str],
             count: np.ndarray, used: np.ndarray, finished: dict[int, list]) -> None:
     """Record passes 1..m as the barrier records them: pass rows, inter-token intervals and events, each
     event appended when the pass-by-pass path appends it (the log is ordered by time, then by that order).
@@ -501,7 +482,7 @@ def _record(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndar
 
 
 
-def _finish(sched: VllmScheduler, request) -> None:
+def retire(sched: VllmScheduler, request) -> None:
     """A request reaching its stop in the run: as ``update_from_output`` retires it."""
     request.num_draft_tokens = 0
     request.status = RequestStatus.FINISHED
@@ -532,7 +513,7 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     plans, first_start, (first_busy, first_provenance), first_end = in_flight
     if first_end >= horizon or first_end == arrival or now >= arrival:
         return None
-    run = _Run(worker, plans, asynchronous=True)
+    run = DecodeRun(worker, plans, asynchronous=True)
     if not run.gather():
         return None
     # M passes delivered, M + 1 planned: the last planned one must still have a request.
@@ -544,7 +525,7 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     if limit < 1:
         return None
     seconds, labels = _price(run, limit + 1)
-    busy = _busy_ns(seconds)
+    busy = busy_ns(seconds)
     if busy is None:
         return None
     busy[0] = first_busy  # the pass in flight was priced when it started
@@ -561,15 +542,15 @@ def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: 
     return new_in_flight, int(end[m - 1])
 
 
-def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
+def _apply_async(run: DecodeRun, m: int, start: np.ndarray, end: np.ndarray, busy: np.ndarray,
                  labels: list[tuple[str, ...]], first_provenance: str) -> tuple:
     """Deliver passes 1..m of the run and plan passes 2..m + 1 (async order); returns the pass left in flight."""
     worker, ranks = run.worker, run.ranks
     R = len(ranks)
     ends = end.tolist()
     ends_at = [int(start[0]), *ends]  # ends_at[j]: when run pass j ends (j = 0: the pass before the run)
-    provenance = [first_provenance, *_joined(labels[1:])] if m else [first_provenance]
-    _count_passes(worker, m, labels[1:], int(busy[m].max()))  # passes 2..m + 1 started in the run
+    provenance = [first_provenance, *joined(labels[1:])] if m else [first_provenance]
+    worker.count_run(m, labels[1:], int(busy[m].max()))  # passes 2..m + 1 started in the run
     worker.open_pass_ends.remove(ends[0])
     worker.open_pass_ends.append(ends[m])
 
@@ -602,7 +583,7 @@ def _apply_async(run: _Run, m: int, start: np.ndarray, end: np.ndarray, busy: np
     return new_plans, ends[m - 1], (busy[m], provenance[m]), ends[m]
 
 
-def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
+def _pool_ops(run: DecodeRun, m: int) -> tuple[dict[int, list], np.ndarray]:
     """Apply the run's block allocations, prefix-cache insertions and finishes in the order vLLM makes them,
     for passes 1..m delivered (and, async, pass m + 1 planned). Returns the requests finishing at the end
     of each pass (by pass number, with their rank) and the blocks returned then per rank, shape
@@ -630,7 +611,7 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
         for i in ending:
             request, r, k = requests[i], int(run.rank_of[i]), int(left[i])
             returned[k, r] += request.num_blocks
-            _finish(ranks[r].scheduler, request)
+            retire(ranks[r].scheduler, request)
             finished.setdefault(k, []).append((r, request))
         return finished, returned
     steps, columns = np.nonzero((_async_ops if run.asynchronous else _sync_ops)(run, m))
@@ -653,7 +634,7 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
         elif action is _FINISH:
             pool = pools[r]
             before = pool.num_free_blocks
-            _finish(ranks[r].scheduler, request)
+            retire(ranks[r].scheduler, request)
             returned[s + finish_at, r] += pool.num_free_blocks - before
             finished.setdefault(s + finish_at, []).append((r, request))
         else:  # the tokens known: computed + s, and one more once the step's pass is planned or ended
@@ -664,7 +645,7 @@ def _pool_ops(run: _Run, m: int) -> tuple[dict[int, list], np.ndarray]:
 _ALLOCATE, _CACHE, _CACHE_NEXT, _FINISH = "allocate", "cache", "cache next", "finish"
 
 
-def _sync_ops(run: _Run, m: int) -> np.ndarray:
+def _sync_ops(run: DecodeRun, m: int) -> np.ndarray:
     """Synchronous order: step a plans pass a + 1 (phase 0: per request in running order, its allocation,
     then its caching of the tokens computed + a + 1) and ends it (phase 1: the finished retire).
 
@@ -680,7 +661,7 @@ def _sync_ops(run: _Run, m: int) -> np.ndarray:
     return ops
 
 
-def _async_ops(run: _Run, m: int) -> np.ndarray:
+def _async_ops(run: DecodeRun, m: int) -> np.ndarray:
     """Async order: at step s (0..m) the outputs of pass s are processed (phase 0: per request, its tokens
     known, computed + s, cached, then its finish) and pass s + 2 is planned (phase 1: per request, its
     block, then its delivered tokens, computed + s + 1, cached). A cache insertion happens only where it

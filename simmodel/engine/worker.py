@@ -125,6 +125,24 @@ class Worker:
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
 
+    def count_run(self, m: int, started: list[tuple[str, ...]], last_ns: int) -> None:
+        """Count a run of passes applied at once: it started and finished m passes of every rank
+        (``started``: the provenance labels of those it started; ``last_ns``: how long the last one takes)."""
+        counts = self.provenance_counts
+        first = started[0] if started else None
+        if all(p is first for p in started):
+            for label in first or ():
+                counts[label] = counts.get(label, 0) + len(started)
+        else:
+            for labels in started:
+                for label in labels:
+                    counts[label] = counts.get(label, 0) + 1
+        if self.limits is not None:
+            self.limits.num_passes += m
+        self._wave_step += m
+        self.num_passes += m
+        self.last_pass_ns = self.decode_pass_ns = last_ns
+
     @property
     def is_idle(self) -> bool:
         """True while no pass of this worker is in flight (between busy periods, or between passes)."""
