@@ -70,22 +70,40 @@ class ArrivalRoutes:
         self.index_of = {id(w): k for k, w in enumerate(router.workers)}
         self._routes = np.zeros(0, dtype=np.int64)
         """Per request: the index of its worker in the router's pool, or −1 if refused."""
+        self._of_worker: list[list[int]] = [[] for _ in router.workers]
+        """Per worker: its requests, in request order, as far as routes are found."""
+
+    def _extend(self) -> bool:
+        """Route the next chunk of requests; False if the load has no more."""
+        lo = len(self._routes)
+        hi = lo + self.CHUNK if self.limit is None else min(lo + self.CHUNK, self.limit)
+        if hi <= lo:
+            return False
+        more = np.array([-1 if self.rejected(j) else self.index_of[id(self.router.pick(None))]
+                         for j in range(lo, hi)], dtype=np.int64)
+        self._routes = np.concatenate((self._routes, more))
+        for k, indices in enumerate(self._of_worker):
+            indices.extend((np.flatnonzero(more == k) + lo).tolist())
+        return True
 
     def worker_index(self, i: int) -> int:
         """The pool index of request ``i``'s worker (−1: it is refused before placement)."""
-        routes = self._routes
-        while i >= len(routes):
-            lo = len(routes)
-            hi = lo + self.CHUNK if self.limit is None else min(lo + self.CHUNK, self.limit)
-            if hi <= lo:
+        while i >= len(self._routes):
+            if not self._extend():
                 raise IndexError(f"request {i} is past the load's last request")
-            more = np.array([-1 if self.rejected(j) else self.index_of[id(self.router.pick(None))]
-                             for j in range(lo, hi)], dtype=np.int64)
-            routes = self._routes = np.concatenate((routes, more))
-        return int(routes[i])
+        return int(self._routes[i])
 
     def worker(self, i: int) -> Worker:
         return self.router.workers[self.worker_index(i)]
+
+    def request_of(self, k: int, position: int) -> int | None:
+        """The request number ``position`` (from 0) of those going to worker ``k``, or None if the load has
+        no more."""
+        indices = self._of_worker[k]
+        while position >= len(indices):
+            if not self._extend():
+                return None
+        return indices[position]
 
 
 def prefill_leg(request: Request, on_finish) -> Request:

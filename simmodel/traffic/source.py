@@ -471,48 +471,48 @@ class WorkerArrivals:
 
     def __init__(self, source: TrafficSource, worker_index: int) -> None:
         self.source, self.worker_index = source, worker_index
-        self._next = 0
-        """No request of this worker before this index is still to be made."""
+        self._position = 0
+        """This worker's requests before this one (in its own order) are all made."""
 
-    def _next_index(self, start: int | None = None) -> int | None:
-        """The first request of this worker not made yet (from ``start`` on, else from the cursor)."""
+    def _next_index(self, position: int | None = None) -> tuple[int, int] | None:
+        """(position, request index) of this worker's first request not made yet, from ``position`` on (else
+        from the first not made, which is remembered); None if the load has no more."""
         source, routes, k = self.source, self.source.routes, self.worker_index
-        i = self._next if start is None else start
-        while source.has_index(i):
-            if routes.worker_index(i) == k and not source.made(i):
-                if start is None:
-                    self._next = i
-                return i
-            i += 1
-        if start is None:
-            self._next = i
-        return None
+        p = self._position if position is None else position
+        while (i := routes.request_of(k, p)) is not None:
+            if not source.made(i):
+                break
+            p += 1
+        if position is None:
+            self._position = p
+        return None if i is None else (p, i)
 
     def next_arrival_ns(self) -> int | None:
         """When this worker's next request arrives (None: no more)."""
-        i = self._next_index()
-        return None if i is None else to_ns(self.source.stream.arrival(i))
+        found = self._next_index()
+        return None if found is None else to_ns(self.source.stream.arrival(found[1]))
 
     def quiet_until(self, end_ns: int) -> bool:
         """Whether this worker's requests arriving from now to ``end_ns`` leave that instant free: none arrives
         exactly then, and none breaks ``limits.max_requests``. A run of passes spanning the next arrival may
         then end at ``end_ns``."""
         limits = self.source.stream.limits
-        i = self._next_index()
-        while i is not None:
+        found = self._next_index()
+        while found is not None:
+            p, i = found
             at = to_ns(self.source.stream.arrival(i))
             if at > end_ns:
                 return True
             if at == end_ns or (limits is not None and i + 1 > limits.spec.max_requests):
                 return False
-            i = self._next_index(i + 1)
+            found = self._next_index(p + 1)
         return True
 
     def arrive_early(self, before_ns: int) -> None:
         """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The
         caller checked ``quiet_until``."""
-        while (i := self._next_index()) is not None:
-            at = to_ns(self.source.stream.arrival(i))
+        while (found := self._next_index()) is not None:
+            at = to_ns(self.source.stream.arrival(found[1]))
             if at >= before_ns:
                 return
-            self.source.arrive(i, at)
+            self.source.arrive(found[1], at)
