@@ -54,6 +54,8 @@ def test_each_worker_runs_through_its_own_arrivals(tmp_path, asynchronous):
     assert num_steps > passes > 4 * 200
     coalesced = simulation(data)
     assert steps(coalesced) < 2 * len(rows) + 40
+    # workers made their own arrivals ahead, out of request order; the requests are listed in order
+    assert [r.request_id for r in coalesced.requests] == list(range(len(rows)))
     assert_same(by_pass.results(), coalesced.results())
 
 
