@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 from simpy.events import Event
 
+from simmodel.engine.barrier import PassBarrier
 from simmodel.engine.carried_run import carry, carry_async
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import advance, advance_async
@@ -61,10 +62,7 @@ class Worker:
         self.ranks: list[Rank] = []
         self.num_passes = 0
         self.provenance_counts: dict[str, int] = {}
-        self._plans: list[SchedulerOutput | None] = []
-        self._num_submitted = 0
-        self._all_submitted = env.event()
-        self._pass_done = env.event()
+        self.barrier = PassBarrier(env)
         self._wake: Event | None = None
         self._next_rank = 0
         self._num_placed = 0
@@ -91,7 +89,7 @@ class Worker:
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
-        self._plans.append(None)
+        self.barrier.add_rank()
         self.kv_capacity_tokens = np.array(
             [float(r.pool.num_blocks * r.pool.block_size) for r in self.ranks])
 
@@ -151,14 +149,10 @@ class Worker:
     # -- the pass barrier ----------------------------------------------------------------------
 
     def submit(self, rank_id: int, plan: SchedulerOutput) -> Event:
-        """Hand in one rank's plan; the returned event fires when the pass is over."""
-        if self._num_submitted == 0:
+        """Hand in one rank's plan at the pass barrier; the returned event fires when the pass is over."""
+        if self.barrier.is_open:
             self._placed_at_plan = self._num_placed
-        self._plans[rank_id] = plan
-        self._num_submitted += 1
-        if self._num_submitted == len(self.ranks):
-            self._all_submitted.succeed()
-        return self._pass_done
+        return self.barrier.submit(rank_id, plan)
 
     @property
     def throttle_prefills(self) -> bool:
@@ -169,9 +163,7 @@ class Worker:
         return self.prefill_schedule_interval > 1 and self._wave_step % self.prefill_schedule_interval != 0
 
     def _collect(self) -> list[SchedulerOutput]:
-        plans = list(self._plans)
-        self._num_submitted = 0
-        self._all_submitted = self.env.event()
+        plans = self.barrier.collect()
         if self._blocked_rounds:
             self._blocked_rounds -= 1  # this round was planned blocked: it counts, busy or idle
         return plans
@@ -182,8 +174,7 @@ class Worker:
             self._blocked_rounds = self.prefill_decode_interval
 
     def _release(self) -> None:
-        done, self._pass_done = self._pass_done, self.env.event()
-        done.succeed()
+        self.barrier.release()
 
     def run(self) -> Generator[Event, Any, None]:
         if self.async_scheduling:
@@ -218,7 +209,7 @@ class Worker:
         a carried run made already (the ranks were not released), else the ranks' once all are in."""
         if planned is not None:
             return planned, False
-        yield self._all_submitted
+        yield self.barrier.all_in
         blocked = self._blocked_rounds > 0
         return self._collect(), blocked
 
