@@ -149,6 +149,11 @@ class _Carried:
         """Row: the scheduler's output of the admissions planned in it (their part of the row's plan)."""
         self.capacity_bound = False
         """``prefill_capacity_bound`` as the last admission left it."""
+        self.waits_for_slot = bool(self.sched.waiting)
+        """Requests wait while every sequence slot is taken (see ``DecodeRun.slot_waiting``): the plan after
+        each finish admits the next of them."""
+        self.last_admission = 0
+        """The row of the last admission: it saw the finishes of the rows before it."""
         self._kv_check(self.planned_rows)
 
     # -- rows ---------------------------------------------------------------------------------------
@@ -290,9 +295,15 @@ class _Carried:
         """Add the requests admitted in row k (planned at ``admitted_at``) as columns and price the rows from
         k again; False if the admission is not whole prompts alone (the row is then handed over)."""
         sched, cfg = self.sched, self.sched.config
-        if (sched.waiting or sched.handoffs or out.resumed or not out.admitted or not all(out.samples)
-                or len(sched.running) > cfg.max_num_batched_tokens):
+        self.last_admission = k
+        # (synchronous only: ``_admit_arrivals`` admits after finishes, the async loop does not yet)
+        waits_for_slot = not self.asynchronous and bool(sched.waiting) and len(sched.running) >= cfg.max_num_seqs
+        if ((sched.waiting and not waits_for_slot) or sched.handoffs or out.resumed or not all(out.samples)
+                or (not out.admitted and not waits_for_slot) or len(sched.running) > cfg.max_num_batched_tokens):
             return False
+        self.waits_for_slot = waits_for_slot
+        if not out.admitted:
+            return True  # every slot taken: the row only decodes
         max_model_len, bs = cfg.max_model_len, self.bs
         for request in out.requests:
             if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
@@ -323,6 +334,19 @@ class _Carried:
                 self.last = k + left
         self._kv_check(k + 1)
         return self.price_from(k)
+
+    def slot_row(self, valid: int) -> int | None:
+        """While requests wait for a sequence slot: the first row before ``valid`` whose plan sees a slot freed
+        by a finish since the last admission (None: none)."""
+        if not self.waits_for_slot:
+            return None
+        n = self.n
+        last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
+        later = last[last >= self.last_admission]
+        if not later.size:
+            return None
+        row = int(later.min()) + 1
+        return row if row < valid else None
 
     def _column(self, request: Request, context: int, left: int, first: int, blocks: int, cached: int) -> None:
         """Add a request admitted in row ``first`` (its prefill) as the last column."""
@@ -424,7 +448,7 @@ class _Carried:
         rank, sched = self.rank, self.sched
         rank.num_passes += m
         rank.last_delivery = ends[m - 1]
-        sched.prefill_capacity_bound = False
+        sched.prefill_capacity_bound = bool(sched.waiting)  # what the plan of the last row found
         # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the flag),
         # and the scheduler's running list is as that plan left it.
         sched.finished_since_schedule = not handing_over and m - 1 in self.finished
@@ -537,7 +561,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
     ``decode_run.DecodeRun.gather``; no finish may call back, and a staged load records stages a run does not)."""
-    run = DecodeRun(worker, plans, asynchronous)
+    run = DecodeRun(worker, plans, asynchronous, slot_waiting=not asynchronous)
     if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
         return None
     return run
@@ -566,13 +590,27 @@ def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]
 
 
 def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
-    """Take rows while arrivals are admitted whole; returns how many rows the run takes."""
+    """Take rows while arrivals (and requests waiting for a slot, after each finish) are admitted whole;
+    returns how many rows the run takes."""
     end = state.end
     valid = state.valid(horizon)
     while True:
         if valid < 1:
             return 0
         t, j = _next_arrival(source, end, valid)
+        slot = state.slot_row(valid)
+        if slot is not None and (t is None or slot <= j):
+            # A finish frees a slot before the next arrival is read: the plan of that row admits the next
+            # waiting request (or, at the arrival's own row, the arrival sees the same plan below).
+            if t is None or slot < j + 1:
+                state.apply(slot, plan=True)
+                out = state.admit(slot)
+                if not state.take(slot, out, int(end[slot - 1])):
+                    return slot
+                valid = state.valid(horizon)
+                if valid <= slot:
+                    return slot
+                continue
         if t is None:
             return valid  # every row ends before the next arrival
         if end[j] == t:

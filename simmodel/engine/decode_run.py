@@ -73,8 +73,12 @@ class DecodeRun:
     """The running requests of every rank of a worker, rank after rank, as arrays, and the matrices of
     the run's candidate passes (one row per pass, one column per request)."""
 
-    def __init__(self, worker: Worker, plans: list | None = None, asynchronous: bool = False) -> None:
+    def __init__(self, worker: Worker, plans: list | None = None, asynchronous: bool = False,
+                 slot_waiting: bool = False) -> None:
         self.worker = worker
+        self.slot_waiting = slot_waiting
+        """Whether requests may wait while every sequence slot (``max_num_seqs``) is taken: they can only be
+        admitted after a finish, which a carried run admits at (``carried_run``)."""
         self.ranks = worker.ranks
         self.asynchronous = asynchronous
         """vLLM's async scheduling: ``plans`` is the pass in flight, and each pass is planned while the one
@@ -95,8 +99,10 @@ class DecodeRun:
         requests, plans = self.requests, self.plans
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
-            if (type(s) is not VllmScheduler or s.waiting or s.handoffs or s.async_scheduling != self.asynchronous
+            if (type(s) is not VllmScheduler or s.handoffs or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank.has_pending_releases):
+                return False
+            if s.waiting and not (self.slot_waiting and len(s.running) >= s.config.max_num_seqs):
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:
