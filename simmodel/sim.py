@@ -203,13 +203,16 @@ def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
 class Simulation:
     """A deployment and its traffic as SimPy processes on one ``simpy.Environment``.
 
-    Step through it with ``step()`` (one event) or ``run(until=...)``; while paused, ``workers`` give
-    each worker's ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by
-    role in disaggregated mode), and ``events`` is the event log so far.
+    Step through it with ``step()`` (to the next instant something observable happens: an arrival, an
+    admission, a first token, a finish, a preemption; ``step(passes=True)``: a pass boundary too) or
+    ``run(until=...)``; while paused, ``requests`` are the requests so far, ``workers`` give each worker's
+    ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by role in
+    disaggregated mode), ``events`` is the event log so far and ``now`` the simulated time.
 
-    Runs of decode-only passes are coalesced (``engine.decode_run``): one step may then cover many
-    passes, with the same outcome and records. ``coalesce=False`` plans every pass on its own, for
-    stepping pass by pass.
+    Runs of decode-only passes are coalesced (``engine.decode_run``), with the same outcome and records
+    as planning every pass on its own (``coalesce=False``). No run reaches past a pause: ``run(until)``
+    cuts them there and ``step()`` plans its passes one by one, so whatever is shown while paused is what
+    the pass-by-pass simulation holds at that instant, and nothing is stamped after ``now``.
     """
 
     def __init__(self, scenario: Scenario, keep_events: bool = True, event_sink=None,
@@ -580,9 +583,9 @@ class Simulation:
 
     @property
     def events(self) -> pd.DataFrame:
-        """The event log up to ``now``. A coalesced run of passes records its rows when it is planned, ahead
-        of the clock; while paused those rows are kept back and appear once the clock reaches them (the
-        final results hold every row)."""
+        """The event log up to ``now``, in time order. With async scheduling the pass committed to run after
+        the one in flight has its ``pass_begin`` row logged already, stamped with its start: it is kept
+        back until the clock reaches it (the final results hold every row)."""
         return events_frame(self.recorder.events, upto_ns=self.env.now)
 
     def end_time(self) -> float:
