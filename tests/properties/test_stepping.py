@@ -145,7 +145,7 @@ def pause(sim: Simulation, rng: np.random.Generator) -> None:
     elif way == 1:
         sim.step(passes=True)
     else:
-        sim.run(until=sim.now + float(rng.exponential(0.05)))
+        sim.run(until=sim.now + float(rng.exponential(0.02)))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
