@@ -4,7 +4,7 @@ shows, at every pause, the requests, queues, KV pools and event log of the pass-
 
 Random small scenarios (seeded numpy draws over a fixed list of seeds, so a failure names its seed): vLLM
 synchronous and async, prefix caching on and off, one worker, 2 replicas, attention_data 2, 1P1D
-disaggregated, SGLang; tight KV (preemptions) and loose; open and closed loop.
+disaggregated, SGLang; tight KV (preemptions in a few) and loose; open and closed loop.
 """
 
 from __future__ import annotations
