@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import time
@@ -24,7 +25,7 @@ from simmodel.engine.vision_encoder import image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
-from simmodel.metrics.records import PassLog, Recorder
+from simmodel.metrics.records import EventKind, PassLog, Recorder
 from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
     RequestTable,
@@ -47,6 +48,8 @@ PROGRESS_EVERY = 100
 """Events between two calls of a run's ``progress`` callback. Few: one event may carry a coalesced run of
 many passes through many arrivals (20,000 quickstart requests are about 4,000 events, 1.5 ms each), and
 the callback decides by wall time whether to draw, so a call costs next to nothing."""
+PASS_KINDS = (EventKind.PASS_BEGIN, EventKind.PASS_END)
+"""Event-log rows that ``step()`` passes over unless asked to pause at pass boundaries."""
 MAX_UNTIL_S = 2**62 / NS_PER_S
 """``run(until)`` at or beyond this (about 146 years, the most the integer-nanosecond clock holds) runs to
 the end."""
@@ -208,13 +211,16 @@ def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
 class Simulation:
     """A deployment and its traffic as SimPy processes on one ``simpy.Environment``.
 
-    Step through it with ``step()`` (one event) or ``run(until=...)``; while paused, ``workers`` give
-    each worker's ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by
-    role in disaggregated mode), and ``events`` is the event log so far.
+    Step through it with ``step()`` (to the next instant something observable happens: an arrival, an
+    admission, a first token, a finish, a preemption; ``step(passes=True)``: a pass boundary too) or
+    ``run(until=...)``; while paused, ``requests`` are the requests so far, ``workers`` give each worker's
+    ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by role in
+    disaggregated mode), ``events`` is the event log so far and ``now`` the simulated time.
 
-    Runs of decode-only passes are coalesced (``engine.decode_run``): one step may then cover many
-    passes, with the same outcome and records. ``coalesce=False`` plans every pass on its own, for
-    stepping pass by pass.
+    Runs of decode-only passes are coalesced (``engine.decode_run``), with the same outcome and records
+    as planning every pass on its own (``coalesce=False``). No run reaches past a pause: ``run(until)``
+    cuts them there and ``step()`` plans its passes one by one, so whatever is shown while paused is what
+    the pass-by-pass simulation holds at that instant, and nothing is stamped after ``now``.
     """
 
     def __init__(self, scenario: Scenario, keep_events: bool = True, event_sink=None,
@@ -325,14 +331,51 @@ class Simulation:
     def requests(self) -> list[Request]:
         return self.source.requests
 
-    def step(self) -> bool:
-        """Process one event; returns False (and does nothing) when the run is over."""
+    def step(self, passes: bool = False) -> bool:
+        """Advance to the next instant at which something observable happens, and pause there; returns
+        False (and does nothing) when the run is over.
+
+        Observable: a row of the event log other than a pass boundary (an arrival, a placement or
+        rejection, an admission, a preemption or resume, a first token, a finish, a P/D handoff step);
+        with ``passes``, a pass beginning or ending too. Without an event log (``keep_events=False``)
+        every instant at which any event happens is a pause. Every event of that instant is processed,
+        and the passes run one by one meanwhile (no coalesced run reaches past the clock), so while paused
+        the requests, queues, KV pools and event log are those of the pass-by-pass simulation
+        (``coalesce=False``) at the same instant.
+        """
         if self.finished:
             return False
         started = time.perf_counter()
-        self.env.step()
-        self.wall_time_s += time.perf_counter() - started
+        saved = [worker.coalesce for worker in self.workers]
+        for worker in self.workers:
+            worker.coalesce = False  # a step's passes are planned one at a time, each applied at its end
+        try:
+            while not self.finished:
+                logged = len(self.recorder.events)
+                self._run_instant()
+                if self._observed_since(logged, passes):
+                    break
+        finally:
+            for worker, coalesce in zip(self.workers, saved):
+                worker.coalesce = coalesce
+            self.wall_time_s += time.perf_counter() - started
         return True
+
+    def _run_instant(self) -> None:
+        """Process every event at the next instant at which one is due (those it schedules for the same
+        instant included)."""
+        env = self.env
+        at = env.peek()
+        while env.peek() == at:
+            env.step()
+
+    def _observed_since(self, logged: int, passes: bool) -> bool:
+        """Whether the event-log rows from number ``logged`` on hold an observable one (see ``step``);
+        always True without an event log."""
+        if not self.recorder.keep_events:
+            return True
+        rows = self.recorder.events
+        return passes and len(rows) > logged or any(row.kind not in PASS_KINDS for row in rows[logged:])
 
     def run(self, until: float | None = None, progress: Callable[[Simulation], None] | None = None) -> Results:
         """Run to ``until`` seconds of simulated time (or to the end) and return the results so far.
@@ -424,9 +467,9 @@ class Simulation:
 
     @property
     def events(self) -> pd.DataFrame:
-        """The event log up to ``now``. A coalesced run of passes records its rows when it is planned, ahead
-        of the clock; while paused those rows are kept back and appear once the clock reaches them (the
-        final results hold every row)."""
+        """The event log up to ``now``, in time order (``summarize.event_order``). With async scheduling the
+        pass committed to run after the one in flight has its ``pass_begin`` row logged already, stamped with
+        its start: it is kept back until the clock reaches it (the final results hold every row)."""
         return events_frame(self.recorder.events, upto_ns=self.env.now, by_worker=self.routes is not None)
 
     def end_time(self) -> float:
@@ -443,16 +486,24 @@ class Simulation:
                 counts[label] = counts.get(label, 0) + n
         return counts
 
+    @staticmethod
+    def _reported(request: Request) -> Request:
+        """The request as the results show it: one still on a prefill worker (disaggregated) with what that
+        worker has done so far, on a copy (the request itself takes them over at its handoff, ``KvTransfer``;
+        taking results while paused changes nothing)."""
+        leg = request.prefill_leg
+        if leg is None or request.prefill_done_at is not None:
+            return request
+        shown = copy.copy(request)
+        shown.first_admitted_at = leg.first_admitted_at
+        shown.prefill_worker, shown.prefill_dp_rank = leg.worker, leg.dp_rank
+        shown.num_preemptions += leg.num_preemptions
+        shown.num_cached_tokens = leg.num_cached_tokens
+        return shown
+
     def results(self) -> Results:
         disaggregated = self.transfer is not None
-        for request in self.requests:  # requests still on a prefill worker report what it has done
-            leg = request.prefill_leg
-            if leg is not None and request.prefill_done_at is None:
-                request.first_admitted_at = leg.first_admitted_at
-                request.prefill_worker, request.prefill_dp_rank = leg.worker, leg.dp_rank
-                request.num_preemptions = leg.num_preemptions
-                request.num_cached_tokens = leg.num_cached_tokens
-        requests = request_table(self.requests, disaggregated)
+        requests = request_table([self._reported(r) for r in self.requests], disaggregated)
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
             requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
         roles = {}
