@@ -239,7 +239,7 @@ class _Carried:
         """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
         pool, sched, requests, ops = self.pool, self.sched, self.requests, self.ops
         if not pool.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
-            pool.allocate(int(self.allocations[self.planned_rows:planned_rows].sum()))
+            pool.take_for_run(int(self.allocations[self.planned_rows:planned_rows].sum()))
         self.planned_rows = max(self.planned_rows, planned_rows)
         limit = limit * _COLUMNS * 4
         context, first, left, bs = self.context, self.first, self.left, self.bs

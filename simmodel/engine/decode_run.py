@@ -611,7 +611,7 @@ def _pool_ops(run: DecodeRun, m: int) -> tuple[dict[int, list], np.ndarray]:
         final_blocks = np.maximum(run.blocks, _cdiv(run.computed + np.minimum(left, planned), pool0.block_size))
         taken = run.allocs[:planned].sum(axis=0).tolist()
         for r, rank in enumerate(ranks):
-            rank.pool.allocate(taken[r])
+            rank.pool.take_for_run(taken[r])
         for request, blocks in zip(requests, final_blocks.tolist()):
             request.num_blocks = blocks
         for i in ending:

@@ -34,6 +34,12 @@ class BlockPool:
             raise RuntimeError(f"allocating {num_blocks} blocks with {self.num_free_blocks} free")
         self.num_free_blocks -= num_blocks
 
+    def take_for_run(self, num_blocks: int) -> None:
+        """The blocks a run of passes takes (``decode_run``, ``carried_run``), in one step before the frees of
+        the requests finishing inside it are applied: the free count may dip below zero until they are (the
+        run is never short of blocks at any of its own passes)."""
+        self.num_free_blocks -= num_blocks
+
     def free(self, num_blocks: int) -> None:
         self.num_free_blocks += num_blocks
         if self.num_free_blocks > self.num_blocks:
