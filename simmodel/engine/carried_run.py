@@ -296,8 +296,7 @@ class _Carried:
         k again; False if the admission is not whole prompts alone (the row is then handed over)."""
         sched, cfg = self.sched, self.sched.config
         self.last_admission = k
-        # (synchronous only: ``_admit_arrivals`` admits after finishes, the async loop does not yet)
-        waits_for_slot = not self.asynchronous and bool(sched.waiting) and len(sched.running) >= cfg.max_num_seqs
+        waits_for_slot = bool(sched.waiting) and len(sched.running) >= cfg.max_num_seqs
         if ((sched.waiting and not waits_for_slot) or sched.handoffs or out.resumed or not all(out.samples)
                 or (not out.admitted and not waits_for_slot) or len(sched.running) > cfg.max_num_batched_tokens):
             return False
@@ -561,7 +560,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
     ``decode_run.DecodeRun.gather``; no finish may call back, and a staged load records stages a run does not)."""
-    run = DecodeRun(worker, plans, asynchronous, slot_waiting=not asynchronous)
+    run = DecodeRun(worker, plans, asynchronous, slot_waiting=True)
     if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
         return None
     return run
@@ -651,6 +650,7 @@ class _CarriedAsync(_Carried):
         self.start0 = first_start
         self.busy[0], self.end[0] = int(first_busy[0]), first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
+        self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
         self.handing_over: int | None = None
         """A row planned already that must run on its own (its admission is not whole prompts alone, or its
         price does not fit the clock): the loop is handed its plan and starts it."""
@@ -680,6 +680,20 @@ class _CarriedAsync(_Carried):
                 heappush(ops, ((2 * (last + 1)) * _COLUMNS + i) * 4 + _CACHE)
         if f + left - 1 < self.rows:
             heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
+
+    def slot_decision(self, valid: int) -> int | None:
+        """While requests wait for a sequence slot: the first decision before ``valid`` that retires a request
+        since the last admission (a request is retired when its last row's outputs are processed, at the
+        decision ending that row, which plans the row after next); None: none."""
+        if not self.waits_for_slot:
+            return None
+        n = self.n
+        last = self.first[:n] + self.left[:n] - 1
+        later = last[last >= self.last_admission - 1]  # an admission into row k saw decisions up to k − 2
+        if not later.size:
+            return None
+        d = int(later.min())
+        return d if d < valid else None
 
     def decide(self, d: int, plan: bool) -> None:
         """Apply the operations up to decision d: the outputs of rows ..d processed, and if ``plan`` row
@@ -770,6 +784,21 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
         if valid < 1:
             return 0
         t, d = _next_arrival(source, end, valid)
+        slot = state.slot_decision(valid)
+        if slot is not None and (t is None or slot < d):
+            # Decision ``slot`` retires a request and admits the next waiting one into row slot + 2 (before
+            # the next arrival, which decision d reads); the run then delivers row slot + 1 too.
+            if (slot + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < slot + 2
+                    or not source.quiet_until(int(end[slot + 1]))):
+                return slot + 1
+            state.decide(slot, plan=True)
+            row, at = slot + 2, int(end[slot])
+            out = state.admit(row, at)
+            if not state.take(row, out, at):
+                state.handing_over = row
+                return slot + 1
+            valid = state.valid(horizon)
+            continue
         if t is None:
             return valid  # every delivery comes before the next arrival
         if end[d] == t or not source.quiet_until(int(end[d])):

@@ -239,8 +239,8 @@ ROOMY = {"capacity": {"type": "fixed", "blocks": 20_000}}
     # prompts up to 900 tokens against a 256-token budget: most arrivals are admitted as a chunk, so the
     # pass planned after them runs on its own
     ("chunked-prefills", worker(**POLYNOMIAL, kv_cache=ROOMY, scheduler={"max_batched_tokens": 256})),
-    # at most 10 running: an arrival finding 10 waits, and the planned pass admits nothing; synchronous runs
-    # go on and admit it in the pass after the next finish, async ones leave that pass to the worker
+    # at most 10 running: an arrival finding 10 waits, and the planned pass admits nothing; the run goes on
+    # and admits it in the pass planned after the next finish
     ("sequence-limit", worker(**ROOFLINE, kv_cache=ROOMY, scheduler={"max_sequences": 10})),
     ("prefix-caching", worker(**POLYNOMIAL, kv_cache={**ROOMY, "prefix_caching": True})),
 ])
@@ -265,7 +265,7 @@ def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part, asyn
     sim_b, coalesced = run(data, coalesce=True)
     assert_same(by_pass, coalesced)
     assert pool_state(sim_a) == pool_state(sim_b)  # block ids and cached blocks, not only what they decide
-    slots_in_runs = name == "sequence-limit" and not asynchronous  # waiting for a slot is carried (sync)
+    slots_in_runs = name == "sequence-limit"  # waiting for a slot is carried: admitted after a finish
     assert counts["left to the worker"] > 10 or name == "prefix-caching" or slots_in_runs, counts
     assert counts["admitted in a run"] > (10 if name != "chunked-prefills" else 0), counts
 
@@ -346,3 +346,35 @@ def test_a_pass_the_clock_cannot_hold_fails_at_the_same_pass(tmp_path, monkeypat
     data = with_async(trace_scenario(write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 100), (0.045, 37, 20)])),
                       asynchronous)
     same_error_both_ways(data, "priced a pass at 1e\\+30 s")
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["counted-blocks", "prefix-caching"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_runs_carried_while_requests_wait_for_a_slot_change_nothing(monkeypatch, caching, asynchronous):
+    """Overload: 40 req/s into at most 8 sequences, so requests wait for a slot nearly all the time. A carried
+    run goes on and, in the pass planned after each finish, admits the next waiting request with the
+    scheduler's own admission. Outputs and KV pools are those of the pass-by-pass run, and most admissions
+    happen that way."""
+    from simmodel.engine import carried_run
+
+    admitted_for_a_slot = 0
+    admit = carried_run._Carried.admit
+
+    def counting_admit(self, *args):
+        nonlocal admitted_for_a_slot
+        out = admit(self, *args)
+        admitted_for_a_slot += bool(self.waits_for_slot and out.admitted)
+        return out
+
+    monkeypatch.setattr(carried_run._Carried, "admit", counting_admit)
+    kv = {"capacity": {"type": "fixed", "blocks": 4000}, "prefix_caching": caching}
+    data = with_async(merged(worker(**POLYNOMIAL, kv_cache=kv, scheduler={"max_sequences": 8}),
+                             {"traffic": {"load": {"requests_per_second": 40}}}), asynchronous)
+    if caching:
+        data["traffic"]["source"]["shared_prefix"] = {"tokens": 128, "groups": 3}
+    sim_a, by_pass = run(data, coalesce=False)
+    sim_b, coalesced = run(data, coalesce=True)
+    assert_same(by_pass, coalesced)
+    assert pool_state(sim_a) == pool_state(sim_b)
+    assert by_pass.summary["num_requests_waiting_peak"] > 50  # the queue really builds up
+    assert admitted_for_a_slot > 15, admitted_for_a_slot
