@@ -149,9 +149,13 @@ class _Carried:
         """Row: the scheduler's output of the admissions planned in it (their part of the row's plan)."""
         self.capacity_bound = False
         """``prefill_capacity_bound`` as the last admission left it."""
-        self.waits_for_slot = bool(self.sched.waiting)
-        """Requests wait while every sequence slot is taken (see ``DecodeRun.slot_waiting``): the plan after
-        each finish admits the next of them."""
+        self.waits = bool(self.sched.waiting)
+        """Requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or of token
+        budget. None of those grows before a request finishes (decodes only take blocks; the prefix-cache hits
+        of a waiting prompt only shrink as free blocks are reused), so the plan after each finish tries again
+        (and the plan after each arrival, which also counts toward ``long_prefill_token_threshold``)."""
+        self.skipped = 0
+        """Requests the last admission stepped over (async: a preempted one's output still in flight)."""
         self.last_admission = 0
         """The row of the last admission: it saw the finishes of the rows before it."""
         self._kv_check(self.planned_rows)
@@ -284,7 +288,7 @@ class _Carried:
         sched.finished_since_schedule = False
         used = self.pool.num_used_blocks
         budget = cfg.max_num_batched_tokens - int(self.table[k, DECODE])  # after the row's decodes
-        skipped = sched.admit_waiting(budget, threshold, out, arrived_before)
+        skipped = self.skipped = sched.admit_waiting(budget, threshold, out, arrived_before)
         self.admitted_blocks[k] += self.pool.num_used_blocks - used
         self.plans_by_row[k] = out
         self.capacity_bound = len(sched.waiting) + len(sched.handoffs) > skipped
@@ -296,13 +300,13 @@ class _Carried:
         k again; False if the admission is not whole prompts alone (the row is then handed over)."""
         sched, cfg = self.sched, self.sched.config
         self.last_admission = k
-        waits_for_slot = bool(sched.waiting) and len(sched.running) >= cfg.max_num_seqs
-        if ((sched.waiting and not waits_for_slot) or sched.handoffs or out.resumed or not all(out.samples)
-                or (not out.admitted and not waits_for_slot) or len(sched.running) > cfg.max_num_batched_tokens):
+        waits = bool(sched.waiting)
+        if (sched.handoffs or out.resumed or self.skipped or not all(out.samples) or (not out.admitted and not waits)
+                or len(sched.running) > cfg.max_num_batched_tokens):
             return False
-        self.waits_for_slot = waits_for_slot
+        self.waits = waits
         if not out.admitted:
-            return True  # every slot taken: the row only decodes
+            return True  # the first waiting request does not fit yet: the row only decodes
         max_model_len, bs = cfg.max_model_len, self.bs
         for request in out.requests:
             if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
@@ -335,9 +339,9 @@ class _Carried:
         return self.price_from(k)
 
     def slot_row(self, valid: int) -> int | None:
-        """While requests wait for a sequence slot: the first row before ``valid`` whose plan sees a slot freed
-        by a finish since the last admission (None: none)."""
-        if not self.waits_for_slot:
+        """While requests wait (``waits``): the first row before ``valid`` whose plan sees a finish since the
+        last admission (None: none)."""
+        if not self.waits:
             return None
         n = self.n
         last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
@@ -682,10 +686,10 @@ class _CarriedAsync(_Carried):
             heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
 
     def slot_decision(self, valid: int) -> int | None:
-        """While requests wait for a sequence slot: the first decision before ``valid`` that retires a request
+        """While requests wait (``waits``): the first decision before ``valid`` that retires a request
         since the last admission (a request is retired when its last row's outputs are processed, at the
         decision ending that row, which plans the row after next); None: none."""
-        if not self.waits_for_slot:
+        if not self.waits:
             return None
         n = self.n
         last = self.first[:n] + self.left[:n] - 1

@@ -77,8 +77,9 @@ class DecodeRun:
                  slot_waiting: bool = False) -> None:
         self.worker = worker
         self.slot_waiting = slot_waiting
-        """Whether requests may wait while every sequence slot (``max_num_seqs``) is taken: they can only be
-        admitted after a finish, which a carried run admits at (``carried_run``)."""
+        """Whether requests may wait when the run starts (every sequence slot taken, or the first pass planned
+        already, leaving them waiting): nothing lets one in before a request finishes, and a carried run tries
+        again after each finish (``carried_run``)."""
         self.ranks = worker.ranks
         self.asynchronous = asynchronous
         """vLLM's async scheduling: ``plans`` is the pass in flight, and each pass is planned while the one
@@ -102,7 +103,11 @@ class DecodeRun:
             if (type(s) is not VllmScheduler or s.handoffs or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank.has_pending_releases):
                 return False
-            if s.waiting and not (self.slot_waiting and len(s.running) >= s.config.max_num_seqs):
+            if s.waiting and not (self.slot_waiting and not any(q.num_stale_output_tokens for q in s.waiting)
+                                  and (len(s.running) >= s.config.max_num_seqs
+                                       or (plans is not None and not self.asynchronous))):
+                # The run's first plan could admit one (or step over a preempted one), unless every slot is
+                # taken, or (synchronous) that plan is made already and left them waiting.
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:
