@@ -151,16 +151,24 @@ def summary_json(summary: dict) -> str:
     return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
 
 
+CSV_CHUNK_ROWS = 65_536
+"""Rows formatted and written at a time: a long run's passes.csv has millions of rows, whose cells, made at
+once, would take gigabytes."""
+
+
 def write_csv(path: Path, columns: dict[str, np.ndarray | list]) -> None:
     """Write a table given as columns (``plain_columns``, ``passes_table``, ``event_columns``) as pandas'
-    ``to_csv(index=False)`` writes the same frame, byte for byte, without building one: each column is
-    turned into cells at once (``_csv_cells``), then every row goes out in one call of the csv module, which
-    pandas writes with too (minimal quoting, ``\n`` line ends)."""
-    cells = [_csv_cells(values) for values in columns.values()]
+    ``to_csv(index=False)`` writes the same frame, byte for byte, without building one: the columns are turned
+    into cells a chunk of rows at a time (``_csv_cells``), and each chunk's rows go out in one call of the csv
+    module, which pandas writes with too (minimal quoting, ``\n`` line ends)."""
+    values = list(columns.values())
+    num_rows = len(values[0]) if values else 0
     with path.open("w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(list(columns))
-        writer.writerows(zip(*cells))
+        for start in range(0, num_rows, CSV_CHUNK_ROWS):
+            stop = start + CSV_CHUNK_ROWS
+            writer.writerows(zip(*(_csv_cells(column[start:stop]) for column in values)))
 
 
 def _csv_cells(values: np.ndarray | list) -> list:

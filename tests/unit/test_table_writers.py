@@ -116,3 +116,13 @@ def test_writing_the_outputs_does_not_import_pandas(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == [".simmodel-output.json", "events.parquet", "passes.csv", "requests.csv", "summary.json"]
+
+
+def test_csv_in_chunks_is_the_same_file(tmp_path, monkeypatch):
+    # 7 rows in chunks of 3 (3 + 3 + 1) must give the bytes of one chunk: the reference is pandas' to_csv.
+    monkeypatch.setattr("simmodel.export.CSV_CHUNK_ROWS", 3)
+    columns = {"f": np.array([0.5, NAN, 3.25, 1e-7, 2.0, -1.0, 7.0]), "s": ["a", "b,c", None, "d", "e", "f", "g"],
+               "i": np.arange(7, dtype=np.int64)}
+    write_csv(tmp_path / "ours.csv", columns)
+    pd.DataFrame(columns).to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
