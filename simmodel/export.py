@@ -9,6 +9,7 @@ folder, and removes only what it lists.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -159,22 +160,23 @@ once, would take gigabytes."""
 def write_csv(path: Path, columns: dict[str, np.ndarray | list]) -> None:
     """Write a table given as columns (``plain_columns``, ``passes_table``, ``event_columns``) as pandas'
     ``to_csv(index=False)`` writes the same frame, byte for byte, without building one: the columns are turned
-    into cells a chunk of rows at a time (``_csv_cells``), and each chunk's rows go out in one call of the csv
-    module, which pandas writes with too (minimal quoting, ``\n`` line ends)."""
+    into text cells a chunk of rows at a time (``_csv_cells``), and each chunk's lines are joined and written
+    at once. pandas writes with the csv module (minimal quoting, ``\n`` line ends); joining the cells
+    directly gives the same text in a third of the time."""
     values = list(columns.values())
     num_rows = len(values[0]) if values else 0
     with path.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(list(columns))
+        f.write(",".join(_csv_cells(list(columns))) + "\n")
         for start in range(0, num_rows, CSV_CHUNK_ROWS):
-            stop = start + CSV_CHUNK_ROWS
-            writer.writerows(zip(*(_csv_cells(column[start:stop]) for column in values)))
+            cells = [_csv_cells(column[start:start + CSV_CHUNK_ROWS]) for column in values]
+            f.write("\n".join(map(",".join, zip(*cells))) + "\n")
 
 
-def _csv_cells(values: np.ndarray | list) -> list:
-    """One column's cells as pandas makes them (``get_values_for_csv``): a float's is numpy's ``astype(str)``,
-    which is Python's shortest round-trip ``repr`` (the same text, in half the time), and NaN an empty
-    cell; integers and strings go as they are, None as an empty cell."""
+def _csv_cells(values: np.ndarray | list) -> list[str]:
+    """One column's cells as pandas makes them (``get_values_for_csv``) and the csv module writes them: a
+    float's is numpy's ``astype(str)``, which is Python's shortest round-trip ``repr`` (the same text, in
+    half the time), NaN and None an empty cell, an integer its digits, a string itself, quoted when it holds
+    a comma, a quote or a line break (``_quoted``)."""
     if isinstance(values, np.ndarray):
         if values.dtype.kind == "f":
             cells = list(map(float.__repr__, values.tolist()))
@@ -182,7 +184,23 @@ def _csv_cells(values: np.ndarray | list) -> list:
                 cells[i] = ""
             return cells
         values = values.tolist()
-    return ["" if v is None else v for v in values] if None in values else values
+    if all(type(v) is str for v in values):
+        quoted = {v: _quoted(v) for v in set(values) if _needs_quotes(v)}
+        return [quoted.get(v, v) for v in values] if quoted else values
+    return ["" if v is None else _quoted(v) if isinstance(v, str) and _needs_quotes(v) else str(v) for v in values]
+
+
+def _needs_quotes(text: str) -> bool:
+    """Whether ``text`` holds a character the csv module may quote a cell for (a comma, a quote, a line break)."""
+    return "," in text or '"' in text or "\n" in text or "\r" in text
+
+
+def _quoted(text: str) -> str:
+    """The cell the csv module writes for ``text`` (the rules of its minimal quoting vary by Python version:
+    3.11 leaves a lone carriage return unquoted), asked of it for the rare cell that may need quotes."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow([text])
+    return out.getvalue()[:-1]
 
 
 def write_events(columns: dict[str, np.ndarray], folder: Path) -> str:
