@@ -313,6 +313,8 @@ def write_results(results: Results, path: Path, overwrite: bool, events: str = "
         elif events == "stream":
             assert streamed is not None
             shutil.move(str(streamed), staging / "events.parquet")
+            # the stream's file was made by mkstemp, owner-only: give it an ordinary new file's permissions
+            os.chmod(staging / "events.parquet", 0o666 & ~current_umask())
             names.append("events.parquet")
     return names
 
