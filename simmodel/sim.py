@@ -103,7 +103,8 @@ class Results:
 
     def event_columns(self) -> dict:
         """The events table as columns, without pandas (``event_columns``)."""
-        return event_columns(self._events[:self._num_events])
+        events = self._events  # the whole log unless rows came after the results were taken: no copy
+        return event_columns(events if len(events) == self._num_events else events[:self._num_events])
 
     def _pass_data(self) -> dict:
         passes = self._passes  # the log, or (unpickled) its columns
