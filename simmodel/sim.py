@@ -29,9 +29,11 @@ from simmodel.metrics.records import EventKind, PassLog, Recorder
 from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
     RequestTable,
+    event_columns,
     events_frame,
     pass_columns,
     passes_frame,
+    passes_table,
     request_table,
     role_summary,
     stage_summaries,
@@ -87,13 +89,7 @@ class Results:
     @property
     def passes(self) -> pd.DataFrame:
         if "passes" not in self._tables:
-            passes = self._passes  # the log, or (unpickled) its columns
-            data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
-            if self._by_worker:
-                data = _by_end_and_worker(data)
-            if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
-                data["stage"] = np.maximum(np.searchsorted(self._stage_starts, data["start_ns"], side="right") - 1, 0)
-            self._tables["passes"] = passes_frame(data)
+            self._tables["passes"] = passes_frame(self._pass_data())
         return self._tables["passes"]
 
     @property
@@ -101,6 +97,29 @@ class Results:
         if "events" not in self._tables:
             self._tables["events"] = events_frame(self._events[:self._num_events], by_worker=self._by_worker)
         return self._tables["events"]
+
+    def request_columns(self) -> dict | None:
+        """The requests table as plain columns (``RequestTable.plain_columns``), or None: write the frame."""
+        return self._requests.plain_columns()
+
+    def pass_columns(self) -> dict:
+        """The passes table as columns, without pandas (``passes_table``)."""
+        return passes_table(self._pass_data())
+
+    def event_columns(self) -> dict:
+        """The events table as columns, without pandas (``event_columns``)."""
+        events = self._events  # the whole log unless rows came after the results were taken: no copy
+        return event_columns(events if len(events) == self._num_events else events[:self._num_events],
+                             by_worker=self._by_worker)
+
+    def _pass_data(self) -> dict:
+        passes = self._passes  # the log, or (unpickled) its columns
+        data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
+        if self._by_worker:
+            data = _by_end_and_worker(data)
+        if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
+            data["stage"] = np.maximum(np.searchsorted(self._stage_starts, data["start_ns"], side="right") - 1, 0)
+        return data
 
     def __getstate__(self) -> dict:  # pickled: the rows themselves, not the whole log
         state = dict(self.__dict__)

@@ -233,7 +233,6 @@ def test_calibrate_replaces_only_a_calibration_file(tmp_path):
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EIO])
 def test_a_full_disk_leaves_the_earlier_output_and_no_staging(tmp_path, monkeypatch, code):
-    import pandas as pd
     from click.testing import CliRunner
 
     from simmodel.cli import cli
@@ -245,10 +244,10 @@ def test_a_full_disk_leaves_the_earlier_output_and_no_staging(tmp_path, monkeypa
     assert CliRunner().invoke(cli, args).exit_code == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
-    def full(self, *args, **kwargs):
+    def full(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", full)  # requests.csv, the second file written
+    monkeypatch.setattr("simmodel.export.write_csv", full)  # requests.csv, the second file written
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1
     assert result.stderr == f"simmodel: --output-dir {out}: cannot write: {os.strerror(code)}; {out} is left as " \

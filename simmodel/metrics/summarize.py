@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -118,6 +119,22 @@ class RequestTable:
             column = self._columns[name] = np.array(values, dtype=dtype)
         return column
 
+    def plain_columns(self) -> dict[str, np.ndarray | list] | None:
+        """The table as columns of the types pandas gives them, in the frame's order, without pandas (the CSV
+        writer's input): float64 arrays for columns of floats, int64 arrays for ints, lists of strings; None
+        when a column holds anything else (ints with gaps, which pandas makes floats; mixed types), and the
+        caller then writes the ``frame`` instead."""
+        columns: dict[str, np.ndarray | list] = {}
+        for i, name in enumerate(REQUEST_COLUMNS):
+            columns[name] = [row[i] for row in self.rows]
+        columns.update(self.added)
+        for name, values in columns.items():
+            plain = _plain_column(values)
+            if plain is None:
+                return None
+            columns[name] = plain
+        return columns
+
     def frame(self) -> pd.DataFrame:
         import pandas as pd
 
@@ -125,6 +142,19 @@ class RequestTable:
         for name, values in self.added.items():
             frame[name] = values
         return frame
+
+
+def _plain_column(values: list) -> np.ndarray | list | None:
+    """``values`` as pandas would type them, when that is plain: all floats (NaN included) a float64 array, all
+    ints an int64 array, all strings the list itself; None otherwise."""
+    kinds = set(map(type, values))
+    if kinds <= {float}:
+        return np.array(values, dtype=np.float64)
+    if kinds == {int}:
+        return np.array(values, dtype=np.int64)
+    if kinds == {str}:
+        return values
+    return None
 
 
 def request_table(requests: list[Request], disaggregated: bool = False) -> RequestTable:
@@ -171,55 +201,97 @@ def pass_columns(passes: PassLog, rows: int | None = None) -> dict[str, object]:
     return data
 
 
+def passes_table(data: dict[str, object]) -> dict[str, object]:
+    """The columns of the pass table, in its order, from the pass rows' columns (``pass_columns``, plus any
+    added ones): times in seconds, the rank's own forward time in ms, added columns (a staged load's
+    ``stage``) last. The frame and the CSV file are both made from this."""
+    names = [name for name in PassRecord._fields if name not in ("start_ns", "end_ns", "rank_busy_ns")]
+    table: dict[str, object] = {name: data[name] for name in names[:3]}  # role, worker, dp_rank
+    table["start_s"] = np.asarray(data["start_ns"]) / NS_PER_S
+    table["end_s"] = np.asarray(data["end_ns"]) / NS_PER_S
+    table.update((name, data[name]) for name in names[3:])
+    table["rank_busy_ms"] = np.asarray(data["rank_busy_ns"]) / 1e6
+    for name in data:
+        if name not in PassRecord._fields:
+            table[name] = data[name]
+    return table
+
+
 def passes_frame(passes: PassLog | dict[str, object]) -> pd.DataFrame:
     """One row per pass and rank; times in seconds, the rank's own forward time in ms (from a ``PassLog``
     or its ``pass_columns``)."""
     import pandas as pd
 
     data = pass_columns(passes) if isinstance(passes, PassLog) else passes
-    frame = pd.DataFrame(data, columns=list(PassRecord._fields))
-    frame.insert(3, "start_s", frame.pop("start_ns") / NS_PER_S)
-    frame.insert(4, "end_s", frame.pop("end_ns") / NS_PER_S)
-    frame["rank_busy_ms"] = frame.pop("rank_busy_ns") / 1e6
-    for name in data:  # added columns (a staged load's ``stage``) come last
-        if name not in PassRecord._fields:
-            frame[name] = data[name]
-    return frame
+    return pd.DataFrame(passes_table(data))
 
 
-def event_order(by_worker: bool = False) -> list[str]:
-    """The columns the event log is ordered by, stably (so ties keep the order the events were recorded in).
-
-    By time: async engines record a pass's begin when they commit it, ahead of the events before it. With
-    ``by_worker``, at one instant the clients' events (worker −1) come first, in request order, then each
-    worker's in worker order: workers that plan their passes ahead of the clock, each on its own
-    (``Worker.arrivals``), make their arrivals and record their events in no common order, but each worker's
-    own order is that of the pass-by-pass run (``client_order`` is the request id on a client's row, else −1).
-    """
-    return ["time_ns", "worker", "client_order"] if by_worker else ["time_ns"]
+EVENT_KINDS = tuple(k.name.lower() for k in EventKind)
+"""The ``kind`` column's categories, in code order."""
 
 
-def client_order(worker, request_id):
-    """The third key of ``event_order``: a client's rows by request, a worker's rows as recorded."""
-    return np.where(np.asarray(worker) == -1, np.asarray(request_id), -1)
+def recorded_columns(events: list[Event]) -> dict[str, np.ndarray]:
+    """Event rows as columns, in recording order: the ``Event`` fields, ``kind`` as int8 codes of
+    ``EVENT_KINDS``, ``role`` an object array of strings, the others int64."""
+    n = len(events)
+    columns = {}
+    for i, name in enumerate(Event._fields):
+        if name == "role":
+            columns[name] = np.array([e[i] for e in events], dtype=object)
+        else:
+            columns[name] = np.fromiter(map(itemgetter(i), events), dtype=np.int8 if name == "kind" else np.int64,
+                                        count=n)
+    return columns
+
+
+def event_order(recorded: dict[str, np.ndarray], by_worker: bool = False) -> np.ndarray:
+    """The order of the event log: the permutation of the recorded rows (``recorded_columns``) that sorts
+    them by time, rows of equal time in recording order (a stable sort). Async engines record a pass's begin
+    when they commit it, so recording order is not time order. The in-memory table and the streamed file
+    both order by this; the stream relies on time coming first (it writes every row before its watermark).
+
+    With ``by_worker``, at one instant the clients' rows (worker −1) come first, in request order, then each
+    worker's in worker order, each in recording order: workers that plan their passes ahead of the clock,
+    each on its own (``Worker.arrivals``), make their arrivals and record their rows in no common order, but
+    each worker's own order is that of the pass-by-pass run."""
+    time = recorded["time_ns"]
+    if not by_worker:
+        return np.argsort(time, kind="stable")
+    worker = recorded["worker"]
+    client = np.where(worker == -1, recorded["request_id"], -1)
+    return np.lexsort((client, worker, time))  # stable: equal keys keep recording order
+
+
+def event_table(recorded: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The event table's columns of the recorded rows ``rows``, in that order: ``time_s`` in place of
+    ``time_ns``, then the other fields as they were recorded. Each recorded column is taken out of
+    ``recorded`` as its rows are copied (millions of events: one column more at a time, not a second log)."""
+    table = {"time_s": recorded.pop("time_ns")[rows] / NS_PER_S}
+    for name in Event._fields[1:]:
+        table[name] = recorded.pop(name)[rows]
+    return table
+
+
+def event_columns(events: list[Event], upto_ns: int | None = None, by_worker: bool = False) -> dict[str, np.ndarray]:
+    """The event log as the table's columns (``event_table``) in ``event_order``; ``upto_ns``: only the rows
+    stamped at or before it."""
+    recorded = recorded_columns(events)
+    rows = event_order(recorded, by_worker)
+    if upto_ns is not None:
+        rows = rows[recorded["time_ns"][rows] <= upto_ns]
+    return event_table(recorded, rows)
 
 
 def events_frame(events: list[Event], upto_ns: int | None = None, by_worker: bool = False) -> pd.DataFrame:
-    """The event log as a table ordered by ``event_order``; ``upto_ns``: only the rows stamped at or before it."""
+    """The event log as a table ordered by time (``event_order``); ``upto_ns``: only the rows stamped at or
+    before it."""
     import pandas as pd
 
-    frame = pd.DataFrame.from_records(events, columns=list(Event._fields))
-    if upto_ns is not None:
-        frame = frame[frame["time_ns"] <= upto_ns]
-    if by_worker:
-        frame["client_order"] = client_order(frame["worker"], frame["request_id"])
-    frame = frame.sort_values(event_order(by_worker), kind="stable", ignore_index=True)
-    if by_worker:
-        frame.pop("client_order")
-    frame.insert(0, "time_s", frame.pop("time_ns") / NS_PER_S)
-    names = [k.name.lower() for k in EventKind]
-    frame["kind"] = pd.Categorical.from_codes(frame["kind"].to_numpy(dtype=np.int64), categories=names)
-    return frame
+    data: dict[str, object] = dict(event_columns(events, upto_ns, by_worker))
+    data["kind"] = pd.Categorical.from_codes(data["kind"].astype(np.int64), categories=list(EVENT_KINDS))
+    if len(data["role"]):  # strings typed as pandas types a list of them (an empty list would be floats)
+        data["role"] = data["role"].tolist()
+    return pd.DataFrame(data)
 
 
 def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: float, num_passes: int,

@@ -15,6 +15,7 @@ from factories import make_scenario, make_sglang_scenario
 from simmodel.config.load import parse_scenario
 from simmodel.metrics import event_sink
 from simmodel.metrics.event_sink import ParquetEventSink
+from simmodel.paths import current_umask
 from simmodel.sim import Simulation
 
 pytest.importorskip("pyarrow")
@@ -66,3 +67,12 @@ def test_cli_events_modes(tmp_path):
                                                      "summary.json"]
     bad = run_cli(tmp_path, "--events", "stream")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--events stream" in bad.stderr
+
+
+def test_the_streamed_file_has_an_ordinary_files_permissions(tmp_path):
+    # the stream is written to a mkstemp file (owner-only, 0o600); once moved into the output folder it has
+    # the permissions of the folder's other new files, e.g. 0o644 under the usual umask 022
+    out = tmp_path / "out"
+    assert run_cli(tmp_path, "--output-dir", str(out), "--events", "stream").returncode == 0
+    mode = (out / "events.parquet").stat().st_mode & 0o777
+    assert mode == (out / "requests.csv").stat().st_mode & 0o777 == 0o666 & ~current_umask()
