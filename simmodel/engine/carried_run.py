@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.decode_run import MAX_RUN, DecodeRun, busy_ns, joined, retire
+from simmodel.engine.decode_run import MAX_RUN, DecodeRun, busy_ns, joined
 from simmodel.engine.recorder import Event as EventRow
 from simmodel.engine.recorder import EventKind
 from simmodel.engine.request import RequestStatus
@@ -257,13 +257,13 @@ class _Carried:
                 row = (step >> 1) - back
                 if pool.caching:
                     before = pool.num_free_blocks
-                    retire(sched, request)
+                    sched.retire(request)
                     self.returned[row] += pool.num_free_blocks - before
                 else:
                     blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
                     request.num_blocks = blocks
                     self.returned[row] += blocks
-                    retire(sched, request)
+                    sched.retire(request)
                 self.finished.setdefault(row, []).append(request)
                 self.finishes = True
             elif action == _CACHE:

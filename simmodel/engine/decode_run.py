@@ -493,14 +493,6 @@ def _record(run: DecodeRun, m: int, start: np.ndarray, end: np.ndarray, busy: np
 
 
 
-def retire(sched: VllmScheduler, request) -> None:
-    """A request reaching its stop in the run: as ``update_from_output`` retires it."""
-    request.num_draft_tokens = 0
-    request.status = RequestStatus.FINISHED
-    request.block_keys = None
-    sched.free(request)
-
-
 # -- asynchronous scheduling ------------------------------------------------------------------------
 
 def advance_async(worker: Worker, horizon: int, arrival: int | None, in_flight: tuple) -> tuple | None:
@@ -622,7 +614,7 @@ def _pool_ops(run: DecodeRun, m: int) -> tuple[dict[int, list], np.ndarray]:
         for i in ending:
             request, r, k = requests[i], int(run.rank_of[i]), int(left[i])
             returned[k, r] += request.num_blocks
-            retire(ranks[r].scheduler, request)
+            ranks[r].scheduler.retire(request)
             finished.setdefault(k, []).append((r, request))
         return finished, returned
     steps, columns = np.nonzero((_async_ops if run.asynchronous else _sync_ops)(run, m))
@@ -645,7 +637,7 @@ def _pool_ops(run: DecodeRun, m: int) -> tuple[dict[int, list], np.ndarray]:
         elif action is _FINISH:
             pool = pools[r]
             before = pool.num_free_blocks
-            retire(ranks[r].scheduler, request)
+            ranks[r].scheduler.retire(request)
             returned[s + finish_at, r] += pool.num_free_blocks - before
             finished.setdefault(s + finish_at, []).append((r, request))
         else:  # the tokens known: computed + s, and one more once the step's pass is planned or ended

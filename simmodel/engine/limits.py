@@ -30,9 +30,13 @@ class RunLimits:
 
     def check_time(self, now_ns: int) -> None:
         if now_ns > self.max_time_ns:
-            raise SimulationError(f"the run reached {now_ns / NS_PER_S:,.0f} s of simulated time, beyond "
+            raise SimulationError(f"the run reached {now_ns / NS_PER_S:,.9g} s of simulated time, beyond "
                                   f"limits.max_virtual_time_seconds ({self.spec.max_virtual_time_seconds:g}); "
                                   f"raise it with --set limits.max_virtual_time_seconds=S if that is intended")
+
+    def first_request_over(self) -> int:
+        """The number (from 0) of the first request that breaks ``max_requests`` (``check_requests``)."""
+        return self.spec.max_requests
 
     def check_requests(self, num_requests: int) -> None:
         if num_requests > self.spec.max_requests:

@@ -27,6 +27,8 @@ class Router(Protocol):
 
     reads_state: bool
     """Whether a choice reads the workers' state (then it can only be made at the request's arrival)."""
+    workers: list[Worker]
+    """The pool it picks from."""
 
     def pick(self, request: Request | None) -> Worker:
         """The worker for the next request placed on this pool."""

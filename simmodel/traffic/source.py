@@ -211,8 +211,22 @@ class TrafficSource:
         self.routes = routes
 
     def rejected(self, i: int) -> bool:
-        """Whether request ``i`` is refused before placement (its prompt is at or over the context length)."""
-        return self.stream.request(i)[0] >= self.context_length
+        """Whether request ``i`` is refused before placement (``refuses``)."""
+        return self.refuses(self.stream.request(i)[0])
+
+    def refuses(self, num_prompt_tokens: int) -> bool:
+        """vLLM's server refuses a prompt at or over ``max_model_len`` before it reaches the engine (SGLang's
+        at ``max_req_len``): the serving context length."""
+        return num_prompt_tokens >= self.context_length
+
+    def refusal_ns(self) -> int | None:
+        """When the first request over ``limits.max_requests`` would arrive (open loop): the run fails there.
+        None if the load ends before."""
+        limits = self.stream.limits
+        if limits is None:
+            return None
+        i = limits.first_request_over()
+        return to_ns(self.stream.arrival(i)) if self.has_index(i) else None
 
     def made(self, i: int) -> bool:
         """Whether request ``i`` has been created (routed open-loop loads)."""
@@ -396,10 +410,9 @@ class TrafficSource:
     def _admit(self, request: Request, at: int | None = None) -> bool:
         """Hand the request to the deployment now (or at ``at``), or refuse it; whether it was handed over."""
         at = self.env.now if at is None else at
-        if request.num_prompt_tokens < self.context_length:
+        if not self.refuses(request.num_prompt_tokens):
             self.place(request, at)  # the rank it lands on records the placement (maybe later: frontend)
             return True
-        # vLLM's server refuses a prompt at or over max_model_len before it reaches the engine.
         request.status = RequestStatus.REJECTED
         request.finished_at = at
         self.recorder.event(at, EventKind.REJECTION, -1, -1, request.request_id,
@@ -493,20 +506,23 @@ class WorkerArrivals:
         return None if found is None else to_ns(self.source.stream.arrival(found[1]))
 
     def quiet_until(self, end_ns: int) -> bool:
-        """Whether this worker's requests arriving from now to ``end_ns`` leave that instant free: none arrives
-        exactly then, and none breaks ``limits.max_requests``. A run of passes spanning the next arrival may
-        then end at ``end_ns``."""
-        limits = self.source.stream.limits
+        """Whether none of this worker's requests arriving from now to ``end_ns`` arrives exactly then: a run
+        of passes spanning the next arrival may then end at ``end_ns``. (No run reaches the instant a request
+        would break ``limits.max_requests``: ``horizon_ns``.)"""
         found = self._next_index()
         while found is not None:
             p, i = found
             at = to_ns(self.source.stream.arrival(i))
-            if at > end_ns:
-                return True
-            if at == end_ns or (limits is not None and i + 1 > limits.spec.max_requests):
-                return False
+            if at >= end_ns:
+                return at > end_ns
             found = self._next_index(p + 1)
         return True
+
+    def horizon_ns(self) -> float:
+        """The first instant something but this worker's own arrivals may change it, or the run fail: the
+        arrival of the first request over ``limits.max_requests`` (whichever worker it goes to, if any)."""
+        at = self.source.refusal_ns()
+        return float("inf") if at is None else at
 
     def arrive_early(self, before_ns: int) -> None:
         """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from factories import trace_scenario, write_csv_trace
 from test_decode_runs import assert_same, steps, with_async
 
 from simmodel.config.load import parse_scenario
+from simmodel.errors import SimulationError
 from simmodel.sim import Simulation
 
 
@@ -98,3 +100,39 @@ def test_a_paused_replica_pool_is_the_pass_by_pass_one(tmp_path):
             assert [q.request_id for q in wa.ranks[0].running] == [q.request_id for q in wb.ranks[0].running]
             assert wa.ranks[0].pool.num_used_blocks == wb.ranks[0].pool.num_used_blocks
     assert_same(a.run(), b.run())
+
+
+def failing_run(sim: Simulation, match: str):
+    """Run until the expected safety-limit error; the state it leaves: the instant, each request's tokens and
+    the pass and event tables."""
+    with pytest.raises(SimulationError, match=match):
+        sim.run()
+    res = sim.results()
+    return sim.env.now, [r.num_output_tokens for r in sim.requests], res.passes, res.events
+
+
+# Found by review: a run planned ahead must stop where the pass-by-pass run fails.
+LIMIT_CASES = {
+    # request 1 (5,000 tokens, refused for its length) is the first over max_requests 1: the run fails at
+    # 50 ms, where request 0 has decoded a few tokens, not all 200
+    "a refused prompt over max_requests": ([(0.0, 100, 200), (0.05, 5000, 5)], 1, {"max_requests": 1}),
+    # request 2 goes to worker 0 and breaks max_requests 2 at 50 ms: worker 1 must not have run on
+    "another worker's request over max_requests": ([(0.0, 100, 200), (0.0, 100, 200), (0.05, 100, 5)], 2,
+                                                   {"max_requests": 2}),
+    # a 100 ms time limit: the run fails when the first pass after it starts, on either worker
+    "the time limit with two workers": ([(0.0, 2000, 300), (0.0, 100, 300)], 2, {"max_virtual_time_seconds": 0.1}),
+}
+
+
+@pytest.mark.parametrize("name", LIMIT_CASES)
+def test_a_run_planned_ahead_fails_where_the_pass_by_pass_run_fails(tmp_path, name):
+    rows, n, limits = LIMIT_CASES[name]
+    data = trace_scenario(write_csv_trace(tmp_path / "t.csv", rows), limits=limits, **replicas(n, **POLYNOMIAL))
+    match = "max_requests" if "max_requests" in limits else "max_virtual_time_seconds"
+    a = failing_run(simulation(data, coalesce=False), match)
+    b = failing_run(simulation(data), match)
+    assert a[:2] == b[:2]
+    if "max_requests" in limits:
+        assert a[0] == 50_000_000 and max(a[1]) < 20  # failed at the arrival, mid-decode
+    pd.testing.assert_frame_equal(a[2], b[2], check_exact=True)
+    pd.testing.assert_frame_equal(a[3], b[3], check_exact=True)

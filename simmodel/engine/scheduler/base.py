@@ -38,8 +38,9 @@ class SchedulerOutput:
 
 
 class Scheduler(Protocol):
-    """Plain-Python scheduling policy of one rank, as the rank and the pass planner drive it; no time passes
-    inside it. Every KV block it holds is in ``pool``."""
+    """Plain-Python scheduling policy of one rank, as its rank drives it; no time passes inside it. Every KV
+    block it holds is in ``pool``. (The closed-form run engines, ``decode_run`` and ``carried_run``, drive
+    vLLM's scheduler through more of its own API: ``admit_waiting``, ``retire``, its queues and flags.)"""
 
     running: list[Request]
     """Requests with KV on the rank, in the order the engine schedules them."""

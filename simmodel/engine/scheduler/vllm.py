@@ -94,6 +94,15 @@ class VllmScheduler:
             self.pool.free(request.num_blocks)
             request.num_blocks = 0
 
+    def retire(self, request: Request) -> None:
+        """A request reached its stop: finished, its blocks freed (a prefill leg keeps its KV until its
+        transfer is done). The caller takes it out of ``running``."""
+        request.num_draft_tokens = 0
+        request.status = RequestStatus.FINISHED
+        request.block_keys = None  # its content keys are never needed again (and weigh kilobytes)
+        if not request.bootstrap:
+            self.free(request)
+
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
 
@@ -395,11 +404,7 @@ class VllmScheduler:
                 if known // self.block_size > request.num_cached_blocks:
                     self.pool.cache_full_blocks(request, known)
             if request.num_output_tokens >= request.max_tokens or num_tokens >= max_model_len:
-                request.num_draft_tokens = 0
-                request.status = RequestStatus.FINISHED
-                request.block_keys = None  # its content keys are never needed again (and weigh kilobytes)
-                if not request.bootstrap:  # a prefill leg keeps its KV until the transfer is done
-                    self.free(request)
+                self.retire(request)
                 finished.append(request)
                 stopped_waiting |= status is preempted
             elif speculative and status is running:
