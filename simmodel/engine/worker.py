@@ -266,10 +266,10 @@ class Worker:
         else None."""
         if self.arrivals is None:
             return self._limited(self.env.peek()), None
-        horizon = self.arrivals.horizon_ns()
+        horizon = self._limited(float("inf"))
         if self.limits is not None:  # a pass may start after the time limit, and another worker's pass
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
-        return self._limited(horizon), self.arrivals.next_arrival_ns()
+        return self.arrivals.horizon_ns(horizon), self.arrivals.next_arrival_ns()
 
     def _limited(self, horizon: float) -> float:
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)

@@ -130,6 +130,19 @@ class RequestStream:
             return None
         return int(self.trace.prefill_dp_rank[i])
 
+    def arrival_before(self, i: int, before_s: float) -> float | None:
+        """Arrival time of request ``i`` in seconds if it comes before ``before_s``, else None, drawing the
+        arrivals no further than that (a request far beyond the run is never drawn for)."""
+        if not len(self._arrival):
+            self.arrival(0)  # (rescaled loads draw all their arrivals at once)
+        drawn = not (self.load.rescale_to_rate or (self.trace is not None and self.load.type == "trace_timestamps"))
+        while drawn and i >= len(self._arrival) and self._arrival[-1] < before_s:
+            self.arrival(len(self._arrival))
+        if i < len(self._arrival):
+            at = float(self._arrival[i])
+            return at if at < before_s else None
+        return None
+
     def arrival(self, i: int) -> float:
         """Arrival time of request ``i`` in seconds (open-loop loads only)."""
         if self.load.rescale_to_rate and not len(self._arrival):
@@ -219,14 +232,14 @@ class TrafficSource:
         at ``max_req_len``): the serving context length."""
         return num_prompt_tokens >= self.context_length
 
-    def refusal_ns(self) -> int | None:
-        """When the first request over ``limits.max_requests`` would arrive (open loop): the run fails there.
-        None if the load ends before."""
+    def refusal_ns(self, before_ns: float) -> int | None:
+        """When the first request over ``limits.max_requests`` arrives (open loop), the run failing there, if
+        before ``before_ns``; None if it comes later or the load ends before."""
         limits = self.stream.limits
-        if limits is None:
+        if limits is None or not self.has_index(i := limits.first_request_over()):
             return None
-        i = limits.first_request_over()
-        return to_ns(self.stream.arrival(i)) if self.has_index(i) else None
+        at = self.stream.arrival_before(i, before_ns / NS_PER_S)
+        return None if at is None else to_ns(at)
 
     def made(self, i: int) -> bool:
         """Whether request ``i`` has been created (routed open-loop loads)."""
@@ -518,11 +531,12 @@ class WorkerArrivals:
             found = self._next_index(p + 1)
         return True
 
-    def horizon_ns(self) -> float:
-        """The first instant something but this worker's own arrivals may change it, or the run fail: the
-        arrival of the first request over ``limits.max_requests`` (whichever worker it goes to, if any)."""
-        at = self.source.refusal_ns()
-        return float("inf") if at is None else at
+    def horizon_ns(self, before_ns: float) -> float:
+        """The first instant before ``before_ns`` at which something but this worker's own arrivals may change
+        it, or the run fail: the arrival of the first request over ``limits.max_requests`` (whichever worker
+        it goes to, if any); else ``before_ns``."""
+        at = self.source.refusal_ns(before_ns)
+        return before_ns if at is None else at
 
     def arrive_early(self, before_ns: int) -> None:
         """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The

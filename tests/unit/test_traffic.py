@@ -79,3 +79,24 @@ def test_trace_speedup_divides_timestamps(tmp_path):
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 50, 2), (1.0, 50, 2)])
     res = run_scenario(trace_scenario(trace, traffic={"load": {"type": "trace_timestamps", "speedup": 4}}))
     assert res.requests.arrival_s.tolist() == [0.0, 0.25]
+
+
+def test_an_arrival_far_beyond_the_run_is_never_drawn_for():
+    """``RequestStream.arrival_before``: at a constant 10 req/s request i arrives at i / 10 s (the first at 0),
+    so request 5 comes at 0.5 s, before 1 s, and request 20 at 2 s, not before 1 s. Request 10,000,000 (a
+    limit a worker's horizon asks about) is not before 1 s either, and finding that draws nothing near ten
+    million arrivals: only those up to 1 s."""
+    from pathlib import Path
+
+    from factories import make_scenario
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.traffic.source import RequestStream
+
+    data = make_scenario(traffic={"load": {"type": "constant_rate", "requests_per_second": 10},
+                                  "stop": {"requests": None, "max_virtual_time_seconds": 60}})
+    stream = RequestStream(parse_scenario(data, Path(".")), None)
+    assert stream.arrival_before(5, 1.0) == pytest.approx(0.5)  # (sums of 0.1 s gaps)
+    assert stream.arrival_before(20, 1.0) is None
+    assert stream.arrival_before(10_000_000, 1.0) is None
+    assert stream.arrival(20) == pytest.approx(2.0)
