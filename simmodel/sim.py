@@ -18,7 +18,7 @@ from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.limits import RunLimits
-from simmodel.engine.placement import ArrivalRoutes, RoundRobin, Router
+from simmodel.engine.placement import ROUTERS, ArrivalRoutes, Router
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.vision_encoder import image_tokens
@@ -269,7 +269,7 @@ class Simulation:
             worker.limits = self.limits
             worker.coalesce = coalesce
             worker.horizon = self.stop_at
-        self.routers: dict[str, Router] = {name: RoundRobin(pool) for name, pool in self.pools.items()}
+        self.routers: dict[str, Router] = {name: ROUTERS["round_robin"](pool) for name, pool in self.pools.items()}
         """Per role, the router that picks the worker of each request placed on its pool."""
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
@@ -288,8 +288,10 @@ class Simulation:
         self.routes: ArrivalRoutes | None = None
         """Each arrival's worker, known ahead (see ``_route_ahead``), or None."""
         self._route_ahead(engine)
+        self.order_by_worker = self.routes is not None
+        """Workers plan ahead, each on its own: the tables take the canonical order (``summarize.event_order``)."""
         if event_sink is not None:
-            event_sink.by_worker = self.routes is not None
+            event_sink.by_worker = self.order_by_worker
         for worker in self.workers:
             self.env.process(worker.run())
             for rank in worker.ranks:
@@ -300,10 +302,10 @@ class Simulation:
         """Aggregated vLLM under an open-loop load with a router that reads no state: an arrival only creates
         a request and queues it on the worker the router names, which is known ahead. Each worker is then
         given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one."""
-        router = self.routers.get("aggregated")
-        if engine.mode != "aggregated" or not self.backend.routes_ahead or router is None or router.reads_state:
+        if engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop:
             return
-        if not self.source.open_loop:
+        router = self.routers["aggregated"]
+        if router.reads_state:
             return
         self.routes = ArrivalRoutes(router, self.source.rejected, self.source.stream.limit)
         self.source.routed(self.routes)
@@ -489,7 +491,7 @@ class Simulation:
         """The event log up to ``now``, in time order (``summarize.event_order``). With async scheduling the
         pass committed to run after the one in flight has its ``pass_begin`` row logged already, stamped with
         its start: it is kept back until the clock reaches it (the final results hold every row)."""
-        return events_frame(self.recorder.events, upto_ns=self.env.now, by_worker=self.routes is not None)
+        return events_frame(self.recorder.events, upto_ns=self.env.now, by_worker=self.order_by_worker)
 
     def end_time(self) -> float:
         """When the run ended: the last pass end once drained, else the current time."""
@@ -583,4 +585,4 @@ class Simulation:
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
         return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
-                       len(self.recorder.events), starts, by_worker=self.routes is not None)
+                       len(self.recorder.events), starts, by_worker=self.order_by_worker)

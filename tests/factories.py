@@ -79,6 +79,16 @@ def scenario_error(data: dict, base_dir: Path = Path(".")) -> str:
     return str(info.value)
 
 
+def simpy_events_to_end(sim: Simulation) -> int:
+    """SimPy events the simulation processes from here to its end (``Simulation.step`` plans pass by pass,
+    so counting steps cannot tell coalesced runs from single passes)."""
+    n = 0
+    while sim.env.peek() != float("inf"):
+        sim.env.step()
+        n += 1
+    return n
+
+
 def run_scenario(data: dict, base_dir: Path = Path(".")) -> Results:
     return Simulation(parse_scenario(data, base_dir)).run()
 

@@ -564,7 +564,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
     ``decode_run.DecodeRun.gather``; no finish may call back, and a staged load records stages a run does not)."""
-    run = DecodeRun(worker, plans, asynchronous, slot_waiting=True)
+    run = DecodeRun(worker, plans, asynchronous, may_wait=True)
     if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
         return None
     return run

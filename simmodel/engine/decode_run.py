@@ -74,9 +74,9 @@ class DecodeRun:
     the run's candidate passes (one row per pass, one column per request)."""
 
     def __init__(self, worker: Worker, plans: list | None = None, asynchronous: bool = False,
-                 slot_waiting: bool = False) -> None:
+                 may_wait: bool = False) -> None:
         self.worker = worker
-        self.slot_waiting = slot_waiting
+        self.may_wait = may_wait
         """Whether requests may wait when the run starts (every sequence slot taken, or the first pass planned
         already, leaving them waiting): nothing lets one in before a request finishes, and a carried run tries
         again after each finish (``carried_run``)."""
@@ -90,12 +90,20 @@ class DecodeRun:
         self.bounds = [0]
         """Request columns of rank r: ``bounds[r]:bounds[r + 1]``."""
 
+    def _waiting_stays(self, s: VllmScheduler) -> bool:
+        """Whether the requests waiting on a rank stay waiting through the run's first plan: only if the run
+        may start with requests waiting (``may_wait``), none is a preempted one whose stale output is still in
+        flight (a plan steps over it), and every slot is taken or (synchronous) that plan is made already."""
+        if not self.may_wait or any(q.num_stale_output_tokens for q in s.waiting):
+            return False
+        return len(s.running) >= s.config.max_num_seqs or (self.plans is not None and not self.asynchronous)
+
     def gather(self) -> bool:
         """Read every rank's running requests; False if any rank is not in a coalescable state.
 
         Without plans, every running request must be mid-decode. With the first pass planned (it may
         admit requests), the plan must run every running request to the end of its sequence, so that
-        every one samples, and leave nothing waiting.
+        every one samples, and leave nothing waiting (but see ``may_wait``).
         """
         requests, plans = self.requests, self.plans
         for r, rank in enumerate(self.ranks):
@@ -103,11 +111,7 @@ class DecodeRun:
             if (type(s) is not VllmScheduler or s.handoffs or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank.has_pending_releases):
                 return False
-            if s.waiting and not (self.slot_waiting and not any(q.num_stale_output_tokens for q in s.waiting)
-                                  and (len(s.running) >= s.config.max_num_seqs
-                                       or (plans is not None and not self.asynchronous))):
-                # The run's first plan could admit one (or step over a preempted one), unless every slot is
-                # taken, or (synchronous) that plan is made already and left them waiting.
+            if s.waiting and not self._waiting_stays(s):
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:

@@ -248,7 +248,7 @@ class TrafficSource:
     def _has_next(self, waiting: int = 0) -> bool:
         """Whether another request may be created (``waiting`` more already promised)."""
         limit = self.stream.limit
-        return limit is None or len(self.requests) + waiting < limit
+        return limit is None or len(self._requests) + waiting < limit
 
     def has_index(self, i: int) -> bool:
         """Whether the load has a request number ``i`` (within ``traffic.stop.requests`` and the trace)."""

@@ -50,6 +50,7 @@ class KvTransfer:
         """Destination-first: the decode rank each routed request reserves on, and how to place its leg."""
         self.bytes_per_token = bytes_per_token
         shared = spec.contention == "shared_link"
+        self.prefill_workers = prefill_workers
         self.out_links = {id(w): simpy.Resource(env, 1) for w in prefill_workers} if shared else {}
         self.in_links = {id(w): simpy.Resource(env, 1) for w in decode_workers} if shared else {}
         self.num_transfers = 0
@@ -68,6 +69,10 @@ class KvTransfer:
         """Destination-first: ``client`` is routed to ``target``; once it reserves, ``place_leg`` queues the
         prefill leg."""
         self._expected[client] = (target, place_leg)
+
+    def leg_finished(self, leg: Request) -> None:
+        """A prefill leg's finish (its ``on_finish``): hand it off from the rank it ran on (``prefill_done``)."""
+        self.prefill_done(self.prefill_workers[leg.worker].ranks[leg.dp_rank], leg)
 
     def prefill_done(self, source: Rank, leg: Request) -> None:
         """A prefill leg finished: queue its client request on a decode rank (step 1); destination-first,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import make_scenario, make_sglang_scenario
+from factories import make_scenario, make_sglang_scenario, simpy_events_to_end
 
 from simmodel import Simulation
 from simmodel.config.load import parse_scenario
@@ -172,15 +172,6 @@ def test_every_pause_equals_the_pass_by_pass_simulation_at_that_instant(seed):
         assert getattr(results[0], name).equals(getattr(results[1], name)), name
 
 
-def num_simpy_events(sim: Simulation) -> int:
-    """Events the simulation processes from here to its end."""
-    n = 0
-    while sim.env.peek() != float("inf"):
-        sim.env.step()
-        n += 1
-    return n
-
-
 def test_the_default_simulation_coalesces_in_these_scenarios():
     """The comparison above is worth something only where the default simulation takes coalesced runs
     (several passes in one SimPy event): run to the end unpaused, it processes fewer events than the
@@ -188,7 +179,7 @@ def test_the_default_simulation_coalesces_in_these_scenarios():
     fewer = 0
     for seed in SEEDS:
         data = random_scenario(seed)
-        default, by_pass = (num_simpy_events(Simulation(parse_scenario(data, Path(".")), coalesce=c))
+        default, by_pass = (simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=c))
                             for c in (True, False))
         assert default <= by_pass
         fewer += default < by_pass

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from factories import _merge, make_scenario, trace_scenario, write_csv_trace
+from factories import _merge, make_scenario, simpy_events_to_end, trace_scenario, write_csv_trace
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import SimulationError
@@ -118,15 +118,6 @@ def test_coalesced_runs_give_identical_outputs(name, asynchronous):
     assert_same(by_pass, coalesced)
 
 
-def steps(sim: Simulation) -> int:
-    """SimPy events processed to the end (``Simulation.step`` plans pass by pass: it cannot tell)."""
-    n = 0
-    while sim.env.peek() != float("inf"):
-        sim.env.step()
-        n += 1
-    return n
-
-
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_runs_are_actually_coalesced(tmp_path, asynchronous):
     """Three requests, then a fourth: pass by pass every pass takes several SimPy steps; coalesced, each
@@ -134,8 +125,8 @@ def test_runs_are_actually_coalesced(tmp_path, asynchronous):
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 200), (0.0, 300, 150), (0.0, 50, 120),
                                                  (1.0, 80, 60)])
     data = with_async(trace_scenario(trace), asynchronous)
-    by_pass = steps(Simulation(parse_scenario(data, Path(".")), coalesce=False))
-    coalesced = steps(Simulation(parse_scenario(data, Path(".")), coalesce=True))
+    by_pass = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=False))
+    coalesced = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True))
     assert by_pass > 3 * 200 and coalesced < 30
 
 

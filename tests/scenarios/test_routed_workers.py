@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from factories import trace_scenario, write_csv_trace
-from test_decode_runs import assert_same, steps, with_async
+from factories import simpy_events_to_end, trace_scenario, write_csv_trace
+from test_decode_runs import assert_same, with_async
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import SimulationError
@@ -51,11 +51,11 @@ def test_each_worker_runs_through_its_own_arrivals(tmp_path, asynchronous):
     data = with_async(trace_scenario(write_csv_trace(tmp_path / "t.csv", rows), **replicas(4, **POLYNOMIAL)),
                       asynchronous)
     by_pass = simulation(data, coalesce=False)
-    num_steps = steps(by_pass)
+    num_steps = simpy_events_to_end(by_pass)
     passes = sum(w.num_passes for w in by_pass.workers)
     assert num_steps > passes > 4 * 200
     coalesced = simulation(data)
-    assert steps(coalesced) < 2 * len(rows) + 40
+    assert simpy_events_to_end(coalesced) < 2 * len(rows) + 40
     # workers made their own arrivals ahead, out of request order; the requests are listed in order
     assert [r.request_id for r in coalesced.requests] == list(range(len(rows)))
     assert_same(by_pass.results(), coalesced.results())

@@ -95,18 +95,13 @@ class SglangBackend:
         sim = self.sim
         if sim.transfer is None:
             return front.place(request)
-        leg = prefill_leg(request, self._handoff)
+        leg = prefill_leg(request, sim.transfer.leg_finished)
         leg.prompt_segments = request.prompt_segments
         target = sim.pick_decode(request)
         sim.transfer.expect(target, request, front.place)  # the decode side reserved: the leg may queue
         target.add_prealloc(request)
         target.worker.notify()
         return target
-
-    def _handoff(self, leg: Request) -> None:
-        sim = self.sim
-        assert sim.transfer is not None
-        sim.transfer.prefill_done(sim.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
 
     def summary(self) -> dict:
         """Retractions: running requests SGLang's decode put back in the queue for want of KV."""

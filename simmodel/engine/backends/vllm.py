@@ -83,7 +83,7 @@ class VllmBackend:
             if sim.routes is not None:
                 return sim.routes.worker(request.request_id).place(request, at)
             return sim.routers["aggregated"].pick(request).place(request)
-        leg = prefill_leg(request, self._handoff)
+        leg = prefill_leg(request, sim.transfer.leg_finished)
         leg.block_keys = self._block_keys(request, "prefill")
         request.block_keys = self._block_keys(request, "decode")
         return sim.routers["prefill"].pick(leg).place(leg)
@@ -94,11 +94,6 @@ class VllmBackend:
             return None
         return BlockKeys(self.sim.source.stream.block_content(request.request_id, request.num_prompt_tokens,
                                                               kv.block_size))
-
-    def _handoff(self, leg: Request) -> None:
-        sim = self.sim
-        assert sim.transfer is not None
-        sim.transfer.prefill_done(sim.pools["prefill"][leg.worker].ranks[leg.dp_rank], leg)
 
     def summary(self) -> dict:
         return {}
