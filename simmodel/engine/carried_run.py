@@ -55,12 +55,14 @@ besides its context (added to the context and pairs columns)."""
 
 
 class _Carried:
-    """The run's requests (columns, in running order) and its candidate passes (rows).
+    """The run's requests (columns) and its candidate passes (rows), over every attention-DP rank of the worker.
 
-    A column runs from its first row ``first`` for ``left`` passes: a request running at the start, or one
-    admitted in row ``first`` (its prefill then). In row j it has ``context + j − first`` tokens in KV
-    before the pass (as if mid-decode; a prefill row reads its tokens from the plan). A row's totals
-    (``table``, the timing model's ``PassSums`` columns) are whole numbers kept exactly in float64.
+    A column runs from its first row ``first`` for ``left`` passes on its rank ``rank_of``: a request running
+    at the start, or one admitted in row ``first`` (its prefill then). In row j it has ``context + j − first``
+    tokens in KV before the pass (as if mid-decode; a prefill row reads its tokens from the plan). Columns are
+    in each rank's running order (a rank's admissions are appended after its running requests). A row's
+    totals per rank (``cells[j, r]``, the timing model's ``PassSums`` columns; ``table`` is the same numbers
+    with one line per pass and rank, as they are priced) are whole numbers kept exactly in float64.
     """
 
     asynchronous = False
@@ -73,10 +75,19 @@ class _Carried:
         self.worker, self.now, self.rows = worker, now, rows
         self.start0 = now
         """When row 0 starts."""
-        rank = worker.ranks[0]
-        self.rank, self.sched, self.pool = rank, rank.scheduler, rank.pool
-        self.bs = self.pool.block_size
-        self.base = rank.num_passes
+        ranks = self.ranks = worker.ranks
+        R = self.num_ranks = len(ranks)
+        self.scheds = [rank.scheduler for rank in ranks]
+        self.pools = [rank.pool for rank in ranks]
+        self.caching, self.bs = self.pools[0].caching, self.pools[0].block_size
+        self.recorder = ranks[0].recorder
+        self.base = ranks[0].num_passes
+        """Passes every rank has run before row 0 (all ranks run every pass)."""
+        self.admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+        """Whether the run admits requests itself: only where nothing but the worker's own arrivals reaches it
+        (``Worker.arrivals``), and no pass is off a prefill cadence (``prefill_schedule_interval``: such a
+        pass may defer prefills, so the run stops before the plan that sees an arrival instead)."""
+        self.stage = run.stage
         self.planned_first = run.plans is not None
         self.requests: list[Request] = list(run.requests)
         n = len(self.requests)
@@ -87,11 +98,13 @@ class _Carried:
         self.first = np.zeros(size, np.int64)
         self.blocks = np.zeros(size, np.int64)
         self.cached = np.zeros(size, np.int64)
+        self.rank_of = np.zeros(size, np.int64)
         self.prefills = np.zeros(size, bool)
         """Columns whose first row is their prefill (admitted in it, sampling their first token)."""
         self.n = n
         self.context[:n], self.outputs[:n], self.left[:n] = run.computed, run.outputs, run.left
         self.blocks[:n], self.cached[:n], self.prefills[:n] = run.blocks, run.cached, run.new
+        self.rank_of[:n] = run.rank_of
         self.rows_index = np.arange(rows)
         j = self.rows_index[:, None]
         active = run.left > j
@@ -99,63 +112,75 @@ class _Carried:
         grows = (context % self.bs == 0) & (context >= run.blocks * self.bs) & active
         if self.planned_first:
             grows[0] = False  # the plan took the first pass's blocks already
-        self.allocations = grows.sum(axis=1)
-        """Blocks the decodes of each row take."""
-        self.total_allocations = int(self.allocations.sum())
-        decodes = active.sum(axis=1)
-        contexts = np.where(active, context, 0).sum(axis=1)
-        table = self.table = np.zeros((rows, 10), order="F")  # each column contiguous: priced as arrays
-        if self.planned_first:  # the first row's prefills, from the plan, are not decodes
-            plan = run.plans[0]
+        self.allocations = run.per_rank(grows)
+        """Blocks the decodes of each row take, per rank (rows, ranks)."""
+        self.total_allocations = self.allocations.sum(axis=0)
+        decodes = run.per_rank(active)
+        contexts = run.per_rank(np.where(active, context, 0))
+        table = self.table = np.zeros((rows * R, 10), order="F")  # each column contiguous: priced as arrays
+        cells = self.cells = table.reshape(rows, R, 10)  # the same numbers by row and rank
+        self.first_decodes = np.zeros(R, np.int64)
+        """Per rank, the requests whose first token row 0 samples in a decode (a P/D decode leg's first pass):
+        priced and counted as decodes, but their token follows none."""
+        if self.planned_first:  # the first row's prefills, from the plans, are not decodes
             for i in np.flatnonzero(run.new).tolist():
-                q, c = plan.num_new_tokens[i], plan.num_context_tokens[i]
-                table[0, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
-                decodes[0] -= 1
-                contexts[0] -= int(run.computed[i])
-        table[:, DECODE] = table[:, DECODE + 1] = table[:, DECODE + 4] = decodes
-        table[:, DECODE + 2] = contexts
-        table[:, DECODE + 3] = contexts + decodes
+                r = int(run.rank_of[i])
+                plan, k = run.plans[r], i - run.bounds[r]
+                if plan.is_decode[k]:
+                    self.first_decodes[r] += 1
+                    continue
+                q, c = plan.num_new_tokens[k], plan.num_context_tokens[k]
+                cells[0, r, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+                decodes[0, r] -= 1
+                contexts[0, r] -= int(run.computed[i])
+        cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = decodes
+        cells[:, :, DECODE + 2] = contexts
+        cells[:, :, DECODE + 3] = contexts + decodes
         self.ramp = np.asfortranarray(_DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0]))
         """Row j: what a request with j tokens of context adds to a row's decode totals."""
-        self.capacity = np.full(rows, worker.kv_capacity_tokens[0])
-        self.busy = np.zeros(rows, np.int64)
+        self.capacity = np.tile(worker.kv_capacity_tokens, rows)
+        self.busy = np.zeros((rows, R), np.int64)
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
         self.last = int(run.left.max())
         """Rows up to this one have a request running (the ones after have none yet)."""
         self.cap = rows
         """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
-        the clock)."""
+        the clock, or a finish would call back into the simulation)."""
+        if run.calls_back is not None:  # the pass in which such a request finishes runs on its own
+            self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.asynchronous)
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
         """The row whose planning (its allocations and insertions) is applied, if ahead of ``applied``."""
         self.planned_rows = 1 if self.planned_first else 0
         """Rows whose allocations are taken (for a pool of counted blocks)."""
-        self.returned = np.zeros(rows, np.int64)
-        """Blocks returned at the end of each row."""
-        self.admitted_blocks = np.zeros(rows, np.int64)
-        """Blocks in use added by each row's admissions."""
+        self.returned = np.zeros((rows, R), np.int64)
+        """Blocks returned at the end of each row, per rank."""
+        self.admitted_blocks = np.zeros((rows, R), np.int64)
+        """Blocks in use added by each row's admissions, per rank."""
         self.finished: dict[int, list] = {}
-        self.finishes = False
-        """Requests finished since the last admission (the scheduler's running list is behind)."""
-        self.used_before = self.pool.num_used_blocks
+        """Row: the columns of the requests finishing at its end, in the order they retire."""
+        self.finishes = [False] * R
+        """Per rank: requests finished since its last admission (the scheduler's running list is behind)."""
+        self.used_before = np.array([pool.num_used_blocks for pool in self.pools])
         self.ops: list[int] = []
         """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
         for i, (left, context, blocks, cached, new) in enumerate(zip(
                 run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(), run.new.tolist())):
             self._schedule_ops(i, 0, left, context, blocks, cached, new)
-        self.plans_by_row: dict[int, SchedulerOutput] = {}
-        """Row: the scheduler's output of the admissions planned in it (their part of the row's plan)."""
-        self.capacity_bound = False
-        """``prefill_capacity_bound`` as the last admission left it."""
-        self.waits = bool(self.sched.waiting)
-        """Requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or of token
-        budget. None of those grows before a request finishes (decodes only take blocks; the prefix-cache hits
-        of a waiting prompt only shrink as free blocks are reused), so the plan after each finish tries again
-        (and the plan after each arrival, which also counts toward ``long_prefill_token_threshold``)."""
-        self.skipped = 0
-        """Requests the last admission stepped over (async: a preempted one's output still in flight)."""
+        self.plans_by_row: dict[int, list[SchedulerOutput]] = {}
+        """Row: per rank, the scheduler's output of the admissions planned in it (their part of the row's plan)."""
+        self.capacity_bound = [False] * R
+        """Per rank, ``prefill_capacity_bound`` as the last admission left it."""
+        self.waits = [bool(s.waiting) for s in self.scheds]
+        """Per rank: requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or
+        of token budget. None of those grows before a request of that rank finishes (decodes only take blocks;
+        the prefix-cache hits of a waiting prompt only shrink as free blocks are reused), so the plan after each
+        finish tries again (and the plan after each arrival, which also counts toward
+        ``long_prefill_token_threshold``)."""
+        self.skipped = [0] * R
+        """Per rank, the requests the last admission stepped over (async: a preempted one's output in flight)."""
         self.last_admission = 0
         """The row of the last admission: it saw the finishes of the rows before it."""
         self._kv_check(self.planned_rows)
@@ -167,19 +192,20 @@ class _Carried:
         hi = min(self.last, self.rows)
         if k >= hi:
             return True
-        n = hi - k
-        seconds, labels = self.worker.timing.price_sums(PassSums(self.table[k:hi], self.capacity[k:hi], n))
+        n, R = hi - k, self.num_ranks
+        seconds, labels = self.worker.timing.price_sums(
+            PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n))
         busy = busy_ns(seconds)
         if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
-            s = seconds[:, 0]
-            j = int(np.argmax(~((s * NS_PER_S < 2**62) & (s >= 0))))
+            fits = ((seconds * NS_PER_S < 2**62) & (seconds >= 0)).all(axis=1)
+            j = int(np.argmax(~fits))
             self.cap = min(self.cap, k + j)
             if not j:
                 return False
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
             busy = busy_ns(seconds)
-        self.busy[k:hi] = busy[:, 0]
-        self.end[k:hi] = np.cumsum(self.busy[k:hi]) + (self.end[k - 1] if k else self.now)
+        self.busy[k:hi] = busy
+        self.end[k:hi] = np.cumsum(busy[:, 0] if R == 1 else busy.max(axis=1)) + (self.end[k - 1] if k else self.now)
         self.labels[k:hi] = labels
         return True
 
@@ -197,13 +223,13 @@ class _Carried:
 
     def _kv_check(self, k: int) -> None:
         """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more
-        blocks than are free now (frees ignored: a shorter run is the same run)."""
-        free = self.pool.num_free_blocks
-        if self.total_allocations <= free:
+        blocks than a rank has free now (frees ignored: a shorter run is the same run)."""
+        free = np.array([pool.num_free_blocks for pool in self.pools])
+        if (self.total_allocations <= free).all():
             return  # even every row's blocks are free
-        taken = np.cumsum(self.allocations[k:])
-        if taken.size and taken[-1] > free:
-            self.cap = min(self.cap, k + int(np.argmax(taken > free)))
+        short = (np.cumsum(self.allocations[k:], axis=0) > free).any(axis=1)
+        if short.any():
+            self.cap = min(self.cap, k + int(np.argmax(short)))
 
     # -- pool operations -------------------------------------------------------------------------------
 
@@ -214,7 +240,7 @@ class _Carried:
         bs, ops = self.bs, self.ops
         hi = min(f + left, self.rows)
         lo = f + 1 if (prefill or (f == 0 and self.planned_first)) else f  # a planned row: done
-        if self.pool.caching:
+        if self.caching:
             row = f + max(-(-context // bs), blocks) * bs - context  # context at a boundary
             if row < lo:
                 row += -(-(lo - row) // bs) * bs
@@ -241,9 +267,11 @@ class _Carried:
 
     def _apply_steps(self, limit: int, planned_rows: int) -> None:
         """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
-        pool, sched, requests, ops = self.pool, self.sched, self.requests, self.ops
-        if not pool.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
-            pool.take_for_run(int(self.allocations[self.planned_rows:planned_rows].sum()))
+        pools, scheds, requests, ops, rank_of = self.pools, self.scheds, self.requests, self.ops, self.rank_of
+        if not self.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
+            taken = self.allocations[self.planned_rows:planned_rows].sum(axis=0).tolist()
+            for pool, blocks in zip(pools, taken):
+                pool.take_for_run(blocks)
         self.planned_rows = max(self.planned_rows, planned_rows)
         limit = limit * _COLUMNS * 4
         context, first, left, bs = self.context, self.first, self.left, self.bs
@@ -252,20 +280,21 @@ class _Carried:
             key = heappop(ops)
             code, action = key >> 2, key & 3
             step, i = divmod(code, _COLUMNS)
-            request = requests[i]
+            request, r = requests[i], int(rank_of[i])
+            pool = pools[r]
             if action == _FINISH:
                 row = (step >> 1) - back
-                if pool.caching:
+                if self.caching:
                     before = pool.num_free_blocks
-                    sched.retire(request)
-                    self.returned[row] += pool.num_free_blocks - before
+                    scheds[r].retire(request)
+                    self.returned[row, r] += pool.num_free_blocks - before
                 else:
                     blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
                     request.num_blocks = blocks
-                    self.returned[row] += blocks
-                    sched.retire(request)
-                self.finished.setdefault(row, []).append(request)
-                self.finishes = True
+                    self.returned[row, r] += blocks
+                    scheds[r].retire(request)
+                self.finished.setdefault(row, []).append(i)
+                self.finishes[r] = True
             elif action == _CACHE:
                 pool.cache_full_blocks(request, int(context[i]) - int(first[i]) + (step >> 1) + shift[step & 1])
             else:
@@ -274,101 +303,118 @@ class _Carried:
 
     # -- admissions ------------------------------------------------------------------------------------
 
-    def admit(self, k: int, arrived_before: int | None = None) -> SchedulerOutput:
-        """The scheduler's admissions when row k is planned (its decodes planned already), as ``schedule()``
-        makes them after planning the running requests (async: seeing the requests ``arrived_before``)."""
-        sched = self.sched
-        if self.finishes:  # the scheduler's list, as the passes before left it
-            sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
-            self.finishes = False
-        cfg = sched.config
-        eligible = len(sched.running) + len(sched.waiting) + len(sched.handoffs)
-        threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
-        out = SchedulerOutput()
-        sched.finished_since_schedule = False
-        used = self.pool.num_used_blocks
-        budget = cfg.max_num_batched_tokens - int(self.table[k, DECODE])  # after the row's decodes
-        skipped = self.skipped = sched.admit_waiting(budget, threshold, out, arrived_before)
-        self.admitted_blocks[k] += self.pool.num_used_blocks - used
-        self.plans_by_row[k] = out
-        self.capacity_bound = len(sched.waiting) + len(sched.handoffs) > skipped
+    def admit(self, k: int, arrived_before: int | None = None) -> list[SchedulerOutput]:
+        """Every rank's admissions when row k is planned (its decodes planned already), as ``schedule()`` makes
+        them after planning the running requests (async: seeing the requests ``arrived_before``)."""
+        outs = []
+        for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
+            if self.finishes[r]:  # the scheduler's list, as the passes before left it
+                sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+                self.finishes[r] = False
+            cfg = sched.config
+            eligible = len(sched.running) + len(sched.waiting) + len(sched.handoffs)
+            threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
+            out = SchedulerOutput()
+            sched.finished_since_schedule = False
+            used = pool.num_used_blocks
+            budget = cfg.max_num_batched_tokens - int(self.cells[k, r, DECODE])  # after the row's decodes
+            skipped = self.skipped[r] = sched.admit_waiting(budget, threshold, out, arrived_before)
+            self.admitted_blocks[k, r] += pool.num_used_blocks - used
+            self.capacity_bound[r] = len(sched.waiting) + len(sched.handoffs) > skipped
+            outs.append(out)
+        self.plans_by_row[k] = outs
         self.worker.mark_planned()
-        return out
+        return outs
 
-    def take(self, k: int, out: SchedulerOutput, admitted_at: int) -> bool:
+    def take(self, k: int, outs: list[SchedulerOutput], admitted_at: int) -> bool:
         """Add the requests admitted in row k (planned at ``admitted_at``) as columns and price the rows from
         k again; False if the admission is not whole prompts alone (the row is then handed over)."""
-        sched, cfg = self.sched, self.sched.config
         self.last_admission = k
-        waits = bool(sched.waiting)
-        if (sched.handoffs or out.resumed or self.skipped or not all(out.samples) or (not out.admitted and not waits)
-                or len(sched.running) > cfg.max_num_batched_tokens):
+        waits = [bool(sched.waiting) for sched in self.scheds]
+        admitted = any(out.admitted for out in outs)
+        if not admitted and not any(waits):
             return False
-        self.waits = waits
-        if not out.admitted:
-            return True  # the first waiting request does not fit yet: the row only decodes
-        max_model_len, bs = cfg.max_model_len, self.bs
-        for request in out.requests:
-            if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
-                    or request.on_finish is not None or request.num_output_tokens):
+        for sched, out, skipped in zip(self.scheds, outs, self.skipped):
+            if (sched.handoffs or out.resumed or skipped or not all(out.samples)
+                    or len(sched.running) > sched.config.max_num_batched_tokens):
                 return False
-        table, rows = self.table, self.rows
-        prefill = table[k]
-        for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
-            prompt, blocks = request.num_prompt_tokens, request.num_blocks
-            left = min(request.max_tokens, max_model_len - prompt)
-            context = prompt - 1
-            self._column(request, context, left, k, blocks, request.num_cached_blocks)
-            request.first_admitted_at = admitted_at
-            prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
-            prefill[PREFILL + 1] += q
-            prefill[PREFILL + 2] += c
-            prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
-            prefill[PREFILL + 4] += 1
-            lo, hi = k + 1, min(k + left, rows)
-            if lo < hi:  # its decodes: context + j − k tokens in KV in row j
-                table[lo:hi, DECODE:DECODE + 5] += self.ramp[lo:hi]
-                table[lo:hi, DECODE + 2:DECODE + 4] += context - k
-                j = k + max(-(-(context + 1) // bs), blocks) * bs - context  # its first block boundary
-                if j < hi:
-                    self.allocations[j:hi:bs] += 1
-                    self.total_allocations += len(range(j, hi, bs))
-            if k + left > self.last:
-                self.last = k + left
+        self.waits = waits
+        if not admitted:
+            return True  # the first waiting request does not fit yet: the row only decodes
+        max_model_len, bs = self.scheds[0].config.max_model_len, self.bs
+        staged = self.recorder.staged
+        for out in outs:
+            for request in out.requests:
+                if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
+                        or request.on_finish is not None or request.num_output_tokens or request.bootstrap
+                        or request.kv_transferred or (staged and request.stage != self.stage)):
+                    return False
+        cells, rows = self.cells, self.rows
+        for r, out in enumerate(outs):
+            prefill = cells[k, r]
+            for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
+                prompt, blocks = request.num_prompt_tokens, request.num_blocks
+                left = min(request.max_tokens, max_model_len - prompt)
+                context = prompt - 1
+                self._column(request, r, context, left, k, blocks, request.num_cached_blocks)
+                request.first_admitted_at = admitted_at
+                prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
+                prefill[PREFILL + 1] += q
+                prefill[PREFILL + 2] += c
+                prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
+                prefill[PREFILL + 4] += 1
+                lo, hi = k + 1, min(k + left, rows)
+                if lo < hi:  # its decodes: context + j − k tokens in KV in row j
+                    cells[lo:hi, r, DECODE:DECODE + 5] += self.ramp[lo:hi]
+                    cells[lo:hi, r, DECODE + 2:DECODE + 4] += context - k
+                    j = k + max(-(-(context + 1) // bs), blocks) * bs - context  # its first block boundary
+                    if j < hi:
+                        self.allocations[j:hi:bs, r] += 1
+                        self.total_allocations[r] += len(range(j, hi, bs))
+                if k + left > self.last:
+                    self.last = k + left
         self._kv_check(k + 1)
         return self.price_from(k)
 
+    def _waiting_columns(self) -> np.ndarray:
+        """The columns of the ranks where requests wait."""
+        n = self.n
+        if self.num_ranks == 1:
+            return np.ones(n, bool)
+        return np.array(self.waits)[self.rank_of[:n]]
+
     def slot_row(self, valid: int) -> int | None:
-        """While requests wait (``waits``): the first row before ``valid`` whose plan sees a finish since the
-        last admission (None: none)."""
-        if not self.waits:
+        """While requests wait on a rank (``waits``): the first row before ``valid`` whose plan sees a finish
+        there since the last admission (None: none)."""
+        if not any(self.waits):
             return None
         n = self.n
         last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
-        later = last[last >= self.last_admission]
+        later = last[(last >= self.last_admission) & self._waiting_columns()]
         if not later.size:
             return None
         row = int(later.min()) + 1
         return row if row < valid else None
 
-    def _column(self, request: Request, context: int, left: int, first: int, blocks: int, cached: int) -> None:
-        """Add a request admitted in row ``first`` (its prefill) as the last column."""
+    def _column(self, request: Request, r: int, context: int, left: int, first: int, blocks: int,
+                cached: int) -> None:
+        """Add a request admitted on rank r in row ``first`` (its prefill) as the last column."""
         i = self.n
         if i == len(self.left):
-            for name in ("context", "outputs", "left", "first", "blocks", "cached", "prefills"):
+            for name in ("context", "outputs", "left", "first", "blocks", "cached", "rank_of", "prefills"):
                 array = getattr(self, name)
                 setattr(self, name, np.concatenate((array, np.zeros_like(array))))
         self.context[i], self.left[i], self.first[i], self.blocks[i], self.cached[i] = (
             context, left, first, blocks, cached)
-        self.outputs[i], self.prefills[i] = 0, True
+        self.outputs[i], self.prefills[i], self.rank_of[i] = 0, True, r
         self.requests.append(request)
         self.n = i + 1
         self._schedule_ops(i, first, left, context, blocks, cached, True)
 
     # -- the end of the run ----------------------------------------------------------------------------
 
-    def commit(self, m: int, handing_over: bool) -> SchedulerOutput | None:
-        """Apply and record rows 0..m − 1; if ``handing_over``, return the plan of row m (planned already)."""
+    def commit(self, m: int, handing_over: bool) -> list[SchedulerOutput] | None:
+        """Apply and record rows 0..m − 1; if ``handing_over``, return the plans of row m (planned already)."""
         self.apply(m, handing_over)
         n = self.n
         first, left = self.first[:n], self.left[:n]
@@ -377,31 +423,43 @@ class _Carried:
         self._record(m)
         if not handing_over:
             return None
-        plan = self._row_plan(m)
-        self.sched.prefill_capacity_bound = self.capacity_bound
-        plan.kv_blocks_used = self.pool.num_used_blocks
-        self.rank.record_plan(plan, int(self.end[m - 1]))
-        return plan
+        return self._hand_over(m, int(self.end[m - 1]))
 
-    def _row_plan(self, k: int) -> SchedulerOutput:
-        """Row k's plan as ``schedule()`` made it: the running requests' decodes, then the admissions."""
-        out = self.plans_by_row.get(k, SchedulerOutput())
+    def _hand_over(self, k: int, planned_at: int) -> list[SchedulerOutput]:
+        """Row k's plans, made at ``planned_at``, for the worker to run on their own: recorded as the ranks
+        record theirs, each scheduler left as its last admission left it."""
+        plans = self._row_plans(k)
+        for rank, sched, pool, plan, bound in zip(self.ranks, self.scheds, self.pools, plans, self.capacity_bound):
+            sched.prefill_capacity_bound = bound
+            plan.kv_blocks_used = pool.num_used_blocks
+            rank.record_plan(plan, planned_at)
+        return plans
+
+    def _row_plans(self, k: int) -> list[SchedulerOutput]:
+        """Row k's plan on each rank as ``schedule()`` made it: the running requests' decodes, then the admissions."""
+        outs = self.plans_by_row.get(k)
         n = self.n
         rel = k - self.first[:n]
-        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n])).tolist()
+        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n]))
         contexts = (self.context[:n] + rel).tolist()
-        plan = SchedulerOutput()
-        plan.requests = [self.requests[i] for i in decoding] + out.requests
-        d = len(decoding)
-        plan.num_new_tokens = [1] * d + out.num_new_tokens
-        plan.num_context_tokens = [contexts[i] for i in decoding] + out.num_context_tokens
-        plan.is_decode = [True] * d + out.is_decode
-        plan.samples = [True] * d + out.samples
-        plan.admitted, plan.resumed = out.admitted, out.resumed
-        return plan
+        by_rank = self.rank_of[decoding].tolist()
+        plans = []
+        for r in range(self.num_ranks):
+            out = outs[r] if outs is not None else SchedulerOutput()
+            mine = decoding.tolist() if self.num_ranks == 1 else [i for i, q in zip(decoding.tolist(), by_rank) if q == r]
+            plan = SchedulerOutput()
+            plan.requests = [self.requests[i] for i in mine] + out.requests
+            d = len(mine)
+            plan.num_new_tokens = [1] * d + out.num_new_tokens
+            plan.num_context_tokens = [contexts[i] for i in mine] + out.num_context_tokens
+            plan.is_decode = [True] * d + out.is_decode
+            plan.samples = [True] * d + out.samples
+            plan.admitted, plan.resumed = out.admitted, out.resumed
+            plans.append(plan)
+        return plans
 
     def _deliver(self, m: int, delivered: np.ndarray, planned: np.ndarray, handing_over: bool) -> None:
-        """The requests and the scheduler once rows 0..m − 1 delivered their tokens, ``planned`` rows of each
+        """The requests and the schedulers once rows 0..m − 1 delivered their tokens, ``planned`` rows of each
         request planned (async: row m is in flight; handing over: one more row is planned)."""
         n = self.n
         first = self.first[:n]
@@ -409,7 +467,7 @@ class _Carried:
         outputs = (self.outputs[:n] + delivered).tolist()
         in_flight = (planned - delivered).tolist() if self.asynchronous else None
         blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
-        if not self.pool.caching:
+        if not self.caching:
             blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
         lefts = self.left[:n].tolist()
         ends = self.end.tolist()
@@ -445,60 +503,78 @@ class _Carried:
                 request.second_token_at = ends[f]
             request.last_token_at = ends[f + r - 1]
             request.last_token_pass = base + f + r - 1
+        requests = self.requests
         for row, done in self.finished.items():
-            for request in done:
-                request.finished_at = ends[row]
-        rank, sched = self.rank, self.sched
-        rank.num_passes += m
-        rank.last_delivery = ends[m - 1]
-        sched.prefill_capacity_bound = bool(sched.waiting)  # what the plan of the last row found
-        # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the flag),
-        # and the scheduler's running list is as that plan left it.
-        sched.finished_since_schedule = not handing_over and m - 1 in self.finished
-        if not handing_over:
-            still = np.flatnonzero((first <= m) & (first + self.left[:n] > m)).tolist()
-            sched.running = [self.requests[i] for i in still]
+            for i in done:
+                requests[i].finished_at = ends[row]
+        last_finished = {int(self.rank_of[i]) for i in self.finished.get(m - 1, ())}
+        still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
+        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
+            rank.num_passes += m
+            rank.last_delivery = ends[m - 1]
+            sched.prefill_capacity_bound = bool(sched.waiting)  # what the plan of the last row found
+            # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the
+            # flag), and the scheduler's running list is as that plan left it.
+            sched.finished_since_schedule = not handing_over and r in last_finished
+            if still is not None:
+                mine = still if self.num_ranks == 1 else still[self.rank_of[still] == r]
+                sched.running = [requests[i] for i in mine.tolist()]
 
     def _used(self, upto: int) -> np.ndarray:
-        """Blocks in use when each row 0..upto − 1 was planned: allocations and admissions so far, less the
-        blocks of the requests finished before (synchronous: by the row before; async: by the one before it)."""
+        """Blocks in use on each rank when each row 0..upto − 1 was planned, shape (upto, ranks): allocations and
+        admissions so far, less the blocks of the requests finished before (synchronous: by the row before;
+        async: by the one before it)."""
         lag = 1 + self.asynchronous
-        used = self.used_before + np.cumsum(self.allocations[:upto]) + np.cumsum(self.admitted_blocks[:upto])
-        used[lag:] -= np.cumsum(self.returned[:max(upto - lag, 0)])
+        used = (self.used_before + np.cumsum(self.allocations[:upto], axis=0)
+                + np.cumsum(self.admitted_blocks[:upto], axis=0))
+        used[lag:] -= np.cumsum(self.returned[:max(upto - lag, 0)], axis=0)
         return used
 
     def _record(self, m: int) -> None:
-        """Record rows 0..m − 1 as the pass-by-pass loop records their passes (see ``decode_run._record``),
-        each row's admissions before its begin event. Async, a row's begin event (and its admissions) is
-        appended when it is planned, before the outputs of the row before it are delivered."""
-        worker = self.worker
-        rec = self.rank.recorder
+        """Record rows 0..m − 1 as the pass-by-pass loop records their passes: per row, every rank's admissions,
+        then every rank's begin event, then per rank its first tokens, finishes and end event. Async, a row's
+        begin event (and its admissions) is appended when it is planned, before the outputs of the row before
+        it are delivered."""
+        worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
         s = int(self.asynchronous)  # rows planned ahead of the deliveries
-        table = self.table[:m + s]
-        decodes = table[:, DECODE].astype(np.int64)
-        prefill_seqs = table[:, PREFILL].astype(np.int64)
-        prefill_tokens = table[:, PREFILL + 1].astype(np.int64)
+        cells = self.cells[:m + s]
+        decodes = cells[:, :, DECODE].astype(np.int64)
+        prefill_seqs = cells[:, :, PREFILL].astype(np.int64)
+        prefill_tokens = cells[:, :, PREFILL + 1].astype(np.int64)
         tokens = decodes + prefill_tokens
         starts = np.concatenate(([self.start0], self.end[:m + s - 1]))
         ends = self.end[:m]
         used = self._used(m)
         if self.asynchronous:
-            used[0] = self.in_flight_plans[0].kv_blocks_used
+            used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
         gaps = (ends - starts[:m]).tolist()
         values, counts = rec.itl_values, rec.itl_counts
-        for gap, c in zip(gaps, decodes[:m].tolist()):  # decodes: their token follows one sampled the pass before
-            if c > 0:
-                values.append(gap)
-                counts.append(c)
-        labels = self.labels
-        rec.passes.extend(role, joined(labels[:m]),
-                          (w, 0, np.arange(self.base, self.base + m), starts[:m], ends, tokens[:m],
-                           prefill_tokens[:m], prefill_seqs[:m], decodes[:m], decodes[:m] + prefill_seqs[:m], used,
-                           0, self.busy[:m]),
+        kept = 0
+        follows = decodes[:m].copy()  # decodes: their token follows one sampled the pass before
+        follows[0] -= self.first_decodes
+        for k, row in enumerate(follows.tolist()):
+            for c in row:
+                if c > 0:
+                    values.append(gaps[k])
+                    counts.append(c)
+                    kept += 1
+        if rec.staged:  # a run's intervals are all of one stage
+            rec.itl_stages.extend([self.stage] * kept)
+        labels = joined(self.labels[:m])
+        if R == 1:
+            per_pass = (w, 0, np.arange(self.base, self.base + m), starts[:m], ends)
+        else:
+            labels = [label for label in labels for _ in range(R)]
+            per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(self.base, self.base + m), R),
+                        np.repeat(starts[:m], R), np.repeat(ends, R))
+        sampled = decodes[:m] + prefill_seqs[:m]
+        rec.passes.extend(role, labels,
+                          (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
+                           decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[:m].ravel()),
                           int(ends[m - 1]))
         # The passes started in the run: synchronous 0..m − 1, async 1..m (row 0 was in flight).
-        worker.count_run(m, labels[s:m + s], int(self.busy[m - 1 + s]))
+        worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
             rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
@@ -506,37 +582,45 @@ class _Carried:
         new_event = tuple.__new__
         ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
         FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
-        firsts: dict[int, list] = {}
+        requests, rank_of = self.requests, self.rank_of
+        firsts: dict[tuple[int, int], list] = {}
         n = self.n
         for i in np.flatnonzero(self.prefills[:n] & (self.first[:n] < m)).tolist():
-            firsts.setdefault(int(self.first[i]), []).append(self.requests[i])
+            firsts.setdefault((int(self.first[i]), int(rank_of[i])), []).append(requests[i])
         rows = []
         add = rows.append
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
         plans_by_row, base = self.plans_by_row, self.base
         for k in range(m):
-            j, t1 = k + s, end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
-            out = plans_by_row.get(j)
-            for request, q in zip(out.requests, out.num_new_tokens) if out is not None else ():
-                add(new_event(EventRow, (start_list[k], ADMISSION, w, 0, request.request_id, q, role, -1)))
-            add(new_event(EventRow, (start_list[j], PASS_BEGIN, w, 0, -1, per_row[j], role, base + j)))
-            for request in firsts.get(k, ()):
-                add(new_event(EventRow, (t1, FIRST_TOKEN, w, 0, request.request_id, 1, role, -1)))
-            for request in finished.get(k, ()):
-                add(new_event(EventRow, (t1, FINISH, w, 0, request.request_id, request.num_output_tokens, role,
-                                         -1)))
-            add(new_event(EventRow, (t1, PASS_END, w, 0, -1, per_row[k], role, base + k)))
+            j, t0, t1 = k + s, start_list[k], end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
+            outs = plans_by_row.get(j)
+            for r, out in enumerate(outs or ()):
+                for request, q in zip(out.requests, out.num_new_tokens):
+                    add(new_event(EventRow, (t0, ADMISSION, w, r, request.request_id, q, role, -1)))
+            begun = start_list[j]
+            for r in range(R):
+                add(new_event(EventRow, (begun, PASS_BEGIN, w, r, -1, per_row[j][r], role, base + j)))
+            done = finished.get(k, ())
+            for r in range(R):
+                for request in firsts.get((k, r), ()):
+                    add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role, -1)))
+                for i in done:
+                    if R == 1 or rank_of[i] == r:
+                        request = requests[i]
+                        add(new_event(EventRow, (t1, FINISH, w, r, request.request_id, request.num_output_tokens,
+                                                 role, -1)))
+                add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[k][r], role, base + k)))
         rec.add_events(rows)
 
 
 def carry(worker: Worker, horizon: float, plans: list | None = None,
           start: int | None = None) -> tuple[int, list[SchedulerOutput] | None] | None:
-    """Run the worker's passes from now (or ``start``), admitting arrivals as they come; returns when the
-    last pass ends and, if the pass after it was planned already and must run on its own, its plans; None
-    if no pass qualifies (the worker then runs the next pass on its own).
+    """Run the worker's passes from now (or ``start``), admitting its arrivals as they come where it may
+    (``_Carried.admits``); returns when the last pass ends and, if the pass after it was planned already and
+    must run on its own, its plans; None if no pass qualifies (the worker then runs the next pass on its own).
 
     ``plans``, if given, are the ranks' plans of the first pass (made by the schedulers, maybe admitting).
-    Every pass ends before ``horizon``, the next event of any other process.
+    Every pass ends before ``horizon``, the next event that may read or change the worker.
     """
     now = worker.env.now if start is None else start
     typical = worker.decode_pass_ns or worker.last_pass_ns
@@ -548,26 +632,23 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
         return None
     state = _Carried(worker, run, now, rows)
     state.price_from(0)
-    source = worker.arrivals
     worker.open_pass_ends.append(now)  # events before the arrivals created ahead are still to be recorded
     try:
-        m = _admit_arrivals(state, source, horizon)
+        m = _admit_arrivals(state, worker.arrivals, horizon)
         if m < 1:
             return None
-        handing_over = state.planned == m
-        plan = state.commit(m, handing_over)
+        plans = state.commit(m, handing_over=state.planned == m)
     finally:
         worker.open_pass_ends.remove(now)
-    return int(state.end[m - 1]), None if plan is None else [plan]
+    return int(state.end[m - 1]), plans
 
 
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:
-    """The worker's running requests as a run's arrays, or None if they cannot start a carried run (see
-    ``decode_run.DecodeRun.gather``; no finish may call back, and a staged load records stages a run does not)."""
-    run = DecodeRun(worker, plans, asynchronous, may_wait=True)
-    if worker.ranks[0].recorder.staged or not run.gather() or run.calls_back is not None:
-        return None
-    return run
+    """The worker's running requests as a run's arrays, or None if they cannot start a run (see
+    ``decode_run.DecodeRun.gather``). Requests may wait only where the run admits them itself."""
+    admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+    run = DecodeRun(worker, plans, asynchronous, may_wait=admits)
+    return run if run.gather() else None
 
 
 def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
@@ -584,8 +665,8 @@ def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
 
 def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]:
     """The next arrival and the first of the ``valid`` rows that does not end before it; (None, valid) if
-    every row ends before it (or none comes)."""
-    t = source.next_arrival_ns()
+    every row ends before it (or none comes, or the worker's arrivals are not known ahead)."""
+    t = None if source is None else source.next_arrival_ns()
     if t is None:
         return None, valid
     j = int(np.searchsorted(end[:valid], t, side="left"))
@@ -607,8 +688,8 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
             # waiting request (or, at the arrival's own row, the arrival sees the same plan below).
             if t is None or slot < j + 1:
                 state.apply(slot, plan=True)
-                out = state.admit(slot)
-                if not state.take(slot, out, int(end[slot - 1])):
+                outs = state.admit(slot)
+                if not state.take(slot, outs, int(end[slot - 1])):
                     return slot
                 valid = state.valid(horizon)
                 if valid <= slot:
@@ -623,12 +704,12 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
         if not source.quiet_until(int(end[j])):
             return j
         k = j + 1  # (past the last admission's row: the arrival comes after that row's plan)
-        if k >= valid:
-            return k
+        if k >= valid or not state.admits:
+            return k  # (not admitting: the worker plans row k, seeing the arrival made by then)
         state.apply(k, plan=True)
         source.arrive_early(int(end[j]))
-        out = state.admit(k)
-        if not state.take(k, out, int(end[j])):
+        outs = state.admit(k)
+        if not state.take(k, outs, int(end[j])):
             return k
         valid = state.valid(horizon)
         if valid <= k:
@@ -652,7 +733,7 @@ class _CarriedAsync(_Carried):
         self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
         super().__init__(worker, run, now, rows)
         self.start0 = first_start
-        self.busy[0], self.end[0] = int(first_busy[0]), first_end  # priced when it started
+        self.busy[0], self.end[0] = first_busy, first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
         self.handing_over: int | None = None
@@ -669,7 +750,7 @@ class _CarriedAsync(_Carried):
         bs, ops = self.bs, self.ops
         hi = min(f + left, self.rows)
         lo = f + 1
-        if self.pool.caching:
+        if self.caching:
             row = f + max(-(-(context + 1) // bs), blocks) * bs - context
             for r in range(row, hi, bs):
                 heappush(ops, ((2 * r - 1) * _COLUMNS + i) * 4 + _ALLOCATE)
@@ -686,14 +767,15 @@ class _CarriedAsync(_Carried):
             heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
 
     def slot_decision(self, valid: int) -> int | None:
-        """While requests wait (``waits``): the first decision before ``valid`` that retires a request
-        since the last admission (a request is retired when its last row's outputs are processed, at the
+        """While requests wait on a rank (``waits``): the first decision before ``valid`` that retires a request
+        there since the last admission (a request is retired when its last row's outputs are processed, at the
         decision ending that row, which plans the row after next); None: none."""
-        if not self.waits:
+        if not any(self.waits):
             return None
         n = self.n
         last = self.first[:n] + self.left[:n] - 1
-        later = last[last >= self.last_admission - 1]  # an admission into row k saw decisions up to k − 2
+        # an admission into row k saw decisions up to k − 2
+        later = last[(last >= self.last_admission - 1) & self._waiting_columns()]
         if not later.size:
             return None
         d = int(later.min())
@@ -728,23 +810,18 @@ class _CarriedAsync(_Carried):
         first, left = self.first[:n], self.left[:n]
         delivered = np.clip(np.minimum(left, m - first), 0, None)
         planned = np.clip(np.minimum(left, m + 1 + over - first), 0, None)
-        plan = self._row_plan(m)
-        plan.kv_blocks_used = int(self._used(m + 1)[m])
+        plans = self._row_plans(m)
+        for plan, used in zip(plans, self._used(m + 1)[m].tolist()):
+            plan.kv_blocks_used = used
         self._deliver(m, delivered, planned, over)
         self._record(m)
-        if over:
-            self.sched.prefill_capacity_bound = self.capacity_bound
         worker = self.worker
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
-        busy = np.array([self.busy[m]], dtype=np.int64)
-        in_flight = [plan], int(self.end[m - 1]), (busy, "+".join(self.labels[m])), int(self.end[m])
+        in_flight = plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
         if not over:
             return in_flight, None
-        handed = self._row_plan(m + 1)
-        handed.kv_blocks_used = self.pool.num_used_blocks
-        self.rank.record_plan(handed, int(self.end[m - 1]))
-        return in_flight, [handed]
+        return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))
 
 
 def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
@@ -768,10 +845,9 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
         return None
     state = _CarriedAsync(worker, run, now, rows, in_flight)
     state.price_from(1)
-    source = worker.arrivals
     worker.open_pass_ends.append(now)
     try:
-        m = _admit_arrivals_async(state, source, horizon)
+        m = _admit_arrivals_async(state, worker.arrivals, horizon)
         if m < 1:
             return None
         new_in_flight, handed = state.finish(m)
@@ -807,6 +883,8 @@ def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:
             return valid  # every delivery comes before the next arrival
         if end[d] == t or not source.quiet_until(int(end[d])):
             return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
+        if not state.admits:
+            return d + 1  # the loop makes decision d (the arrival made by then), after row d's delivery
         # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1 too,
         # so no arrival may come at its very end (it would be recorded before that delivery) or break the
         # request limit by then.

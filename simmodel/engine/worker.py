@@ -12,7 +12,6 @@ from simpy.events import Event
 from simmodel.engine.barrier import PassBarrier
 from simmodel.engine.carried_run import carry, carry_async
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.decode_run import advance, advance_async
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -214,31 +213,25 @@ class Worker:
         return self._collect(), blocked
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
-        """Apply the decode-only passes that follow now as one run (``decode_run``). Async (``in_flight``:
-        the pass now running): returns the new pass in flight, when the run's last outputs are delivered,
-        and the plans of the pass after it if the run planned it already (else None).
+        """Apply the passes that follow now as one run (``carried_run``). Async (``in_flight``: the pass now
+        running): returns the new pass in flight, when the run's last outputs are delivered, and the plans of
+        the pass after it if the run planned it already (else None).
         Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
         run's last pass ends, and the plans of the pass after it if that pass was planned already (the run
-        admitted arrivals as it went, see ``carried_run``) and must run on its own, else None. None when the
-        next pass must run on its own.
+        admitted arrivals as it went) and must run on its own, else None. None when the next pass must run on
+        its own.
         """
         if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
             return None  # runs are priced from per-rank totals
-        horizon, arrival = self._horizon()
+        horizon = self._horizon()
         if horizon <= self.env.now:
             return None
         if in_flight is not None:
-            if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
-                return carry_async(self, horizon, in_flight)
-            run = advance_async(self, horizon, arrival, in_flight)
-            return None if run is None else (*run, None)
-        if arrival is not None and len(self.ranks) == 1:  # arrivals only queue a request on the one rank
-            run = carry(self, horizon, plans)
-            if run is None:
-                return None
-            return self._carry(*run, horizon)
-        end = advance(self, horizon, arrival, plans)
-        return None if end is None else (end, None)
+            return carry_async(self, horizon, in_flight)
+        run = carry(self, horizon, plans)
+        if run is None:
+            return None
+        return self._carry(*run, horizon)
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
@@ -248,6 +241,8 @@ class Worker:
         pass starts another carried run if it can. Returns when the last run ends, and the plans of the pass
         after it if that pass must run on its own (None: the ranks plan it when released)."""
         source = self.arrivals
+        if source is None:
+            return end, planned
         while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
             plans = [rank.plan(at=end) for rank in self.ranks]  # planning schedules nothing
@@ -260,16 +255,16 @@ class Worker:
             end, planned = run
         return end, planned
 
-    def _horizon(self) -> tuple[float, int | None]:
-        """The next event that may read or change this worker, and its next arrival if nothing but its own
-        arrivals reaches it (see ``arrivals``; the horizon is then only the end of the run being driven),
-        else None."""
+    def _horizon(self) -> float:
+        """The next instant at which something but this worker's own runs may read or change it: the next event
+        of any process, or, if nothing but its own arrivals reaches it (see ``arrivals``, which its runs then
+        admit themselves), only the end of the run being driven, the time limit and the request limit."""
         if self.arrivals is None:
-            return self._limited(self.env.peek()), None
+            return self._limited(self.env.peek())
         horizon = self._limited(float("inf"))
         if self.limits is not None:  # a pass may start after the time limit, and another worker's pass
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
-        return self.arrivals.horizon_ns(horizon), self.arrivals.next_arrival_ns()
+        return self.arrivals.horizon_ns(horizon)
 
     def _limited(self, horizon: float) -> float:
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)

@@ -355,9 +355,9 @@ def test_runs_carried_while_requests_wait_change_nothing(monkeypatch, bound, cac
 
     def counting_admit(self, *args):
         nonlocal admitted_for_a_slot
-        out = admit(self, *args)
-        admitted_for_a_slot += bool(self.waits and out.admitted)
-        return out
+        outs = admit(self, *args)  # one output per rank (one rank here)
+        admitted_for_a_slot += bool(self.waits[0] and outs[0].admitted)
+        return outs
 
     monkeypatch.setattr(carried_run._Carried, "admit", counting_admit)
     kv = {"capacity": {"type": "fixed", "blocks": 4000 if bound == "slots" else 700}, "prefix_caching": caching}
