@@ -34,7 +34,7 @@ import numpy as np
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import MAX_RUN, DecodeRun, busy_ns, joined
 from simmodel.engine.recorder import Event as EventRow
-from simmodel.engine.recorder import EventKind
+from simmodel.engine.recorder import EventKind, PassRecord
 from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
@@ -159,6 +159,8 @@ class _Carried:
         """Blocks returned at the end of each row, per rank."""
         self.admitted_blocks = np.zeros((rows, R), np.int64)
         """Blocks in use added by each row's admissions, per rank."""
+        self.used_at = np.zeros((rows, R), np.int64)
+        """Blocks in use on each rank as each row started (runs applied as their passes end)."""
         self.finished: dict[int, list] = {}
         """Row: the columns of the requests finishing at its end, in the order they retire."""
         self.finishes = [False] * R
@@ -531,86 +533,156 @@ class _Carried:
         return used
 
     def _record(self, m: int) -> None:
-        """Record rows 0..m − 1 as the pass-by-pass loop records their passes: per row, every rank's admissions,
-        then every rank's begin event, then per rank its first tokens, finishes and end event. Async, a row's
-        begin event (and its admissions) is appended when it is planned, before the outputs of the row before
-        it are delivered."""
+        """Record rows 0..m − 1 at once (see ``_record_rows``) and count them as started."""
+        used = self._used(m)
+        if self.asynchronous:
+            used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
+        self._record_rows(0, m, used, begins=True)
+        s = int(self.asynchronous)  # the passes started in the run: synchronous 0..m − 1, async 1..m
+        self.worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
+
+    def _starts(self, lo: int, hi: int) -> np.ndarray:
+        """When rows lo..hi − 1 start: row 0 at ``start0``, each other one as the row before it ends."""
+        if lo == 0:
+            return np.concatenate(([self.start0], self.end[:hi - 1]))
+        return self.end[lo - 1:hi - 1]
+
+    def _record_rows(self, lo: int, hi: int, used: np.ndarray, begins: bool) -> None:
+        """Record rows lo..hi − 1 as the pass-by-pass loop records their passes (``used``: each one's blocks in use
+        per rank): per row, if ``begins``, every rank's admissions and then every rank's begin event, then per
+        rank its first tokens, finishes and end event. Async, a row's begin event (and its admissions) is
+        appended when it is planned, before the outputs of the row before it are delivered."""
         worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
-        s = int(self.asynchronous)  # rows planned ahead of the deliveries
-        cells = self.cells[:m + s]
+        s = int(self.asynchronous) if begins else 0  # rows planned ahead of the deliveries
+        cells = self.cells[lo:hi + s]
         decodes = cells[:, :, DECODE].astype(np.int64)
         prefill_seqs = cells[:, :, PREFILL].astype(np.int64)
         prefill_tokens = cells[:, :, PREFILL + 1].astype(np.int64)
         tokens = decodes + prefill_tokens
-        starts = np.concatenate(([self.start0], self.end[:m + s - 1]))
-        ends = self.end[:m]
-        used = self._used(m)
-        if self.asynchronous:
-            used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
+        m = hi - lo
+        starts = self._starts(lo, hi + s)
+        ends = self.end[lo:hi]
         gaps = (ends - starts[:m]).tolist()
         values, counts = rec.itl_values, rec.itl_counts
         kept = 0
-        follows = decodes[:m].copy()  # decodes: their token follows one sampled the pass before
-        follows[0] -= self.first_decodes
-        for k, row in enumerate(follows.tolist()):
-            for c in row:
+        follows = decodes[:m]  # decodes: their token follows one sampled the pass before
+        if lo == 0 and self.first_decodes.any():
+            follows = follows.copy()
+            follows[0] -= self.first_decodes
+        if R == 1:
+            for gap, c in zip(gaps, follows[:, 0].tolist()):
                 if c > 0:
-                    values.append(gaps[k])
+                    values.append(gap)
                     counts.append(c)
                     kept += 1
+        else:
+            for gap, row in zip(gaps, follows.tolist()):
+                for c in row:
+                    if c > 0:
+                        values.append(gap)
+                        counts.append(c)
+                        kept += 1
         if rec.staged:  # a run's intervals are all of one stage
             rec.itl_stages.extend([self.stage] * kept)
-        labels = joined(self.labels[:m])
-        if R == 1:
-            per_pass = (w, 0, np.arange(self.base, self.base + m), starts[:m], ends)
+        labels = joined(self.labels[lo:hi])
+        if m == 1:  # one row (a run applied as its passes end): appended as the barrier appends a pass's rows
+            self._append_row(lo, int(starts[0]), int(ends[0]), tokens[0], prefill_tokens[0], prefill_seqs[0],
+                             decodes[0], used[0], labels[0])
+        elif R == 1:
+            per_pass = (w, 0, np.arange(self.base + lo, self.base + hi), starts[:m], ends)
         else:
             labels = [label for label in labels for _ in range(R)]
-            per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(self.base, self.base + m), R),
+            per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(self.base + lo, self.base + hi), R),
                         np.repeat(starts[:m], R), np.repeat(ends, R))
-        sampled = decodes[:m] + prefill_seqs[:m]
-        rec.passes.extend(role, labels,
-                          (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
-                           decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[:m].ravel()),
-                          int(ends[m - 1]))
-        # The passes started in the run: synchronous 0..m − 1, async 1..m (row 0 was in flight).
-        worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
+        if m > 1:
+            sampled = decodes[:m] + prefill_seqs[:m]
+            rec.passes.extend(role, labels,
+                              (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
+                               decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel()),
+                              int(ends[m - 1]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
-            rec.num_done += sum(len(done) for row, done in finished.items() if row < m)
+            rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
             return
         new_event = tuple.__new__
         ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
         FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
-        requests, rank_of = self.requests, self.rank_of
+        requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
         firsts: dict[tuple[int, int], list] = {}
         n = self.n
-        for i in np.flatnonzero(self.prefills[:n] & (self.first[:n] < m)).tolist():
-            firsts.setdefault((int(self.first[i]), int(rank_of[i])), []).append(requests[i])
+        first = self.first[:n]
+        for i in np.flatnonzero(self.prefills[:n] & (first >= lo) & (first < hi)).tolist():
+            firsts.setdefault((int(first[i]), int(rank_of[i])), []).append(requests[i])
         rows = []
         add = rows.append
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
-        plans_by_row, base = self.plans_by_row, self.base
-        for k in range(m):
-            j, t0, t1 = k + s, start_list[k], end_list[k]  # row j is planned (its begin appended) as row k − 1 ends
-            outs = plans_by_row.get(j)
-            for r, out in enumerate(outs or ()):
-                for request, q in zip(out.requests, out.num_new_tokens):
-                    add(new_event(EventRow, (t0, ADMISSION, w, r, request.request_id, q, role, -1)))
-            begun = start_list[j]
-            for r in range(R):
-                add(new_event(EventRow, (begun, PASS_BEGIN, w, r, -1, per_row[j][r], role, base + j)))
+        for x in range(m):
+            k = lo + x
+            t1 = end_list[x]
+            if begins:  # row k + s is planned (its begin appended) as row k − 1 ends
+                self._begin_events(k + s, start_list[x], start_list[x + s], per_row[x + s], add)
             done = finished.get(k, ())
             for r in range(R):
                 for request in firsts.get((k, r), ()):
                     add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role, -1)))
-                for i in done:
+                for i in done:  # with all its outputs (a run applied as its passes end delivers them later)
                     if R == 1 or rank_of[i] == r:
-                        request = requests[i]
-                        add(new_event(EventRow, (t1, FINISH, w, r, request.request_id, request.num_output_tokens,
-                                                 role, -1)))
-                add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[k][r], role, base + k)))
+                        add(new_event(EventRow, (t1, FINISH, w, r, requests[i].request_id,
+                                                 int(outputs[i] + left[i]), role, -1)))
+                add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[x][r], role, self.base + k)))
         rec.add_events(rows)
+
+    def _append_row(self, k: int, start: int, end: int, tokens: np.ndarray, prefill_tokens: np.ndarray,
+                    prefill_seqs: np.ndarray, decodes: np.ndarray, used: np.ndarray, label: str) -> None:
+        """Append row k's pass rows, one per rank (the values per rank)."""
+        worker, passes = self.worker, self.recorder.passes
+        role, w, index = worker.role, worker.worker_id, self.base + k
+        for r, (t, pt, ps, d, u, b) in enumerate(zip(tokens.tolist(), prefill_tokens.tolist(), prefill_seqs.tolist(),
+                                                       decodes.tolist(), used.tolist(), self.busy[k].tolist())):
+            passes.append(PassRecord(role, w, r, index, start, end, t, pt, ps, d, d + ps, u, 0, b, label))
+
+    def _begin_events(self, j: int, planned_at: int, start: int, tokens: list[int], add) -> None:
+        """Append row j's admissions (planned at ``planned_at``) and every rank's begin event (at ``start``,
+        ``tokens`` scheduled per rank)."""
+        worker = self.worker
+        role, w, new_event = worker.role, worker.worker_id, tuple.__new__
+        for r, out in enumerate(self.plans_by_row.get(j) or ()):
+            for request, q in zip(out.requests, out.num_new_tokens):
+                add(new_event(EventRow, (planned_at, EventKind.ADMISSION, w, r, request.request_id, q, role, -1)))
+        for r in range(self.num_ranks):
+            add(new_event(EventRow, (start, EventKind.PASS_BEGIN, w, r, -1, tokens[r], role, self.base + j)))
+
+    # -- a run applied as its passes end -------------------------------------------------------------
+
+    def begin_row(self, k: int) -> None:
+        """Row k starts now, planned (its blocks taken): counted against the limits, its blocks in use noted
+        and its begin events recorded, as the pass barrier starts a pass."""
+        start = self.start0 if k == 0 else int(self.end[k - 1])
+        if self.worker.limits is not None:
+            self.worker.limits.count_pass(start)
+        self.used_at[k] = [pool.num_used_blocks for pool in self.pools]
+        rec = self.recorder
+        if rec.keep_events or rec.sink is not None:
+            rows: list = []
+            cells = self.cells[k]
+            tokens = (cells[:, DECODE] + cells[:, PREFILL + 1]).astype(np.int64).tolist()
+            self._begin_events(k, start, start, tokens, rows.append)
+            rec.add_events(rows)
+
+    def end_row(self, k: int, plan_next: bool) -> None:
+        """Row k ends now: its finishes applied, and if ``plan_next`` the planning of row k + 1; recorded as the
+        pass barrier records a pass end."""
+        self.apply(k + 1, plan_next)
+        self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
+
+    def close(self, m: int) -> None:
+        """The run stops after row m − 1 (every row up to it started and ended, and counted as it started):
+        the requests and the schedulers as it leaves them."""
+        n = self.n
+        ran = np.clip(np.minimum(self.left[:n], m - self.first[:n]), 0, None)
+        self._deliver(m, ran, ran, False)
+        self.worker.count_run(m, self.labels[:m], int(self.busy[m - 1].max()), limits_counted=True)
 
 
 def carry(worker: Worker, horizon: float, plans: list | None = None,
@@ -641,6 +713,25 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
     finally:
         worker.open_pass_ends.remove(now)
     return int(state.end[m - 1]), plans
+
+
+def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tuple[_Carried, int] | None:
+    """Plan the worker's passes from now as a run applied as its passes end (``Worker._tick``), for a worker
+    whose arrivals are not known ahead: returns the run and how many rows it may take (each ends before
+    ``horizon``), or None if no pass qualifies. The worker ends the run early, at the end of a row, if a request
+    was placed on it meanwhile (the next plan would see it). ``plans``: as for ``carry``."""
+    run = _gathered(worker, plans, asynchronous=False)
+    rows = min(_rows(worker, worker.env.now, horizon, started_before=0), worker.tick_rows)
+    if run is None or rows < 1:
+        return None
+    state = _Carried(worker, run, worker.env.now, rows)
+    state.price_from(0)
+    m = state.valid(horizon)
+    if m < 1:
+        return None
+    if not state.planned_first:
+        state.apply(0, plan=True)  # row 0 is planned now
+    return state, m
 
 
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> DecodeRun | None:

@@ -10,8 +10,9 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
-from simmodel.engine.carried_run import carry, carry_async
+from simmodel.engine.carried_run import carry, carry_async, plan_ticked
 from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.decode_run import MAX_RUN
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -81,6 +82,10 @@ class Worker:
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
+        self.tick_rows = 16
+        """Passes the next run applied as its passes end is planned for (``_tick``): twice as many as the last
+        such run took before something placed on the worker ended it, or twice the last if it ran to its end
+        (planning passes that will not run costs time, and changes nothing else)."""
         self.horizon: int | None = None
         """No coalesced pass ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
@@ -122,9 +127,10 @@ class Worker:
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
 
-    def count_run(self, m: int, started: list[tuple[str, ...]], last_ns: int) -> None:
+    def count_run(self, m: int, started: list[tuple[str, ...]], last_ns: int, limits_counted: bool = False) -> None:
         """Count a run of passes applied at once: it started and finished m passes of every rank
-        (``started``: the provenance labels of those it started; ``last_ns``: how long the last one takes)."""
+        (``started``: the provenance labels of those it started; ``last_ns``: how long the last one takes;
+        ``limits_counted``: each was counted against the limits as it started)."""
         counts = self.provenance_counts
         first = started[0] if started else None
         if all(p is first for p in started):
@@ -134,7 +140,7 @@ class Worker:
             for labels in started:
                 for label in labels:
                     counts[label] = counts.get(label, 0) + 1
-        if self.limits is not None:
+        if self.limits is not None and not limits_counted:
             self.limits.num_passes += m
         self._wave_step += m
         self.num_passes += m
@@ -190,16 +196,14 @@ class Worker:
                     yield from self._sleep_until_work()
             else:
                 if self.coalesce and (run := self._coalesced_run(plans)) is not None:
-                    end, planned = run
-                    yield Late(self.env, end - self.env.now)  # this pass and the decodes after it
+                    planned = yield from self._drive(run)  # this pass and the decodes after it
                 else:
                     start, cost = self._start(plans)
                     yield Late(self.env, int(cost[0].max()))
                     self._finish(plans, start, cost)
                     self._count_prefill_round(plans)
                 while planned is None and self.coalesce and (run := self._coalesced_run()) is not None:
-                    end, planned = run
-                    yield Late(self.env, end - self.env.now)
+                    planned = yield from self._drive(run)
             if planned is None:
                 self._release()
 
@@ -211,6 +215,36 @@ class Worker:
         yield self.barrier.all_in
         blocked = self._blocked_rounds > 0
         return self._collect(), blocked
+
+    def _drive(self, run) -> Generator[Event, Any, list[SchedulerOutput] | None]:
+        """Let a synchronous run of passes (``_coalesced_run``) happen; returns the plans of the pass after it if
+        the run planned that pass already, else None. A run applied ahead (a worker making its own arrivals)
+        is waited out to its end; any other is applied as its passes end (``_tick``)."""
+        if isinstance(run, tuple) and isinstance(run[1], int):
+            yield from self._tick(*run)
+            return None
+        end, planned = run
+        yield Late(self.env, end - self.env.now)
+        return planned
+
+    def _tick(self, run, length: int) -> Generator[Event, Any, None]:
+        """A run of up to ``length`` passes applied as they end (``carried_run.plan_ticked``): each pass's
+        start and end is an event of its own, at the instant and in the order the pass-by-pass barrier makes
+        them, and ends the run once something was placed on the worker meanwhile (the next plan sees it)."""
+        self._passes_in_flight += 1
+        k = 0
+        run.begin_row(0)
+        while True:
+            yield Late(self.env, int(run.end[k]) - self.env.now)
+            stop = k + 1 == length or self._num_placed != self._placed_at_plan
+            run.end_row(k, plan_next=not stop)
+            if stop:
+                break
+            k += 1
+            run.begin_row(k)
+        self._passes_in_flight -= 1
+        run.close(k + 1)
+        self.tick_rows = min(MAX_RUN, 2 * max(k + 1 if k + 1 < length else self.tick_rows, 4))
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
         """Apply the passes that follow now as one run (``carried_run``). Async (``in_flight``: the pass now
@@ -228,6 +262,8 @@ class Worker:
             return None
         if in_flight is not None:
             return carry_async(self, horizon, in_flight)
+        if self.arrivals is None:  # applied as its passes end: anything placed meanwhile ends it
+            return plan_ticked(self, self._limited_run(), plans)
         run = carry(self, horizon, plans)
         if run is None:
             return None
@@ -265,6 +301,14 @@ class Worker:
         if self.limits is not None:  # a pass may start after the time limit, and another worker's pass
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
         return self.arrivals.horizon_ns(horizon)
+
+    def _limited_run(self) -> float:
+        """How far a run applied as its passes end may reach: the end of the run being driven, and the time
+        limit (a pass may start after it, and another worker's pass that does fails the run)."""
+        horizon = self._limited(float("inf"))
+        if self.limits is not None:
+            horizon = min(horizon, self.limits.max_time_ns + 1)
+        return horizon
 
     def _limited(self, horizon: float) -> float:
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)
