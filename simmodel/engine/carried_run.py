@@ -1,27 +1,32 @@
-"""Decode runs carried on through arrivals: one vLLM worker's passes, each arriving prompt admitted in the
-pass the scheduler would admit it, applied as one vectorized step.
+"""The vLLM pass planner: a worker's passes planned as one run, in closed form, for every attention-DP rank.
 
-Under an open-loop load placed by a router that reads no state, an arrival only queues a request on the
-worker the router names, known ahead (``Worker.arrivals``), and the next pass that worker plans after it
-admits the prompt; no other worker's passes matter. Between arrivals every pass is a decode of the same
-running requests (``decode_run``); an admission only adds a column to that picture: the prompt's prefill
-in the pass that admits it, then one decode a pass. So a run does not stop at an arrival: the request is
-created as at its arrival time (``WorkerArrivals.arrive_early``: creating it schedules nothing), the
-scheduler's own admission (``VllmScheduler.admit_waiting``) admits it when the pass after the arrival is
-planned — on the pool and queue as they are then, the KV blocks of the passes before it taken and freed
-in vLLM's order — and the run prices the passes from there on again with the new column. Per arrival that
-is a few array operations instead of ending the run, planning the next pass request by request and
-starting a new run. Each one-rank worker carries its own runs, so a pool of replicas goes as fast as one.
+In steady serving every pass is a decode of the same running requests (``decode_run`` reads them as
+arrays), and an admission only adds a column to that picture: the prompt's prefill in the pass that admits
+it, then one decode a pass. A run holds the candidate passes (rows) of the running requests (columns), the
+per-rank totals the timing model prices them from (one call for the whole run), and the KV operations
+(allocations, prefix-cache insertions, finishes) queued in the order vLLM makes them.
 
-A run ends where ``decode_run.advance`` would end one (the next event of any other process, a pass short
-of KV blocks, the safety limits, every request finished), before a pass ending at the very instant of an
-arrival, and when an admission is not a whole prompt admitted alone (a chunk, a request left waiting, a
-sequence or token limit): synchronous (``carry``), that pass, planned by the scheduler, is handed to the
-worker to run on its own (see ``Worker._carry``); async (``carry_async``, where the plan that sees an
-arrival is made at the first pass end after it, two passes ahead), the run ends at that pass end and
-hands the plan to the worker's loop.
-Passes, events, inter-token intervals, block ids and every request's fields are those of the pass-by-pass
-run; ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
+Two ways to drive a run (``docs/speed.md``):
+
+- ahead (``carry``, ``carry_async``): a worker that only its own arrivals reach (``Worker.arrivals``: an
+  open-loop load placed by a router that reads no state) applies the run when it starts and yields to its
+  end. A run does not stop at an arrival: the request is created as at its arrival time
+  (``WorkerArrivals.arrive_early``: creating it schedules nothing), each rank's scheduler admits with its
+  own admission (``VllmScheduler.admit_waiting``) when the pass after the arrival is planned — on the pool
+  and queue as they are then — and the run prices the passes from there on again with the new columns.
+  When an admission is not whole prompts admitted alone (a chunk, a resumption), that pass, planned by the
+  schedulers, is handed to the worker to run on its own (see ``Worker._carry``; async, where the plan that
+  sees an arrival is made at the first pass end after it, two passes ahead, the run ends at that pass end
+  and hands the plan to the worker's loop). Without known arrivals, async runs stop before the next event
+  of any other process.
+- as the passes end (``plan_ticked``, driven by ``Worker._tick``): any other synchronous worker applies
+  each row when its pass ends, at the SimPy event the pass-by-pass barrier would make, and ends the run when
+  something was placed on it meanwhile.
+
+A run also ends before a pass short of KV blocks (vLLM would preempt), a finish that calls back into the
+simulation, the safety limits, and when every request has finished. Passes, events, inter-token
+intervals, block ids and every request's fields are those of the pass-by-pass run;
+``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
 """
 
 from __future__ import annotations
@@ -258,7 +263,7 @@ class _Carried:
 
     def apply(self, upto: int, plan: bool) -> None:
         """Apply rows ``applied``..upto − 1 (each row's allocations and insertions, then its finishes), then
-        if ``plan`` row upto's allocations and insertions, in vLLM's order (see ``decode_run._pool_ops``):
+        if ``plan`` row upto's allocations and insertions, in vLLM's order:
         row, then allocations and insertions before finishes, then running order, then allocation before
         insertion."""
         if upto - self.applied + plan <= 0:
@@ -606,8 +611,7 @@ class _Carried:
             rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
             return
         new_event = tuple.__new__
-        ADMISSION, PASS_BEGIN, PASS_END = EventKind.ADMISSION, EventKind.PASS_BEGIN, EventKind.PASS_END
-        FIRST_TOKEN, FINISH = EventKind.FIRST_TOKEN, EventKind.FINISH
+        PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
         requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
         firsts: dict[tuple[int, int], list] = {}
         n = self.n
@@ -810,8 +814,8 @@ def _admit_arrivals(state: _Carried, source, horizon: float) -> int:
 # -- asynchronous scheduling ------------------------------------------------------------------------
 
 class _CarriedAsync(_Carried):
-    """A carried run under vLLM's async scheduling (see ``decode_run.advance_async``): row 0 is the pass in
-    flight, and row j ≥ 1 is planned at decision j − 2, when the outputs of row j − 2 are processed (decision
+    """A run under vLLM's async scheduling, each pass planned while the one before it runs: row 0 is the pass
+    in flight, and row j ≥ 1 is planned at decision j − 2, when the outputs of row j − 2 are processed (decision
     −1: now). Step 2(d + 1) processes the outputs of row d (its delivered tokens cached, then the finished
     retired), step 2(d + 1) + 1 plans row d + 2 (blocks, then the delivered tokens cached), and the
     admissions of that plan follow it. A run of m rows delivers rows 0..m − 1 and leaves row m in flight."""
@@ -916,8 +920,8 @@ class _CarriedAsync(_Carried):
 
 
 def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
-    """``decode_run.advance_async`` carried through arrivals (one rank, open loop): returns the new pass in
-    flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
+    """Plan and apply the passes that follow under async scheduling, admitting the worker's arrivals as they
+    come where it may (``_Carried.admits``); returns the new pass in flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
     it already and the loop must start it (else None); None if no run starts.
 
     An arrival is read by the first decision after it: the one at the end of row d plans row d + 2 and

@@ -64,8 +64,17 @@ SCENARIOS = {
         "mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 50, "bytes_per_token": 131072},
         "workers": {"prefill": {**ROOFLINE, "scheduler": {"async_scheduling": False}},
                     "decode": {**ROOFLINE, "scheduler": {"async_scheduling": False}}}}}),
+    "dp2-replicas2-prefill-interval": merged(worker(**ROOFLINE, parallelism={"replicas": 2, "attention_data": 2},
+                                                    scheduler={"prefill_schedule_interval": 4})),
+    "closed-loop-dp2": merged({"traffic": {"load": {"type": "concurrency", "concurrency": 6}}},
+                              worker(**ROOFLINE, parallelism={"attention_data": 2})),
 }
+# Fixed pass times make instants coincide: pass ends of both pools, transfer ends and placements at once.
+SCENARIOS["disaggregated-fixed-timing"] = copy.deepcopy(SCENARIOS["disaggregated"])
+for _role in SCENARIOS["disaggregated-fixed-timing"]["engine"]["workers"].values():
+    _role.pop("timing")
 del SCENARIOS["disaggregated"]["engine"]["workers"]["aggregated"]
+del SCENARIOS["disaggregated-fixed-timing"]["engine"]["workers"]["aggregated"]
 SCENARIOS["stop-time"]["traffic"]["stop"] = {"max_virtual_time_seconds": 3.0}
 
 
@@ -128,6 +137,34 @@ def test_runs_are_actually_coalesced(tmp_path, asynchronous):
     by_pass = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=False))
     coalesced = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True))
     assert by_pass > 3 * 200 and coalesced < 30
+
+
+@pytest.mark.parametrize("name, applied_as_they_end", [("attention-dp3", False), ("two-workers", False),
+                                                       ("disaggregated", True), ("closed-loop", True)])
+def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as_they_end):
+    """Attention-DP ranks and replicas under an open loop (runs planned through their arrivals), P/D decode
+    workers and closed loops (runs applied as their passes end, ended by a placement): most of the passes
+    of the workers that decode are planned as runs, not one by one."""
+    from simmodel.engine import carried_run
+
+    in_runs = {"ahead": 0, "as they end": 0}
+    record, end_row = carried_run._Carried._record, carried_run._Carried.end_row
+
+    def counting_record(self, m):
+        in_runs["ahead"] += m
+        return record(self, m)
+
+    def counting_end_row(self, k, plan_next):
+        in_runs["as they end"] += 1
+        return end_row(self, k, plan_next)
+
+    monkeypatch.setattr(carried_run._Carried, "_record", counting_record)
+    monkeypatch.setattr(carried_run._Carried, "end_row", counting_end_row)
+    _, results = run(SCENARIOS[name], coalesce=True)
+    passes = results.passes
+    decoding = len(passes[(passes.role != "prefill") & (passes.dp_rank == 0)])  # one row per rank: count rank 0
+    kind = "as they end" if applied_as_they_end else "ahead"
+    assert in_runs[kind] > 0.7 * decoding, (in_runs, decoding)
 
 
 def test_a_run_stopped_and_resumed_is_the_same_run():
