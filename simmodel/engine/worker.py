@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -32,6 +32,21 @@ class Late(Event):
         super().__init__(env)
         self._ok, self._value = True, value
         env.schedule(self, LATE, delay)
+
+
+class Ahead(NamedTuple):
+    """A synchronous run applied when it started (``carried_run.carry``): it ends at ``end``; ``planned``: the
+    plans of the pass after it if the run planned that pass already, else None."""
+
+    end: int
+    planned: list[SchedulerOutput] | None
+
+
+class Ticked(NamedTuple):
+    """A synchronous run to apply as its passes end (``carried_run.plan_ticked``), of up to ``length`` passes."""
+
+    run: Any
+    length: int
 
 
 class Worker:
@@ -220,12 +235,11 @@ class Worker:
         """Let a synchronous run of passes (``_coalesced_run``) happen; returns the plans of the pass after it if
         the run planned that pass already, else None. A run applied ahead (a worker making its own arrivals)
         is waited out to its end; any other is applied as its passes end (``_tick``)."""
-        if isinstance(run, tuple) and isinstance(run[1], int):
-            yield from self._tick(*run)
+        if isinstance(run, Ticked):
+            yield from self._tick(run.run, run.length)
             return None
-        end, planned = run
-        yield Late(self.env, end - self.env.now)
-        return planned
+        yield Late(self.env, run.end - self.env.now)
+        return run.planned
 
     def _tick(self, run, length: int) -> Generator[Event, Any, None]:
         """A run of up to ``length`` passes applied as they end (``carried_run.plan_ticked``): each pass's
@@ -263,11 +277,12 @@ class Worker:
         if in_flight is not None:
             return carry_async(self, horizon, in_flight)
         if self.arrivals is None:  # applied as its passes end: anything placed meanwhile ends it
-            return plan_ticked(self, self._limited_run(), plans)
+            run = plan_ticked(self, self._limited_run(), plans)
+            return None if run is None else Ticked(*run)
         run = carry(self, horizon, plans)
         if run is None:
             return None
-        return self._carry(*run, horizon)
+        return Ahead(*self._carry(*run, horizon))
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
