@@ -896,6 +896,28 @@ class _CarriedAsync(_Carried):
         planned and running a request."""
         return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
 
+    def end_row(self, d: int, plan_next: bool) -> None:
+        """Row d ends now (decision d): its outputs processed, and if ``plan_next`` row d + 2 planned; recorded as
+        the async loop records a pass's outputs."""
+        self.decide(d, plan_next)
+        used = self.used_at[d:d + 1] if d else np.array([[plan.kv_blocks_used for plan in self.in_flight_plans]])
+        self._record_rows(d, d + 1, used, begins=False)
+
+    def close(self, m: int) -> tuple:
+        """The run stops with rows 0..m − 1 delivered and row m in flight (planned and started in the run, each
+        row counted against the limits as it started): the requests and the schedulers as it leaves them, and
+        the pass in flight as the async loop keeps it."""
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        delivered = np.clip(np.minimum(left, m - first), 0, None)
+        planned = np.clip(np.minimum(left, m + 1 - first), 0, None)
+        plans = self._row_plans(m)
+        for plan, used in zip(plans, self.used_at[m].tolist()):
+            plan.kv_blocks_used = used
+        self._deliver(m, delivered, planned, False)
+        self.worker.count_run(m, self.labels[1:m + 1], int(self.busy[m].max()), limits_counted=True)
+        return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
+
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
@@ -949,6 +971,30 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
     finally:
         worker.open_pass_ends.remove(now)
     return new_in_flight, int(state.end[m - 1]), handed
+
+
+def plan_ticked_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple[_CarriedAsync, int] | None:
+    """``plan_ticked`` under async scheduling: plan the passes after the one in flight (``in_flight``) as a run
+    applied as they end (``Worker._tick_async``); returns the run and how many rows it may deliver (each before
+    ``horizon``, the row after the last left planned and in flight), or None if no pass qualifies. Row 1 is
+    planned now (its blocks taken)."""
+    if worker.launch is not None:
+        return None  # launches move the planning times
+    now = worker.env.now
+    plans, _, _, first_end = in_flight
+    if not now < first_end < horizon:
+        return None  # (a pass in flight ending now is delivered at once by the loop)
+    run = _gathered(worker, plans, asynchronous=True)
+    rows = min(_rows(worker, now, horizon, started_before=1), worker.tick_rows)
+    if run is None or rows < 2:
+        return None
+    state = _CarriedAsync(worker, run, now, rows, in_flight)
+    state.price_from(1)
+    m = state.valid(horizon)
+    if m < 1 or not state.busy[1:m + 1].max(axis=1).all():
+        return None  # (after a pass of no time the loop decides at once, without waiting)
+    state.decide(-1, plan=True)
+    return state, m
 
 
 def _admit_arrivals_async(state: _CarriedAsync, source, horizon: float) -> int:

@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
-from simmodel.engine.carried_run import carry, carry_async, plan_ticked
+from simmodel.engine.carried_run import carry, carry_async, plan_ticked, plan_ticked_async
 from simmodel.engine.clock import NS_PER_S
 from simmodel.engine.decode_run import MAX_RUN
 from simmodel.engine.rank import Rank
@@ -260,6 +260,32 @@ class Worker:
         run.close(k + 1)
         self.tick_rows = min(MAX_RUN, 2 * max(k + 1 if k + 1 < length else self.tick_rows, 4))
 
+    def _tick_async(self, run, length: int) -> Generator[Event, Any, tuple]:
+        """``_tick`` under async scheduling (``carried_run.plan_ticked_async``): with the pass in flight (row 0)
+        and the next one planned now, each pass end delivers a row's outputs and plans the row after next, at
+        the instant and in the order the async loop makes them, until ``length`` rows are delivered or
+        something was placed on the worker meanwhile (the loop then makes that decision). Returns the pass
+        left in flight."""
+        ends = run.end
+        run.begin_row(1)
+        self._passes_in_flight += 1
+        self.open_pass_ends.append(int(ends[1]))
+        d = 0
+        while True:
+            yield Late(self.env, int(ends[d]) - self.env.now)
+            stop = d + 1 == length or self._num_placed != self._placed_at_plan
+            run.end_row(d, plan_next=not stop)
+            self._passes_in_flight -= 1
+            self.open_pass_ends.remove(int(ends[d]))
+            if stop:
+                break
+            run.begin_row(d + 2)
+            self._passes_in_flight += 1
+            self.open_pass_ends.append(int(ends[d + 2]))
+            d += 1
+        self.tick_rows = min(MAX_RUN, 2 * max(d + 1 if d + 1 < length else self.tick_rows, 4))
+        return run.close(d + 1)
+
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
         """Apply the passes that follow now as one run (``carried_run``). Async (``in_flight``: the pass now
         running): returns the new pass in flight, when the run's last outputs are delivered, and the plans of
@@ -275,6 +301,9 @@ class Worker:
         if horizon <= self.env.now:
             return None
         if in_flight is not None:
+            if self.arrivals is None:
+                run = plan_ticked_async(self, self._limited_run(), in_flight)
+                return None if run is None else Ticked(*run)
             return carry_async(self, horizon, in_flight)
         if self.arrivals is None:  # applied as its passes end: anything placed meanwhile ends it
             run = plan_ticked(self, self._limited_run(), plans)
@@ -381,8 +410,11 @@ class Worker:
                 self.plan_cutoff = self.env.now
                 while (planned is None and self.coalesce and in_flight is not None
                        and (run := self._coalesced_run(in_flight=in_flight))):
-                    in_flight, end, planned = run  # coalesced up to this delivery; the next pass in flight
-                    yield Late(self.env, end - self.env.now)
+                    if isinstance(run, Ticked):  # applied as its passes end, up to this delivery
+                        in_flight = yield from self._tick_async(run.run, run.length)
+                    else:  # applied ahead, up to this delivery; the next pass in flight
+                        in_flight, end, planned = run
+                        yield Late(self.env, end - self.env.now)
                     self.plan_cutoff = self.env.now
             if planned is None:
                 self._release()

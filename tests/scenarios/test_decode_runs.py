@@ -139,28 +139,32 @@ def test_runs_are_actually_coalesced(tmp_path, asynchronous):
     assert by_pass > 3 * 200 and coalesced < 30
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name, applied_as_they_end", [("attention-dp3", False), ("two-workers", False),
                                                        ("disaggregated", True), ("closed-loop", True)])
-def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as_they_end):
+def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as_they_end, asynchronous):
     """Attention-DP ranks and replicas under an open loop (runs planned through their arrivals), P/D decode
     workers and closed loops (runs applied as their passes end, ended by a placement): most of the passes
     of the workers that decode are planned as runs, not one by one."""
     from simmodel.engine import carried_run
 
     in_runs = {"ahead": 0, "as they end": 0}
-    record, end_row = carried_run._Carried._record, carried_run._Carried.end_row
+    record = carried_run._Carried._record
 
     def counting_record(self, m):
         in_runs["ahead"] += m
         return record(self, m)
 
-    def counting_end_row(self, k, plan_next):
-        in_runs["as they end"] += 1
-        return end_row(self, k, plan_next)
+    def counting(end_row):
+        def counting_end_row(self, k, plan_next):
+            in_runs["as they end"] += 1
+            return end_row(self, k, plan_next)
+        return counting_end_row
 
     monkeypatch.setattr(carried_run._Carried, "_record", counting_record)
-    monkeypatch.setattr(carried_run._Carried, "end_row", counting_end_row)
-    _, results = run(SCENARIOS[name], coalesce=True)
+    for cls in (carried_run._Carried, carried_run._CarriedAsync):
+        monkeypatch.setattr(cls, "end_row", counting(cls.end_row))
+    _, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
     passes = results.passes
     decoding = len(passes[(passes.role != "prefill") & (passes.dp_rank == 0)])  # one row per rank: count rank 0
     kind = "as they end" if applied_as_they_end else "ahead"
