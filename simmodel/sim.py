@@ -236,7 +236,7 @@ class Simulation:
     ranks with their ``running`` and ``waiting`` queues and KV ``pool`` (``pools`` by role in
     disaggregated mode), ``events`` is the event log so far and ``now`` the simulated time.
 
-    Runs of decode-only passes are coalesced (``engine.decode_run``), with the same outcome and records
+    Runs of passes are planned in closed form (``engine.planner``), with the same outcome and records
     as planning every pass on its own (``coalesce=False``). No run reaches past a pause: ``run(until)``
     cuts them there and ``step()`` plans its passes one by one, so whatever is shown while paused is what
     the pass-by-pass simulation holds at that instant, and nothing is stamped after ``now``.

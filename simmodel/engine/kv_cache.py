@@ -35,7 +35,7 @@ class BlockPool:
         self.num_free_blocks -= num_blocks
 
     def take_for_run(self, num_blocks: int) -> None:
-        """The blocks a run of passes takes (``decode_run``, ``carried_run``), in one step before the frees of
+        """The blocks a run of passes takes (``engine.planner``), in one step before the frees of
         the requests finishing inside it are applied: the free count may dip below zero until they are (the
         run is never short of blocks at any of its own passes)."""
         self.num_free_blocks -= num_blocks

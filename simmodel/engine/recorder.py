@@ -90,7 +90,7 @@ class PassRows(Protocol):
 class Recorder(Protocol):
     """What ranks and workers call to record events, passes and inter-token intervals.
 
-    The attributes are what the coalesced decode runs (``decode_run``, ``carried_run``) write directly
+    The attributes are what the pass planner's runs (``engine.planner``) write directly
     today: the interval arrays, the count of finished requests, and whether events are kept at all.
     """
 

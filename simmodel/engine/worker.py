@@ -10,9 +10,9 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
-from simmodel.engine.carried_run import carry, carry_async, plan_ticked, plan_ticked_async
 from simmodel.engine.clock import NS_PER_S
-from simmodel.engine.decode_run import MAX_RUN
+from simmodel.engine.planner import carry, carry_async, plan_ticked, plan_ticked_async
+from simmodel.engine.planner.running import MAX_RUN
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
@@ -35,7 +35,7 @@ class Late(Event):
 
 
 class Ahead(NamedTuple):
-    """A synchronous run applied when it started (``carried_run.carry``): it ends at ``end``; ``planned``: the
+    """A synchronous run applied when it started (``planner.carry``): it ends at ``end``; ``planned``: the
     plans of the pass after it if the run planned that pass already, else None."""
 
     end: int
@@ -43,7 +43,7 @@ class Ahead(NamedTuple):
 
 
 class Ticked(NamedTuple):
-    """A synchronous run to apply as its passes end (``carried_run.plan_ticked``), of up to ``length`` passes."""
+    """A synchronous run to apply as its passes end (``planner.plan_ticked``), of up to ``length`` passes."""
 
     run: Any
     length: int
@@ -89,7 +89,7 @@ class Worker:
         self.limits = None
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.coalesce = True
-        """Coalesce runs of decode-only passes (``decode_run``); off, every pass is planned on its own."""
+        """Plan runs of passes (``planner``); off, every pass is planned on its own."""
         self.arrivals = None
         """This worker's arrivals (``traffic.source.WorkerArrivals``) when nothing but its own arrivals reaches
         it (an open-loop load placed by a router that reads no state, aggregated vLLM): its runs of passes
@@ -242,7 +242,7 @@ class Worker:
         return run.planned
 
     def _tick(self, run, length: int) -> Generator[Event, Any, None]:
-        """A run of up to ``length`` passes applied as they end (``carried_run.plan_ticked``): each pass's
+        """A run of up to ``length`` passes applied as they end (``planner.plan_ticked``): each pass's
         start and end is an event of its own, at the instant and in the order the pass-by-pass barrier makes
         them, and ends the run once something was placed on the worker meanwhile (the next plan sees it)."""
         self._passes_in_flight += 1
@@ -261,7 +261,7 @@ class Worker:
         self.tick_rows = min(MAX_RUN, 2 * max(k + 1 if k + 1 < length else self.tick_rows, 4))
 
     def _tick_async(self, run, length: int) -> Generator[Event, Any, tuple]:
-        """``_tick`` under async scheduling (``carried_run.plan_ticked_async``): with the pass in flight (row 0)
+        """``_tick`` under async scheduling (``planner.plan_ticked_async``): with the pass in flight (row 0)
         and the next one planned now, each pass end delivers a row's outputs and plans the row after next, at
         the instant and in the order the async loop makes them, until ``length`` rows are delivered or
         something was placed on the worker meanwhile (the loop then makes that decision). Returns the pass
@@ -287,7 +287,7 @@ class Worker:
         return run.close(d + 1)
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
-        """Apply the passes that follow now as one run (``carried_run``). Async (``in_flight``: the pass now
+        """Apply the passes that follow now as one run (``planner``). Async (``in_flight``: the pass now
         running): returns the new pass in flight, when the run's last outputs are delivered, and the plans of
         the pass after it if the run planned it already (else None).
         Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
@@ -315,7 +315,7 @@ class Worker:
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
-        """Go on after a carried run (``carried_run.carry``) that ended at ``end``: if its last pass spans
+        """Go on after a carried run (``planner.carry``) that ended at ``end``: if its last pass spans
         arrivals, the requests arriving before ``end`` are created, the ranks plan the pass starting at
         ``end`` as they would then (no other event comes before the horizon, and none at ``end``), and that
         pass starts another carried run if it can. Returns when the last run ends, and the plans of the pass

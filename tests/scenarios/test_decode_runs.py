@@ -1,4 +1,4 @@
-"""Coalesced decode runs (``engine/decode_run.py``) must change nothing but speed.
+"""Coalesced decode runs (``engine/planner/``) must change nothing but speed.
 
 Each scenario runs twice, pass by pass (``coalesce=False``) and with runs coalesced, and every output
 must be identical: the summary (but wall time), every request row, every pass row and every event, in
@@ -146,10 +146,11 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
     """Attention-DP ranks and replicas under an open loop (runs planned through their arrivals), P/D decode
     workers and closed loops (runs applied as their passes end, ended by a placement): most of the passes
     of the workers that decode are planned as runs, not one by one."""
-    from simmodel.engine import carried_run
+    from simmodel.engine.planner import async_run
+    from simmodel.engine.planner import run as planned_run
 
     in_runs = {"ahead": 0, "as they end": 0}
-    record = carried_run._Carried._record
+    record = planned_run.Run._record
 
     def counting_record(self, m):
         in_runs["ahead"] += m
@@ -161,8 +162,8 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
             return end_row(self, k, plan_next)
         return counting_end_row
 
-    monkeypatch.setattr(carried_run._Carried, "_record", counting_record)
-    for cls in (carried_run._Carried, carried_run._CarriedAsync):
+    monkeypatch.setattr(planned_run.Run, "_record", counting_record)
+    for cls in (planned_run.Run, async_run.AsyncRun):
         monkeypatch.setattr(cls, "end_row", counting(cls.end_row))
     _, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
     passes = results.passes
@@ -281,17 +282,17 @@ def test_runs_carried_past_arrivals_change_nothing(monkeypatch, name, part, asyn
     (``carried_run``), or hands that pass, planned already, to the worker when it must run on its own (a
     chunk, a request left waiting). Outputs are those of the pass-by-pass run; the counts show both ways
     are taken."""
-    from simmodel.engine import carried_run
+    from simmodel.engine.planner import run as planned_run
 
     counts = {"admitted in a run": 0, "left to the worker": 0}
-    take = carried_run._Carried.take
+    take = planned_run.Run.take
 
     def counting_take(self, *args):
         taken = take(self, *args)
         counts["admitted in a run" if taken else "left to the worker"] += 1
         return taken
 
-    monkeypatch.setattr(carried_run._Carried, "take", counting_take)
+    monkeypatch.setattr(planned_run.Run, "take", counting_take)
     data = with_async(merged(part, {"traffic": {"load": {"requests_per_second": 8}}}), asynchronous)
     sim_a, by_pass = run(data, coalesce=False)
     sim_b, coalesced = run(data, coalesce=True)
@@ -325,16 +326,16 @@ TIMELINES = {
 def test_arrivals_admitted_inside_a_run(tmp_path, monkeypatch, mode, coalesce):
     """A decodes alone; B and C arrive mid-pass and join the pass planned after their arrival, inside one
     carried run (``TIMELINES`` has the hand-derived times)."""
-    from simmodel.engine import carried_run
+    from simmodel.engine.planner import run as planned_run
 
     admitted = []
-    column = carried_run._Carried._column
+    column = planned_run.Run._column
 
     def counting(self, request, *args):
         admitted.append(request.request_id)
         return column(self, request, *args)
 
-    monkeypatch.setattr(carried_run._Carried, "_column", counting)
+    monkeypatch.setattr(planned_run.Run, "_column", counting)
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 50), (0.055, 40, 20), (0.163, 30, 3)])
     sim = Simulation(parse_scenario(with_async(trace_scenario(trace), mode == "async"), Path(".")),
                      coalesce=coalesce)
@@ -389,10 +390,10 @@ def test_runs_carried_while_requests_wait_change_nothing(monkeypatch, bound, cac
     carried run goes on and, in the pass planned after each finish, tries to admit the next waiting request
     with the scheduler's own admission. Outputs and KV pools are those of the pass-by-pass run; with slots
     the bound, many admissions happen that way."""
-    from simmodel.engine import carried_run
+    from simmodel.engine.planner import run as planned_run
 
     admitted_for_a_slot = 0
-    admit = carried_run._Carried.admit
+    admit = planned_run.Run.admit
 
     def counting_admit(self, *args):
         nonlocal admitted_for_a_slot
@@ -400,7 +401,7 @@ def test_runs_carried_while_requests_wait_change_nothing(monkeypatch, bound, cac
         admitted_for_a_slot += bool(self.waits[0] and outs[0].admitted)
         return outs
 
-    monkeypatch.setattr(carried_run._Carried, "admit", counting_admit)
+    monkeypatch.setattr(planned_run.Run, "admit", counting_admit)
     kv = {"capacity": {"type": "fixed", "blocks": 4000 if bound == "slots" else 700}, "prefix_caching": caching}
     scheduler = {"max_sequences": 8 if bound == "slots" else 256}
     data = with_async(merged(worker(**POLYNOMIAL, kv_cache=kv, scheduler=scheduler),

@@ -39,7 +39,7 @@ class SchedulerOutput:
 
 class Scheduler(Protocol):
     """Plain-Python scheduling policy of one rank, as its rank drives it; no time passes inside it. Every KV
-    block it holds is in ``pool``. (The closed-form run engines, ``decode_run`` and ``carried_run``, drive
+    block it holds is in ``pool``. (The pass planner, ``engine.planner``, drives
     vLLM's scheduler through more of its own API: ``admit_waiting``, ``retire``, its queues and flags.)"""
 
     running: list[Request]

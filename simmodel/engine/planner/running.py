@@ -2,8 +2,8 @@
 
 In steady serving most passes are alike: the same running requests each decode one token. Such a pass
 changes only counters (one more computed and one more output token per request, a KV block whenever a
-sequence crosses a block boundary), so the pass planner (``carried_run``) plans a whole run of them from
-these arrays, with one call of the timing model, instead of request by request. ``DecodeRun.gather`` reads
+sequence crosses a block boundary), so the pass planner (``planner``) plans a whole run of them from
+these arrays, with one call of the timing model, instead of request by request. ``RunningRequests.gather`` reads
 them, and says whether the worker is in a state such a run may start from: vLLM's scheduler without
 speculative decoding, every running request mid-decode (or sampling in the pass just planned), nothing
 waiting (unless the run admits it itself), no prefill leg, no KV released at a pass end. Anything else
@@ -32,7 +32,7 @@ MAX_RUN = 256
 """Most passes one run covers (bounds the arrays priced at once)."""
 
 
-class DecodeRun:
+class RunningRequests:
     """The running requests of every rank of a worker, rank after rank, as arrays (one entry per request)."""
 
     def __init__(self, worker: Worker, plans: list | None = None, asynchronous: bool = False,
@@ -41,11 +41,11 @@ class DecodeRun:
         self.may_wait = may_wait
         """Whether requests may wait when the run starts (every sequence slot taken, or the first pass planned
         already, leaving them waiting): nothing lets one in before a request finishes, and a carried run tries
-        again after each finish (``carried_run``)."""
+        again after each finish (``planner``)."""
         self.ranks = worker.ranks
         self.asynchronous = asynchronous
         """vLLM's async scheduling: ``plans`` is the pass in flight, and each pass is planned while the one
-        before it runs (see ``carried_run._CarriedAsync``)."""
+        before it runs (see ``planner.async_run``)."""
         self.plans = plans
         """The ranks' plans of the run's first pass when the schedulers have planned it already, or None."""
         self.requests: list = []

@@ -1,0 +1,128 @@
+"""Admissions inside a run: each rank's own scheduler admits, as ``schedule()`` would after planning the
+running requests, and what it admits becomes new columns of the run (``run.Run``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simmodel.engine.request import RequestStatus
+from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.perf.timing import DECODE, PREFILL
+
+if TYPE_CHECKING:
+    from simmodel.engine.request import Request
+
+
+class Admissions:
+    """What ``run.Run`` does when a row's plan admits requests (its columns, totals and KV operations are
+    ``Run``'s)."""
+
+    def admit(self, k: int, arrived_before: int | None = None) -> list[SchedulerOutput]:
+        """Every rank's admissions when row k is planned (its decodes planned already), as ``schedule()`` makes
+        them after planning the running requests (async: seeing the requests ``arrived_before``)."""
+        outs = []
+        for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
+            if self.finishes[r]:  # the scheduler's list, as the passes before left it
+                sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+                self.finishes[r] = False
+            cfg = sched.config
+            eligible = len(sched.running) + len(sched.waiting) + len(sched.handoffs)
+            threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
+            out = SchedulerOutput()
+            sched.finished_since_schedule = False
+            used = pool.num_used_blocks
+            budget = cfg.max_num_batched_tokens - int(self.cells[k, r, DECODE])  # after the row's decodes
+            skipped = self.skipped[r] = sched.admit_waiting(budget, threshold, out, arrived_before)
+            self.admitted_blocks[k, r] += pool.num_used_blocks - used
+            self.capacity_bound[r] = len(sched.waiting) + len(sched.handoffs) > skipped
+            outs.append(out)
+        self.plans_by_row[k] = outs
+        self.worker.mark_planned()
+        return outs
+
+    def take(self, k: int, outs: list[SchedulerOutput], admitted_at: int) -> bool:
+        """Add the requests admitted in row k (planned at ``admitted_at``) as columns and price the rows from
+        k again; False if the admission is not whole prompts alone (the row is then handed over)."""
+        self.last_admission = k
+        waits = [bool(sched.waiting) for sched in self.scheds]
+        admitted = any(out.admitted for out in outs)
+        if not admitted and not any(waits):
+            return False
+        for sched, out, skipped in zip(self.scheds, outs, self.skipped):
+            if (sched.handoffs or out.resumed or skipped or not all(out.samples)
+                    or len(sched.running) > sched.config.max_num_batched_tokens):
+                return False
+        self.waits = waits
+        if not admitted:
+            return True  # the first waiting request does not fit yet: the row only decodes
+        max_model_len, bs = self.scheds[0].config.max_model_len, self.bs
+        staged = self.recorder.staged
+        for out in outs:
+            for request in out.requests:
+                if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
+                        or request.on_finish is not None or request.num_output_tokens or request.bootstrap
+                        or request.kv_transferred or (staged and request.stage != self.stage)):
+                    return False
+        cells, rows = self.cells, self.rows
+        for r, out in enumerate(outs):
+            prefill = cells[k, r]
+            for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
+                prompt, blocks = request.num_prompt_tokens, request.num_blocks
+                left = min(request.max_tokens, max_model_len - prompt)
+                context = prompt - 1
+                self._column(request, r, context, left, k, blocks, request.num_cached_blocks)
+                request.first_admitted_at = admitted_at
+                prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
+                prefill[PREFILL + 1] += q
+                prefill[PREFILL + 2] += c
+                prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
+                prefill[PREFILL + 4] += 1
+                lo, hi = k + 1, min(k + left, rows)
+                if lo < hi:  # its decodes: context + j − k tokens in KV in row j
+                    cells[lo:hi, r, DECODE:DECODE + 5] += self.ramp[lo:hi]
+                    cells[lo:hi, r, DECODE + 2:DECODE + 4] += context - k
+                    j = k + max(-(-(context + 1) // bs), blocks) * bs - context  # its first block boundary
+                    if j < hi:
+                        self.allocations[j:hi:bs, r] += 1
+                        self.total_allocations[r] += len(range(j, hi, bs))
+                if k + left > self.last:
+                    self.last = k + left
+        self._kv_check(k + 1)
+        return self.price_from(k)
+
+    def _waiting_columns(self) -> np.ndarray:
+        """The columns of the ranks where requests wait."""
+        n = self.n
+        if self.num_ranks == 1:
+            return np.ones(n, bool)
+        return np.array(self.waits)[self.rank_of[:n]]
+
+    def slot_row(self, valid: int) -> int | None:
+        """While requests wait on a rank (``waits``): the first row before ``valid`` whose plan sees a finish
+        there since the last admission (None: none)."""
+        if not any(self.waits):
+            return None
+        n = self.n
+        last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
+        later = last[(last >= self.last_admission) & self._waiting_columns()]
+        if not later.size:
+            return None
+        row = int(later.min()) + 1
+        return row if row < valid else None
+
+    def _column(self, request: Request, r: int, context: int, left: int, first: int, blocks: int,
+                cached: int) -> None:
+        """Add a request admitted on rank r in row ``first`` (its prefill) as the last column."""
+        i = self.n
+        if i == len(self.left):
+            for name in ("context", "outputs", "left", "first", "blocks", "cached", "rank_of", "prefills"):
+                array = getattr(self, name)
+                setattr(self, name, np.concatenate((array, np.zeros_like(array))))
+        self.context[i], self.left[i], self.first[i], self.blocks[i], self.cached[i] = (
+            context, left, first, blocks, cached)
+        self.outputs[i], self.prefills[i], self.rank_of[i] = 0, True, r
+        self.requests.append(request)
+        self.n = i + 1
+        self._schedule_ops(i, first, left, context, blocks, cached, True)

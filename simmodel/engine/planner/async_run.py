@@ -1,0 +1,143 @@
+"""A run under vLLM's async scheduling: each pass planned while the one before it runs."""
+
+from __future__ import annotations
+
+from heapq import heappush
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simmodel.engine.planner.run import _ALLOCATE, _CACHE, _COLUMNS, _FINISH, Run
+from simmodel.engine.scheduler.base import SchedulerOutput
+
+if TYPE_CHECKING:
+    from simmodel.engine.planner.running import RunningRequests
+    from simmodel.engine.worker import Worker
+
+
+class AsyncRun(Run):
+    """A run under vLLM's async scheduling, each pass planned while the one before it runs: row 0 is the pass
+    in flight, and row j ≥ 1 is planned at decision j − 2, when the outputs of row j − 2 are processed (decision
+    −1: now). Step 2(d + 1) processes the outputs of row d (its delivered tokens cached, then the finished
+    retired), step 2(d + 1) + 1 plans row d + 2 (blocks, then the delivered tokens cached), and the
+    admissions of that plan follow it. A run of m rows delivers rows 0..m − 1 and leaves row m in flight."""
+
+    asynchronous = True
+    CACHE_SHIFT = (0, 1)
+    FINISH_BACK = 1
+
+    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, in_flight: tuple) -> None:
+        self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
+        super().__init__(worker, run, now, rows)
+        self.start0 = first_start
+        self.busy[0], self.end[0] = first_busy, first_end  # priced when it started
+        self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
+        self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
+        self.handing_over: int | None = None
+        """A row planned already that must run on its own (its admission is not whole prompts alone, or its
+        price does not fit the clock): the loop is handed its plan and starts it."""
+
+    def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
+                      prefill: bool) -> None:
+        """Queue column i's pool operations. It runs rows f..f + left − 1; row f was planned before (the pass
+        in flight, or its admission), the window plans the others. Planning row r (step 2r − 1) takes a
+        block where its context reaches a block boundary past the blocks held, and caches the delivered
+        tokens (context of row r) where they fill a new block; processing its last row's outputs (step
+        2(f + left)) caches them once more if they fill one, then retires it."""
+        bs, ops = self.bs, self.ops
+        hi = min(f + left, self.rows)
+        lo = f + 1
+        if self.caching:
+            row = f + max(-(-(context + 1) // bs), blocks) * bs - context
+            for r in range(row, hi, bs):
+                heappush(ops, ((2 * r - 1) * _COLUMNS + i) * 4 + _ALLOCATE)
+            if lo < hi and (context + 1) // bs > cached:
+                heappush(ops, ((2 * lo - 1) * _COLUMNS + i) * 4 + _CACHE)
+            row = f + max(cached + 1, -(-(context + 2) // bs)) * bs - context
+            for r in range(row, hi, bs):
+                heappush(ops, ((2 * r - 1) * _COLUMNS + i) * 4 + _CACHE)
+            last = f + left - 1
+            known = context + left  # tokens known once its last row's outputs are processed
+            if last < self.rows and known // bs > cached and (left == 1 or known % bs == 0):
+                heappush(ops, ((2 * (last + 1)) * _COLUMNS + i) * 4 + _CACHE)
+        if f + left - 1 < self.rows:
+            heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
+
+    def slot_decision(self, valid: int) -> int | None:
+        """While requests wait on a rank (``waits``): the first decision before ``valid`` that retires a request
+        there since the last admission (a request is retired when its last row's outputs are processed, at the
+        decision ending that row, which plans the row after next); None: none."""
+        if not any(self.waits):
+            return None
+        n = self.n
+        last = self.first[:n] + self.left[:n] - 1
+        # an admission into row k saw decisions up to k − 2
+        later = last[(last >= self.last_admission - 1) & self._waiting_columns()]
+        if not later.size:
+            return None
+        d = int(later.min())
+        return d if d < valid else None
+
+    def decide(self, d: int, plan: bool) -> None:
+        """Apply the operations up to decision d: the outputs of rows ..d processed, and if ``plan`` row
+        d + 2's decodes planned."""
+        self._apply_steps(2 * (d + 1) + 1 + plan, d + 2 + plan)
+
+    def deliverable(self, horizon: float) -> int:
+        """Rows whose outputs may be delivered as priced now: before ``horizon`` and within the time limit."""
+        hi = min(self.last, self.rows, self.cap)
+        end = self.end[:hi]
+        v = int(np.searchsorted(end, horizon, side="left"))
+        limits = self.worker.limits
+        if limits is not None:
+            v = min(v, int(np.searchsorted(end, limits.max_time_ns, side="right")))
+        return v
+
+    def valid(self, horizon: float) -> int:
+        """How many rows the run may deliver: each before ``horizon``, and the row then left in flight
+        planned and running a request."""
+        return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
+
+    def end_row(self, d: int, plan_next: bool) -> None:
+        """Row d ends now (decision d): its outputs processed, and if ``plan_next`` row d + 2 planned; recorded as
+        the async loop records a pass's outputs."""
+        self.decide(d, plan_next)
+        used = self.used_at[d:d + 1] if d else np.array([[plan.kv_blocks_used for plan in self.in_flight_plans]])
+        self._record_rows(d, d + 1, used, begins=False)
+
+    def close(self, m: int) -> tuple:
+        """The run stops with rows 0..m − 1 delivered and row m in flight (planned and started in the run, each
+        row counted against the limits as it started): the requests and the schedulers as it leaves them, and
+        the pass in flight as the async loop keeps it."""
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        delivered = np.clip(np.minimum(left, m - first), 0, None)
+        planned = np.clip(np.minimum(left, m + 1 - first), 0, None)
+        plans = self._row_plans(m)
+        for plan, used in zip(plans, self.used_at[m].tolist()):
+            plan.kv_blocks_used = used
+        self._deliver(m, delivered, planned, False)
+        self.worker.count_run(m, self.labels[1:m + 1], int(self.busy[m].max()), limits_counted=True)
+        return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
+
+    def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
+        """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
+        if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
+        over = self.handing_over is not None
+        self.decide(m - 1, plan=over)
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        delivered = np.clip(np.minimum(left, m - first), 0, None)
+        planned = np.clip(np.minimum(left, m + 1 + over - first), 0, None)
+        plans = self._row_plans(m)
+        for plan, used in zip(plans, self._used(m + 1)[m].tolist()):
+            plan.kv_blocks_used = used
+        self._deliver(m, delivered, planned, over)
+        self._record(m)
+        worker = self.worker
+        worker.open_pass_ends.remove(int(self.end[0]))
+        worker.open_pass_ends.append(int(self.end[m]))
+        in_flight = plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
+        if not over:
+            return in_flight, None
+        return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))

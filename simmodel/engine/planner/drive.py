@@ -1,0 +1,240 @@
+"""Planning and driving runs: how far a run may go, and the loops that take its rows through arrivals
+(``carry``, ``carry_async``) or plan it to be applied as its passes end (``plan_ticked``,
+``plan_ticked_async``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simmodel.engine.planner.async_run import AsyncRun
+from simmodel.engine.planner.run import Run
+from simmodel.engine.planner.running import MAX_RUN, RunningRequests
+from simmodel.engine.scheduler.base import SchedulerOutput
+
+if TYPE_CHECKING:
+    from simmodel.engine.worker import Worker
+
+
+def carry(worker: Worker, horizon: float, plans: list | None = None,
+          start: int | None = None) -> tuple[int, list[SchedulerOutput] | None] | None:
+    """Run the worker's passes from now (or ``start``), admitting its arrivals as they come where it may
+    (``Run.admits``); returns when the last pass ends and, if the pass after it was planned already and
+    must run on its own, its plans; None if no pass qualifies (the worker then runs the next pass on its own).
+
+    ``plans``, if given, are the ranks' plans of the first pass (made by the schedulers, maybe admitting).
+    Every pass ends before ``horizon``, the next event that may read or change the worker.
+    """
+    now = worker.env.now if start is None else start
+    typical = worker.decode_pass_ns or worker.last_pass_ns
+    if plans is None and now + typical >= horizon:
+        return None  # the next pass would most likely end past the horizon: not worth gathering
+    run = _gathered(worker, plans, asynchronous=False)
+    rows = _rows(worker, now, horizon, started_before=0)
+    if run is None or rows < 1:
+        return None
+    state = Run(worker, run, now, rows)
+    state.price_from(0)
+    worker.open_pass_ends.append(now)  # events before the arrivals created ahead are still to be recorded
+    try:
+        m = _admit_arrivals(state, worker.arrivals, horizon)
+        if m < 1:
+            return None
+        plans = state.commit(m, handing_over=state.planned == m)
+    finally:
+        worker.open_pass_ends.remove(now)
+    return int(state.end[m - 1]), plans
+
+
+def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tuple[Run, int] | None:
+    """Plan the worker's passes from now as a run applied as its passes end (``Worker._tick``), for a worker
+    whose arrivals are not known ahead: returns the run and how many rows it may take (each ends before
+    ``horizon``), or None if no pass qualifies. The worker ends the run early, at the end of a row, if a request
+    was placed on it meanwhile (the next plan would see it). ``plans``: as for ``carry``."""
+    run = _gathered(worker, plans, asynchronous=False)
+    rows = min(_rows(worker, worker.env.now, horizon, started_before=0), worker.tick_rows)
+    if run is None or rows < 1:
+        return None
+    state = Run(worker, run, worker.env.now, rows)
+    state.price_from(0)
+    m = state.valid(horizon)
+    if m < 1:
+        return None
+    if not state.planned_first:
+        state.apply(0, plan=True)  # row 0 is planned now
+    return state, m
+
+
+def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> RunningRequests | None:
+    """The worker's running requests as a run's arrays, or None if they cannot start a run (see
+    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself."""
+    admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+    run = RunningRequests(worker, plans, asynchronous, may_wait=admits)
+    return run if run.gather() else None
+
+
+def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
+    """Candidate rows of a run: at most ``MAX_RUN``, about twice what the time to ``horizon`` allows at the
+    last pass's pace (a longer stretch continues as the next run), and no pass started past the pass limit
+    (``started_before``: rows at the start already started)."""
+    rows = MAX_RUN
+    if horizon != float("inf"):
+        rows = min(rows, int((horizon - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1)) + 2)
+    if worker.limits is not None:
+        rows = min(rows, worker.limits.spec.max_passes - worker.limits.num_passes + started_before)
+    return rows
+
+
+def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]:
+    """The next arrival and the first of the ``valid`` rows that does not end before it; (None, valid) if
+    every row ends before it (or none comes, or the worker's arrivals are not known ahead)."""
+    t = None if source is None else source.next_arrival_ns()
+    if t is None:
+        return None, valid
+    j = int(np.searchsorted(end[:valid], t, side="left"))
+    return (None, valid) if j == valid else (t, j)
+
+
+def _admit_arrivals(state: Run, source, horizon: float) -> int:
+    """Take rows while arrivals (and requests waiting for a slot, after each finish) are admitted whole;
+    returns how many rows the run takes."""
+    end = state.end
+    valid = state.valid(horizon)
+    while True:
+        if valid < 1:
+            return 0
+        t, j = _next_arrival(source, end, valid)
+        slot = state.slot_row(valid)
+        if slot is not None and (t is None or slot <= j):
+            # A finish frees a slot before the next arrival is read: the plan of that row admits the next
+            # waiting request (or, at the arrival's own row, the arrival sees the same plan below).
+            if t is None or slot < j + 1:
+                state.apply(slot, plan=True)
+                outs = state.admit(slot)
+                if not state.take(slot, outs, int(end[slot - 1])):
+                    return slot
+                valid = state.valid(horizon)
+                if valid <= slot:
+                    return slot
+                continue
+        if t is None:
+            return valid  # every row ends before the next arrival
+        if end[j] == t:
+            return j  # a pass ending at the arrival's instant runs on its own
+        # Row j spans the arrival: the next row's plan sees it. No arrival may come at row j's very end
+        # (it would be seen too), nor break the request limit.
+        if not source.quiet_until(int(end[j])):
+            return j
+        k = j + 1  # (past the last admission's row: the arrival comes after that row's plan)
+        if k >= valid or not state.admits:
+            return k  # (not admitting: the worker plans row k, seeing the arrival made by then)
+        state.apply(k, plan=True)
+        source.arrive_early(int(end[j]))
+        outs = state.admit(k)
+        if not state.take(k, outs, int(end[j])):
+            return k
+        valid = state.valid(horizon)
+        if valid <= k:
+            return k
+
+
+def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
+    """Plan and apply the passes that follow under async scheduling, admitting the worker's arrivals as they
+    come where it may (``Run.admits``); returns the new pass in flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
+    it already and the loop must start it (else None); None if no run starts.
+
+    An arrival is read by the first decision after it: the one at the end of row d plans row d + 2 and
+    admits the request there with the scheduler's own admission. If that is not whole prompts admitted
+    alone, the run ends with row d's outputs delivered and hands the plan of row d + 2 to the loop.
+    """
+    now = worker.env.now
+    if worker.launch is not None:
+        return None  # launches move the planning times
+    plans, _, _, first_end = in_flight
+    if first_end >= horizon:
+        return None
+    run = _gathered(worker, plans, asynchronous=True)
+    rows = _rows(worker, now, horizon, started_before=1)  # row 0 is in flight: rows 1..m start in the run
+    if run is None or rows < 2:
+        return None
+    state = AsyncRun(worker, run, now, rows, in_flight)
+    state.price_from(1)
+    worker.open_pass_ends.append(now)
+    try:
+        m = _admit_arrivals_async(state, worker.arrivals, horizon)
+        if m < 1:
+            return None
+        new_in_flight, handed = state.finish(m)
+    finally:
+        worker.open_pass_ends.remove(now)
+    return new_in_flight, int(state.end[m - 1]), handed
+
+
+def plan_ticked_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple[AsyncRun, int] | None:
+    """``plan_ticked`` under async scheduling: plan the passes after the one in flight (``in_flight``) as a run
+    applied as they end (``Worker._tick_async``); returns the run and how many rows it may deliver (each before
+    ``horizon``, the row after the last left planned and in flight), or None if no pass qualifies. Row 1 is
+    planned now (its blocks taken)."""
+    if worker.launch is not None:
+        return None  # launches move the planning times
+    now = worker.env.now
+    plans, _, _, first_end = in_flight
+    if not now < first_end < horizon:
+        return None  # (a pass in flight ending now is delivered at once by the loop)
+    run = _gathered(worker, plans, asynchronous=True)
+    rows = min(_rows(worker, now, horizon, started_before=1), worker.tick_rows)
+    if run is None or rows < 2:
+        return None
+    state = AsyncRun(worker, run, now, rows, in_flight)
+    state.price_from(1)
+    m = state.valid(horizon)
+    if m < 1 or not state.busy[1:m + 1].max(axis=1).all():
+        return None  # (after a pass of no time the loop decides at once, without waiting)
+    state.decide(-1, plan=True)
+    return state, m
+
+
+def _admit_arrivals_async(state: AsyncRun, source, horizon: float) -> int:
+    """Take rows while arrivals are admitted whole; returns how many rows the run delivers."""
+    end = state.end
+    valid = state.valid(horizon)
+    while True:
+        if valid < 1:
+            return 0
+        t, d = _next_arrival(source, end, valid)
+        slot = state.slot_decision(valid)
+        if slot is not None and (t is None or slot < d):
+            # Decision ``slot`` retires a request and admits the next waiting one into row slot + 2 (before
+            # the next arrival, which decision d reads); the run then delivers row slot + 1 too.
+            if (slot + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < slot + 2
+                    or not source.quiet_until(int(end[slot + 1]))):
+                return slot + 1
+            state.decide(slot, plan=True)
+            row, at = slot + 2, int(end[slot])
+            out = state.admit(row, at)
+            if not state.take(row, out, at):
+                state.handing_over = row
+                return slot + 1
+            valid = state.valid(horizon)
+            continue
+        if t is None:
+            return valid  # every delivery comes before the next arrival
+        if end[d] == t or not source.quiet_until(int(end[d])):
+            return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
+        if not state.admits:
+            return d + 1  # the loop makes decision d (the arrival made by then), after row d's delivery
+        # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1 too,
+        # so no arrival may come at its very end (it would be recorded before that delivery) or break the
+        # request limit by then.
+        if (d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2
+                or not source.quiet_until(int(end[d + 1]))):
+            return d + 1
+        state.decide(d, plan=True)
+        source.arrive_early(int(end[d]))
+        row, at = d + 2, int(end[d])
+        out = state.admit(row, at)
+        if not state.take(row, out, at):
+            state.handing_over = row  # the loop starts the pass as planned (a chunk, a request left waiting)
+            return d + 1
+        valid = state.valid(horizon)

@@ -1,0 +1,135 @@
+"""Recording a run's rows as the pass-by-pass loop records its passes: pass rows, events and inter-token
+intervals, in the barrier's order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simmodel.engine.planner.running import joined
+from simmodel.engine.recorder import Event as EventRow
+from simmodel.engine.recorder import EventKind, PassRecord
+from simmodel.perf.timing import DECODE, PREFILL
+
+
+class Recording:
+    """What ``run.Run`` records (its rows, columns and totals are ``Run``'s)."""
+
+    def _record(self, m: int) -> None:
+        """Record rows 0..m − 1 at once (see ``_record_rows``) and count them as started."""
+        used = self._used(m)
+        if self.asynchronous:
+            used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
+        self._record_rows(0, m, used, begins=True)
+        s = int(self.asynchronous)  # the passes started in the run: synchronous 0..m − 1, async 1..m
+        self.worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
+
+    def _starts(self, lo: int, hi: int) -> np.ndarray:
+        """When rows lo..hi − 1 start: row 0 at ``start0``, each other one as the row before it ends."""
+        if lo == 0:
+            return np.concatenate(([self.start0], self.end[:hi - 1]))
+        return self.end[lo - 1:hi - 1]
+
+    def _record_rows(self, lo: int, hi: int, used: np.ndarray, begins: bool) -> None:
+        """Record rows lo..hi − 1 as the pass-by-pass loop records their passes (``used``: each one's blocks in use
+        per rank): per row, if ``begins``, every rank's admissions and then every rank's begin event, then per
+        rank its first tokens, finishes and end event. Async, a row's begin event (and its admissions) is
+        appended when it is planned, before the outputs of the row before it are delivered."""
+        worker, rec, R = self.worker, self.recorder, self.num_ranks
+        role, w = worker.role, worker.worker_id
+        s = int(self.asynchronous) if begins else 0  # rows planned ahead of the deliveries
+        cells = self.cells[lo:hi + s]
+        decodes = cells[:, :, DECODE].astype(np.int64)
+        prefill_seqs = cells[:, :, PREFILL].astype(np.int64)
+        prefill_tokens = cells[:, :, PREFILL + 1].astype(np.int64)
+        tokens = decodes + prefill_tokens
+        m = hi - lo
+        starts = self._starts(lo, hi + s)
+        ends = self.end[lo:hi]
+        gaps = (ends - starts[:m]).tolist()
+        values, counts = rec.itl_values, rec.itl_counts
+        kept = 0
+        follows = decodes[:m]  # decodes: their token follows one sampled the pass before
+        if lo == 0 and self.first_decodes.any():
+            follows = follows.copy()
+            follows[0] -= self.first_decodes
+        if R == 1:
+            for gap, c in zip(gaps, follows[:, 0].tolist()):
+                if c > 0:
+                    values.append(gap)
+                    counts.append(c)
+                    kept += 1
+        else:
+            for gap, row in zip(gaps, follows.tolist()):
+                for c in row:
+                    if c > 0:
+                        values.append(gap)
+                        counts.append(c)
+                        kept += 1
+        if rec.staged:  # a run's intervals are all of one stage
+            rec.itl_stages.extend([self.stage] * kept)
+        labels = joined(self.labels[lo:hi])
+        if m == 1:  # one row (a run applied as its passes end): appended as the barrier appends a pass's rows
+            self._append_row(lo, int(starts[0]), int(ends[0]), tokens[0], prefill_tokens[0], prefill_seqs[0],
+                             decodes[0], used[0], labels[0])
+        elif R == 1:
+            per_pass = (w, 0, np.arange(self.base + lo, self.base + hi), starts[:m], ends)
+        else:
+            labels = [label for label in labels for _ in range(R)]
+            per_pass = (w, np.tile(np.arange(R), m), np.repeat(np.arange(self.base + lo, self.base + hi), R),
+                        np.repeat(starts[:m], R), np.repeat(ends, R))
+        if m > 1:
+            sampled = decodes[:m] + prefill_seqs[:m]
+            rec.passes.extend(role, labels,
+                              (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
+                               decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel()),
+                              int(ends[m - 1]))
+        finished = self.finished
+        if not (rec.keep_events or rec.sink is not None):
+            rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
+            return
+        new_event = tuple.__new__
+        PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
+        requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
+        firsts: dict[tuple[int, int], list] = {}
+        n = self.n
+        first = self.first[:n]
+        for i in np.flatnonzero(self.prefills[:n] & (first >= lo) & (first < hi)).tolist():
+            firsts.setdefault((int(first[i]), int(rank_of[i])), []).append(requests[i])
+        rows = []
+        add = rows.append
+        per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
+        for x in range(m):
+            k = lo + x
+            t1 = end_list[x]
+            if begins:  # row k + s is planned (its begin appended) as row k − 1 ends
+                self._begin_events(k + s, start_list[x], start_list[x + s], per_row[x + s], add)
+            done = finished.get(k, ())
+            for r in range(R):
+                for request in firsts.get((k, r), ()):
+                    add(new_event(EventRow, (t1, FIRST_TOKEN, w, r, request.request_id, 1, role, -1)))
+                for i in done:  # with all its outputs (a run applied as its passes end delivers them later)
+                    if R == 1 or rank_of[i] == r:
+                        add(new_event(EventRow, (t1, FINISH, w, r, requests[i].request_id,
+                                                 int(outputs[i] + left[i]), role, -1)))
+                add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[x][r], role, self.base + k)))
+        rec.add_events(rows)
+
+    def _append_row(self, k: int, start: int, end: int, tokens: np.ndarray, prefill_tokens: np.ndarray,
+                    prefill_seqs: np.ndarray, decodes: np.ndarray, used: np.ndarray, label: str) -> None:
+        """Append row k's pass rows, one per rank (the values per rank)."""
+        worker, passes = self.worker, self.recorder.passes
+        role, w, index = worker.role, worker.worker_id, self.base + k
+        for r, (t, pt, ps, d, u, b) in enumerate(zip(tokens.tolist(), prefill_tokens.tolist(), prefill_seqs.tolist(),
+                                                       decodes.tolist(), used.tolist(), self.busy[k].tolist())):
+            passes.append(PassRecord(role, w, r, index, start, end, t, pt, ps, d, d + ps, u, 0, b, label))
+
+    def _begin_events(self, j: int, planned_at: int, start: int, tokens: list[int], add) -> None:
+        """Append row j's admissions (planned at ``planned_at``) and every rank's begin event (at ``start``,
+        ``tokens`` scheduled per rank)."""
+        worker = self.worker
+        role, w, new_event = worker.role, worker.worker_id, tuple.__new__
+        for r, out in enumerate(self.plans_by_row.get(j) or ()):
+            for request, q in zip(out.requests, out.num_new_tokens):
+                add(new_event(EventRow, (planned_at, EventKind.ADMISSION, w, r, request.request_id, q, role, -1)))
+        for r in range(self.num_ranks):
+            add(new_event(EventRow, (start, EventKind.PASS_BEGIN, w, r, -1, tokens[r], role, self.base + j)))

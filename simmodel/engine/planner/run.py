@@ -1,0 +1,434 @@
+"""A run of passes: the candidate passes (rows) of a worker's requests (columns), over every attention-DP rank,
+their per-rank totals priced in one call, and the KV operations queued in the order vLLM makes them.
+
+Its admissions (``admissions``), its recording (``recording``) and async scheduling (``async_run``) are
+modules of their own; ``drive`` plans and drives runs.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.planner.admissions import Admissions
+from simmodel.engine.planner.recording import Recording
+from simmodel.engine.planner.running import RunningRequests, busy_ns
+from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.perf.timing import DECODE, PREFILL, PassSums
+
+if TYPE_CHECKING:
+    from simmodel.engine.request import Request
+    from simmodel.engine.worker import Worker
+
+_COLUMNS = 1 << 20
+"""Pool operations are queued by one integer key (step × _COLUMNS + column) × 4 + action, so that a heap
+pops them in vLLM's order: by step (synchronous: row × 2 + phase, a row's plan then its end; async: see
+``AsyncRun``), then running order, then action."""
+_ALLOCATE, _CACHE, _FINISH = 0, 1, 2
+
+_DECODE_ROW = np.array([1, 1, 0, 1, 1])
+"""What one decoding request adds to a pass's decode totals (sequences, new tokens, context, pairs, sampled),
+besides its context (added to the context and pairs columns)."""
+
+
+class Run(Admissions, Recording):
+    """The run's requests (columns) and its candidate passes (rows), over every attention-DP rank of the worker.
+
+    A column runs from its first row ``first`` for ``left`` passes on its rank ``rank_of``: a request running
+    at the start, or one admitted in row ``first`` (its prefill then). In row j it has ``context + j − first``
+    tokens in KV before the pass (as if mid-decode; a prefill row reads its tokens from the plan). Columns are
+    in each rank's running order (a rank's admissions are appended after its running requests). A row's
+    totals per rank (``cells[j, r]``, the timing model's ``PassSums`` columns; ``table`` is the same numbers
+    with one line per pass and rank, as they are priced) are whole numbers kept exactly in float64.
+    """
+
+    asynchronous = False
+    CACHE_SHIFT = (1, 1)
+    """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
+    FINISH_BACK = 0
+    """A finish at step s retires the request after row s // 2 − this."""
+
+    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int) -> None:
+        self.worker, self.now, self.rows = worker, now, rows
+        self.start0 = now
+        """When row 0 starts."""
+        ranks = self.ranks = worker.ranks
+        R = self.num_ranks = len(ranks)
+        self.scheds = [rank.scheduler for rank in ranks]
+        self.pools = [rank.pool for rank in ranks]
+        self.caching, self.bs = self.pools[0].caching, self.pools[0].block_size
+        self.recorder = ranks[0].recorder
+        self.base = ranks[0].num_passes
+        """Passes every rank has run before row 0 (all ranks run every pass)."""
+        self.admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+        """Whether the run admits requests itself: only where nothing but the worker's own arrivals reaches it
+        (``Worker.arrivals``), and no pass is off a prefill cadence (``prefill_schedule_interval``: such a
+        pass may defer prefills, so the run stops before the plan that sees an arrival instead)."""
+        self.stage = run.stage
+        self.planned_first = run.plans is not None
+        self.requests: list[Request] = list(run.requests)
+        n = len(self.requests)
+        size = n + 32
+        self.context = np.zeros(size, np.int64)
+        self.outputs = np.zeros(size, np.int64)
+        self.left = np.zeros(size, np.int64)
+        self.first = np.zeros(size, np.int64)
+        self.blocks = np.zeros(size, np.int64)
+        self.cached = np.zeros(size, np.int64)
+        self.rank_of = np.zeros(size, np.int64)
+        self.prefills = np.zeros(size, bool)
+        """Columns whose first row is their prefill (admitted in it, sampling their first token)."""
+        self.n = n
+        self.context[:n], self.outputs[:n], self.left[:n] = run.computed, run.outputs, run.left
+        self.blocks[:n], self.cached[:n], self.prefills[:n] = run.blocks, run.cached, run.new
+        self.rank_of[:n] = run.rank_of
+        self.rows_index = np.arange(rows)
+        j = self.rows_index[:, None]
+        active = run.left > j
+        context = run.computed + j
+        grows = (context % self.bs == 0) & (context >= run.blocks * self.bs) & active
+        if self.planned_first:
+            grows[0] = False  # the plan took the first pass's blocks already
+        self.allocations = run.per_rank(grows)
+        """Blocks the decodes of each row take, per rank (rows, ranks)."""
+        self.total_allocations = self.allocations.sum(axis=0)
+        decodes = run.per_rank(active)
+        contexts = run.per_rank(np.where(active, context, 0))
+        table = self.table = np.zeros((rows * R, 10), order="F")  # each column contiguous: priced as arrays
+        cells = self.cells = table.reshape(rows, R, 10)  # the same numbers by row and rank
+        self.first_decodes = np.zeros(R, np.int64)
+        """Per rank, the requests whose first token row 0 samples in a decode (a P/D decode leg's first pass):
+        priced and counted as decodes, but their token follows none."""
+        if self.planned_first:  # the first row's prefills, from the plans, are not decodes
+            for i in np.flatnonzero(run.new).tolist():
+                r = int(run.rank_of[i])
+                plan, k = run.plans[r], i - run.bounds[r]
+                if plan.is_decode[k]:
+                    self.first_decodes[r] += 1
+                    continue
+                q, c = plan.num_new_tokens[k], plan.num_context_tokens[k]
+                cells[0, r, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
+                decodes[0, r] -= 1
+                contexts[0, r] -= int(run.computed[i])
+        cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = decodes
+        cells[:, :, DECODE + 2] = contexts
+        cells[:, :, DECODE + 3] = contexts + decodes
+        self.ramp = np.asfortranarray(_DECODE_ROW + np.outer(self.rows_index, [0, 0, 1, 1, 0]))
+        """Row j: what a request with j tokens of context adds to a row's decode totals."""
+        self.capacity = np.tile(worker.kv_capacity_tokens, rows)
+        self.busy = np.zeros((rows, R), np.int64)
+        self.end = np.zeros(rows, np.int64)
+        self.labels: list = [()] * rows
+        self.last = int(run.left.max())
+        """Rows up to this one have a request running (the ones after have none yet)."""
+        self.cap = rows
+        """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
+        the clock, or a finish would call back into the simulation)."""
+        if run.calls_back is not None:  # the pass in which such a request finishes runs on its own
+            self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.asynchronous)
+        self.applied = 0
+        """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
+        self.planned = 0 if self.planned_first else -1
+        """The row whose planning (its allocations and insertions) is applied, if ahead of ``applied``."""
+        self.planned_rows = 1 if self.planned_first else 0
+        """Rows whose allocations are taken (for a pool of counted blocks)."""
+        self.returned = np.zeros((rows, R), np.int64)
+        """Blocks returned at the end of each row, per rank."""
+        self.admitted_blocks = np.zeros((rows, R), np.int64)
+        """Blocks in use added by each row's admissions, per rank."""
+        self.used_at = np.zeros((rows, R), np.int64)
+        """Blocks in use on each rank as each row started (runs applied as their passes end)."""
+        self.finished: dict[int, list] = {}
+        """Row: the columns of the requests finishing at its end, in the order they retire."""
+        self.finishes = [False] * R
+        """Per rank: requests finished since its last admission (the scheduler's running list is behind)."""
+        self.used_before = np.array([pool.num_used_blocks for pool in self.pools])
+        self.ops: list[int] = []
+        """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
+        for i, (left, context, blocks, cached, new) in enumerate(zip(
+                run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(), run.new.tolist())):
+            self._schedule_ops(i, 0, left, context, blocks, cached, new)
+        self.plans_by_row: dict[int, list[SchedulerOutput]] = {}
+        """Row: per rank, the scheduler's output of the admissions planned in it (their part of the row's plan)."""
+        self.capacity_bound = [False] * R
+        """Per rank, ``prefill_capacity_bound`` as the last admission left it."""
+        self.waits = [bool(s.waiting) for s in self.scheds]
+        """Per rank: requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or
+        of token budget. None of those grows before a request of that rank finishes (decodes only take blocks;
+        the prefix-cache hits of a waiting prompt only shrink as free blocks are reused), so the plan after each
+        finish tries again (and the plan after each arrival, which also counts toward
+        ``long_prefill_token_threshold``)."""
+        self.skipped = [0] * R
+        """Per rank, the requests the last admission stepped over (async: a preempted one's output in flight)."""
+        self.last_admission = 0
+        """The row of the last admission: it saw the finishes of the rows before it."""
+        self._kv_check(self.planned_rows)
+
+    # -- rows ---------------------------------------------------------------------------------------
+
+    def price_from(self, k: int) -> bool:
+        """Price rows k.. up to the last with a running request; False if a price does not fit the clock."""
+        hi = min(self.last, self.rows)
+        if k >= hi:
+            return True
+        n, R = hi - k, self.num_ranks
+        seconds, labels = self.worker.timing.price_sums(
+            PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n))
+        busy = busy_ns(seconds)
+        if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
+            fits = ((seconds * NS_PER_S < 2**62) & (seconds >= 0)).all(axis=1)
+            j = int(np.argmax(~fits))
+            self.cap = min(self.cap, k + j)
+            if not j:
+                return False
+            hi, seconds, labels = k + j, seconds[:j], labels[:j]
+            busy = busy_ns(seconds)
+        self.busy[k:hi] = busy
+        self.end[k:hi] = np.cumsum(busy[:, 0] if R == 1 else busy.max(axis=1)) + (self.end[k - 1] if k else self.now)
+        self.labels[k:hi] = labels
+        return True
+
+    def valid(self, horizon: float) -> int:
+        """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
+        v = min(self.cap, self.last, self.rows)
+        end = self.end[:v]
+        v = min(v, int(np.searchsorted(end, horizon, side="left")))
+        limits = self.worker.limits
+        if limits is not None:
+            if self.now > limits.max_time_ns:
+                return 0
+            v = min(v, 1 + int(np.searchsorted(end, limits.max_time_ns, side="right")))
+        return v
+
+    def _kv_check(self, k: int) -> None:
+        """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more
+        blocks than a rank has free now (frees ignored: a shorter run is the same run)."""
+        free = np.array([pool.num_free_blocks for pool in self.pools])
+        if (self.total_allocations <= free).all():
+            return  # even every row's blocks are free
+        short = (np.cumsum(self.allocations[k:], axis=0) > free).any(axis=1)
+        if short.any():
+            self.cap = min(self.cap, k + int(np.argmax(short)))
+
+    # -- pool operations -------------------------------------------------------------------------------
+
+    def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
+                      prefill: bool) -> None:
+        """Queue column i's pool operations (``ops``): the rows where its decode takes a block and where its
+        tokens fill a block to cache (context + 1 reaching a block boundary past those cached), and its finish."""
+        bs, ops = self.bs, self.ops
+        hi = min(f + left, self.rows)
+        lo = f + 1 if (prefill or (f == 0 and self.planned_first)) else f  # a planned row: done
+        if self.caching:
+            row = f + max(-(-context // bs), blocks) * bs - context  # context at a boundary
+            if row < lo:
+                row += -(-(lo - row) // bs) * bs
+            for j in range(row, hi, bs):
+                heappush(ops, (2 * j * _COLUMNS + i) * 4 + _ALLOCATE)
+            row = f + (max(cached + 1, -(-(context + 1) // bs)) * bs - 1 - context)
+            if row < lo:
+                row += -(-(lo - row) // bs) * bs
+            for j in range(row, hi, bs):
+                heappush(ops, (2 * j * _COLUMNS + i) * 4 + _CACHE)
+        if f + left - 1 < self.rows:
+            heappush(ops, ((2 * (f + left - 1) + 1) * _COLUMNS + i) * 4 + _FINISH)
+
+    def apply(self, upto: int, plan: bool) -> None:
+        """Apply rows ``applied``..upto − 1 (each row's allocations and insertions, then its finishes), then
+        if ``plan`` row upto's allocations and insertions, in vLLM's order:
+        row, then allocations and insertions before finishes, then running order, then allocation before
+        insertion."""
+        if upto - self.applied + plan <= 0:
+            return
+        self._apply_steps(2 * upto + plan, upto + plan)
+        self.applied = upto
+        self.planned = upto if plan else -1
+
+    def _apply_steps(self, limit: int, planned_rows: int) -> None:
+        """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
+        pools, scheds, requests, ops, rank_of = self.pools, self.scheds, self.requests, self.ops, self.rank_of
+        if not self.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
+            taken = self.allocations[self.planned_rows:planned_rows].sum(axis=0).tolist()
+            for pool, blocks in zip(pools, taken):
+                pool.take_for_run(blocks)
+        self.planned_rows = max(self.planned_rows, planned_rows)
+        limit = limit * _COLUMNS * 4
+        context, first, left, bs = self.context, self.first, self.left, self.bs
+        shift, back = self.CACHE_SHIFT, self.FINISH_BACK
+        while ops and ops[0] < limit:
+            key = heappop(ops)
+            code, action = key >> 2, key & 3
+            step, i = divmod(code, _COLUMNS)
+            request, r = requests[i], int(rank_of[i])
+            pool = pools[r]
+            if action == _FINISH:
+                row = (step >> 1) - back
+                if self.caching:
+                    before = pool.num_free_blocks
+                    scheds[r].retire(request)
+                    self.returned[row, r] += pool.num_free_blocks - before
+                else:
+                    blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
+                    request.num_blocks = blocks
+                    self.returned[row, r] += blocks
+                    scheds[r].retire(request)
+                self.finished.setdefault(row, []).append(i)
+                self.finishes[r] = True
+            elif action == _CACHE:
+                pool.cache_full_blocks(request, int(context[i]) - int(first[i]) + (step >> 1) + shift[step & 1])
+            else:
+                request.block_ids.append(pool.allocate_one())
+                request.num_blocks = len(request.block_ids)
+
+    # -- the end of the run ----------------------------------------------------------------------------
+
+    def commit(self, m: int, handing_over: bool) -> list[SchedulerOutput] | None:
+        """Apply and record rows 0..m − 1; if ``handing_over``, return the plans of row m (planned already)."""
+        self.apply(m, handing_over)
+        n = self.n
+        first, left = self.first[:n], self.left[:n]
+        ran = np.clip(np.minimum(left, m - first), 0, None)
+        self._deliver(m, ran, ran + ((first < m) & (m - first < left)) if handing_over else ran, handing_over)
+        self._record(m)
+        if not handing_over:
+            return None
+        return self._hand_over(m, int(self.end[m - 1]))
+
+    def _hand_over(self, k: int, planned_at: int) -> list[SchedulerOutput]:
+        """Row k's plans, made at ``planned_at``, for the worker to run on their own: recorded as the ranks
+        record theirs, each scheduler left as its last admission left it."""
+        plans = self._row_plans(k)
+        for rank, sched, pool, plan, bound in zip(self.ranks, self.scheds, self.pools, plans, self.capacity_bound):
+            sched.prefill_capacity_bound = bound
+            plan.kv_blocks_used = pool.num_used_blocks
+            rank.record_plan(plan, planned_at)
+        return plans
+
+    def _row_plans(self, k: int) -> list[SchedulerOutput]:
+        """Row k's plan on each rank as ``schedule()`` made it: the running requests' decodes, then the admissions."""
+        outs = self.plans_by_row.get(k)
+        n = self.n
+        rel = k - self.first[:n]
+        decoding = np.flatnonzero((rel > 0) & (rel < self.left[:n]))
+        contexts = (self.context[:n] + rel).tolist()
+        by_rank = self.rank_of[decoding].tolist()
+        plans = []
+        for r in range(self.num_ranks):
+            out = outs[r] if outs is not None else SchedulerOutput()
+            mine = decoding.tolist() if self.num_ranks == 1 else [i for i, q in zip(decoding.tolist(), by_rank) if q == r]
+            plan = SchedulerOutput()
+            plan.requests = [self.requests[i] for i in mine] + out.requests
+            d = len(mine)
+            plan.num_new_tokens = [1] * d + out.num_new_tokens
+            plan.num_context_tokens = [contexts[i] for i in mine] + out.num_context_tokens
+            plan.is_decode = [True] * d + out.is_decode
+            plan.samples = [True] * d + out.samples
+            plan.admitted, plan.resumed = out.admitted, out.resumed
+            plans.append(plan)
+        return plans
+
+    def _deliver(self, m: int, delivered: np.ndarray, planned: np.ndarray, handing_over: bool) -> None:
+        """The requests and the schedulers once rows 0..m − 1 delivered their tokens, ``planned`` rows of each
+        request planned (async: row m is in flight; handing over: one more row is planned)."""
+        n = self.n
+        first = self.first[:n]
+        computed = (self.context[:n] + planned).tolist()
+        outputs = (self.outputs[:n] + delivered).tolist()
+        in_flight = (planned - delivered).tolist() if self.asynchronous else None
+        blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
+        if not self.caching:
+            blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
+        lefts = self.left[:n].tolist()
+        ends = self.end.tolist()
+        base = self.base
+        first_rows, runs, prefills = first.tolist(), delivered.tolist(), self.prefills[:n].tolist()
+        plans = planned.tolist()
+        for i, request in enumerate(self.requests):
+            r = runs[i]
+            if not r:  # admitted into a row still to run: as its admission left it, but for the decodes
+                extra = plans[i] - 1  # planned after it (async, handing over: the row after it)
+                if extra > 0:
+                    request.num_computed_tokens += extra
+                    request.num_output_placeholders += extra
+                    request.num_in_flight_tokens += extra
+                    if blocks is not None:
+                        request.num_blocks = blocks[i]
+                continue
+            f = first_rows[i]
+            request.num_computed_tokens = computed[i]
+            request.num_output_tokens = outputs[i]
+            if in_flight is not None:
+                request.num_output_placeholders = request.num_in_flight_tokens = in_flight[i]
+                request.is_prefill_chunk = False
+            request.num_emitted = 1
+            request.num_scheduled_drafts = 0
+            if blocks is not None and r < lefts[i]:
+                request.num_blocks = blocks[i]
+            if prefills[i]:
+                request.first_token_at = ends[f]
+                if r >= 2:
+                    request.second_token_at = ends[f + 1]
+            elif request.second_token_at is None:
+                request.second_token_at = ends[f]
+            request.last_token_at = ends[f + r - 1]
+            request.last_token_pass = base + f + r - 1
+        requests = self.requests
+        for row, done in self.finished.items():
+            for i in done:
+                requests[i].finished_at = ends[row]
+        last_finished = {int(self.rank_of[i]) for i in self.finished.get(m - 1, ())}
+        still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
+        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
+            rank.num_passes += m
+            rank.last_delivery = ends[m - 1]
+            sched.prefill_capacity_bound = bool(sched.waiting)  # what the plan of the last row found
+            # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the
+            # flag), and the scheduler's running list is as that plan left it.
+            sched.finished_since_schedule = not handing_over and r in last_finished
+            if still is not None:
+                mine = still if self.num_ranks == 1 else still[self.rank_of[still] == r]
+                sched.running = [requests[i] for i in mine.tolist()]
+
+    def _used(self, upto: int) -> np.ndarray:
+        """Blocks in use on each rank when each row 0..upto − 1 was planned, shape (upto, ranks): allocations and
+        admissions so far, less the blocks of the requests finished before (synchronous: by the row before;
+        async: by the one before it)."""
+        lag = 1 + self.asynchronous
+        used = (self.used_before + np.cumsum(self.allocations[:upto], axis=0)
+                + np.cumsum(self.admitted_blocks[:upto], axis=0))
+        used[lag:] -= np.cumsum(self.returned[:max(upto - lag, 0)], axis=0)
+        return used
+
+    # -- a run applied as its passes end -------------------------------------------------------------
+
+    def begin_row(self, k: int) -> None:
+        """Row k starts now, planned (its blocks taken): counted against the limits, its blocks in use noted
+        and its begin events recorded, as the pass barrier starts a pass."""
+        start = self.start0 if k == 0 else int(self.end[k - 1])
+        if self.worker.limits is not None:
+            self.worker.limits.count_pass(start)
+        self.used_at[k] = [pool.num_used_blocks for pool in self.pools]
+        rec = self.recorder
+        if rec.keep_events or rec.sink is not None:
+            rows: list = []
+            cells = self.cells[k]
+            tokens = (cells[:, DECODE] + cells[:, PREFILL + 1]).astype(np.int64).tolist()
+            self._begin_events(k, start, start, tokens, rows.append)
+            rec.add_events(rows)
+
+    def end_row(self, k: int, plan_next: bool) -> None:
+        """Row k ends now: its finishes applied, and if ``plan_next`` the planning of row k + 1; recorded as the
+        pass barrier records a pass end."""
+        self.apply(k + 1, plan_next)
+        self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
+
+    def close(self, m: int) -> None:
+        """The run stops after row m − 1 (every row up to it started and ended, and counted as it started):
+        the requests and the schedulers as it leaves them."""
+        n = self.n
+        ran = np.clip(np.minimum(self.left[:n], m - self.first[:n]), 0, None)
+        self._deliver(m, ran, ran, False)
+        self.worker.count_run(m, self.labels[:m], int(self.busy[m - 1].max()), limits_counted=True)
