@@ -61,7 +61,12 @@ class AsyncRun(Run):
             if last < self.rows and known // bs > cached and (left == 1 or known % bs == 0):
                 heappush(ops, ((2 * (last + 1)) * _COLUMNS + i) * 4 + _CACHE)
         if f + left - 1 < self.rows:
-            heappush(ops, ((2 * (f + left)) * _COLUMNS + i) * 4 + _FINISH)
+            heappush(ops, (int(self._finish_step(f + left - 1)) * _COLUMNS + i) * 4 + _FINISH)
+
+    @staticmethod
+    def _finish_step(last):
+        """The step that retires a request whose last row is ``last``: processing that row's outputs."""
+        return 2 * (last + 1)
 
     def slot_decision(self, valid: int) -> int | None:
         """While requests wait on a rank (``waits``): the first decision before ``valid`` that retires a request

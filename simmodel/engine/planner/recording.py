@@ -90,11 +90,7 @@ class Recording:
         new_event = tuple.__new__
         PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
         requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
-        firsts: dict[tuple[int, int], list] = {}
-        n = self.n
-        first = self.first[:n]
-        for i in np.flatnonzero(self.prefills[:n] & (first >= lo) & (first < hi)).tolist():
-            firsts.setdefault((int(first[i]), int(rank_of[i])), []).append(requests[i])
+        firsts = self._first_tokens()
         rows = []
         add = rows.append
         per_row, start_list, end_list = tokens.tolist(), starts.tolist(), ends.tolist()
@@ -113,6 +109,17 @@ class Recording:
                                                  int(outputs[i] + left[i]), role, -1)))
                 add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[x][r], role, self.base + k)))
         rec.add_events(rows)
+
+    def _first_tokens(self) -> dict[tuple[int, int], list]:
+        """(row, rank): the requests whose first token that row samples (kept until a column is added)."""
+        n = self.n
+        if self.firsts_of != n:
+            firsts: dict[tuple[int, int], list] = {}
+            first, rank_of, requests = self.first[:n], self.rank_of, self.requests
+            for i in np.flatnonzero(self.prefills[:n]).tolist():
+                firsts.setdefault((int(first[i]), int(rank_of[i])), []).append(requests[i])
+            self.firsts, self.firsts_of = firsts, n
+        return self.firsts
 
     def _append_row(self, k: int, start: int, end: int, tokens: np.ndarray, prefill_tokens: np.ndarray,
                     prefill_seqs: np.ndarray, decodes: np.ndarray, used: np.ndarray, label: str) -> None:

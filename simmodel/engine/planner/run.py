@@ -7,7 +7,7 @@ modules of their own; ``drive`` plans and drives runs.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -141,6 +141,9 @@ class Run(Admissions, Recording):
         """Blocks in use added by each row's admissions, per rank."""
         self.used_at = np.zeros((rows, R), np.int64)
         """Blocks in use on each rank as each row started (runs applied as their passes end)."""
+        self.firsts: dict[tuple[int, int], list] = {}
+        self.firsts_of = -1
+        """(row, rank): the requests whose first token the row samples, as of ``firsts_of`` columns."""
         self.finished: dict[int, list] = {}
         """Row: the columns of the requests finishing at its end, in the order they retire."""
         self.finishes = [False] * R
@@ -148,9 +151,16 @@ class Run(Admissions, Recording):
         self.used_before = np.array([pool.num_used_blocks for pool in self.pools])
         self.ops: list[int] = []
         """Pool operations to come, a heap of keys (see ``_COLUMNS``)."""
-        for i, (left, context, blocks, cached, new) in enumerate(zip(
-                run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(), run.new.tolist())):
-            self._schedule_ops(i, 0, left, context, blocks, cached, new)
+        if self.caching:
+            for i, (left, context, blocks, cached, new) in enumerate(zip(
+                    run.left.tolist(), run.computed.tolist(), run.blocks.tolist(), run.cached.tolist(),
+                    run.new.tolist())):
+                self._schedule_ops(i, 0, left, context, blocks, cached, new)
+        else:  # counted blocks: only the finishes are operations (the allocations are counted per row)
+            last = run.left - 1
+            within = np.flatnonzero(last < rows)
+            self.ops = (((self._finish_step(last[within]) * _COLUMNS + within) << 2) + _FINISH).tolist()
+            heapify(self.ops)  # (the keys are unique: the heap pops them in the order pushing them would)
         self.plans_by_row: dict[int, list[SchedulerOutput]] = {}
         """Row: per rank, the scheduler's output of the admissions planned in it (their part of the row's plan)."""
         self.capacity_bound = [False] * R
@@ -234,7 +244,12 @@ class Run(Admissions, Recording):
             for j in range(row, hi, bs):
                 heappush(ops, (2 * j * _COLUMNS + i) * 4 + _CACHE)
         if f + left - 1 < self.rows:
-            heappush(ops, ((2 * (f + left - 1) + 1) * _COLUMNS + i) * 4 + _FINISH)
+            heappush(ops, (int(self._finish_step(f + left - 1)) * _COLUMNS + i) * 4 + _FINISH)
+
+    @staticmethod
+    def _finish_step(last):
+        """The step that retires a request whose last row is ``last`` (synchronous: that row's end)."""
+        return 2 * last + 1
 
     def apply(self, upto: int, plan: bool) -> None:
         """Apply rows ``applied``..upto − 1 (each row's allocations and insertions, then its finishes), then
