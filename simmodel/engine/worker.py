@@ -96,13 +96,13 @@ class Worker:
         then wait for no other process, and may span its arrivals and admit them; else None."""
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
-        """How long the last pass, and the last pass of a coalesced run, took (to size coalesced runs)."""
+        """How long the last pass, and the last pass of a run, took (to size runs)."""
         self.tick_rows = 16
         """Passes the next run applied as its passes end is planned for (``_tick``): twice as many as the last
         such run took before something placed on the worker ended it, or twice the last if it ran to its end
         (planning passes that will not run costs time, and changes nothing else)."""
         self.horizon: int | None = None
-        """No coalesced pass ends after this time (the end of the run being driven), or None."""
+        """No pass of a run ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
         """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
 
@@ -200,7 +200,7 @@ class Worker:
         if self.async_scheduling:
             yield from self._run_async()
             return
-        planned = None  # plans a carried run made for the pass after it (the ranks were not released)
+        planned = None  # plans a run made for the pass after it (the ranks were not released)
         while True:
             plans, blocked = yield from self._round(planned)
             planned = None
@@ -224,7 +224,7 @@ class Worker:
 
     def _round(self, planned: list[SchedulerOutput] | None) -> Generator[Event, Any, tuple[list, bool]]:
         """The plans of the next round, and whether it was planned under ``prefill_decode_interval``: those
-        a carried run made already (the ranks were not released), else the ranks' once all are in."""
+        a run made already (the ranks were not released), else the ranks' once all are in."""
         if planned is not None:
             return planned, False
         yield self.barrier.all_in
@@ -315,10 +315,10 @@ class Worker:
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
-        """Go on after a carried run (``planner.carry``) that ended at ``end``: if its last pass spans
+        """Go on after a run applied ahead (``planner.carry``) that ended at ``end``: if its last pass spans
         arrivals, the requests arriving before ``end`` are created, the ranks plan the pass starting at
         ``end`` as they would then (no other event comes before the horizon, and none at ``end``), and that
-        pass starts another carried run if it can. Returns when the last run ends, and the plans of the pass
+        pass starts another run if it can. Returns when the last run ends, and the plans of the pass
         after it if that pass must run on its own (None: the ranks plan it when released)."""
         source = self.arrivals
         if source is None:
@@ -370,7 +370,7 @@ class Worker:
         """
         in_flight = None   # the last pass launched: (plans, start, cost, end)
         pending = None     # the pass before it, whose outputs leave at the next decision
-        planned = None     # plans a carried run made for the next pass (the ranks were not released)
+        planned = None     # plans a run made for the next pass (the ranks were not released)
         while True:
             plans, blocked = yield from self._round(planned)
             planned = None

@@ -40,7 +40,7 @@ class RunningRequests:
         self.worker = worker
         self.may_wait = may_wait
         """Whether requests may wait when the run starts (every sequence slot taken, or the first pass planned
-        already, leaving them waiting): nothing lets one in before a request finishes, and a carried run tries
+        already, leaving them waiting): nothing lets one in before a request finishes, and a run tries
         again after each finish (``planner``)."""
         self.ranks = worker.ranks
         self.asynchronous = asynchronous
