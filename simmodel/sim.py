@@ -7,6 +7,7 @@ import math
 import numbers
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -371,16 +372,29 @@ class Simulation:
         for worker in self.workers:
             worker.coalesce = False  # a step's passes are planned one at a time, each applied at its end
         try:
-            while not self.finished:
-                logged = len(self.recorder.events)
-                self._run_instant()
-                if self._observed_since(logged, passes):
-                    break
+            with self._settled_on_error():
+                while not self.finished:
+                    logged = len(self.recorder.events)
+                    self._run_instant()
+                    if self._observed_since(logged, passes):
+                        break
         finally:
             for worker, coalesce in zip(self.workers, saved):
                 worker.coalesce = coalesce
             self.wall_time_s += time.perf_counter() - started
         return True
+
+    @contextmanager
+    def _settled_on_error(self):
+        """If an error stops the simulation (a limit, a pass the clock cannot hold), every worker's run being
+        applied as its passes end is settled first (``Worker.settle``), so that the results read after the
+        error are those of the pass-by-pass simulation at that instant."""
+        try:
+            yield
+        except BaseException:
+            for worker in self.workers:
+                worker.settle()
+            raise
 
     def _run_instant(self) -> None:
         """Process every event at the next instant at which one is due (those it schedules for the same
@@ -420,12 +434,13 @@ class Simulation:
         started = time.perf_counter()
         for worker in self.workers:
             worker.horizon = limit  # no coalesced pass may end past where this call stops
-        if progress is not None:
-            self._run_with_progress(limit, progress)
-        if limit is None:
-            self.env.run()
-        elif limit >= self.env.now:
-            self._run_to(limit)
+        with self._settled_on_error():
+            if progress is not None:
+                self._run_with_progress(limit, progress)
+            if limit is None:
+                self.env.run()
+            elif limit >= self.env.now:
+                self._run_to(limit)
         if limit is None:
             stalled = [r for r in self.requests if not r.status.is_finished]
             if stalled:

@@ -97,6 +97,9 @@ class Worker:
         self.last_pass_ns = 0
         self.decode_pass_ns = 0
         """How long the last pass, and the last pass of a run, took (to size runs)."""
+        self._open_run: tuple | None = None
+        """The run being applied as its passes end: the rows it delivered, the rows planned after them and how
+        many of those started (see ``settle``)."""
         self.tick_rows = 16
         """Passes the next run applied as its passes end is planned for (``_tick``): twice as many as the last
         such run took before something placed on the worker ended it, or twice the last if it ran to its end
@@ -247,7 +250,9 @@ class Worker:
         them, and ends the run once something was placed on the worker meanwhile (the next plan sees it)."""
         self._passes_in_flight += 1
         k = 0
+        self._open_run = (run, 0, 1, 0)
         run.begin_row(0)
+        self._open_run = (run, 0, 1, 1)
         while True:
             yield Late(self.env, int(run.end[k]) - self.env.now)
             stop = k + 1 == length or self._num_placed != self._placed_at_plan
@@ -255,7 +260,10 @@ class Worker:
             if stop:
                 break
             k += 1
+            self._open_run = (run, k, 1, 0)  # planned; started once the limits let it
             run.begin_row(k)
+            self._open_run = (run, k, 1, 1)
+        self._open_run = None
         self._passes_in_flight -= 1
         run.close(k + 1)
         self.tick_rows = min(MAX_RUN, 2 * max(k + 1 if k + 1 < length else self.tick_rows, 4))
@@ -267,7 +275,9 @@ class Worker:
         something was placed on the worker meanwhile (the loop then makes that decision). Returns the pass
         left in flight."""
         ends = run.end
+        self._open_run = (run, 0, 2, 1)
         run.begin_row(1)
+        self._open_run = (run, 0, 2, 2)
         self._passes_in_flight += 1
         self.open_pass_ends.append(int(ends[1]))
         d = 0
@@ -279,12 +289,24 @@ class Worker:
             self.open_pass_ends.remove(int(ends[d]))
             if stop:
                 break
+            self._open_run = (run, d + 1, 2, 1)
             run.begin_row(d + 2)
+            self._open_run = (run, d + 1, 2, 2)
             self._passes_in_flight += 1
             self.open_pass_ends.append(int(ends[d + 2]))
             d += 1
+        self._open_run = None
         self.tick_rows = min(MAX_RUN, 2 * max(d + 1 if d + 1 < length else self.tick_rows, 4))
         return run.close(d + 1)
+
+    def settle(self) -> None:
+        """The simulation stopped on an error inside a run being applied as its passes end: leave the requests
+        and schedulers as that run had made them by now (its rows ended so far delivered, the ones planned
+        after them planned), as the pass-by-pass loop would have."""
+        if self._open_run is not None:
+            run, delivered, ahead, started = self._open_run
+            self._open_run = None
+            run.close(delivered, ahead, started)
 
     def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
         """Apply the passes that follow now as one run (``planner``). Async (``in_flight``: the pass now
@@ -321,8 +343,6 @@ class Worker:
         pass starts another run if it can. Returns when the last run ends, and the plans of the pass
         after it if that pass must run on its own (None: the ranks plan it when released)."""
         source = self.arrivals
-        if source is None:
-            return end, planned
         while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
             plans = [rank.plan(at=end) for rank in self.ranks]  # planning schedules nothing

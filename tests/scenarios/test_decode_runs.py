@@ -68,6 +68,14 @@ SCENARIOS = {
                                                     scheduler={"prefill_schedule_interval": 4})),
     "closed-loop-dp2": merged({"traffic": {"load": {"type": "concurrency", "concurrency": 6}}},
                               worker(**ROOFLINE, parallelism={"attention_data": 2})),
+    # A staged load is not routed ahead: its workers apply their runs as the passes end, and requests placed
+    # during a run are waiting when it ends, unseen by any of its plans (the prefill cadence must not count them).
+    "staged-dp2-prefill-interval": merged(
+        {"traffic": {"load": {"type": "stages", "arrivals": "constant",
+                              "stages": [{"requests_per_second": 60, "requests": 80},
+                                         {"requests_per_second": 20, "requests": 60}]},
+                     "stop": {}}},
+        worker(parallelism={"attention_data": 2}, scheduler={"prefill_schedule_interval": 3})),
 }
 # Fixed pass times make instants coincide: pass ends of both pools, transfer ends and placements at once.
 SCENARIOS["disaggregated-fixed-timing"] = copy.deepcopy(SCENARIOS["disaggregated"])
@@ -172,6 +180,57 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
     assert in_runs[kind] > 0.7 * decoding, (in_runs, decoding)
 
 
+def test_a_request_waiting_for_token_budget_is_admitted_when_the_budget_is_back(tmp_path):
+    """Fixed timing (prefill 20 ms, decode 10 ms, both in a mixed pass), 64 batched tokens. R0 (10 tokens)
+    prefills 0–20 ms. At 20 ms R0 decodes (1 token), so A (63 tokens, arrived at 15 ms) fills the budget and
+    B (30 tokens, arrived at 16 ms) waits; the mixed pass runs 20–50 ms. At 50 ms R0 and A decode (2 tokens)
+    and B is admitted: no request finished, the budget came back because A's prefill is over. A run must
+    not assume B waits until a finish. Async, both ways the same."""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 10, 60), (0.015, 63, 60), (0.016, 30, 10)])
+    data = trace_scenario(trace, engine={"workers": {"aggregated": {
+        "scheduler": {"max_batched_tokens": 64, "max_sequences": 8}}}})
+    for asynchronous in (False, True):
+        case = with_async(data, asynchronous)
+        _, by_pass = run(case, coalesce=False)
+        _, coalesced = run(case, coalesce=True)
+        assert_same(by_pass, coalesced)
+        if not asynchronous:
+            events = coalesced.events
+            admitted = events[events.kind == "admission"].set_index("request_id").time_s
+            assert admitted.to_dict() == pytest.approx({0: 0.0, 1: 0.020, 2: 0.050})
+
+
+def test_a_planned_pass_that_ends_a_prefill_leaves_budget_for_the_next(tmp_path):
+    """64 batched tokens on each of one or two DP ranks: the first pass planned prefills 64 of request 0's
+    128 tokens, the second its last 64 (sampling its first token), and request 1 (50 tokens) waits for
+    budget; the third pass admits it, before any finish. A run starting with the second pass must not
+    hold request 1 back; so too with a late arrival."""
+    for ranks in (1, 2):
+        for late in (False, True):
+            rows = [(0.0, 128, 50, 0), (0.0, 50, 10, 0)] + [(0.0, 10, 50, r) for r in range(1, ranks)]
+            rows += [(5.0, 10, 5, 0)] if late else []
+            trace = write_csv_trace(tmp_path / f"t{ranks}{late}.csv", rows)
+            data = trace_scenario(trace, engine={"workers": {"aggregated": {
+                "parallelism": {"attention_data": ranks},
+                "scheduler": {"max_batched_tokens": 64, "max_sequences": 8}}}})
+            same_both_ways(data)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_error_inside_a_run_applied_as_its_passes_end_leaves_the_pass_by_pass_state(asynchronous):
+    """Two replicas under a closed loop (runs applied as their passes end) hit ``limits.max_passes`` while
+    one of them is inside a run; a staged load hits ``limits.max_requests`` while its worker is: the
+    requests, passes, events and summary read after the error are those of the pass-by-pass run."""
+    closed = merged({"traffic": {"load": {"type": "concurrency", "concurrency": 4}, "stop": {"requests": 30}},
+                     "limits": {"max_passes": 37}}, worker(**ROOFLINE, parallelism={"replicas": 2}))
+    same_error_both_ways(with_async(closed, asynchronous), "max_passes")
+    staged = merged({"traffic": {"load": {"type": "stages", "arrivals": "constant",
+                                          "stages": [{"requests_per_second": 10, "requests": 20}]}},
+                     "limits": {"max_requests": 3}})
+    staged["traffic"]["stop"] = {}
+    same_error_both_ways(with_async(staged, asynchronous), "max_requests")
+
+
 def test_a_run_stopped_and_resumed_is_the_same_run():
     """``run(until=...)`` in slices: no coalesced pass may end past a slice's end, so the state at every
     stop, and the final outputs, are those of the pass-by-pass run."""
@@ -213,16 +272,17 @@ def test_from_yaml_passes_the_choice_on():
 # -- cases found by review (each failed before its fix) -------------------------------------------------
 
 def same_error_both_ways(data: dict, match: str) -> None:
-    """The run fails with the same error both ways, at the same instant, with the same passes, events and
-    pass count."""
-    states = []
+    """The run fails with the same error both ways, at the same instant, with the same pass count, and the
+    results read after it (requests, passes, events, summary) are the same."""
+    states, results = [], []
     for coalesce in (False, True):
-        sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+        sim = Simulation(parse_scenario(copy.deepcopy(data), Path(".")), coalesce=coalesce)
         with pytest.raises(SimulationError, match=match):
             sim.run()
-        res = sim.results()
-        states.append((sim.env.now, len(res.passes), len(res.events), sim.limits.num_passes))
+        results.append(sim.results())
+        states.append((sim.env.now, sim.limits.num_passes, [q.num_computed_tokens for q in sim.requests]))
     assert states[0] == states[1]
+    assert_same(*results)
 
 
 def same_both_ways(data: dict) -> None:

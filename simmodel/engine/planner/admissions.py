@@ -50,10 +50,13 @@ class Admissions:
         admitted = any(out.admitted for out in outs)
         if not admitted and not any(waits):
             return False
-        for sched, out, skipped in zip(self.scheds, outs, self.skipped):
+        for r, (sched, out, skipped) in enumerate(zip(self.scheds, outs, self.skipped)):
             if (sched.handoffs or out.resumed or skipped or not all(out.samples)
                     or len(sched.running) > sched.config.max_num_batched_tokens):
                 return False
+            if (waits[r] and len(sched.running) < sched.config.max_num_seqs
+                    and (out.admitted or self.cells[k, r, PREFILL + 1])):
+                return False  # budget spent on prefill is back in the next row, which may admit the next one
         self.waits = waits
         if not admitted:
             return True  # the first waiting request does not fit yet: the row only decodes

@@ -110,19 +110,21 @@ class AsyncRun(Run):
         used = self.used_at[d:d + 1] if d else np.array([[plan.kv_blocks_used for plan in self.in_flight_plans]])
         self._record_rows(d, d + 1, used, begins=False)
 
-    def close(self, m: int) -> tuple:
-        """The run stops with rows 0..m − 1 delivered and row m in flight (planned and started in the run, each
-        row counted against the limits as it started): the requests and the schedulers as it leaves them, and
-        the pass in flight as the async loop keeps it."""
+    def close(self, m: int, ahead: int = 1, started: int | None = None) -> tuple:
+        """The run stops with rows 0..m − 1 delivered and row m in flight, and ``ahead`` − 1 rows after it
+        planned (an error stopped the simulation after the decision that planned row m + 1), ``started`` rows
+        from m on started (default: all ``ahead``); each row was counted against the limits as it started. The requests and the schedulers as it leaves them,
+        and the pass in flight as the async loop keeps it."""
         n = self.n
         first, left = self.first[:n], self.left[:n]
         delivered = np.clip(np.minimum(left, m - first), 0, None)
-        planned = np.clip(np.minimum(left, m + 1 - first), 0, None)
+        planned = np.clip(np.minimum(left, m + ahead - first), 0, None)
         plans = self._row_plans(m)
         for plan, used in zip(plans, self.used_at[m].tolist()):
             plan.kv_blocks_used = used
-        self._deliver(m, delivered, planned, False)
-        self.worker.count_run(m, self.labels[1:m + 1], int(self.busy[m].max()), limits_counted=True)
+        self._deliver(m, delivered, planned, False, saw_waiting=False)
+        last = m + (ahead if started is None else started) - 1
+        self.worker.count_run(m, self.labels[1:last + 1], int(self.busy[last].max()), limits_counted=True)
         return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
 
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:

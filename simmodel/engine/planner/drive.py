@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.planner.async_run import AsyncRun
-from simmodel.engine.planner.run import Run
+from simmodel.engine.planner.run import Run, admits_arrivals
 from simmodel.engine.planner.running import MAX_RUN, RunningRequests
 from simmodel.engine.scheduler.base import SchedulerOutput
 
@@ -69,8 +69,7 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tu
 def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
     ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself."""
-    admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
-    run = RunningRequests(worker, plans, asynchronous, may_wait=admits)
+    run = RunningRequests(worker, plans, asynchronous, may_wait=admits_arrivals(worker))
     return run if run.gather() else None
 
 
@@ -88,8 +87,8 @@ def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
 
 def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]:
     """The next arrival and the first of the ``valid`` rows that does not end before it; (None, valid) if
-    every row ends before it (or none comes, or the worker's arrivals are not known ahead)."""
-    t = None if source is None else source.next_arrival_ns()
+    every row ends before it (or none comes)."""
+    t = source.next_arrival_ns()
     if t is None:
         return None, valid
     j = int(np.searchsorted(end[:valid], t, side="left"))

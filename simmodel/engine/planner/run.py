@@ -34,6 +34,13 @@ _DECODE_ROW = np.array([1, 1, 0, 1, 1])
 besides its context (added to the context and pairs columns)."""
 
 
+def admits_arrivals(worker: Worker) -> bool:
+    """Whether the worker's runs admit requests themselves: only where nothing but the worker's own arrivals
+    reaches it (``Worker.arrivals``), and no pass is off a prefill cadence (``prefill_schedule_interval``: such
+    a pass may defer prefills, so a run stops before the plan that sees an arrival instead)."""
+    return worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+
+
 class Run(Admissions, Recording):
     """The run's requests (columns) and its candidate passes (rows), over every attention-DP rank of the worker.
 
@@ -63,10 +70,8 @@ class Run(Admissions, Recording):
         self.recorder = ranks[0].recorder
         self.base = ranks[0].num_passes
         """Passes every rank has run before row 0 (all ranks run every pass)."""
-        self.admits = worker.arrivals is not None and worker.prefill_schedule_interval <= 1
-        """Whether the run admits requests itself: only where nothing but the worker's own arrivals reaches it
-        (``Worker.arrivals``), and no pass is off a prefill cadence (``prefill_schedule_interval``: such a
-        pass may defer prefills, so the run stops before the plan that sees an arrival instead)."""
+        self.admits = admits_arrivals(worker)
+        """Whether the run admits requests itself (``admits_arrivals``)."""
         self.stage = run.stage
         self.planned_first = run.plans is not None
         self.requests: list[Request] = list(run.requests)
@@ -167,10 +172,11 @@ class Run(Admissions, Recording):
         """Per rank, ``prefill_capacity_bound`` as the last admission left it."""
         self.waits = [bool(s.waiting) for s in self.scheds]
         """Per rank: requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or
-        of token budget. None of those grows before a request of that rank finishes (decodes only take blocks;
-        the prefix-cache hits of a waiting prompt only shrink as free blocks are reused), so the plan after each
-        finish tries again (and the plan after each arrival, which also counts toward
-        ``long_prefill_token_threshold``)."""
+        of token budget. Slots and free blocks do not grow before a request of that rank finishes (decodes only
+        take blocks; the prefix-cache hits of a waiting prompt only shrink as free blocks are reused), nor does
+        the budget after a row that spent none on prefill (a run never holds a request back after one that did:
+        ``Admissions.take``, ``RunningRequests.gather``), so the plan after each finish tries again (and the plan
+        after each arrival, which also counts toward ``long_prefill_token_threshold``)."""
         self.skipped = [0] * R
         """Per rank, the requests the last admission stepped over (async: a preempted one's output in flight)."""
         self.last_admission = 0
@@ -345,7 +351,8 @@ class Run(Admissions, Recording):
             plans.append(plan)
         return plans
 
-    def _deliver(self, m: int, delivered: np.ndarray, planned: np.ndarray, handing_over: bool) -> None:
+    def _deliver(self, m: int, delivered: np.ndarray, planned: np.ndarray, handing_over: bool,
+                 saw_waiting: bool = True) -> None:
         """The requests and the schedulers once rows 0..m − 1 delivered their tokens, ``planned`` rows of each
         request planned (async: row m is in flight; handing over: one more row is planned)."""
         n = self.n
@@ -363,14 +370,21 @@ class Run(Admissions, Recording):
         plans = planned.tolist()
         for i, request in enumerate(self.requests):
             r = runs[i]
-            if not r:  # admitted into a row still to run: as its admission left it, but for the decodes
-                extra = plans[i] - 1  # planned after it (async, handing over: the row after it)
+            if not r and prefills[i]:  # admitted into a row still to run: as its admission left it, but for
+                extra = plans[i] - 1  # the decodes planned after it (async, handing over: the row after it)
                 if extra > 0:
                     request.num_computed_tokens += extra
                     request.num_output_placeholders += extra
                     request.num_in_flight_tokens += extra
                     if blocks is not None:
                         request.num_blocks = blocks[i]
+                continue
+            if not r:  # nothing delivered yet (an error stopped the simulation in the run's first row)
+                request.num_computed_tokens = computed[i]
+                if in_flight is not None:
+                    request.num_output_placeholders = request.num_in_flight_tokens = in_flight[i]
+                if blocks is not None:
+                    request.num_blocks = blocks[i]
                 continue
             f = first_rows[i]
             request.num_computed_tokens = computed[i]
@@ -398,8 +412,11 @@ class Run(Admissions, Recording):
         still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             rank.num_passes += m
-            rank.last_delivery = ends[m - 1]
-            sched.prefill_capacity_bound = bool(sched.waiting)  # what the plan of the last row found
+            if m:
+                rank.last_delivery = ends[m - 1]
+            # What the plan of the last row found: the requests waiting, if it saw them (``saw_waiting``; a run
+            # applied as its passes end ends before any plan sees a request placed meanwhile).
+            sched.prefill_capacity_bound = saw_waiting and bool(sched.waiting)
             # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the
             # flag), and the scheduler's running list is as that plan left it.
             sched.finished_since_schedule = not handing_over and r in last_finished
@@ -440,10 +457,15 @@ class Run(Admissions, Recording):
         self.apply(k + 1, plan_next)
         self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
 
-    def close(self, m: int) -> None:
-        """The run stops after row m − 1 (every row up to it started and ended, and counted as it started):
-        the requests and the schedulers as it leaves them."""
+    def close(self, m: int, ahead: int = 0, started: int | None = None) -> None:
+        """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
+        all) started (an error stopped the simulation during row m, or as it started); every row was counted
+        against the limits as it started. The requests and the schedulers as it leaves them."""
         n = self.n
-        ran = np.clip(np.minimum(self.left[:n], m - self.first[:n]), 0, None)
-        self._deliver(m, ran, ran, False)
-        self.worker.count_run(m, self.labels[:m], int(self.busy[m - 1].max()), limits_counted=True)
+        first, left = self.first[:n], self.left[:n]
+        ran = np.clip(np.minimum(left, m - first), 0, None)
+        planned = ran if not ahead else np.clip(np.minimum(left, m + ahead - first), 0, None)
+        self._deliver(m, ran, planned, False, saw_waiting=False)
+        last = m + (ahead if started is None else started) - 1
+        self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
+                              limits_counted=True)

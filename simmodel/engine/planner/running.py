@@ -52,13 +52,16 @@ class RunningRequests:
         self.bounds = [0]
         """Request columns of rank r: ``bounds[r]:bounds[r + 1]``."""
 
-    def _waiting_stays(self, s: VllmScheduler) -> bool:
+    def _waiting_stays(self, s: VllmScheduler, plan) -> bool:
         """Whether the requests waiting on a rank stay waiting through the run's first plan: only if the run
         may start with requests waiting (``may_wait``), none is a preempted one whose stale output is still in
-        flight (a plan steps over it), and every slot is taken or (synchronous) that plan is made already."""
+        flight (a plan steps over it), and every slot is taken or (synchronous) that plan, ``plan``, is made
+        already and spent no token budget on prefill (else the budget is back in the pass after it)."""
         if not self.may_wait or any(q.num_stale_output_tokens for q in s.waiting):
             return False
-        return len(s.running) >= s.config.max_num_seqs or (self.plans is not None and not self.asynchronous)
+        if len(s.running) >= s.config.max_num_seqs:
+            return True
+        return plan is not None and not self.asynchronous and all(plan.is_decode)
 
     def gather(self) -> bool:
         """Read every rank's running requests; False if any rank is not in a coalescable state.
@@ -73,7 +76,7 @@ class RunningRequests:
             if (type(s) is not VllmScheduler or s.handoffs or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank.has_pending_releases):
                 return False
-            if s.waiting and not self._waiting_stays(s):
+            if s.waiting and not self._waiting_stays(s, None if self.plans is None else self.plans[r]):
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:
