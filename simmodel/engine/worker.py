@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -18,6 +18,10 @@ from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.errors import SimulationError
 from simmodel.perf.timing import PassBatch, PassTiming
+
+if TYPE_CHECKING:
+    from simmodel.engine.planner.async_run import AsyncRun
+    from simmodel.engine.planner.run import Run
 
 # SimPy processes same-time events by (priority, insertion order); URGENT is 0 and NORMAL 1.
 # Pass ends and wake-ups use a lower priority so that every arrival at the same instant is
@@ -45,7 +49,7 @@ class Ahead(NamedTuple):
 class Ticked(NamedTuple):
     """A synchronous run to apply as its passes end (``planner.plan_ticked``), of up to ``length`` passes."""
 
-    run: Any
+    run: Run | AsyncRun
     length: int
 
 
