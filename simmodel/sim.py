@@ -17,7 +17,7 @@ import simpy
 from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.backends import BACKENDS, Backend
-from simmodel.engine.clock import NS_PER_S, to_ns
+from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.limits import RunLimits
 from simmodel.engine.placement import ROUTERS, ArrivalRoutes, Router
 from simmodel.engine.rank import Rank
@@ -53,7 +53,7 @@ many passes through many arrivals (20,000 quickstart requests are about 4,000 ev
 the callback decides by wall time whether to draw, so a call costs next to nothing."""
 PASS_KINDS = (EventKind.PASS_BEGIN, EventKind.PASS_END)
 """Event-log rows that ``step()`` passes over unless asked to pause at pass boundaries."""
-MAX_UNTIL_S = 2**62 / NS_PER_S
+MAX_UNTIL_S = MAX_NS / NS_PER_S
 """``run(until)`` at or beyond this (about 146 years, the most the integer-nanosecond clock holds) runs to
 the end."""
 

@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
-from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.clock import NS_PER_S, fits_clock
 from simmodel.engine.planner import carry, carry_async, plan_ticked, plan_ticked_async
 from simmodel.engine.planner.running import MAX_RUN
 from simmodel.engine.rank import Rank
@@ -254,23 +254,19 @@ class Worker:
         them, and ends the run once something was placed on the worker meanwhile (the next plan sees it)."""
         self._passes_in_flight += 1
         k = 0
-        self._open_run = (run, 0, 1, 0)
-        run.begin_row(0)
-        self._open_run = (run, 0, 1, 1)
+        self._begin_row(run, 0, delivered=0, ahead=1)
         while True:
             yield Late(self.env, int(run.end[k]) - self.env.now)
-            stop = k + 1 == length or self._num_placed != self._placed_at_plan
+            stop = k + 1 == length or self._placed_since_plan
             run.end_row(k, plan_next=not stop)
             if stop:
                 break
             k += 1
-            self._open_run = (run, k, 1, 0)  # planned; started once the limits let it
-            run.begin_row(k)
-            self._open_run = (run, k, 1, 1)
+            self._begin_row(run, k, delivered=k, ahead=1)
         self._open_run = None
         self._passes_in_flight -= 1
         run.close(k + 1)
-        self.tick_rows = min(MAX_RUN, 2 * max(k + 1 if k + 1 < length else self.tick_rows, 4))
+        self._size_next_run(k + 1, length)
 
     def _tick_async(self, run, length: int) -> Generator[Event, Any, tuple]:
         """``_tick`` under async scheduling (``planner.plan_ticked_async``): with the pass in flight (row 0)
@@ -279,29 +275,42 @@ class Worker:
         something was placed on the worker meanwhile (the loop then makes that decision). Returns the pass
         left in flight."""
         ends = run.end
-        self._open_run = (run, 0, 2, 1)
-        run.begin_row(1)
-        self._open_run = (run, 0, 2, 2)
+        self._begin_row(run, 1, delivered=0, ahead=2)
         self._passes_in_flight += 1
         self.open_pass_ends.append(int(ends[1]))
         d = 0
         while True:
             yield Late(self.env, int(ends[d]) - self.env.now)
-            stop = d + 1 == length or self._num_placed != self._placed_at_plan
+            stop = d + 1 == length or self._placed_since_plan
             run.end_row(d, plan_next=not stop)
             self._passes_in_flight -= 1
             self.open_pass_ends.remove(int(ends[d]))
             if stop:
                 break
-            self._open_run = (run, d + 1, 2, 1)
-            run.begin_row(d + 2)
-            self._open_run = (run, d + 1, 2, 2)
+            self._begin_row(run, d + 2, delivered=d + 1, ahead=2)
             self._passes_in_flight += 1
             self.open_pass_ends.append(int(ends[d + 2]))
             d += 1
         self._open_run = None
-        self.tick_rows = min(MAX_RUN, 2 * max(d + 1 if d + 1 < length else self.tick_rows, 4))
+        self._size_next_run(d + 1, length)
         return run.close(d + 1)
+
+    def _begin_row(self, run, row: int, delivered: int, ahead: int) -> None:
+        """Start a row of a run applied as its passes end, noting for ``settle`` the rows ``delivered`` so far
+        and the ``ahead`` rows planned after them, the last of which (this one) has started only once the
+        limits let it."""
+        self._open_run = (run, delivered, ahead, ahead - 1)
+        run.begin_row(row)
+        self._open_run = (run, delivered, ahead, ahead)
+
+    def _size_next_run(self, taken: int, length: int) -> None:
+        """``tick_rows`` after a run applied as its passes end took ``taken`` of its ``length`` rows."""
+        self.tick_rows = min(MAX_RUN, 2 * max(taken if taken < length else self.tick_rows, 4))
+
+    @property
+    def _placed_since_plan(self) -> bool:
+        """Whether a request was placed on the worker since its ranks last planned (the next plan sees it)."""
+        return self._num_placed != self._placed_at_plan
 
     def settle(self) -> None:
         """The simulation stopped on an error inside a run being applied as its passes end: leave the requests
@@ -459,7 +468,7 @@ class Worker:
 
     def _sleep_until_work(self) -> Generator[Event, Any, None]:
         self._wave_step = 0  # the whole group drained: a new wave admits prefills at once
-        if self._num_placed != self._placed_at_plan:  # work arrived while the ranks were planning
+        if self._placed_since_plan:  # work arrived while the ranks were planning
             yield Late(self.env)
             return
         # Queued work with no pass to run is fine only while KV blocks are held outside the ranks' running
@@ -485,7 +494,7 @@ class Worker:
         seconds = cost.total_s
         if self.vision is not None:
             seconds = seconds + np.array([v.pass_seconds(p) for v, p in zip(self.vision, plans)])
-        if not np.all(np.isfinite(seconds)) or seconds.max() * NS_PER_S >= 2**62 or seconds.min() < 0:
+        if not fits_clock(seconds).all():
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
         busy = np.rint(seconds * NS_PER_S).astype(np.int64)

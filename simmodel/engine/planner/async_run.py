@@ -113,18 +113,20 @@ class AsyncRun(Run):
     def close(self, m: int, ahead: int = 1, started: int | None = None) -> tuple:
         """The run stops with rows 0..m − 1 delivered and row m in flight, and ``ahead`` − 1 rows after it
         planned (an error stopped the simulation after the decision that planned row m + 1), ``started`` rows
-        from m on started (default: all ``ahead``); each row was counted against the limits as it started. The requests and the schedulers as it leaves them,
-        and the pass in flight as the async loop keeps it."""
-        n = self.n
-        first, left = self.first[:n], self.left[:n]
-        delivered = np.clip(np.minimum(left, m - first), 0, None)
-        planned = np.clip(np.minimum(left, m + ahead - first), 0, None)
-        plans = self._row_plans(m)
-        for plan, used in zip(plans, self.used_at[m].tolist()):
-            plan.kv_blocks_used = used
-        self._deliver(m, delivered, planned, False, saw_waiting=False)
+        from m on started (default: all ``ahead``); each row was counted against the limits as it started. The
+        requests and the schedulers as it leaves them, and the pass in flight as the async loop keeps it."""
+        in_flight = self._in_flight(m, self.used_at[m])
+        self._deliver(m, self._rows_through(m), self._rows_through(m + ahead), False, saw_waiting=False)
         last = m + (ahead if started is None else started) - 1
         self.worker.count_run(m, self.labels[1:last + 1], int(self.busy[last].max()), limits_counted=True)
+        return in_flight
+
+    def _in_flight(self, m: int, used: np.ndarray) -> tuple:
+        """Row m as the pass in flight the async loop keeps (plans, start, (busy per rank, provenance), end);
+        ``used``: its blocks in use per rank when it was planned."""
+        plans = self._row_plans(m)
+        for plan, blocks in zip(plans, used.tolist()):
+            plan.kv_blocks_used = blocks
         return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
 
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
@@ -132,19 +134,12 @@ class AsyncRun(Run):
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
         over = self.handing_over is not None
         self.decide(m - 1, plan=over)
-        n = self.n
-        first, left = self.first[:n], self.left[:n]
-        delivered = np.clip(np.minimum(left, m - first), 0, None)
-        planned = np.clip(np.minimum(left, m + 1 + over - first), 0, None)
-        plans = self._row_plans(m)
-        for plan, used in zip(plans, self._used(m + 1)[m].tolist()):
-            plan.kv_blocks_used = used
-        self._deliver(m, delivered, planned, over)
+        in_flight = self._in_flight(m, self._used(m + 1)[m])
+        self._deliver(m, self._rows_through(m), self._rows_through(m + 1 + over), over)
         self._record(m)
         worker = self.worker
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
-        in_flight = plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
         if not over:
             return in_flight, None
         return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.clock import fits_clock
 from simmodel.engine.planner.admissions import Admissions
 from simmodel.engine.planner.recording import Recording
 from simmodel.engine.planner.running import RunningRequests, busy_ns
@@ -195,8 +195,7 @@ class Run(Admissions, Recording):
             PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n))
         busy = busy_ns(seconds)
         if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
-            fits = ((seconds * NS_PER_S < 2**62) & (seconds >= 0)).all(axis=1)
-            j = int(np.argmax(~fits))
+            j = int(np.argmax(~fits_clock(seconds).all(axis=1)))
             self.cap = min(self.cap, k + j)
             if not j:
                 return False
@@ -306,13 +305,16 @@ class Run(Admissions, Recording):
 
     # -- the end of the run ----------------------------------------------------------------------------
 
+    def _rows_through(self, upto: int) -> np.ndarray:
+        """How many of rows 0..upto − 1 each column runs in."""
+        n = self.n
+        return np.clip(np.minimum(self.left[:n], upto - self.first[:n]), 0, None)
+
     def commit(self, m: int, handing_over: bool) -> list[SchedulerOutput] | None:
         """Apply and record rows 0..m − 1; if ``handing_over``, return the plans of row m (planned already)."""
         self.apply(m, handing_over)
-        n = self.n
-        first, left = self.first[:n], self.left[:n]
-        ran = np.clip(np.minimum(left, m - first), 0, None)
-        self._deliver(m, ran, ran + ((first < m) & (m - first < left)) if handing_over else ran, handing_over)
+        ran = self._rows_through(m)
+        self._deliver(m, ran, self._rows_through(m + 1) if handing_over else ran, handing_over)
         self._record(m)
         if not handing_over:
             return None
@@ -461,11 +463,8 @@ class Run(Admissions, Recording):
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
         all) started (an error stopped the simulation during row m, or as it started); every row was counted
         against the limits as it started. The requests and the schedulers as it leaves them."""
-        n = self.n
-        first, left = self.first[:n], self.left[:n]
-        ran = np.clip(np.minimum(left, m - first), 0, None)
-        planned = ran if not ahead else np.clip(np.minimum(left, m + ahead - first), 0, None)
-        self._deliver(m, ran, planned, False, saw_waiting=False)
+        ran = self._rows_through(m)
+        self._deliver(m, ran, self._rows_through(m + ahead) if ahead else ran, False, saw_waiting=False)
         last = m + (ahead if started is None else started) - 1
         self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
                               limits_counted=True)

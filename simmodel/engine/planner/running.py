@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.clock import NS_PER_S, fits_clock
 from simmodel.engine.scheduler.vllm import VllmScheduler
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class RunningRequests:
 def busy_ns(seconds: np.ndarray) -> np.ndarray | None:
     """Each pass's and rank's time in integer nanoseconds, or None where one would not fit the clock (the
     pass-by-pass path then reports it)."""
-    if not (seconds.max() * NS_PER_S < 2**62 and seconds.min() >= 0):  # NaN fails both, infinities one
+    if not fits_clock(seconds).all():
         return None
     return np.rint(seconds * NS_PER_S).astype(np.int64)
 
