@@ -243,30 +243,46 @@ class Worker:
         the run planned that pass already, else None. A run applied ahead (a worker making its own arrivals)
         is waited out to its end; any other is applied as its passes end (``_tick``)."""
         if isinstance(run, Ticked):
-            yield from self._tick(run.run, run.length)
-            return None
+            return (yield from self._tick(run.run, run.length))
         yield Late(self.env, run.end - self.env.now)
         return run.planned
 
-    def _tick(self, run, length: int) -> Generator[Event, Any, None]:
+    def _tick(self, run: Run, length: int) -> Generator[Event, Any, list[SchedulerOutput] | None]:
         """A run of up to ``length`` passes applied as they end (``planner.plan_ticked``): each pass's
         start and end is an event of its own, at the instant and in the order the pass-by-pass barrier makes
-        them, and ends the run once something was placed on the worker meanwhile (the next plan sees it)."""
+        them. Something placed on the worker meanwhile is seen by the plan at the end of that pass: the run
+        goes on if it takes what that plan admits (``Run.takes_placements``), else it ends there, and returns
+        that plan if it was made already (the worker runs it on its own)."""
         self._passes_in_flight += 1
+        horizon = self._limited_run()
         k = 0
         self._begin_row(run, 0, delivered=0, ahead=1)
         while True:
             yield Late(self.env, int(run.end[k]) - self.env.now)
-            stop = k + 1 == length or self._placed_since_plan
+            placed = self._placed_since_plan
+            stop = k + 1 == length or (placed and not run.takes_placements)
             run.end_row(k, plan_next=not stop)
             if stop:
                 break
             k += 1
+            if placed:
+                self._open_run = (run, k, 1, 0)
+                outs = run.admit_placed(k, self.env.now)
+                # What the plan set going (a P/D transfer once blocks are reserved) starts before the pass
+                # does, as between the ranks' plans and the barrier.
+                yield self.env.timeout(0)
+                if not run.take(k, outs, self.env.now) or run.waiting() or run.valid(horizon) <= k:
+                    self._open_run = None
+                    self._passes_in_flight -= 1
+                    self._size_next_run(k, length)
+                    return run.hand_over(k)
+                length = run.valid(horizon)
             self._begin_row(run, k, delivered=k, ahead=1)
         self._open_run = None
         self._passes_in_flight -= 1
         run.close(k + 1)
         self._size_next_run(k + 1, length)
+        return None
 
     def _tick_async(self, run, length: int) -> Generator[Event, Any, tuple]:
         """``_tick`` under async scheduling (``planner.plan_ticked_async``): with the pass in flight (row 0)

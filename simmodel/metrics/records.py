@@ -30,34 +30,29 @@ class PassLog:
         self._blocks: list[np.ndarray | tuple[int, tuple, dict | None]] = []
         """Rows in order: joined blocks, shape (fields, rows), and blocks not joined yet, (rows, per-field values,
         first rows' values): coalesced runs, and rows appended one by one."""
-        self._open: list[array] = []
-        self._appenders: list = []
-        self._new_open_block()
+        self._open = array("q")
+        """The integer fields of the rows appended one by one since the last block, row after row (a block of
+        columns at the next ``extend`` or read)."""
         self._max_end: int | None = None
         self._num_runs = 0
         """Blocks not joined yet (the last ones of ``_blocks``, from ``_first_run`` on)."""
         self._first_run = 0
 
-    def _new_open_block(self) -> None:
-        self._open = [array("q") for _ in self.INT_FIELDS]
-        self._appenders = [column.append for column in self._open]
-
     def _close_open_block(self) -> None:
-        """Keep the rows appended one by one as a block of their own (their arrays as they are, like a run's:
+        """Keep the rows appended one by one as a block of their own (their columns as arrays, like a run's:
         the async loop closes one after every pass it plans alone)."""
-        if self._open[0]:
+        if self._open:
             if not self._num_runs:
                 self._first_run = len(self._blocks)
-            self._blocks.append((len(self._open[0]), tuple(np.frombuffer(c, dtype=np.int64) for c in self._open),
-                                 None))
+            rows = np.frombuffer(self._open, dtype=np.int64).reshape(-1, len(self.INT_FIELDS))
+            self._blocks.append((len(rows), tuple(np.ascontiguousarray(rows.T)), None))
             self._num_runs += 1
-            self._new_open_block()
+            self._open = array("q")
 
     def append(self, record: PassRecord) -> None:
         self.role.append(record.role)
         self.provenance.append(record.provenance)
-        for put, value in zip(self._appenders, record[1:-1]):
-            put(value)
+        self._open.extend(record[1:-1])
         if self._max_end is None or record.end_ns > self._max_end:
             self._max_end = record.end_ns
 

@@ -76,6 +76,16 @@ SCENARIOS = {
                                          {"requests_per_second": 20, "requests": 60}]},
                      "stop": {}}},
         worker(parallelism={"attention_data": 2}, scheduler={"prefill_schedule_interval": 3})),
+    # The decode pool's KV is tight (reservations wait for blocks, preemptions) and cached; its ranks are two
+    # attention-DP ranks behind shared links with a latency (transfers queue, handoffs come later).
+    "disaggregated-tight-kv-dp2-shared-link": merged({"engine": {
+        "mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 20, "bytes_per_token": 131072,
+                                                 "latency_ms": 2, "contention": "shared_link"},
+        "workers": {"prefill": {**POLYNOMIAL, "kv_cache": {"prefix_caching": True},
+                                "parallelism": {"replicas": 2}},
+                    "decode": {**POLYNOMIAL, "parallelism": {"attention_data": 2},
+                               "kv_cache": {"prefix_caching": True, "capacity": {"type": "fixed", "blocks": 400}}}}}},
+        {"traffic": {"source": {"shared_prefix": {"tokens": 128, "groups": 2}}}}),
 }
 # Fixed pass times make instants coincide: pass ends of both pools, transfer ends and placements at once.
 SCENARIOS["disaggregated-fixed-timing"] = copy.deepcopy(SCENARIOS["disaggregated"])
@@ -83,6 +93,7 @@ for _role in SCENARIOS["disaggregated-fixed-timing"]["engine"]["workers"].values
     _role.pop("timing")
 del SCENARIOS["disaggregated"]["engine"]["workers"]["aggregated"]
 del SCENARIOS["disaggregated-fixed-timing"]["engine"]["workers"]["aggregated"]
+del SCENARIOS["disaggregated-tight-kv-dp2-shared-link"]["engine"]["workers"]["aggregated"]
 SCENARIOS["stop-time"]["traffic"]["stop"] = {"max_virtual_time_seconds": 3.0}
 
 
@@ -178,6 +189,36 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
     decoding = len(passes[(passes.role != "prefill") & (passes.dp_rank == 0)])  # one row per rank: count rank 0
     kind = "as they end" if applied_as_they_end else "ahead"
     assert in_runs[kind] > 0.7 * decoding, (in_runs, decoding)
+
+
+@pytest.mark.parametrize("name", ["disaggregated", "disaggregated-fixed-timing"])
+def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, name):
+    """A P/D decode worker's run applied as its passes end does not stop where a prefilled request is placed
+    on it: the plan after the placement reserves its blocks, the one after the transfer admits it, and the
+    run takes both (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``).
+    Most handoffs are therefore admitted inside a run, and a decode run spans many requests."""
+    from simmodel.engine.planner import admissions
+    from simmodel.engine.planner import run as planned_run
+
+    counts = {"handoffs taken": 0, "decode runs": 0}
+    take, init = admissions.Admissions.take, planned_run.Run.__init__
+
+    def counting_take(self, k, outs, admitted_at):
+        taken = take(self, k, outs, admitted_at)
+        if taken:
+            counts["handoffs taken"] += sum(q.kv_transferred for out in outs for q in out.admitted)
+        return taken
+
+    def counting_init(self, worker, *args, **kwargs):
+        counts["decode runs"] += worker.role == "decode"
+        init(self, worker, *args, **kwargs)
+
+    monkeypatch.setattr(admissions.Admissions, "take", counting_take)
+    monkeypatch.setattr(planned_run.Run, "__init__", counting_init)
+    _, results = run(SCENARIOS[name], coalesce=True)
+    requests = len(results.requests)
+    assert counts["handoffs taken"] > 0.7 * requests, (counts, requests)
+    assert counts["decode runs"] < 0.2 * requests, (counts, requests)
 
 
 def test_a_request_waiting_for_token_budget_is_admitted_when_the_budget_is_back(tmp_path):

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.request import RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.timing import DECODE, PREFILL
 
@@ -25,13 +24,13 @@ class Admissions:
         outs = []
         for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
             if self.finishes[r]:  # the scheduler's list, as the passes before left it
-                sched.running = [q for q in sched.running if q.status is RequestStatus.RUNNING]
+                sched.drop_finished()
                 self.finishes[r] = False
             cfg = sched.config
             eligible = len(sched.running) + len(sched.waiting) + len(sched.handoffs)
             threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
             out = SchedulerOutput()
-            sched.finished_since_schedule = False
+            sched.start_plan()
             used = pool.num_used_blocks
             budget = cfg.max_num_batched_tokens - int(self.cells[k, r, DECODE])  # after the row's decodes
             skipped = self.skipped[r] = sched.admit_waiting(budget, threshold, out, arrived_before)
@@ -48,7 +47,8 @@ class Admissions:
         self.last_admission = k
         waits = [bool(sched.waiting) for sched in self.scheds]
         admitted = any(out.admitted for out in outs)
-        if not admitted and not any(waits):
+        reserved = any(self.admitted_blocks[k])  # a P/D decode rank reserved blocks for incoming KV
+        if not admitted and not any(waits) and not reserved:
             return False
         for r, (sched, out, skipped) in enumerate(zip(self.scheds, outs, self.skipped)):
             if (sched.handoffs or out.resumed or skipped or not all(out.samples)
@@ -58,31 +58,39 @@ class Admissions:
                     and (out.admitted or self.cells[k, r, PREFILL + 1])):
                 return False  # budget spent on prefill is back in the next row, which may admit the next one
         self.waits = waits
-        if not admitted:
-            return True  # the first waiting request does not fit yet: the row only decodes
+        if not admitted:  # the row only decodes: the first waiting request does not fit yet, or its KV is
+            self._kv_check(k + 1)  # still to come (its blocks reserved)
+            return True
         max_model_len, bs = self.scheds[0].config.max_model_len, self.bs
         staged = self.recorder.staged
         for out in outs:
-            for request in out.requests:
+            for request, decode in zip(out.requests, out.is_decode):
                 if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
                         or request.on_finish is not None or request.num_output_tokens or request.bootstrap
-                        or request.kv_transferred or (staged and request.stage != self.stage)):
-                    return False
+                        or request.kv_transferred is not decode or (staged and request.stage != self.stage)):
+                    return False  # (a received P/D handoff is admitted as a decode, a prompt as a prefill)
         cells, rows = self.cells, self.rows
         for r, out in enumerate(outs):
             prefill = cells[k, r]
-            for request, q, c in zip(out.requests, out.num_new_tokens, out.num_context_tokens):
+            for request, q, c, decode in zip(out.requests, out.num_new_tokens, out.num_context_tokens,
+                                             out.is_decode):
                 prompt, blocks = request.num_prompt_tokens, request.num_blocks
                 left = min(request.max_tokens, max_model_len - prompt)
                 context = prompt - 1
                 self._column(request, r, context, left, k, blocks, request.num_cached_blocks)
-                request.first_admitted_at = admitted_at
-                prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
-                prefill[PREFILL + 1] += q
-                prefill[PREFILL + 2] += c
-                prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
-                prefill[PREFILL + 4] += 1
-                lo, hi = k + 1, min(k + left, rows)
+                if decode:  # a received handoff: its first pass decodes the prompt's last token, sampling the
+                    request.decode_admitted_at = admitted_at  # client's first token (which follows none)
+                    self.first_decodes[k, r] += 1
+                    lo = k
+                else:
+                    request.first_admitted_at = admitted_at
+                    prefill[PREFILL] += 1  # its prefill: q new tokens on c cached, sampling its first token
+                    prefill[PREFILL + 1] += q
+                    prefill[PREFILL + 2] += c
+                    prefill[PREFILL + 3] += q * c + q * (q + 1) // 2
+                    prefill[PREFILL + 4] += 1
+                    lo = k + 1
+                hi = min(k + left, rows)
                 if lo < hi:  # its decodes: context + j − k tokens in KV in row j
                     cells[lo:hi, r, DECODE:DECODE + 5] += self.ramp[lo:hi]
                     cells[lo:hi, r, DECODE + 2:DECODE + 4] += context - k

@@ -37,10 +37,10 @@ class Recording:
         worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
         s = int(self.asynchronous) if begins else 0  # rows planned ahead of the deliveries
-        cells = self.cells[lo:hi + s]
-        decodes = cells[:, :, DECODE].astype(np.int64)
-        prefill_seqs = cells[:, :, PREFILL].astype(np.int64)
-        prefill_tokens = cells[:, :, PREFILL + 1].astype(np.int64)
+        cells = self.cells[lo:hi + s, :, :max(DECODE, PREFILL + 1) + 1].astype(np.int64)
+        decodes = cells[:, :, DECODE]
+        prefill_seqs = cells[:, :, PREFILL]
+        prefill_tokens = cells[:, :, PREFILL + 1]
         tokens = decodes + prefill_tokens
         m = hi - lo
         starts = self._starts(lo, hi + s)
@@ -49,9 +49,8 @@ class Recording:
         values, counts = rec.itl_values, rec.itl_counts
         kept = 0
         follows = decodes[:m]  # decodes: their token follows one sampled the pass before
-        if lo == 0 and self.first_decodes.any():
-            follows = follows.copy()
-            follows[0] -= self.first_decodes
+        if self.first_decodes[lo:hi].any():
+            follows = follows - self.first_decodes[lo:hi]
         if R == 1:
             for gap, c in zip(gaps, follows[:, 0].tolist()):
                 if c > 0:
@@ -85,7 +84,10 @@ class Recording:
                               int(ends[m - 1]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
-            rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
+            if m == 1:
+                rec.num_done += len(finished.get(lo, ()))
+            else:
+                rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
             return
         new_event = tuple.__new__
         PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
@@ -135,7 +137,7 @@ class Recording:
         ``tokens`` scheduled per rank)."""
         worker = self.worker
         role, w, new_event = worker.role, worker.worker_id, tuple.__new__
-        for r, out in enumerate(self.plans_by_row.get(j) or ()):
+        for r, out in enumerate(() if j in self.recorded_rows else self.plans_by_row.get(j) or ()):
             for request, q in zip(out.requests, out.num_new_tokens):
                 add(new_event(EventRow, (planned_at, EventKind.ADMISSION, w, r, request.request_id, q, role, -1)))
         for r in range(self.num_ranks):

@@ -72,6 +72,13 @@ class Run(Admissions, Recording):
         """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.admits = admits_arrivals(worker)
         """Whether the run admits requests itself (``admits_arrivals``)."""
+        self.takes_placements = not self.admits and not self.asynchronous and worker.prefill_schedule_interval <= 1
+        """Whether the run, applied as its passes end, goes on through requests placed on the worker meanwhile
+        (P/D handoffs, a closed loop's next requests): the plan at the end of the row they come in admits them
+        (``admit_placed``), and the run takes them if it can (``take``), else hands that plan over (``hand_over``).
+        Not under a prefill schedule interval (see ``admits_arrivals``)."""
+        self.recorded_rows: set[int] = set()
+        """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
         self.planned_first = run.plans is not None
         self.requests: list[Request] = list(run.requests)
@@ -104,15 +111,15 @@ class Run(Admissions, Recording):
         contexts = run.per_rank(np.where(active, context, 0))
         table = self.table = np.zeros((rows * R, 10), order="F")  # each column contiguous: priced as arrays
         cells = self.cells = table.reshape(rows, R, 10)  # the same numbers by row and rank
-        self.first_decodes = np.zeros(R, np.int64)
-        """Per rank, the requests whose first token row 0 samples in a decode (a P/D decode leg's first pass):
-        priced and counted as decodes, but their token follows none."""
+        self.first_decodes = np.zeros((rows, R), np.int64)
+        """Per row and rank, the requests whose first token the row samples in a decode (a P/D decode leg's first
+        pass): priced and counted as decodes, but their token follows none."""
         if self.planned_first:  # the first row's prefills, from the plans, are not decodes
             for i in np.flatnonzero(run.new).tolist():
                 r = int(run.rank_of[i])
                 plan, k = run.plans[r], i - run.bounds[r]
                 if plan.is_decode[k]:
-                    self.first_decodes[r] += 1
+                    self.first_decodes[0, r] += 1
                     continue
                 q, c = plan.num_new_tokens[k], plan.num_context_tokens[k]
                 cells[0, r, PREFILL:PREFILL + 5] += (1, q, c, q * c + q * (q + 1) // 2, 1)
@@ -322,12 +329,14 @@ class Run(Admissions, Recording):
 
     def _hand_over(self, k: int, planned_at: int) -> list[SchedulerOutput]:
         """Row k's plans, made at ``planned_at``, for the worker to run on their own: recorded as the ranks
-        record theirs, each scheduler left as its last admission left it."""
+        record theirs (unless recorded as they were made, ``recorded_rows``), each scheduler left as its last
+        admission left it."""
         plans = self._row_plans(k)
         for rank, sched, pool, plan, bound in zip(self.ranks, self.scheds, self.pools, plans, self.capacity_bound):
-            sched.prefill_capacity_bound = bound
+            sched.after_run(None, False, bound)
             plan.kv_blocks_used = pool.num_used_blocks
-            rank.record_plan(plan, planned_at)
+            if k not in self.recorded_rows:
+                rank.record_plan(plan, planned_at)
         return plans
 
     def _row_plans(self, k: int) -> list[SchedulerOutput]:
@@ -416,15 +425,15 @@ class Run(Admissions, Recording):
             rank.num_passes += m
             if m:
                 rank.last_delivery = ends[m - 1]
-            # What the plan of the last row found: the requests waiting, if it saw them (``saw_waiting``; a run
-            # applied as its passes end ends before any plan sees a request placed meanwhile).
-            sched.prefill_capacity_bound = saw_waiting and bool(sched.waiting)
-            # Handing over, the pass after the last delivery is planned already (``schedule()`` clears the
-            # flag), and the scheduler's running list is as that plan left it.
-            sched.finished_since_schedule = not handing_over and r in last_finished
+            running = None
             if still is not None:
                 mine = still if self.num_ranks == 1 else still[self.rank_of[still] == r]
-                sched.running = [requests[i] for i in mine.tolist()]
+                running = [requests[i] for i in mine.tolist()]
+            # Handing over, the pass after the last delivery is planned already (``schedule()`` cleared the
+            # finished flag), and the scheduler's running list is as that plan left it. The last plan found the
+            # requests waiting if it saw them (``saw_waiting``; a run applied as its passes end ends before any
+            # plan sees a request placed meanwhile).
+            sched.after_run(running, not handing_over and r in last_finished, saw_waiting and bool(sched.waiting))
 
     def _used(self, upto: int) -> np.ndarray:
         """Blocks in use on each rank when each row 0..upto − 1 was planned, shape (upto, ranks): allocations and
@@ -458,6 +467,28 @@ class Run(Admissions, Recording):
         pass barrier records a pass end."""
         self.apply(k + 1, plan_next)
         self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
+
+    def admit_placed(self, k: int, at: int) -> list[SchedulerOutput]:
+        """Row k, planned now (``at``, the end of row k − 1, ``end_row`` applied), sees requests placed on the
+        worker during row k − 1: every rank admits (``admit``) and records its plan's admissions, as a rank
+        records its plan."""
+        outs = self.admit(k)
+        for rank, out in zip(self.ranks, outs):
+            rank.record_plan(out, at)
+        self.recorded_rows.add(k)
+        return outs
+
+    def hand_over(self, m: int) -> list[SchedulerOutput]:
+        """The run stops after row m − 1, and row m, planned at its end (``admit_placed``), runs on its own:
+        the requests and the schedulers as that plan left them, and its plans."""
+        ran = self._rows_through(m)
+        self._deliver(m, ran, self._rows_through(m + 1), True)
+        self.worker.count_run(m, self.labels[:m], int(self.busy[m - 1].max()), limits_counted=True)
+        return self._hand_over(m, int(self.end[m - 1]))
+
+    def waiting(self) -> bool:
+        """Whether a request waits on any rank (or a received handoff is not admitted yet)."""
+        return any(sched.waiting or sched.handoffs for sched in self.scheds)
 
     def close(self, m: int, ahead: int = 0, started: int | None = None) -> None:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:

@@ -106,6 +106,25 @@ class VllmScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
 
+    # -- runs of passes planned in closed form (``engine.planner``) ------------------------------
+
+    def drop_finished(self) -> None:
+        """Take the requests a run of passes retired (``retire``) out of ``running``, keeping its order."""
+        self.running = [q for q in self.running if q.status is RequestStatus.RUNNING]
+
+    def start_plan(self) -> None:
+        """A plan begins (a run's admissions, as ``schedule()`` begins): the finished requests are reported."""
+        self.finished_since_schedule = False
+
+    def after_run(self, running: list[Request] | None, finished_in_last_pass: bool, capacity_bound: bool) -> None:
+        """Take the state a run of passes leaves: its running requests in running order (None: ``running`` is
+        as the run's last plan left it), whether one finished in its last pass (vLLM reports it at the next
+        schedule), and ``prefill_capacity_bound`` as its last plan found the waiting queue."""
+        if running is not None:
+            self.running = running
+        self.finished_since_schedule = finished_in_last_pass
+        self.prefill_capacity_bound = capacity_bound
+
     def engine_has_requests(self) -> bool:
         """vLLM's ``has_requests()``: unfinished requests, or finished ones not yet reported by a schedule."""
         return self.has_requests() or self.finished_since_schedule
