@@ -284,32 +284,44 @@ class Worker:
         self._size_next_run(k + 1, length)
         return None
 
-    def _tick_async(self, run, length: int) -> Generator[Event, Any, tuple]:
+    def _tick_async(self, run: AsyncRun, length: int) -> Generator[Event, Any, tuple]:
         """``_tick`` under async scheduling (``planner.plan_ticked_async``): with the pass in flight (row 0)
         and the next one planned now, each pass end delivers a row's outputs and plans the row after next, at
-        the instant and in the order the async loop makes them, until ``length`` rows are delivered or
-        something was placed on the worker meanwhile (the loop then makes that decision). Returns the pass
-        left in flight."""
+        the instant and in the order the async loop makes them, until ``length`` rows are delivered. Something
+        placed on the worker meanwhile is seen by that decision: the run goes on if it takes what the decision
+        admits, else it ends there (the loop then starts the row the decision planned, or makes the decision
+        itself). Returns the pass left in flight, and the plans of the row after it if they were made already."""
         ends = run.end
+        horizon = self._limited_run()
         self._begin_row(run, 1, delivered=0, ahead=2)
         self._passes_in_flight += 1
         self.open_pass_ends.append(int(ends[1]))
         d = 0
         while True:
             yield Late(self.env, int(ends[d]) - self.env.now)
-            stop = d + 1 == length or self._placed_since_plan
+            placed = self._placed_since_plan
+            stop = d + 1 == length or (placed and not run.takes_placements)
             run.end_row(d, plan_next=not stop)
             self._passes_in_flight -= 1
             self.open_pass_ends.remove(int(ends[d]))
             if stop:
                 break
+            if placed:
+                self._open_run = (run, d + 1, 2, 1)
+                outs = run.admit_placed(d + 2, self.env.now)
+                yield self.env.timeout(0)  # (see ``_tick``)
+                if not run.take(d + 2, outs, self.env.now) or run.waiting() or run.valid(horizon) <= d + 1:
+                    self._open_run = None
+                    self._size_next_run(d + 1, length)
+                    return run.hand_over(d + 1)
+                length = run.valid(horizon)
             self._begin_row(run, d + 2, delivered=d + 1, ahead=2)
             self._passes_in_flight += 1
             self.open_pass_ends.append(int(ends[d + 2]))
             d += 1
         self._open_run = None
         self._size_next_run(d + 1, length)
-        return run.close(d + 1)
+        return run.close(d + 1), None
 
     def _begin_row(self, run, row: int, delivered: int, ahead: int) -> None:
         """Start a row of a run applied as its passes end, noting for ``settle`` the rows ``delivered`` so far
@@ -460,7 +472,7 @@ class Worker:
                 while (planned is None and self.coalesce and in_flight is not None
                        and (run := self._coalesced_run(in_flight=in_flight))):
                     if isinstance(run, Ticked):  # applied as its passes end, up to this delivery
-                        in_flight = yield from self._tick_async(run.run, run.length)
+                        in_flight, planned = yield from self._tick_async(run.run, run.length)
                     else:  # applied ahead, up to this delivery; the next pass in flight
                         in_flight, end, planned = run
                         yield Late(self.env, end - self.env.now)

@@ -191,8 +191,9 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
     assert in_runs[kind] > 0.7 * decoding, (in_runs, decoding)
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name", ["disaggregated", "disaggregated-fixed-timing"])
-def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, name):
+def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, name, asynchronous):
     """A P/D decode worker's run applied as its passes end does not stop where a prefilled request is placed
     on it: the plan after the placement reserves its blocks, the one after the transfer admits it, and the
     run takes both (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``).
@@ -215,7 +216,7 @@ def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, nam
 
     monkeypatch.setattr(admissions.Admissions, "take", counting_take)
     monkeypatch.setattr(planned_run.Run, "__init__", counting_init)
-    _, results = run(SCENARIOS[name], coalesce=True)
+    _, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
     requests = len(results.requests)
     assert counts["handoffs taken"] > 0.7 * requests, (counts, requests)
     assert counts["decode runs"] < 0.2 * requests, (counts, requests)

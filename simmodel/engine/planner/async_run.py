@@ -121,6 +121,15 @@ class AsyncRun(Run):
         self.worker.count_run(m, self.labels[1:last + 1], int(self.busy[last].max()), limits_counted=True)
         return in_flight
 
+    def hand_over(self, m: int) -> tuple[tuple, list[SchedulerOutput]]:
+        """The run stops with rows 0..m − 1 delivered and row m in flight, and row m + 1, planned at the end of
+        row m − 1 (``admit_placed``), for the loop to start: the requests and the schedulers as that plan left
+        them, the pass in flight and row m + 1's plans."""
+        in_flight = self._in_flight(m, self.used_at[m])
+        self._deliver(m, self._rows_through(m), self._rows_through(m + 2), True)
+        self.worker.count_run(m, self.labels[1:m + 1], int(self.busy[m].max()), limits_counted=True)
+        return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))
+
     def _in_flight(self, m: int, used: np.ndarray) -> tuple:
         """Row m as the pass in flight the async loop keeps (plans, start, (busy per rank, provenance), end);
         ``used``: its blocks in use per rank when it was planned."""

@@ -72,7 +72,7 @@ class Run(Admissions, Recording):
         """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.admits = admits_arrivals(worker)
         """Whether the run admits requests itself (``admits_arrivals``)."""
-        self.takes_placements = not self.admits and not self.asynchronous and worker.prefill_schedule_interval <= 1
+        self.takes_placements = not self.admits and worker.prefill_schedule_interval <= 1
         """Whether the run, applied as its passes end, goes on through requests placed on the worker meanwhile
         (P/D handoffs, a closed loop's next requests): the plan at the end of the row they come in admits them
         (``admit_placed``), and the run takes them if it can (``take``), else hands that plan over (``hand_over``).
@@ -469,10 +469,10 @@ class Run(Admissions, Recording):
         self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
 
     def admit_placed(self, k: int, at: int) -> list[SchedulerOutput]:
-        """Row k, planned now (``at``, the end of row k − 1, ``end_row`` applied), sees requests placed on the
-        worker during row k − 1: every rank admits (``admit``) and records its plan's admissions, as a rank
+        """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees
+        requests placed on the worker during that row: every rank admits (``admit``) and records its plan's admissions, as a rank
         records its plan."""
-        outs = self.admit(k)
+        outs = self.admit(k, at if self.asynchronous else None)  # (async: seeing the requests arrived before)
         for rank, out in zip(self.ranks, outs):
             rank.record_plan(out, at)
         self.recorded_rows.add(k)
