@@ -95,6 +95,13 @@ class Rank:
         else:
             self._pending_releases.append((leg, on_release))
 
+    def apply_pending_releases(self) -> None:
+        """At this rank's pass end: free the KV of the prefill legs whose transfer ended during the pass."""
+        if self._pending_releases:
+            releases, self._pending_releases = self._pending_releases, []
+            for leg, on_release in releases:
+                self._release(leg, on_release)
+
     def _release(self, leg: Request, on_release) -> None:
         self.scheduler.release(leg)
         on_release(leg)
@@ -182,10 +189,7 @@ class Rank:
             rec.event(end_ns, kind, w, r, request.request_id, request.num_output_tokens, role)
             if request.on_finish is not None:
                 request.on_finish(request)
-        if self._pending_releases:
-            releases, self._pending_releases = self._pending_releases, []
-            for leg, on_release in releases:
-                self._release(leg, on_release)
+        self.apply_pending_releases()
         self._record_pass(plan, pass_index, start_ns, pass_end, busy_ns, len(sampled), provenance)
 
     def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,

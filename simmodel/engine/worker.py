@@ -253,33 +253,38 @@ class Worker:
         them. Something placed on the worker meanwhile is seen by the plan at the end of that pass: the run
         goes on if it takes what that plan admits (``Run.takes_placements``), else it ends there, and returns
         that plan if it was made already (the worker runs it on its own)."""
-        self._passes_in_flight += 1
         horizon = self._limited_run()
         k = 0
         self._begin_row(run, 0, delivered=0, ahead=1)
         while True:
+            self._passes_in_flight += 1
             yield Late(self.env, int(run.end[k]) - self.env.now)
-            placed = self._placed_since_plan
-            stop = k + 1 == length or (placed and not run.takes_placements)
-            run.end_row(k, plan_next=not stop)
-            if stop:
+            self._passes_in_flight -= 1
+            self._open_run = (run, k + 1, 0, 0)  # (its finishes may call back, and fail the run)
+            called_back = run.end_row(k)
+            if k + 1 == length:
                 break
-            k += 1
-            if placed:
-                self._open_run = (run, k, 1, 0)
-                outs = run.admit_placed(k, self.env.now)
-                # What the plan set going (a P/D transfer once blocks are reserved) starts before the pass
-                # does, as between the ranks' plans and the barrier.
+            if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
-                if not run.take(k, outs, self.env.now) or run.waiting() or run.valid(horizon) <= k:
+            if self._placed_since_plan and not run.takes_placements:
+                break
+            admits = self._placed_since_plan or run.waiting()
+            run.plan_row(k)
+            k += 1
+            self._open_run = (run, k, 1, 0)
+            outs = run.admit_placed(k, self.env.now) if admits else None
+            if admits or called_back:
+                # What the plan or the callbacks set going (a P/D transfer once blocks are reserved, a client's
+                # next request) runs before the pass starts, as between the ranks' plans and the barrier.
+                yield self.env.timeout(0)
+            if admits:  # the plan saw requests placed meanwhile, or waiting still (its scheduler tried them)
+                if not run.take(k, outs, self.env.now) or run.valid(horizon) <= k:
                     self._open_run = None
-                    self._passes_in_flight -= 1
                     self._size_next_run(k, length)
                     return run.hand_over(k)
                 length = run.valid(horizon)
             self._begin_row(run, k, delivered=k, ahead=1)
         self._open_run = None
-        self._passes_in_flight -= 1
         run.close(k + 1)
         self._size_next_run(k + 1, length)
         return None
@@ -299,18 +304,25 @@ class Worker:
         d = 0
         while True:
             yield Late(self.env, int(ends[d]) - self.env.now)
-            placed = self._placed_since_plan
-            stop = d + 1 == length or (placed and not run.takes_placements)
-            run.end_row(d, plan_next=not stop)
             self._passes_in_flight -= 1
+            self._open_run = (run, d + 1, 1, 1)  # (its finishes may call back, and fail the run)
+            called_back = run.end_row(d)
             self.open_pass_ends.remove(int(ends[d]))
-            if stop:
+            if d + 1 == length:
                 break
-            if placed:
-                self._open_run = (run, d + 1, 2, 1)
-                outs = run.admit_placed(d + 2, self.env.now)
+            if called_back:  # (see ``_tick``)
+                yield self.env.timeout(0)
+            placed = self._placed_since_plan
+            if placed and not run.takes_placements:
+                break
+            admits = placed or run.waiting()  # (a request placed at this very instant waits unseen)
+            run.plan_row(d)
+            self._open_run = (run, d + 1, 2, 1)
+            outs = run.admit_placed(d + 2, self.env.now) if admits else None
+            if admits or called_back:
                 yield self.env.timeout(0)  # (see ``_tick``)
-                if not run.take(d + 2, outs, self.env.now) or run.waiting() or run.valid(horizon) <= d + 1:
+            if admits:
+                if not run.take(d + 2, outs, self.env.now) or run.valid(horizon) <= d + 1:
                     self._open_run = None
                     self._size_next_run(d + 1, length)
                     return run.hand_over(d + 1)

@@ -176,9 +176,9 @@ def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as
         return record(self, m)
 
     def counting(end_row):
-        def counting_end_row(self, k, plan_next):
+        def counting_end_row(self, k):
             in_runs["as they end"] += 1
-            return end_row(self, k, plan_next)
+            return end_row(self, k)
         return counting_end_row
 
     monkeypatch.setattr(planned_run.Run, "_record", counting_record)
@@ -220,6 +220,34 @@ def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, nam
     requests = len(results.requests)
     assert counts["handoffs taken"] > 0.7 * requests, (counts, requests)
     assert counts["decode runs"] < 0.2 * requests, (counts, requests)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("name", ["closed-loop", "closed-loop-dp2"])
+def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, name, asynchronous):
+    """In a run applied as its passes end, a finish that acts on the simulation (a closed-loop client sending
+    its next request) calls back as its row is recorded, at its instant, and the run goes on (the next request,
+    placed by it, is admitted by the next row's plan). Most finishes happen inside runs, and a run spans
+    many requests (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``)."""
+    from simmodel.engine.planner import run as planned_run
+
+    counts = {"called back in a run": 0, "runs": 0}
+    deliver, init = planned_run.Run.deliver_finished, planned_run.Run.__init__
+
+    def counting_deliver(self, columns, row):
+        counts["called back in a run"] += len(columns)
+        return deliver(self, columns, row)
+
+    def counting_init(self, worker, *args, **kwargs):
+        counts["runs"] += 1
+        init(self, worker, *args, **kwargs)
+
+    monkeypatch.setattr(planned_run.Run, "deliver_finished", counting_deliver)
+    monkeypatch.setattr(planned_run.Run, "__init__", counting_init)
+    _, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
+    requests = len(results.requests)
+    assert counts["called back in a run"] > 0.5 * requests, (counts, requests)
+    assert counts["runs"] < 0.5 * requests, (counts, requests)
 
 
 def test_a_request_waiting_for_token_budget_is_admitted_when_the_budget_is_back(tmp_path):

@@ -63,10 +63,12 @@ class Admissions:
             return True
         max_model_len, bs = self.scheds[0].config.max_model_len, self.bs
         staged = self.recorder.staged
+        callback_ends_run = not self.takes_placements  # (a finish calls back inside only such a run)
         for out in outs:
             for request, decode in zip(out.requests, out.is_decode):
                 if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1
-                        or request.on_finish is not None or request.num_output_tokens or request.bootstrap
+                        or callback_ends_run and request.on_finish is not None
+                        or request.num_output_tokens or request.bootstrap
                         or request.kv_transferred is not decode or (staged and request.stage != self.stage)):
                     return False  # (a received P/D handoff is admitted as a decode, a prompt as a prefill)
         cells, rows = self.cells, self.rows

@@ -26,9 +26,10 @@ class AsyncRun(Run):
     CACHE_SHIFT = (0, 1)
     FINISH_BACK = 1
 
-    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, in_flight: tuple) -> None:
+    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, in_flight: tuple,
+                 ticked: bool = False) -> None:
         self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
-        super().__init__(worker, run, now, rows)
+        super().__init__(worker, run, now, rows, ticked)
         self.start0 = first_start
         self.busy[0], self.end[0] = first_busy, first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
@@ -103,12 +104,16 @@ class AsyncRun(Run):
         planned and running a request."""
         return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
 
-    def end_row(self, d: int, plan_next: bool) -> None:
-        """Row d ends now (decision d): its outputs processed, and if ``plan_next`` row d + 2 planned; recorded as
-        the async loop records a pass's outputs."""
-        self.decide(d, plan_next)
-        used = self.used_at[d:d + 1] if d else np.array([[plan.kv_blocks_used for plan in self.in_flight_plans]])
-        self._record_rows(d, d + 1, used, begins=False)
+    def end_row(self, d: int) -> bool:
+        """Row d ends now (decision d): its outputs processed and recorded as the async loop records a pass's
+        outputs; whether a finish called back as it was recorded."""
+        self.decide(d, False)
+        used = self.used_at[d] if d else np.array([plan.kv_blocks_used for plan in self.in_flight_plans])
+        return self._record_row(d, used.tolist())
+
+    def plan_row(self, d: int) -> None:
+        """Decision d plans row d + 2 (its blocks taken, the delivered tokens cached)."""
+        self.decide(d, True)
 
     def close(self, m: int, ahead: int = 1, started: int | None = None) -> tuple:
         """The run stops with rows 0..m − 1 delivered and row m in flight, and ``ahead`` − 1 rows after it

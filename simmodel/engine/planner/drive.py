@@ -56,7 +56,7 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tu
     rows = min(_rows(worker, worker.env.now, horizon, started_before=0), worker.tick_rows)
     if run is None or rows < 1:
         return None
-    state = Run(worker, run, worker.env.now, rows)
+    state = Run(worker, run, worker.env.now, rows, ticked=True)
     state.price_from(0)
     m = state.valid(horizon)
     if m < 1:
@@ -185,7 +185,7 @@ def plan_ticked_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple
     rows = min(_rows(worker, now, horizon, started_before=1), worker.tick_rows)
     if run is None or rows < 2:
         return None
-    state = AsyncRun(worker, run, now, rows, in_flight)
+    state = AsyncRun(worker, run, now, rows, in_flight, ticked=True)
     state.price_from(1)
     m = state.valid(horizon)
     if m < 1 or not state.busy[1:m + 1].max(axis=1).all():

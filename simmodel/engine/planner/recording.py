@@ -112,6 +112,64 @@ class Recording:
                 add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[x][r], role, self.base + k)))
         rec.add_events(rows)
 
+    def _record_row(self, k: int, used: list[int]) -> bool:
+        """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank
+        as the pass barrier finishes each rank's pass (``Rank.finish_pass``): its inter-token intervals, first
+        tokens and finishes, each finish calling back as it is recorded (a closed-loop client's next request),
+        the KV released on the rank meanwhile (``Rank.apply_pending_releases``), its
+        pass row and its end. Returns whether a finish called back."""
+        worker, rec = self.worker, self.recorder
+        role, w = worker.role, worker.worker_id
+        start = int(self.start0 if k == 0 else self.end[k - 1])
+        end = int(self.end[k])
+        index = self.base + k
+        cells = self.cells[k].astype(np.int64).tolist()
+        follow = (self.cells[k, :, DECODE].astype(np.int64) - self.first_decodes[k]).tolist()
+        busy = self.busy[k].tolist()
+        label = "+".join(self.labels[k])
+        keep = rec.keep_events or rec.sink is not None
+        firsts = self._first_tokens() if keep else {}
+        done = self.finished.get(k, ())
+        requests, rank_of = self.requests, self.rank_of
+        new_event = tuple.__new__
+        called_back = False
+        PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
+        for r, rank in enumerate(self.ranks):
+            row = cells[r]
+            decodes, prefill_seqs, prefill_tokens = row[DECODE], row[PREFILL], row[PREFILL + 1]
+            tokens = decodes + prefill_tokens
+            if follow[r] > 0:  # decodes whose token follows one sampled the pass before
+                rec.itl_values.append(end - start)
+                rec.itl_counts.append(follow[r])
+                if rec.staged:  # a run's intervals are all of one stage
+                    rec.itl_stages.append(self.stage)
+            events = [new_event(EventRow, (end, FIRST_TOKEN, w, r, q.request_id, 1, role, -1))
+                      for q in firsts.get((k, r), ())]
+            for i in done:
+                if self.num_ranks > 1 and rank_of[i] != r:
+                    continue
+                request = requests[i]
+                if keep:
+                    events.append(new_event(EventRow, (end, FINISH, w, r, request.request_id,
+                                                       int(self.outputs[i] + self.left[i]), role, -1)))
+                else:
+                    rec.num_done += 1
+                if request.on_finish is not None:
+                    if events:
+                        rec.add_events(events)
+                        events = []
+                    self.deliver_finished([i], k)
+                    request.on_finish(request)
+                    called_back = True
+            if events:
+                rec.add_events(events)
+            rank.apply_pending_releases()
+            rec.passes.append(PassRecord(role, w, r, index, start, end, tokens, prefill_tokens, prefill_seqs, decodes,
+                                         decodes + prefill_seqs, used[r], 0, busy[r], label))
+            if keep:
+                rec.add_events([new_event(EventRow, (end, PASS_END, w, r, -1, tokens, role, index))])
+        return called_back
+
     def _first_tokens(self) -> dict[tuple[int, int], list]:
         """(row, rank): the requests whose first token that row samples (kept until a column is added)."""
         n = self.n

@@ -58,8 +58,10 @@ class Run(Admissions, Recording):
     FINISH_BACK = 0
     """A finish at step s retires the request after row s // 2 − this."""
 
-    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int) -> None:
+    def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, ticked: bool = False) -> None:
         self.worker, self.now, self.rows = worker, now, rows
+        self.ticked = ticked
+        """Whether the run is applied as its passes end (``Worker._tick``), each row at its own instant."""
         self.start0 = now
         """When row 0 starts."""
         ranks = self.ranks = worker.ranks
@@ -72,11 +74,13 @@ class Run(Admissions, Recording):
         """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.admits = admits_arrivals(worker)
         """Whether the run admits requests itself (``admits_arrivals``)."""
-        self.takes_placements = not self.admits and worker.prefill_schedule_interval <= 1
+        self.takes_placements = ticked and worker.prefill_schedule_interval <= 1
         """Whether the run, applied as its passes end, goes on through requests placed on the worker meanwhile
         (P/D handoffs, a closed loop's next requests): the plan at the end of the row they come in admits them
         (``admit_placed``), and the run takes them if it can (``take``), else hands that plan over (``hand_over``).
-        Not under a prefill schedule interval (see ``admits_arrivals``)."""
+        Then a finish that calls back into the simulation (a closed-loop client's next request) does so as its
+        row is recorded, and does not end the run. Not under a prefill schedule interval (see
+        ``admits_arrivals``)."""
         self.recorded_rows: set[int] = set()
         """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
@@ -139,7 +143,7 @@ class Run(Admissions, Recording):
         self.cap = rows
         """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
         the clock, or a finish would call back into the simulation)."""
-        if run.calls_back is not None:  # the pass in which such a request finishes runs on its own
+        if run.calls_back is not None and not self.takes_placements:  # the pass in which such a request finishes
             self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.asynchronous)
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
@@ -368,18 +372,45 @@ class Run(Admissions, Recording):
         request planned (async: row m is in flight; handing over: one more row is planned)."""
         n = self.n
         first = self.first[:n]
-        computed = (self.context[:n] + planned).tolist()
-        outputs = (self.outputs[:n] + delivered).tolist()
+        self._deliver_requests(np.arange(n), delivered, planned)
+        requests, ends = self.requests, self.end.tolist()
+        for row, done in self.finished.items():
+            for i in done:
+                requests[i].finished_at = ends[row]
+        last_finished = {int(self.rank_of[i]) for i in self.finished.get(m - 1, ())}
+        still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
+        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
+            rank.num_passes += m
+            if m:
+                rank.last_delivery = ends[m - 1]
+            running = None
+            if still is not None:
+                mine = still if self.num_ranks == 1 else still[self.rank_of[still] == r]
+                running = [requests[i] for i in mine.tolist()]
+            # Handing over, the pass after the last delivery is planned already (``schedule()`` cleared the
+            # finished flag), and the scheduler's running list is as that plan left it. The last plan found the
+            # requests waiting if it saw them (``saw_waiting``; a run applied as its passes end ends before any
+            # plan sees a request placed meanwhile).
+            sched.after_run(running, not handing_over and r in last_finished, saw_waiting and bool(sched.waiting))
+
+    def _deliver_requests(self, columns: np.ndarray, delivered: np.ndarray, planned: np.ndarray) -> None:
+        """Columns ``columns``' requests once ``delivered`` of their rows delivered their tokens and ``planned``
+        were planned (arrays over the columns given)."""
+        context, outs = self.context[columns], self.outputs[columns]
+        computed = (context + planned).tolist()
+        outputs = (outs + delivered).tolist()
         in_flight = (planned - delivered).tolist() if self.asynchronous else None
         blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
         if not self.caching:
-            blocks = np.maximum(self.blocks[:n], -(-(self.context[:n] + planned) // self.bs)).tolist()
-        lefts = self.left[:n].tolist()
+            blocks = np.maximum(self.blocks[columns], -(-(context + planned) // self.bs)).tolist()
+        lefts = self.left[columns].tolist()
         ends = self.end.tolist()
         base = self.base
-        first_rows, runs, prefills = first.tolist(), delivered.tolist(), self.prefills[:n].tolist()
+        first_rows, runs, prefills = self.first[columns].tolist(), delivered.tolist(), self.prefills[columns].tolist()
         plans = planned.tolist()
-        for i, request in enumerate(self.requests):
+        requests = self.requests
+        for i, c in enumerate(columns.tolist()):
+            request = requests[c]
             r = runs[i]
             if not r and prefills[i]:  # admitted into a row still to run: as its admission left it, but for
                 extra = plans[i] - 1  # the decodes planned after it (async, handing over: the row after it)
@@ -415,25 +446,6 @@ class Run(Admissions, Recording):
                 request.second_token_at = ends[f]
             request.last_token_at = ends[f + r - 1]
             request.last_token_pass = base + f + r - 1
-        requests = self.requests
-        for row, done in self.finished.items():
-            for i in done:
-                requests[i].finished_at = ends[row]
-        last_finished = {int(self.rank_of[i]) for i in self.finished.get(m - 1, ())}
-        still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
-        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
-            rank.num_passes += m
-            if m:
-                rank.last_delivery = ends[m - 1]
-            running = None
-            if still is not None:
-                mine = still if self.num_ranks == 1 else still[self.rank_of[still] == r]
-                running = [requests[i] for i in mine.tolist()]
-            # Handing over, the pass after the last delivery is planned already (``schedule()`` cleared the
-            # finished flag), and the scheduler's running list is as that plan left it. The last plan found the
-            # requests waiting if it saw them (``saw_waiting``; a run applied as its passes end ends before any
-            # plan sees a request placed meanwhile).
-            sched.after_run(running, not handing_over and r in last_finished, saw_waiting and bool(sched.waiting))
 
     def _used(self, upto: int) -> np.ndarray:
         """Blocks in use on each rank when each row 0..upto − 1 was planned, shape (upto, ranks): allocations and
@@ -462,11 +474,25 @@ class Run(Admissions, Recording):
             self._begin_events(k, start, start, tokens, rows.append)
             rec.add_events(rows)
 
-    def end_row(self, k: int, plan_next: bool) -> None:
-        """Row k ends now: its finishes applied, and if ``plan_next`` the planning of row k + 1; recorded as the
-        pass barrier records a pass end."""
-        self.apply(k + 1, plan_next)
-        self._record_rows(k, k + 1, self.used_at[k:k + 1], begins=False)
+    def end_row(self, k: int) -> bool:
+        """Row k ends now: its finishes applied and recorded as the pass barrier finishes each rank's pass
+        (``_record_row``); whether a finish called back as it was recorded."""
+        self.apply(k + 1, False)
+        return self._record_row(k, self.used_at[k].tolist())
+
+    def plan_row(self, k: int) -> None:
+        """Row k + 1 is planned now, at the end of row k (its blocks taken, its cache insertions made)."""
+        self.apply(k + 1, True)
+
+    def deliver_finished(self, columns: list[int], row: int) -> None:
+        """The requests of ``columns``, finished at the end of ``row`` (just recorded): as the run leaves them
+        (``_deliver``), before their finish calls back."""
+        index = np.array(columns)
+        left = self.left[index]
+        self._deliver_requests(index, left, left)
+        at = int(self.end[row])
+        for i in columns:
+            self.requests[i].finished_at = at
 
     def admit_placed(self, k: int, at: int) -> list[SchedulerOutput]:
         """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees

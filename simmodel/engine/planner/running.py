@@ -91,7 +91,9 @@ class RunningRequests:
         if not requests:
             return False
         if any(map(_LEG, requests)):
-            return False  # a prefill leg hands off when it finishes
+            # A prefill leg hands off when it finishes. Its pass is done with its prompt, so a prefill worker's
+            # run would mostly be one pass long, costing more than that pass on its own.
+            return False
         self.stage = 0
         if self.ranks[0].recorder.staged:  # a run's intervals are recorded under one stage
             stages = {r.stage for r in requests}
