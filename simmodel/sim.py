@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, TraceSource, WorkerRole
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
+from simmodel.engine.environment import Environment
 from simmodel.engine.limits import RunLimits
 from simmodel.engine.placement import ROUTERS, ArrivalRoutes, Router
 from simmodel.engine.rank import Rank
@@ -229,7 +229,7 @@ def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
 
 
 class Simulation:
-    """A deployment and its traffic as SimPy processes on one ``simpy.Environment``.
+    """A deployment and its traffic as SimPy processes on one ``simpy.Environment`` (``engine.environment.Environment``).
 
     Step through it with ``step()`` (to the next instant something observable happens: an arrival, an
     admission, a first token, a finish, a preemption; ``step(passes=True)``: a pass boundary too) or
@@ -247,7 +247,7 @@ class Simulation:
                  coalesce: bool = True) -> None:
         trace = check_workload(scenario)
         self.scenario = scenario
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.recorder = Recorder(keep_events, event_sink)
         self.recorder.staged = bool(scenario.traffic.load.stages)
         if event_sink is not None:

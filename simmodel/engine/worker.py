@@ -11,6 +11,7 @@ from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
 from simmodel.engine.clock import NS_PER_S, fits_clock
+from simmodel.engine.environment import Late
 from simmodel.engine.planner import carry, carry_async, plan_ticked, plan_ticked_async
 from simmodel.engine.planner.running import MAX_RUN
 from simmodel.engine.rank import Rank
@@ -22,21 +23,6 @@ from simmodel.perf.timing import PassBatch, PassTiming
 if TYPE_CHECKING:
     from simmodel.engine.planner.async_run import AsyncRun
     from simmodel.engine.planner.run import Run
-
-# SimPy processes same-time events by (priority, insertion order); URGENT is 0 and NORMAL 1.
-# Pass ends and wake-ups use a lower priority so that every arrival at the same instant is
-# already queued when the ranks plan the next pass (an arrival at a pass end joins the next pass).
-LATE = 2
-
-
-class Late(Event):
-    """An event that fires ``delay`` seconds from now, after all normal events of that instant."""
-
-    def __init__(self, env: simpy.Environment, delay: int = 0, value: Any = None) -> None:
-        super().__init__(env)
-        self._ok, self._value = True, value
-        env.schedule(self, LATE, delay)
-
 
 class Ahead(NamedTuple):
     """A synchronous run applied when it started (``planner.carry``): it ends at ``end``; ``planned``: the
