@@ -60,8 +60,6 @@ class Run(Admissions, Recording):
 
     def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, ticked: bool = False) -> None:
         self.worker, self.now, self.rows = worker, now, rows
-        self.ticked = ticked
-        """Whether the run is applied as its passes end (``Worker._tick``), each row at its own instant."""
         self.start0 = now
         """When row 0 starts."""
         ranks = self.ranks = worker.ranks
@@ -75,12 +73,12 @@ class Run(Admissions, Recording):
         self.admits = admits_arrivals(worker)
         """Whether the run admits requests itself (``admits_arrivals``)."""
         self.takes_placements = ticked and worker.prefill_schedule_interval <= 1
-        """Whether the run, applied as its passes end, goes on through requests placed on the worker meanwhile
-        (P/D handoffs, a closed loop's next requests): the plan at the end of the row they come in admits them
-        (``admit_placed``), and the run takes them if it can (``take``), else hands that plan over (``hand_over``).
-        Then a finish that calls back into the simulation (a closed-loop client's next request) does so as its
-        row is recorded, and does not end the run. Not under a prefill schedule interval (see
-        ``admits_arrivals``)."""
+        """Whether the run, applied as its passes end (``ticked``: ``Worker._tick``), goes on through requests
+        placed on the worker meanwhile (P/D handoffs, a closed loop's next requests): the plan at the end of the
+        row they come in admits them (``admit_placed``), and the run takes them if it can (``take``), else hands
+        that plan over (``hand_over``). Then a finish that calls back into the simulation (a closed-loop client's
+        next request) does so as its row is recorded, and does not end the run. Not under a prefill schedule
+        interval (see ``admits_arrivals``)."""
         self.recorded_rows: set[int] = set()
         """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
@@ -389,8 +387,9 @@ class Run(Admissions, Recording):
                 running = [requests[i] for i in mine.tolist()]
             # Handing over, the pass after the last delivery is planned already (``schedule()`` cleared the
             # finished flag), and the scheduler's running list is as that plan left it. The last plan found the
-            # requests waiting if it saw them (``saw_waiting``; a run applied as its passes end ends before any
-            # plan sees a request placed meanwhile).
+            # requests waiting if it saw them (``saw_waiting``: a run applied as its passes end ends before any
+            # plan sees a request placed meanwhile, unless it takes placements, and then no pass of it defers
+            # prefills, the only thing the flag decides).
             sched.after_run(running, not handing_over and r in last_finished, saw_waiting and bool(sched.waiting))
 
     def _deliver_requests(self, columns: np.ndarray, delivered: np.ndarray, planned: np.ndarray) -> None:
@@ -495,9 +494,9 @@ class Run(Admissions, Recording):
             self.requests[i].finished_at = at
 
     def admit_placed(self, k: int, at: int) -> list[SchedulerOutput]:
-        """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees
-        requests placed on the worker during that row: every rank admits (``admit``) and records its plan's admissions, as a rank
-        records its plan."""
+        """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees the
+        requests placed on the worker during that row, or still waiting: every rank admits (``admit``) and records
+        its plan's admissions, as a rank records its plan."""
         outs = self.admit(k, at if self.asynchronous else None)  # (async: seeing the requests arrived before)
         for rank, out in zip(self.ranks, outs):
             rank.record_plan(out, at)
