@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simmodel.engine.recorder import EventKind, PassRecord, Recorder
+from simmodel.engine.recorder import Event, EventKind, PassEnd, PassRecord, Recorder
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import Scheduler, SchedulerOutput
 
@@ -155,53 +155,81 @@ class Rank:
         pass_index = self.num_passes
         self.num_passes += 1
         sampled, finished = self.scheduler.update_from_output(plan)
-        w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
-        consecutive = 0
-        by_stage: dict[int, int] | None = {} if rec.staged else None  # staged loads count per stage
+        stage_of = self.recorder.staged  # staged loads count intervals per stage
+        intervals: list[tuple[int, int, int]] = []
+        first_tokens = []
+        consecutive: dict[int, int] = {}
         for request in sampled:
             if request.bootstrap:
                 continue  # the prefill leg's token never reaches the client
             n = request.num_output_tokens
+            stage = request.stage if stage_of else 0
             if request.first_token_at is None:
                 request.first_token_at = end_ns
-                rec.event(end_ns, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, role)
+                first_tokens.append(request)
             elif request.last_token_pass == pass_index - 1:
-                consecutive += 1
-                if by_stage is not None:
-                    by_stage[request.stage] = by_stage.get(request.stage, 0) + 1
+                consecutive[stage] = consecutive.get(stage, 0) + 1
             else:
-                rec.intervals(end_ns - request.last_token_at, 1, request.stage)
+                intervals.append((end_ns - request.last_token_at, 1, stage))
             if request.num_emitted > 1:  # speculative decoding: the extra tokens arrive together
-                rec.intervals(0, request.num_emitted - 1, request.stage)
+                intervals.append((0, request.num_emitted - 1, stage))
             if n >= 2 and request.second_token_at is None:
                 request.second_token_at = end_ns
             request.last_token_at = end_ns
             request.last_token_pass = pass_index
-        if by_stage is None:
-            rec.intervals(end_ns - self.last_delivery, consecutive)
-        else:
-            for stage, count in sorted(by_stage.items()):
-                rec.intervals(end_ns - self.last_delivery, count, stage)
+        gap = end_ns - self.last_delivery
+        intervals.extend((gap, count, stage) for stage, count in sorted(consecutive.items()))
         self.last_delivery = end_ns
-        for request in finished:
-            request.finished_at = end_ns
-            kind = EventKind.PREFILL_DONE if request.bootstrap else EventKind.FINISH
-            rec.event(end_ns, kind, w, r, request.request_id, request.num_output_tokens, role)
-            if request.on_finish is not None:
-                request.on_finish(request)
-        self.apply_pending_releases()
-        self._record_pass(plan, pass_index, start_ns, pass_end, busy_ns, len(sampled), provenance)
-
-    def _record_pass(self, plan: SchedulerOutput, pass_index: int, start_ns: int, end_ns: int,
-                     busy_ns: int, num_sampled: int, provenance: str) -> None:
         num_decode = sum(plan.is_decode)
-        prefill_tokens = sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d)
-        total = plan.total_num_scheduled_tokens
-        w, r = self.worker.worker_id, self.rank_id
-        self.recorder.passes.append(PassRecord(
-            self.role, w, r, pass_index, start_ns, end_ns, total, prefill_tokens, len(plan.requests) - num_decode,
-            num_decode, num_sampled, plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance))
-        self.recorder.event(end_ns, EventKind.PASS_END, w, r, -1, total, self.role, pass_index)
+        self.record_pass_end(PassEnd(
+            pass_index, start_ns, pass_end, end_ns, plan.total_num_scheduled_tokens,
+            sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d), len(plan.requests) - num_decode,
+            num_decode, len(sampled), plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance,
+            intervals, first_tokens, [(request, request.num_output_tokens) for request in finished]))
+
+    def record_pass_end(self, end: PassEnd, before_call_back=None) -> bool:
+        """Record the end of one of this rank's passes, in the order vLLM's engine makes it: the inter-token
+        intervals, the first tokens, then each finish (a finish that acts on the simulation, a closed-loop
+        client's next request or a prefill leg's handoff, calls back right after it is recorded, once
+        ``before_call_back(j)`` has readied the j-th finished request), the KV released meanwhile, the pass row
+        and its end. Returns whether a finish called back."""
+        w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
+        (pass_index, start_ns, end_ns, at, tokens, prefill_tokens, prefill_seqs, decodes, sampled, used, preempted,
+         busy_ns, provenance, intervals, first_tokens, finished) = end
+        for value, count, stage in intervals:
+            rec.intervals(value, count, stage)
+        keep = rec.keep_events or rec.sink is not None
+        new_event = tuple.__new__
+        events = [new_event(Event, (at, EventKind.FIRST_TOKEN, w, r, q.request_id, 1, role, -1))
+                  for q in first_tokens] if keep and first_tokens else []
+        called_back = False
+        for j, (request, outputs) in enumerate(finished):
+            request.finished_at = at
+            kind = EventKind.PREFILL_DONE if request.bootstrap else EventKind.FINISH
+            if keep:
+                events.append(new_event(Event, (at, kind, w, r, request.request_id, outputs, role, -1)))
+            elif kind is EventKind.FINISH:
+                rec.num_done += 1
+            if request.on_finish is not None:
+                if events:
+                    rec.add_events(events)
+                    events = []
+                if before_call_back is not None:
+                    before_call_back(j)
+                request.on_finish(request)
+                called_back = True
+        if keep:
+            events.append(new_event(Event, (end_ns, EventKind.PASS_END, w, r, -1, tokens, role, pass_index)))
+        if self._pending_releases:  # (their events come before the pass end's)
+            if events and keep:
+                rec.add_events(events[:-1])
+                events = events[-1:]
+            self.apply_pending_releases()
+        rec.passes.append(PassRecord(role, w, r, pass_index, start_ns, end_ns, tokens, prefill_tokens, prefill_seqs,
+                                     decodes, sampled, used, preempted, busy_ns, provenance))
+        if events:
+            rec.add_events(events)
+        return called_back
 
 
 def _new_tokens(plan: SchedulerOutput, request) -> int:

@@ -366,7 +366,7 @@ class Worker:
                 run = plan_ticked_async(self, self._limited_run(), in_flight)
                 return None if run is None else Ticked(*run)
             return carry_async(self, horizon, in_flight)
-        if self.arrivals is None:  # applied as its passes end: anything placed meanwhile ends it
+        if self.arrivals is None:  # applied as its passes end, seeing at each end what was placed meanwhile
             run = plan_ticked(self, self._limited_run(), plans)
             return None if run is None else Ticked(*run)
         run = carry(self, horizon, plans)

@@ -223,20 +223,19 @@ def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, nam
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("name", ["closed-loop", "closed-loop-dp2"])
-def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, name, asynchronous):
-    """In a run applied as its passes end, a finish that acts on the simulation (a closed-loop client sending
-    its next request) calls back as its row is recorded, at its instant, and the run goes on (the next request,
-    placed by it, is admitted by the next row's plan). Most finishes happen inside runs, and a run spans
-    many requests (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``)."""
+def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, asynchronous):
+    """In a one-rank run applied as its passes end, a finish that acts on the simulation (a closed-loop client
+    sending its next request) calls back as its row is recorded, at its instant, and the run goes on (the next
+    request, placed by it, is admitted by the next row's plan). Most finishes happen inside runs, and a run
+    spans many requests (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``)."""
     from simmodel.engine.planner import run as planned_run
 
     counts = {"called back in a run": 0, "runs": 0}
     deliver, init = planned_run.Run.deliver_finished, planned_run.Run.__init__
 
-    def counting_deliver(self, columns, row):
+    def counting_deliver(self, columns):
         counts["called back in a run"] += len(columns)
-        return deliver(self, columns, row)
+        return deliver(self, columns)
 
     def counting_init(self, worker, *args, **kwargs):
         counts["runs"] += 1
@@ -244,7 +243,7 @@ def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, name, asynch
 
     monkeypatch.setattr(planned_run.Run, "deliver_finished", counting_deliver)
     monkeypatch.setattr(planned_run.Run, "__init__", counting_init)
-    _, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
+    _, results = run(with_async(SCENARIOS["closed-loop"], asynchronous), coalesce=True)
     requests = len(results.requests)
     assert counts["called back in a run"] > 0.5 * requests, (counts, requests)
     assert counts["runs"] < 0.5 * requests, (counts, requests)
@@ -301,6 +300,42 @@ def test_an_error_inside_a_run_applied_as_its_passes_end_leaves_the_pass_by_pass
     same_error_both_ways(with_async(staged, asynchronous), "max_requests")
 
 
+FIXED_10 = {"type": "fixed", "prefill_ms": 10, "decode_ms": 10}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_limit_error_raised_by_a_finish_inside_a_run_leaves_the_pass_by_pass_state(ranks, asynchronous):
+    """A closed loop of three with ``limits.max_requests: 3``: the first finish's callback, sending request 3,
+    fails the run. On one rank that finish calls back inside a run, and a request finishing in the same pass
+    after it has no finish time (pass by pass, its pass stopped there); on two ranks the pass of the rank
+    that fails ends on its own, so that the other rank has not finished it. Found by a review's fuzzing."""
+    data = merged({"traffic": {"source": {"input_tokens": {"min": 1, "max": 60},
+                                          "output_tokens": {"min": 1, "max": 3 if ranks == 1 else 40}}},
+                   "limits": {"max_requests": 3}},
+                  worker(timing=FIXED_10, parallelism={"attention_data": ranks}))
+    data["traffic"]["load"] = {"type": "concurrency", "concurrency": 3}
+    data["traffic"]["stop"] = {"max_virtual_time_seconds": 20.0}
+    same_error_both_ways(with_async(data, asynchronous), "max_requests")
+
+
+@pytest.mark.parametrize("load", [{"type": "concurrency", "concurrency": 2},
+                                  {"type": "poisson", "requests_per_second": 50}])
+def test_an_error_after_a_decision_admitted_a_handoff_leaves_the_requests_running(load):
+    """Async P/D (fixed 10 ms passes): ``limits.max_passes`` fails the run as a decode row starts, after the
+    decision that admitted a handoff into the row after it: that request stays in its rank's running list, as
+    pass by pass (it used to be dropped from it). Found by a review's fuzzing."""
+    data = merged({"engine": {"mode": "disaggregated",
+                              "kv_transfer": {"bandwidth_gb_per_second": 50, "bytes_per_token": 131072},
+                              "workers": {"prefill": {"timing": FIXED_10}, "decode": {"timing": FIXED_10}}},
+                   "traffic": {"source": {"input_tokens": {"min": 10, "max": 50},
+                                          "output_tokens": {"min": 1, "max": 10}}},
+                   "limits": {"max_passes": 14 if load["type"] == "concurrency" else 16}})
+    data["traffic"]["load"], data["traffic"]["stop"] = load, {"requests": 30}
+    del data["engine"]["workers"]["aggregated"]
+    same_error_both_ways(with_async(data, True), "max_passes")
+
+
 def test_a_run_stopped_and_resumed_is_the_same_run():
     """``run(until=...)`` in slices: no coalesced pass may end past a slice's end, so the state at every
     stop, and the final outputs, are those of the pass-by-pass run."""
@@ -350,7 +385,9 @@ def same_error_both_ways(data: dict, match: str) -> None:
         with pytest.raises(SimulationError, match=match):
             sim.run()
         results.append(sim.results())
-        states.append((sim.env.now, sim.limits.num_passes, [q.num_computed_tokens for q in sim.requests]))
+        queues = [([q.request_id for q in rank.running], [q.request_id for q in rank.waiting], rank.num_passes,
+                   rank.pool.num_used_blocks) for w in sim.workers for rank in w.ranks]
+        states.append((sim.env.now, sim.limits.num_passes, [q.num_computed_tokens for q in sim.requests], queues))
     assert states[0] == states[1]
     assert_same(*results)
 

@@ -63,7 +63,7 @@ class Admissions:
             return True
         max_model_len, bs = self.scheds[0].config.max_model_len, self.bs
         staged = self.recorder.staged
-        callback_ends_run = not self.takes_placements  # (a finish calls back inside only such a run)
+        callback_ends_run = not self.calls_back_inside
         for out in outs:
             for request, decode in zip(out.requests, out.is_decode):
                 if (min(request.max_tokens, max_model_len - request.num_prompt_tokens) < 1

@@ -50,8 +50,9 @@ def carry(worker: Worker, horizon: float, plans: list | None = None,
 def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tuple[Run, int] | None:
     """Plan the worker's passes from now as a run applied as its passes end (``Worker._tick``), for a worker
     whose arrivals are not known ahead: returns the run and how many rows it may take (each ends before
-    ``horizon``), or None if no pass qualifies. The worker ends the run early, at the end of a row, if a request
-    was placed on it meanwhile (the next plan would see it). ``plans``: as for ``carry``."""
+    ``horizon``), or None if no pass qualifies. A request placed on the worker meanwhile is seen by the plan at
+    the end of that row, which the run takes or hands to the worker (``Worker._tick``). ``plans``: as for
+    ``carry``."""
     run = _gathered(worker, plans, asynchronous=False)
     rows = min(_rows(worker, worker.env.now, horizon, started_before=0), worker.tick_rows)
     if run is None or rows < 1:

@@ -7,7 +7,7 @@ import numpy as np
 
 from simmodel.engine.planner.running import joined
 from simmodel.engine.recorder import Event as EventRow
-from simmodel.engine.recorder import EventKind, PassRecord
+from simmodel.engine.recorder import EventKind, PassEnd, PassRecord
 from simmodel.perf.timing import DECODE, PREFILL
 
 
@@ -19,7 +19,7 @@ class Recording:
         used = self._used(m)
         if self.asynchronous:
             used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
-        self._record_rows(0, m, used, begins=True)
+        self._record_rows(0, m, used)
         s = int(self.asynchronous)  # the passes started in the run: synchronous 0..m − 1, async 1..m
         self.worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
 
@@ -29,14 +29,14 @@ class Recording:
             return np.concatenate(([self.start0], self.end[:hi - 1]))
         return self.end[lo - 1:hi - 1]
 
-    def _record_rows(self, lo: int, hi: int, used: np.ndarray, begins: bool) -> None:
-        """Record rows lo..hi − 1 as the pass-by-pass loop records their passes (``used``: each one's blocks in use
-        per rank): per row, if ``begins``, every rank's admissions and then every rank's begin event, then per
-        rank its first tokens, finishes and end event. Async, a row's begin event (and its admissions) is
+    def _record_rows(self, lo: int, hi: int, used: np.ndarray) -> None:
+        """Record rows lo..hi − 1 of a run applied when it starts as the pass-by-pass loop records their passes
+        (``used``: each one's blocks in use per rank): per row, every rank's admissions and then every rank's
+        begin event, then per rank its first tokens, finishes and end event. Async, a row's begin event (and its admissions) is
         appended when it is planned, before the outputs of the row before it are delivered."""
         worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
-        s = int(self.asynchronous) if begins else 0  # rows planned ahead of the deliveries
+        s = int(self.asynchronous)  # rows planned ahead of the deliveries
         cells = self.cells[lo:hi + s, :, :max(DECODE, PREFILL + 1) + 1].astype(np.int64)
         decodes = cells[:, :, DECODE]
         prefill_seqs = cells[:, :, PREFILL]
@@ -67,7 +67,7 @@ class Recording:
         if rec.staged:  # a run's intervals are all of one stage
             rec.itl_stages.extend([self.stage] * kept)
         labels = joined(self.labels[lo:hi])
-        if m == 1:  # one row (a run applied as its passes end): appended as the barrier appends a pass's rows
+        if m == 1:  # one row: appended rank by rank, as the barrier appends a pass's rows
             self._append_row(lo, int(starts[0]), int(ends[0]), tokens[0], prefill_tokens[0], prefill_seqs[0],
                              decodes[0], used[0], labels[0])
         elif R == 1:
@@ -99,8 +99,8 @@ class Recording:
         for x in range(m):
             k = lo + x
             t1 = end_list[x]
-            if begins:  # row k + s is planned (its begin appended) as row k − 1 ends
-                self._begin_events(k + s, start_list[x], start_list[x + s], per_row[x + s], add)
+            # Row k + s is planned (its begin appended) as row k − 1 ends.
+            self._begin_events(k + s, start_list[x], start_list[x + s], per_row[x + s], add)
             done = finished.get(k, ())
             for r in range(R):
                 for request in firsts.get((k, r), ()):
@@ -114,12 +114,9 @@ class Recording:
 
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank
-        as the pass barrier finishes each rank's pass (``Rank.finish_pass``): its inter-token intervals, first
-        tokens and finishes, each finish calling back as it is recorded (a closed-loop client's next request),
-        the KV released on the rank meanwhile (``Rank.apply_pending_releases``), its
-        pass row and its end. Returns whether a finish called back."""
-        worker, rec = self.worker, self.recorder
-        role, w = worker.role, worker.worker_id
+        as the pass barrier finishes each rank's pass (``Rank.record_pass_end``, which the pass-by-pass loop
+        records through too): a finish that calls back does so as it is recorded, its request delivered first
+        (``deliver_finished``). Returns whether a finish called back."""
         start = int(self.start0 if k == 0 else self.end[k - 1])
         end = int(self.end[k])
         index = self.base + k
@@ -127,47 +124,22 @@ class Recording:
         follow = (self.cells[k, :, DECODE].astype(np.int64) - self.first_decodes[k]).tolist()
         busy = self.busy[k].tolist()
         label = "+".join(self.labels[k])
-        keep = rec.keep_events or rec.sink is not None
-        firsts = self._first_tokens() if keep else {}
+        rec = self.recorder
+        firsts = self._first_tokens() if rec.keep_events or rec.sink is not None else {}  # (for events only)
         done = self.finished.get(k, ())
-        requests, rank_of = self.requests, self.rank_of
-        new_event = tuple.__new__
+        requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
         called_back = False
-        PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
         for r, rank in enumerate(self.ranks):
             row = cells[r]
             decodes, prefill_seqs, prefill_tokens = row[DECODE], row[PREFILL], row[PREFILL + 1]
-            tokens = decodes + prefill_tokens
-            if follow[r] > 0:  # decodes whose token follows one sampled the pass before
-                rec.itl_values.append(end - start)
-                rec.itl_counts.append(follow[r])
-                if rec.staged:  # a run's intervals are all of one stage
-                    rec.itl_stages.append(self.stage)
-            events = [new_event(EventRow, (end, FIRST_TOKEN, w, r, q.request_id, 1, role, -1))
-                      for q in firsts.get((k, r), ())]
-            for i in done:
-                if self.num_ranks > 1 and rank_of[i] != r:
-                    continue
-                request = requests[i]
-                if keep:
-                    events.append(new_event(EventRow, (end, FINISH, w, r, request.request_id,
-                                                       int(self.outputs[i] + self.left[i]), role, -1)))
-                else:
-                    rec.num_done += 1
-                if request.on_finish is not None:
-                    if events:
-                        rec.add_events(events)
-                        events = []
-                    self.deliver_finished([i], k)
-                    request.on_finish(request)
-                    called_back = True
-            if events:
-                rec.add_events(events)
-            rank.apply_pending_releases()
-            rec.passes.append(PassRecord(role, w, r, index, start, end, tokens, prefill_tokens, prefill_seqs, decodes,
-                                         decodes + prefill_seqs, used[r], 0, busy[r], label))
-            if keep:
-                rec.add_events([new_event(EventRow, (end, PASS_END, w, r, -1, tokens, role, index))])
+            mine = done if self.num_ranks == 1 or not done else [i for i in done if rank_of[i] == r]
+            # Its decodes' tokens follow ones sampled the pass before: one interval, the pass gap, for them all.
+            pass_end = PassEnd(index, start, end, end, decodes + prefill_tokens, prefill_tokens, prefill_seqs,
+                               decodes, decodes + prefill_seqs, used[r], 0, busy[r], label,
+                               [(end - start, follow[r], self.stage)], firsts.get((k, r), ()),
+                               [(requests[i], int(outputs[i] + left[i])) for i in mine] if mine else ())
+            hook = (lambda j, mine=mine: self.deliver_finished([mine[j]])) if mine else None
+            called_back |= rank.record_pass_end(pass_end, hook)
         return called_back
 
     def _first_tokens(self) -> dict[tuple[int, int], list]:

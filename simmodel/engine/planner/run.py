@@ -60,6 +60,9 @@ class Run(Admissions, Recording):
 
     def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, ticked: bool = False) -> None:
         self.worker, self.now, self.rows = worker, now, rows
+        self.ticked = ticked
+        """Whether the run is applied as its passes end (``Worker._tick``): each row's finishes are recorded,
+        their ``finished_at`` set, as the row ends (``Recording._record_row``)."""
         self.start0 = now
         """When row 0 starts."""
         ranks = self.ranks = worker.ranks
@@ -76,9 +79,12 @@ class Run(Admissions, Recording):
         """Whether the run, applied as its passes end (``ticked``: ``Worker._tick``), goes on through requests
         placed on the worker meanwhile (P/D handoffs, a closed loop's next requests): the plan at the end of the
         row they come in admits them (``admit_placed``), and the run takes them if it can (``take``), else hands
-        that plan over (``hand_over``). Then a finish that calls back into the simulation (a closed-loop client's
-        next request) does so as its row is recorded, and does not end the run. Not under a prefill schedule
-        interval (see ``admits_arrivals``)."""
+        that plan over (``hand_over``). Not under a prefill schedule interval (see ``admits_arrivals``)."""
+        self.calls_back_inside = self.takes_placements and len(worker.ranks) == 1
+        """Whether a finish that calls back into the simulation (a closed-loop client's next request) does so
+        inside the run, as its row is recorded, instead of ending the run before that row. Only on one rank: a
+        callback may fail the run (``limits.max_requests``), and pass by pass the ranks after it would not
+        have finished that pass, which a run has applied for all its ranks at once."""
         self.recorded_rows: set[int] = set()
         """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
@@ -140,8 +146,8 @@ class Run(Admissions, Recording):
         """Rows up to this one have a request running (the ones after have none yet)."""
         self.cap = rows
         """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
-        the clock, or a finish would call back into the simulation)."""
-        if run.calls_back is not None and not self.takes_placements:  # the pass in which such a request finishes
+        the clock, or a finish would call back into the simulation outside ``calls_back_inside``)."""
+        if run.calls_back is not None and not self.calls_back_inside:  # the pass in which such a request finishes
             self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.asynchronous)
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
@@ -372,11 +378,14 @@ class Run(Admissions, Recording):
         first = self.first[:n]
         self._deliver_requests(np.arange(n), delivered, planned)
         requests, ends = self.requests, self.end.tolist()
-        for row, done in self.finished.items():
-            for i in done:
-                requests[i].finished_at = ends[row]
+        if not self.ticked:  # (a run applied as its passes end set them as each finish was recorded)
+            for row, done in self.finished.items():
+                for i in done:
+                    requests[i].finished_at = ends[row]
         last_finished = {int(self.rank_of[i]) for i in self.finished.get(m - 1, ())}
-        still = None if handing_over else np.flatnonzero((first <= m) & (first + self.left[:n] > m))
+        # Still running: the columns of a row planned (admitted ones included: async, up to two rows on) that do
+        # not finish in the rows delivered.
+        still = None if handing_over else np.flatnonzero((planned > 0) & (first + self.left[:n] > m))
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             rank.num_passes += m
             if m:
@@ -483,15 +492,12 @@ class Run(Admissions, Recording):
         """Row k + 1 is planned now, at the end of row k (its blocks taken, its cache insertions made)."""
         self.apply(k + 1, True)
 
-    def deliver_finished(self, columns: list[int], row: int) -> None:
-        """The requests of ``columns``, finished at the end of ``row`` (just recorded): as the run leaves them
+    def deliver_finished(self, columns: list[int]) -> None:
+        """The requests of ``columns``, finished at the end of the row just recorded: as the run leaves them
         (``_deliver``), before their finish calls back."""
         index = np.array(columns)
         left = self.left[index]
         self._deliver_requests(index, left, left)
-        at = int(self.end[row])
-        for i in columns:
-            self.requests[i].finished_at = at
 
     def admit_placed(self, k: int, at: int) -> list[SchedulerOutput]:
         """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees the
