@@ -45,7 +45,7 @@ class PassLog:
             if not self._num_runs:
                 self._first_run = len(self._blocks)
             rows = np.frombuffer(self._open, dtype=np.int64).reshape(-1, len(self.INT_FIELDS))
-            self._blocks.append((len(rows), tuple(np.ascontiguousarray(rows.T)), None))
+            self._blocks.append((len(rows), tuple(rows.T), None))  # (views of the rows: no copy)
             self._num_runs += 1
             self._open = array("q")
 
