@@ -155,7 +155,7 @@ class Rank:
         pass_index = self.num_passes
         self.num_passes += 1
         sampled, finished = self.scheduler.update_from_output(plan)
-        stage_of = self.recorder.staged  # staged loads count intervals per stage
+        staged = self.recorder.staged  # staged loads count intervals per stage
         intervals: list[tuple[int, int, int]] = []
         first_tokens = []
         consecutive: dict[int, int] = {}
@@ -163,7 +163,7 @@ class Rank:
             if request.bootstrap:
                 continue  # the prefill leg's token never reaches the client
             n = request.num_output_tokens
-            stage = request.stage if stage_of else 0
+            stage = request.stage if staged else 0
             if request.first_token_at is None:
                 request.first_token_at = end_ns
                 first_tokens.append(request)
@@ -181,11 +181,13 @@ class Rank:
         intervals.extend((gap, count, stage) for stage, count in sorted(consecutive.items()))
         self.last_delivery = end_ns
         num_decode = sum(plan.is_decode)
-        self.record_pass_end(PassEnd(
-            pass_index, start_ns, pass_end, end_ns, plan.total_num_scheduled_tokens,
-            sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d), len(plan.requests) - num_decode,
-            num_decode, len(sampled), plan.kv_blocks_used, len(plan.preempted), busy_ns, provenance,
-            intervals, first_tokens, [(request, request.num_output_tokens) for request in finished]))
+        row = PassRecord(self.role, self.worker.worker_id, self.rank_id, pass_index, start_ns, pass_end,
+                         plan.total_num_scheduled_tokens,
+                         sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d),
+                         len(plan.requests) - num_decode, num_decode, len(sampled), plan.kv_blocks_used,
+                         len(plan.preempted), busy_ns, provenance)
+        self.record_pass_end(PassEnd(row, end_ns, intervals, first_tokens,
+                                     [(request, request.num_output_tokens) for request in finished]))
 
     def record_pass_end(self, end: PassEnd, before_call_back=None) -> bool:
         """Record the end of one of this rank's passes, in the order vLLM's engine makes it: the inter-token
@@ -194,8 +196,7 @@ class Rank:
         ``before_call_back(j)`` has readied the j-th finished request), the KV released meanwhile, the pass row
         and its end. Returns whether a finish called back."""
         w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
-        (pass_index, start_ns, end_ns, at, tokens, prefill_tokens, prefill_seqs, decodes, sampled, used, preempted,
-         busy_ns, provenance, intervals, first_tokens, finished) = end
+        row, at, intervals, first_tokens, finished = end
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
         keep = rec.keep_events or rec.sink is not None
@@ -218,16 +219,15 @@ class Rank:
                     before_call_back(j)
                 request.on_finish(request)
                 called_back = True
-        if keep:
-            events.append(new_event(Event, (end_ns, EventKind.PASS_END, w, r, -1, tokens, role, pass_index)))
         if self._pending_releases:  # (their events come before the pass end's)
-            if events and keep:
-                rec.add_events(events[:-1])
-                events = events[-1:]
+            if events:
+                rec.add_events(events)
+                events = []
             self.apply_pending_releases()
-        rec.passes.append(PassRecord(role, w, r, pass_index, start_ns, end_ns, tokens, prefill_tokens, prefill_seqs,
-                                     decodes, sampled, used, preempted, busy_ns, provenance))
-        if events:
+        rec.passes.append(row)
+        if keep:
+            events.append(new_event(Event, (row.end_ns, EventKind.PASS_END, w, r, -1, row.num_scheduled_tokens, role,
+                                            row.pass_index)))
             rec.add_events(events)
         return called_back
 

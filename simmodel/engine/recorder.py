@@ -73,25 +73,14 @@ class PassRecord(NamedTuple):
 
 class PassEnd(NamedTuple):
     """One rank's pass as its end is recorded (``Rank.record_pass_end``), by the pass-by-pass loop or by a run
-    applied as its passes end: its pass row's numbers, the inter-token intervals its tokens close
+    applied as its passes end: its pass row, the inter-token intervals its tokens close
     (``(gap ns, tokens, stage)``), the requests whose first token it delivers, and those it finishes with their
     output tokens, in pass order."""
 
-    pass_index: int
-    start_ns: int
-    end_ns: int
+    row: PassRecord
     delivered_ns: int
     """When its tokens reach the clients (its first-token and finish events): the pass end, or the async
     loop's decision that processes its outputs."""
-    num_scheduled_tokens: int
-    num_prefill_tokens: int
-    num_prefill_seqs: int
-    num_decode_seqs: int
-    num_sampled: int
-    kv_blocks_used: int
-    num_preempted: int
-    rank_busy_ns: int
-    provenance: str
     intervals: list[tuple[int, int, int]]
     first_tokens: list[Any]
     finished: list[tuple[Any, int]]

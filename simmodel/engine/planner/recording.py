@@ -32,8 +32,8 @@ class Recording:
     def _record_rows(self, lo: int, hi: int, used: np.ndarray) -> None:
         """Record rows lo..hi − 1 of a run applied when it starts as the pass-by-pass loop records their passes
         (``used``: each one's blocks in use per rank): per row, every rank's admissions and then every rank's
-        begin event, then per rank its first tokens, finishes and end event. Async, a row's begin event (and its admissions) is
-        appended when it is planned, before the outputs of the row before it are delivered."""
+        begin event, then per rank its first tokens, finishes and end event. Async, a row's begin event (and its
+        admissions) is appended when it is planned, before the outputs of the row before it are delivered."""
         worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
         s = int(self.asynchronous)  # rows planned ahead of the deliveries
@@ -84,10 +84,7 @@ class Recording:
                               int(ends[m - 1]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
-            if m == 1:
-                rec.num_done += len(finished.get(lo, ()))
-            else:
-                rec.num_done += sum(len(done) for row, done in finished.items() if lo <= row < hi)
+            rec.num_done += sum(len(finished.get(k, ())) for k in range(lo, hi))
             return
         new_event = tuple.__new__
         PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH
@@ -117,6 +114,7 @@ class Recording:
         as the pass barrier finishes each rank's pass (``Rank.record_pass_end``, which the pass-by-pass loop
         records through too): a finish that calls back does so as it is recorded, its request delivered first
         (``deliver_finished``). Returns whether a finish called back."""
+        role, w = self.worker.role, self.worker.worker_id
         start = int(self.start0 if k == 0 else self.end[k - 1])
         end = int(self.end[k])
         index = self.base + k
@@ -130,13 +128,13 @@ class Recording:
         requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
         called_back = False
         for r, rank in enumerate(self.ranks):
-            row = cells[r]
-            decodes, prefill_seqs, prefill_tokens = row[DECODE], row[PREFILL], row[PREFILL + 1]
+            sums = cells[r]
+            decodes, prefill_seqs, prefill_tokens = sums[DECODE], sums[PREFILL], sums[PREFILL + 1]
             mine = done if self.num_ranks == 1 or not done else [i for i in done if rank_of[i] == r]
             # Its decodes' tokens follow ones sampled the pass before: one interval, the pass gap, for them all.
-            pass_end = PassEnd(index, start, end, end, decodes + prefill_tokens, prefill_tokens, prefill_seqs,
-                               decodes, decodes + prefill_seqs, used[r], 0, busy[r], label,
-                               [(end - start, follow[r], self.stage)], firsts.get((k, r), ()),
+            row = PassRecord(role, w, r, index, start, end, decodes + prefill_tokens, prefill_tokens, prefill_seqs,
+                             decodes, decodes + prefill_seqs, used[r], 0, busy[r], label)
+            pass_end = PassEnd(row, end, [(end - start, follow[r], self.stage)], firsts.get((k, r), ()),
                                [(requests[i], int(outputs[i] + left[i])) for i in mine] if mine else ())
             hook = (lambda j, mine=mine: self.deliver_finished([mine[j]])) if mine else None
             called_back |= rank.record_pass_end(pass_end, hook)
