@@ -24,16 +24,22 @@ if TYPE_CHECKING:
     from simmodel.engine.planner.async_run import AsyncRun
     from simmodel.engine.planner.run import Run
 
+Pass = tuple  # a pass launched and not yet delivered: (plans, start, (busy ns per rank, provenance), end)
+
+
 class Ahead(NamedTuple):
-    """A synchronous run applied when it started (``planner.carry``): it ends at ``end``; ``planned``: the
-    plans of the pass after it if the run planned that pass already, else None."""
+    """A run applied when it started (``planner.carry``, ``planner.carry_async``): its last outputs are
+    delivered at ``end``; ``planned``: the plans of the pass after it if the run planned that pass already and
+    the loop must start it, else None; ``in_flight``: the passes it leaves launched and not yet delivered."""
 
     end: int
     planned: list[SchedulerOutput] | None
+    in_flight: tuple[Pass, ...] = ()
 
 
 class Ticked(NamedTuple):
-    """A synchronous run to apply as its passes end (``planner.plan_ticked``), of up to ``length`` passes."""
+    """A run to apply as its passes end (``planner.plan_ticked``, ``plan_ticked_async``), delivering up to
+    ``length`` passes."""
 
     run: Run | AsyncRun
     length: int
@@ -189,31 +195,78 @@ class Worker:
     def _release(self) -> None:
         self.barrier.release()
 
+    @property
+    def lag(self) -> int:
+        """Passes in flight while the next one is planned: 0 synchronous (a pass is planned once the one before
+        it delivered its outputs), 1 under async scheduling (vLLM's batch queue of two, SGLang's overlap)."""
+        return 1 if self.async_scheduling else 0
+
     def run(self) -> Generator[Event, Any, None]:
-        if self.async_scheduling:
-            yield from self._run_async()
-            return
-        planned = None  # plans a run made for the pass after it (the ranks were not released)
+        """The engine loop, for either ``lag``: plan a pass, launch it, and deliver the outputs of the pass
+        ``lag`` passes before it; the next plan follows at once.
+
+        Synchronous, a pass is planned when the one before it has delivered its outputs and starts at once.
+        Async (vLLM's ``step_with_batch_queue``), pass i is planned at D(i) = max(launch end of pass i−1, end of
+        pass i−2), after the outputs of pass i−2 are processed, and sees only requests that arrived before D(i):
+        a request arriving while a pass runs skips the pass already committed, and one arriving exactly at a
+        pass end counts as a reaction to it. The GPU runs passes back to back (launches move no pass). Without
+        a ``launch`` model launches take no time, so outputs leave at their pass end and D(i) is the end of
+        pass i−2. An empty pass launches nothing (the pass in flight is delivered). An idle engine plans when a
+        request arrives.
+
+        Wherever a plan would follow a delivery, the planner may take the passes from there as a run
+        (``_coalesced_run``), and so may the plan a synchronous worker just made; a run returns the passes it
+        left in flight and, if it planned the next one already, that pass's plans.
+        """
+        lag = self.lag
+        in_flight: list[Pass] = []  # launched, not delivered yet, oldest first
+        planned = None  # plans a run made for the next pass (the ranks were not released)
         while True:
             plans, blocked = yield from self._round(planned)
             planned = None
-            if all(plan.is_empty for plan in plans):
+            now = self.env.now
+            empty = all(plan.is_empty for plan in plans)
+            delivered = True  # (a delivery came before the next plan: a run may start there)
+            if empty and not in_flight:
                 # An idle blocked round takes no time, and neither does a plan that only preempted (vLLM's
                 # engine schedules again at once, now admitting): plan the next round at once.
                 if not blocked and not any(plan.preempted for plan in plans):
-                    yield from self._sleep_until_work()
+                    yield from self._idle()
+            elif not empty and self.coalesce and (run := self._coalesced_run(plans=plans)) is not None:
+                in_flight, planned = yield from self._drive(run)  # this pass and the ones after it
             else:
-                if self.coalesce and (run := self._coalesced_run(plans)) is not None:
-                    planned = yield from self._drive(run)  # this pass and the decodes after it
-                else:
-                    start, cost = self._start(plans)
-                    yield Late(self.env, int(cost[0].max()))
-                    self._finish(plans, start, cost)
+                launch_end = now
+                if not empty:
+                    gpu_free = in_flight[-1][3] if in_flight else now
                     self._count_prefill_round(plans)
-                while planned is None and self.coalesce and (run := self._coalesced_run()) is not None:
-                    planned = yield from self._drive(run)
+                    start, cost = self._start(plans, max(now, gpu_free))
+                    end = start + int(cost[0].max())
+                    launch_end = self._launch_end(plans, now, start, end)
+                    in_flight.append((plans, start, cost, end))
+                pending = in_flight.pop(0) if empty or len(in_flight) > lag else None
+                decide_at = max(launch_end, pending[3] if pending is not None else now)
+                if decide_at > now or not lag:  # (a synchronous pass's end is an event even if it took no time)
+                    yield Late(self.env, decide_at - now)
+                delivered = pending is not None
+                if delivered:
+                    self._finish(*pending)
+                    if lag:  # requests arriving from now on react to these outputs: not read before this plan
+                        self.plan_cutoff = self.env.now
+            while (delivered and planned is None and self.coalesce
+                   and (run := self._coalesced_run(in_flight=in_flight)) is not None):
+                in_flight, planned = yield from self._drive(run)
             if planned is None:
                 self._release()
+
+    def _idle(self) -> Generator[Event, Any, None]:
+        """No pass to run and none in flight: wait for work. Async, requests that arrived after the last plan's
+        cutoff were not read by it: they are read at once (the group drained, a new wave starts)."""
+        if self.plan_cutoff is not None and self.has_requests():
+            self._wave_step = 0
+            yield Late(self.env)
+        else:
+            yield from self._sleep_until_work()
+        self.plan_cutoff = None
 
     def _round(self, planned: list[SchedulerOutput] | None) -> Generator[Event, Any, tuple[list, bool]]:
         """The plans of the next round, and whether it was planned under ``prefill_decode_interval``: those
@@ -224,102 +277,72 @@ class Worker:
         blocked = self._blocked_rounds > 0
         return self._collect(), blocked
 
-    def _drive(self, run) -> Generator[Event, Any, list[SchedulerOutput] | None]:
-        """Let a synchronous run of passes (``_coalesced_run``) happen; returns the plans of the pass after it if
-        the run planned that pass already, else None. A run applied ahead (a worker making its own arrivals)
-        is waited out to its end; any other is applied as its passes end (``_tick``)."""
+    def _drive(self, run: Ahead | Ticked) -> Generator[Event, Any, tuple[list[Pass], list[SchedulerOutput] | None]]:
+        """Let a run of passes (``_coalesced_run``) happen; returns the passes it left in flight, and the plans
+        of the pass after it if the run planned that pass already, else None. A run applied ahead (a worker
+        making its own arrivals) is waited out to its last delivery; any other is applied as its passes end
+        (``_tick``). Async, requests arriving from its last delivery on are not read by the next plan."""
         if isinstance(run, Ticked):
-            return (yield from self._tick(run.run, run.length))
-        yield Late(self.env, run.end - self.env.now)
-        return run.planned
+            in_flight, planned = yield from self._tick(run.run, run.length)
+        else:
+            yield Late(self.env, run.end - self.env.now)
+            in_flight, planned = run.in_flight, run.planned
+        if self.lag:
+            self.plan_cutoff = self.env.now
+        return list(in_flight), planned
 
-    def _tick(self, run: Run, length: int) -> Generator[Event, Any, list[SchedulerOutput] | None]:
-        """A run of up to ``length`` passes applied as they end (``planner.plan_ticked``): each pass's
-        start and end is an event of its own, at the instant and in the order the pass-by-pass barrier makes
-        them. Something placed on the worker meanwhile is seen by the plan at the end of that pass: the run
-        goes on if it takes what that plan admits (``Run.takes_placements``), else it ends there, and returns
-        that plan if it was made already (the worker runs it on its own)."""
+    def _tick(self, run: Run | AsyncRun, length: int) -> Generator[Event, Any, tuple]:
+        """A run applied as its passes end (``planner.plan_ticked``, ``plan_ticked_async``), delivering up to
+        ``length`` rows: each pass end is an event of its own, at the instant and in the order the loop makes
+        it. With ``lag`` passes in flight (row 0 already, under async), the end of row d delivers its outputs
+        and plans row d + 1 + lag, which then starts (at once, or async when row d + 1 ends).
+
+        Something placed on the worker meanwhile is seen by that plan: the run goes on if it takes what the
+        plan admits (``Run.takes_placements``), else it ends there, handing the loop the plan if it was made
+        already. Returns the passes left in flight, and the plans of the pass after them if made already."""
+        lag = int(run.asynchronous)
         horizon = self._limited_run()
-        k = 0
-        self._begin_row(run, 0, delivered=0, ahead=1)
+        d = 0
+        self._start_row(run, lag, delivered=0)
         while True:
-            self._passes_in_flight += 1
-            yield Late(self.env, int(run.end[k]) - self.env.now)
+            yield Late(self.env, int(run.end[d]) - self.env.now)
             self._passes_in_flight -= 1
-            self._open_run = (run, k + 1, 0, 0)  # (its finishes may call back, and fail the run)
-            called_back = run.end_row(k)
-            if k + 1 == length:
+            self._open_run = (run, d + 1, lag, lag)  # (its finishes may call back, and fail the run)
+            called_back = run.end_row(d)
+            self.open_pass_ends.remove(int(run.end[d]))
+            if d + 1 == length:
                 break
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
-            if self._placed_since_plan and not run.takes_placements:
+            placed = self._placed_since_plan
+            if placed and not run.takes_placements:
                 break
-            admits = self._placed_since_plan or run.waiting()
-            run.plan_row(k)
-            k += 1
-            self._open_run = (run, k, 1, 0)
-            outs = run.admit_placed(k, self.env.now) if admits else None
+            admits = placed or run.waiting()  # (async: a request placed at this very instant waits unseen)
+            run.plan_row(d)
+            row = d + 1 + lag
+            self._open_run = (run, d + 1, 1 + lag, lag)
+            outs = run.admit_placed(row, self.env.now) if admits else None
             if admits or called_back:
                 # What the plan or the callbacks set going (a P/D transfer once blocks are reserved, a client's
                 # next request) runs before the pass starts, as between the ranks' plans and the barrier.
                 yield self.env.timeout(0)
             if admits:  # the plan saw requests placed meanwhile, or waiting still (its scheduler tried them)
-                if not run.take(k, outs, self.env.now) or run.valid(horizon) <= k:
-                    self._open_run = None
-                    self._size_next_run(k, length)
-                    return run.hand_over(k)
-                length = run.valid(horizon)
-            self._begin_row(run, k, delivered=k, ahead=1)
-        self._open_run = None
-        run.close(k + 1)
-        self._size_next_run(k + 1, length)
-        return None
-
-    def _tick_async(self, run: AsyncRun, length: int) -> Generator[Event, Any, tuple]:
-        """``_tick`` under async scheduling (``planner.plan_ticked_async``): with the pass in flight (row 0)
-        and the next one planned now, each pass end delivers a row's outputs and plans the row after next, at
-        the instant and in the order the async loop makes them, until ``length`` rows are delivered. Something
-        placed on the worker meanwhile is seen by that decision: the run goes on if it takes what the decision
-        admits, else it ends there (the loop then starts the row the decision planned, or makes the decision
-        itself). Returns the pass left in flight, and the plans of the row after it if they were made already."""
-        ends = run.end
-        horizon = self._limited_run()
-        self._begin_row(run, 1, delivered=0, ahead=2)
-        self._passes_in_flight += 1
-        self.open_pass_ends.append(int(ends[1]))
-        d = 0
-        while True:
-            yield Late(self.env, int(ends[d]) - self.env.now)
-            self._passes_in_flight -= 1
-            self._open_run = (run, d + 1, 1, 1)  # (its finishes may call back, and fail the run)
-            called_back = run.end_row(d)
-            self.open_pass_ends.remove(int(ends[d]))
-            if d + 1 == length:
-                break
-            if called_back:  # (see ``_tick``)
-                yield self.env.timeout(0)
-            placed = self._placed_since_plan
-            if placed and not run.takes_placements:
-                break
-            admits = placed or run.waiting()  # (a request placed at this very instant waits unseen)
-            run.plan_row(d)
-            self._open_run = (run, d + 1, 2, 1)
-            outs = run.admit_placed(d + 2, self.env.now) if admits else None
-            if admits or called_back:
-                yield self.env.timeout(0)  # (see ``_tick``)
-            if admits:
-                if not run.take(d + 2, outs, self.env.now) or run.valid(horizon) <= d + 1:
+                if not run.take(row, outs, self.env.now) or run.valid(horizon) <= d + 1:
                     self._open_run = None
                     self._size_next_run(d + 1, length)
                     return run.hand_over(d + 1)
                 length = run.valid(horizon)
-            self._begin_row(run, d + 2, delivered=d + 1, ahead=2)
-            self._passes_in_flight += 1
-            self.open_pass_ends.append(int(ends[d + 2]))
+            self._start_row(run, row, delivered=d + 1)
             d += 1
         self._open_run = None
         self._size_next_run(d + 1, length)
         return run.close(d + 1), None
+
+    def _start_row(self, run: Run | AsyncRun, row: int, delivered: int) -> None:
+        """Start a row of a run applied as its passes end, ``delivered`` rows having been delivered."""
+        self._begin_row(run, row, delivered=delivered, ahead=1 + int(run.asynchronous))
+        self._passes_in_flight += 1
+        self.open_pass_ends.append(int(run.end[row]))
 
     def _begin_row(self, run, row: int, delivered: int, ahead: int) -> None:
         """Start a row of a run applied as its passes end, noting for ``settle`` the rows ``delivered`` so far
@@ -347,32 +370,32 @@ class Worker:
             self._open_run = None
             run.close(delivered, ahead, started)
 
-    def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: tuple | None = None):
-        """Apply the passes that follow now as one run (``planner``). Async (``in_flight``: the pass now
-        running): returns the new pass in flight, when the run's last outputs are delivered, and the plans of
-        the pass after it if the run planned it already (else None).
-        Synchronous, starting with the pass the ranks just planned if ``plans`` are given: returns when the
-        run's last pass ends, and the plans of the pass after it if that pass was planned already (the run
-        admitted arrivals as it went) and must run on its own, else None. None when the next pass must run on
-        its own.
+    def _coalesced_run(self, plans: list[SchedulerOutput] | None = None, in_flight: list[Pass] = ()):
+        """The passes that follow now as one run (``planner``), to ``_drive``; None when the next pass must be
+        planned on its own. Synchronous, the run starts with the pass the ranks just planned if ``plans`` are
+        given, else it plans its first pass itself. Async, it starts at a delivery, with the pass after it in
+        flight (``in_flight``).
         """
+        if self.lag and (plans is not None or not in_flight):
+            return None
         if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
             return None  # runs are priced from per-rank totals
         horizon = self._horizon()
         if horizon <= self.env.now:
             return None
-        if in_flight is not None:
-            if self.arrivals is None:
-                run = plan_ticked_async(self, self._limited_run(), in_flight)
-                return None if run is None else Ticked(*run)
-            return carry_async(self, horizon, in_flight)
         if self.arrivals is None:  # applied as its passes end, seeing at each end what was placed meanwhile
-            run = plan_ticked(self, self._limited_run(), plans)
-            return None if run is None else Ticked(*run)
-        run = carry(self, horizon, plans)
-        if run is None:
+            if self.lag:
+                ticked = plan_ticked_async(self, self._limited_run(), in_flight[0])
+            else:
+                ticked = plan_ticked(self, self._limited_run(), plans)
+            return None if ticked is None else Ticked(*ticked)
+        if self.lag:
+            ahead = carry_async(self, horizon, in_flight[0])
+            return None if ahead is None else Ahead(ahead[1], ahead[2], (ahead[0],))
+        ahead = carry(self, horizon, plans)
+        if ahead is None:
             return None
-        return Ahead(*self._carry(*run, horizon))
+        return Ahead(*self._carry(*ahead, horizon))
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
@@ -415,68 +438,6 @@ class Worker:
 
     def _limited(self, horizon: float) -> float:
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)
-
-    def _run_async(self) -> Generator[Event, Any, None]:
-        """vLLM's async engine loop (``step_with_batch_queue``): decide pass i, launch it, then wait for
-        pass i−1's tokens and hand its outputs back; the next decision follows at once.
-
-        So pass i is decided at D(i) = max(launch end of pass i−1, end of pass i−2), after the outputs
-        of pass i−2 are processed, and sees only requests that arrived before D(i): a request arriving
-        while a pass runs skips the pass already committed, and one arriving exactly at a pass end counts
-        as a reaction to it. The GPU runs passes back to back (launches move no pass). Without a
-        ``launch`` model launches take no time, so outputs leave at their pass end and D(i) is the end of
-        pass i−2. An empty pass launches nothing. An idle engine decides when a request arrives.
-        """
-        in_flight = None   # the last pass launched: (plans, start, cost, end)
-        pending = None     # the pass before it, whose outputs leave at the next decision
-        planned = None     # plans a run made for the next pass (the ranks were not released)
-        while True:
-            plans, blocked = yield from self._round(planned)
-            planned = None
-            now = self.env.now
-            if all(plan.is_empty for plan in plans):
-                if in_flight is None and pending is None:
-                    if blocked or any(plan.preempted for plan in plans):  # takes no time (see ``run``)
-                        self._release()
-                        continue
-                    if self.plan_cutoff is not None and self.has_requests():
-                        self._wave_step = 0  # drained: a new wave starts
-                        yield Late(self.env)  # idle now: the requests that just arrived are read at once
-                    else:
-                        yield from self._sleep_until_work()
-                    self.plan_cutoff = None
-                    self._release()
-                    continue
-                previous_end = in_flight[3] if in_flight is not None else now
-                launch_end = now
-                pending, in_flight = in_flight, None
-            else:
-                gpu_free = in_flight[3] if in_flight is not None else now
-                self._count_prefill_round(plans)
-                start, cost = self._start(plans, max(now, gpu_free))
-                end = start + int(cost[0].max())
-                launch_end = self._launch_end(plans, now, start, end)
-                previous_end = gpu_free
-                pending, in_flight = in_flight, (plans, start, cost, end)
-            decide_at = max(launch_end, previous_end)
-            if decide_at > self.env.now:
-                yield Late(self.env, decide_at - self.env.now)
-            if pending is not None:
-                ran, ran_start, ran_cost, ran_end = pending
-                self._finish(ran, ran_start, ran_cost, ran_end)
-                pending = None
-                # requests arriving from now on react to these outputs: not read before this decision
-                self.plan_cutoff = self.env.now
-                while (planned is None and self.coalesce and in_flight is not None
-                       and (run := self._coalesced_run(in_flight=in_flight))):
-                    if isinstance(run, Ticked):  # applied as its passes end, up to this delivery
-                        in_flight, planned = yield from self._tick_async(run.run, run.length)
-                    else:  # applied ahead, up to this delivery; the next pass in flight
-                        in_flight, end, planned = run
-                        yield Late(self.env, end - self.env.now)
-                    self.plan_cutoff = self.env.now
-            if planned is None:
-                self._release()
 
     def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:
         """When the CPU finishes launching a pass decided at ``decided`` that runs ``start``–``end``."""

@@ -18,8 +18,7 @@ Two ways to drive a run (``docs/speed.md``):
   schedulers, is handed to the worker to run on its own (see ``Worker._carry``; async, where the plan that
   sees an arrival is made at the first pass end after it, two passes ahead, the run ends at that pass end
   and hands the plan to the worker's loop).
-- as the passes end (``plan_ticked``, ``plan_ticked_async``, driven by ``Worker._tick`` and
-  ``Worker._tick_async``): any other worker applies each row when its pass ends, at the SimPy event the
+- as the passes end (``plan_ticked``, ``plan_ticked_async``, both driven by ``Worker._tick``): any other worker applies each row when its pass ends, at the SimPy event the
   pass-by-pass loop would make, and ends the run when something was placed on it meanwhile.
 
 Modules: ``running`` (the running requests as arrays: whether a run may start), ``run`` (a run: its rows,

@@ -119,12 +119,12 @@ class AsyncRun(Run):
         """The run stops with rows 0..m − 1 delivered and row m in flight, and ``ahead`` − 1 rows after it
         planned (an error stopped the simulation after the decision that planned row m + 1), ``started`` rows
         from m on started (default: all ``ahead``); each row was counted against the limits as it started. The
-        requests and the schedulers as it leaves them, and the pass in flight as the async loop keeps it."""
+        requests and the schedulers as it leaves them; returns the pass it leaves in flight, as the loop keeps it."""
         in_flight = self._in_flight(m, self.used_at[m])
         self._deliver(m, self._rows_through(m), self._rows_through(m + ahead), False, saw_waiting=False)
         last = m + (ahead if started is None else started) - 1
         self.worker.count_run(m, self.labels[1:last + 1], int(self.busy[last].max()), limits_counted=True)
-        return in_flight
+        return (in_flight,)
 
     def hand_over(self, m: int) -> tuple[tuple, list[SchedulerOutput]]:
         """The run stops with rows 0..m − 1 delivered and row m in flight, and row m + 1, planned at the end of
@@ -133,7 +133,7 @@ class AsyncRun(Run):
         in_flight = self._in_flight(m, self.used_at[m])
         self._deliver(m, self._rows_through(m), self._rows_through(m + 2), True)
         self.worker.count_run(m, self.labels[1:m + 1], int(self.busy[m].max()), limits_counted=True)
-        return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))
+        return (in_flight,), self._hand_over(m + 1, int(self.end[m - 1]))
 
     def _in_flight(self, m: int, used: np.ndarray) -> tuple:
         """Row m as the pass in flight the async loop keeps (plans, start, (busy per rank, provenance), end);

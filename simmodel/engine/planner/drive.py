@@ -173,7 +173,7 @@ def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | Non
 
 def plan_ticked_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple[AsyncRun, int] | None:
     """``plan_ticked`` under async scheduling: plan the passes after the one in flight (``in_flight``) as a run
-    applied as they end (``Worker._tick_async``); returns the run and how many rows it may deliver (each before
+    applied as they end (``Worker._tick``); returns the run and how many rows it may deliver (each before
     ``horizon``, the row after the last left planned and in flight), or None if no pass qualifies. Row 1 is
     planned now (its blocks taken)."""
     if worker.launch is not None:

@@ -509,24 +509,26 @@ class Run(Admissions, Recording):
         self.recorded_rows.add(k)
         return outs
 
-    def hand_over(self, m: int) -> list[SchedulerOutput]:
+    def hand_over(self, m: int) -> tuple[tuple, list[SchedulerOutput]]:
         """The run stops after row m − 1, and row m, planned at its end (``admit_placed``), runs on its own:
-        the requests and the schedulers as that plan left them, and its plans."""
+        the requests and the schedulers as that plan left them; no pass in flight, and row m's plans."""
         ran = self._rows_through(m)
         self._deliver(m, ran, self._rows_through(m + 1), True)
         self.worker.count_run(m, self.labels[:m], int(self.busy[m - 1].max()), limits_counted=True)
-        return self._hand_over(m, int(self.end[m - 1]))
+        return (), self._hand_over(m, int(self.end[m - 1]))
 
     def waiting(self) -> bool:
         """Whether a request waits on any rank (or a received handoff is not admitted yet)."""
         return any(sched.waiting or sched.handoffs for sched in self.scheds)
 
-    def close(self, m: int, ahead: int = 0, started: int | None = None) -> None:
+    def close(self, m: int, ahead: int = 0, started: int | None = None) -> tuple:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
         all) started (an error stopped the simulation during row m, or as it started); every row was counted
-        against the limits as it started. The requests and the schedulers as it leaves them."""
+        against the limits as it started. The requests and the schedulers as it leaves them; returns the passes
+        it leaves in flight (none: a synchronous run delivers every pass it starts)."""
         ran = self._rows_through(m)
         self._deliver(m, ran, self._rows_through(m + ahead) if ahead else ran, False, saw_waiting=False)
         last = m + (ahead if started is None else started) - 1
         self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
                               limits_counted=True)
+        return ()
