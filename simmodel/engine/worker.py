@@ -12,7 +12,7 @@ from simpy.events import Event
 from simmodel.engine.barrier import PassBarrier
 from simmodel.engine.clock import NS_PER_S, fits_clock
 from simmodel.engine.environment import Late
-from simmodel.engine.planner import carry, carry_async, plan_ticked, plan_ticked_async
+from simmodel.engine.planner import carry, plan_ticked
 from simmodel.engine.planner.running import MAX_RUN
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
@@ -28,7 +28,7 @@ Pass = tuple  # a pass launched and not yet delivered: (plans, start, (busy ns p
 
 
 class Ahead(NamedTuple):
-    """A run applied when it started (``planner.carry``, ``planner.carry_async``): its last outputs are
+    """A run applied when it started (``planner.carry``): its last outputs are
     delivered at ``end``; ``planned``: the plans of the pass after it if the run planned that pass already and
     the loop must start it, else None; ``in_flight``: the passes it leaves launched and not yet delivered."""
 
@@ -38,7 +38,7 @@ class Ahead(NamedTuple):
 
 
 class Ticked(NamedTuple):
-    """A run to apply as its passes end (``planner.plan_ticked``, ``plan_ticked_async``), delivering up to
+    """A run to apply as its passes end (``planner.plan_ticked``), delivering up to
     ``length`` passes."""
 
     run: Run | AsyncRun
@@ -292,7 +292,7 @@ class Worker:
         return list(in_flight), planned
 
     def _tick(self, run: Run | AsyncRun, length: int) -> Generator[Event, Any, tuple]:
-        """A run applied as its passes end (``planner.plan_ticked``, ``plan_ticked_async``), delivering up to
+        """A run applied as its passes end (``planner.plan_ticked``), delivering up to
         ``length`` rows: each pass end is an event of its own, at the instant and in the order the loop makes
         it. With ``lag`` passes in flight (row 0 already, under async), the end of row d delivers its outputs
         and plans row d + 1 + lag, which then starts (at once, or async when row d + 1 ends).
@@ -383,19 +383,17 @@ class Worker:
         horizon = self._horizon()
         if horizon <= self.env.now:
             return None
+        passing = in_flight[0] if in_flight else None
         if self.arrivals is None:  # applied as its passes end, seeing at each end what was placed meanwhile
-            if self.lag:
-                ticked = plan_ticked_async(self, self._limited_run(), in_flight[0])
-            else:
-                ticked = plan_ticked(self, self._limited_run(), plans)
+            ticked = plan_ticked(self, self._limited_run(), plans, passing)
             return None if ticked is None else Ticked(*ticked)
-        if self.lag:
-            ahead = carry_async(self, horizon, in_flight[0])
-            return None if ahead is None else Ahead(ahead[1], ahead[2], (ahead[0],))
-        ahead = carry(self, horizon, plans)
+        ahead = carry(self, horizon, plans, in_flight=passing)
         if ahead is None:
             return None
-        return Ahead(*self._carry(*ahead, horizon))
+        end, planned, left = ahead
+        if not self.lag:
+            end, planned = self._carry(end, planned, horizon)
+        return Ahead(end, planned, left)
 
     def _carry(self, end: int, planned: list[SchedulerOutput] | None,
                horizon: float) -> tuple[int, list[SchedulerOutput] | None]:
@@ -414,7 +412,7 @@ class Worker:
             run = carry(self, horizon, plans, start=end)
             if run is None:
                 return end, plans
-            end, planned = run
+            end, planned, _ = run
         return end, planned
 
     def _horizon(self) -> float:

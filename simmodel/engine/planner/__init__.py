@@ -8,7 +8,7 @@ per-rank totals the timing model prices them from (one call for the whole run), 
 
 Two ways to drive a run (``docs/speed.md``):
 
-- ahead (``carry``, ``carry_async``): a worker that only its own arrivals reach (``Worker.arrivals``: an
+- ahead (``carry``): a worker that only its own arrivals reach (``Worker.arrivals``: an
   open-loop load placed by a router that reads no state) applies the run when it starts and yields to its
   end. A run does not stop at an arrival: the request is created as at its arrival time
   (``WorkerArrivals.arrive_early``: creating it schedules nothing), each rank's scheduler admits with its
@@ -18,7 +18,7 @@ Two ways to drive a run (``docs/speed.md``):
   schedulers, is handed to the worker to run on its own (see ``Worker._carry``; async, where the plan that
   sees an arrival is made at the first pass end after it, two passes ahead, the run ends at that pass end
   and hands the plan to the worker's loop).
-- as the passes end (``plan_ticked``, ``plan_ticked_async``, both driven by ``Worker._tick``): any other worker applies each row when its pass ends, at the SimPy event the
+- as the passes end (``plan_ticked``, driven by ``Worker._tick``): any other worker applies each row when its pass ends, at the SimPy event the
   pass-by-pass loop would make, and ends the run when something was placed on it meanwhile.
 
 Modules: ``running`` (the running requests as arrays: whether a run may start), ``run`` (a run: its rows,
@@ -32,6 +32,6 @@ intervals, block ids and every request's fields are those of the pass-by-pass ru
 ``tests/scenarios/test_decode_runs.py`` checks it, byte for byte.
 """
 
-from simmodel.engine.planner.drive import carry, carry_async, plan_ticked, plan_ticked_async
+from simmodel.engine.planner.drive import carry, plan_ticked
 
-__all__ = ["carry", "carry_async", "plan_ticked", "plan_ticked_async"]
+__all__ = ["carry", "plan_ticked"]

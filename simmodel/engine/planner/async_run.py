@@ -143,6 +143,10 @@ class AsyncRun(Run):
             plan.kv_blocks_used = blocks
         return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
 
+    def plan_first(self) -> None:
+        """Decision −1: plan row 1 now (its blocks taken), after the outputs before it."""
+        self.decide(-1, plan=True)
+
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
@@ -155,5 +159,5 @@ class AsyncRun(Run):
         worker.open_pass_ends.remove(int(self.end[0]))
         worker.open_pass_ends.append(int(self.end[m]))
         if not over:
-            return in_flight, None
-        return in_flight, self._hand_over(m + 1, int(self.end[m - 1]))
+            return (in_flight,), None
+        return (in_flight,), self._hand_over(m + 1, int(self.end[m - 1]))

@@ -1,6 +1,5 @@
-"""Planning and driving runs: how far a run may go, and the loops that take its rows through arrivals
-(``carry``, ``carry_async``) or plan it to be applied as its passes end (``plan_ticked``,
-``plan_ticked_async``)."""
+"""Planning and driving runs, for either lag (``Worker.lag``): how far a run may go, and the loops that take
+its rows through arrivals (``carry``) or plan it to be applied as its passes end (``plan_ticked``)."""
 
 from __future__ import annotations
 
@@ -17,60 +16,76 @@ if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
 
 
-def carry(worker: Worker, horizon: float, plans: list | None = None,
-          start: int | None = None) -> tuple[int, list[SchedulerOutput] | None] | None:
+def carry(worker: Worker, horizon: float, plans: list | None = None, start: int | None = None,
+          in_flight: tuple | None = None) -> tuple[int, list[SchedulerOutput] | None, tuple] | None:
     """Run the worker's passes from now (or ``start``), admitting its arrivals as they come where it may
-    (``Run.admits``); returns when the last pass ends and, if the pass after it was planned already and
-    must run on its own, its plans; None if no pass qualifies (the worker then runs the next pass on its own).
+    (``Run.admits``); returns when the run's last outputs are delivered, the plans of the pass after it if
+    the run planned that pass already and the loop must start it (else None), and the passes it leaves in
+    flight; None if no pass qualifies (the loop then plans the next pass on its own).
 
-    ``plans``, if given, are the ranks' plans of the first pass (made by the schedulers, maybe admitting).
-    Every pass ends before ``horizon``, the next event that may read or change the worker.
+    Synchronous, ``plans``, if given, are the ranks' plans of the first pass (made by the schedulers, maybe
+    admitting). Async (``in_flight``: the pass in flight), an arrival is read by the first decision after
+    it: the one at the end of row d plans row d + 2 and admits the request there with the scheduler's own
+    admission; if that is not whole prompts admitted alone, the run ends with row d's outputs delivered and
+    hands the plan of row d + 2 to the loop. Every pass ends before ``horizon``, the next event that may read
+    or change the worker.
     """
+    lag = worker.lag
     now = worker.env.now if start is None else start
-    typical = worker.decode_pass_ns or worker.last_pass_ns
-    if plans is None and now + typical >= horizon:
+    if in_flight is not None:
+        plans, first_end = in_flight[0], in_flight[3]
+        if worker.launch is not None or first_end >= horizon:
+            return None  # (launches move the planning times)
+    elif plans is None and now + (worker.decode_pass_ns or worker.last_pass_ns) >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _gathered(worker, plans, asynchronous=False)
-    rows = _rows(worker, now, horizon, started_before=0)
-    if run is None or rows < 1:
+    run = _gathered(worker, plans, lag)
+    rows = _rows(worker, now, horizon, started_before=lag)  # async: row 0 is in flight, rows 1..m start
+    if run is None or rows < 1 + lag:
         return None
-    state = Run(worker, run, now, rows)
-    state.price_from(0)
+    state = AsyncRun(worker, run, now, rows, in_flight) if lag else Run(worker, run, now, rows)
+    state.price_from(lag)
     worker.open_pass_ends.append(now)  # events before the arrivals created ahead are still to be recorded
     try:
-        m = _admit_arrivals(state, worker.arrivals, horizon)
+        m = (_admit_arrivals_async if lag else _admit_arrivals)(state, worker.arrivals, horizon)
         if m < 1:
             return None
-        plans = state.commit(m, handing_over=state.planned == m)
+        left, plans = state.finish(m)
     finally:
         worker.open_pass_ends.remove(now)
-    return int(state.end[m - 1]), plans
+    return int(state.end[m - 1]), plans, left
 
 
-def plan_ticked(worker: Worker, horizon: float, plans: list | None = None) -> tuple[Run, int] | None:
+def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
+                in_flight: tuple | None = None) -> tuple[Run, int] | None:
     """Plan the worker's passes from now as a run applied as its passes end (``Worker._tick``), for a worker
-    whose arrivals are not known ahead: returns the run and how many rows it may take (each ends before
-    ``horizon``), or None if no pass qualifies. A request placed on the worker meanwhile is seen by the plan at
-    the end of that row, which the run takes or hands to the worker (``Worker._tick``). ``plans``: as for
-    ``carry``."""
-    run = _gathered(worker, plans, asynchronous=False)
-    rows = min(_rows(worker, worker.env.now, horizon, started_before=0), worker.tick_rows)
-    if run is None or rows < 1:
+    whose arrivals are not known ahead: returns the run and how many rows it may deliver (each before
+    ``horizon``; async, the row after the last left planned and in flight), or None if no pass qualifies. A
+    request placed on the worker meanwhile is seen by the plan at the end of that row, which the run takes or
+    hands to the worker (``Worker._tick``). ``plans``, ``in_flight``: as for ``carry``. The pass after the
+    one in flight (async) or the first pass (synchronous, unless ``plans`` are given) is planned now."""
+    lag = worker.lag
+    now = worker.env.now
+    if in_flight is not None:
+        plans, first_end = in_flight[0], in_flight[3]
+        if worker.launch is not None or not now < first_end < horizon:
+            return None  # (a pass in flight ending now is delivered at once by the loop)
+    run = _gathered(worker, plans, lag)
+    rows = min(_rows(worker, now, horizon, started_before=lag), worker.tick_rows)
+    if run is None or rows < 1 + lag:
         return None
-    state = Run(worker, run, worker.env.now, rows, ticked=True)
-    state.price_from(0)
+    state = AsyncRun(worker, run, now, rows, in_flight, ticked=True) if lag else Run(worker, run, now, rows, ticked=True)
+    state.price_from(lag)
     m = state.valid(horizon)
-    if m < 1:
-        return None
-    if not state.planned_first:
-        state.apply(0, plan=True)  # row 0 is planned now
+    if m < 1 or lag and not state.busy[1:m + 1].max(axis=1).all():
+        return None  # (async: after a pass of no time the loop decides at once, without waiting)
+    state.plan_first()
     return state, m
 
 
-def _gathered(worker: Worker, plans: list | None, asynchronous: bool) -> RunningRequests | None:
+def _gathered(worker: Worker, plans: list | None, lag: int) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
     ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself."""
-    run = RunningRequests(worker, plans, asynchronous, may_wait=admits_arrivals(worker))
+    run = RunningRequests(worker, plans, bool(lag), may_wait=admits_arrivals(worker))
     return run if run.gather() else None
 
 
@@ -137,62 +152,6 @@ def _admit_arrivals(state: Run, source, horizon: float) -> int:
         valid = state.valid(horizon)
         if valid <= k:
             return k
-
-
-def carry_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple | None:
-    """Plan and apply the passes that follow under async scheduling, admitting the worker's arrivals as they
-    come where it may (``Run.admits``); returns the new pass in flight, when the run's last outputs are delivered, and the plans of the pass after it if the run planned
-    it already and the loop must start it (else None); None if no run starts.
-
-    An arrival is read by the first decision after it: the one at the end of row d plans row d + 2 and
-    admits the request there with the scheduler's own admission. If that is not whole prompts admitted
-    alone, the run ends with row d's outputs delivered and hands the plan of row d + 2 to the loop.
-    """
-    now = worker.env.now
-    if worker.launch is not None:
-        return None  # launches move the planning times
-    plans, _, _, first_end = in_flight
-    if first_end >= horizon:
-        return None
-    run = _gathered(worker, plans, asynchronous=True)
-    rows = _rows(worker, now, horizon, started_before=1)  # row 0 is in flight: rows 1..m start in the run
-    if run is None or rows < 2:
-        return None
-    state = AsyncRun(worker, run, now, rows, in_flight)
-    state.price_from(1)
-    worker.open_pass_ends.append(now)
-    try:
-        m = _admit_arrivals_async(state, worker.arrivals, horizon)
-        if m < 1:
-            return None
-        new_in_flight, handed = state.finish(m)
-    finally:
-        worker.open_pass_ends.remove(now)
-    return new_in_flight, int(state.end[m - 1]), handed
-
-
-def plan_ticked_async(worker: Worker, horizon: float, in_flight: tuple) -> tuple[AsyncRun, int] | None:
-    """``plan_ticked`` under async scheduling: plan the passes after the one in flight (``in_flight``) as a run
-    applied as they end (``Worker._tick``); returns the run and how many rows it may deliver (each before
-    ``horizon``, the row after the last left planned and in flight), or None if no pass qualifies. Row 1 is
-    planned now (its blocks taken)."""
-    if worker.launch is not None:
-        return None  # launches move the planning times
-    now = worker.env.now
-    plans, _, _, first_end = in_flight
-    if not now < first_end < horizon:
-        return None  # (a pass in flight ending now is delivered at once by the loop)
-    run = _gathered(worker, plans, asynchronous=True)
-    rows = min(_rows(worker, now, horizon, started_before=1), worker.tick_rows)
-    if run is None or rows < 2:
-        return None
-    state = AsyncRun(worker, run, now, rows, in_flight, ticked=True)
-    state.price_from(1)
-    m = state.valid(horizon)
-    if m < 1 or not state.busy[1:m + 1].max(axis=1).all():
-        return None  # (after a pass of no time the loop decides at once, without waiting)
-    state.decide(-1, plan=True)
-    return state, m
 
 
 def _admit_arrivals_async(state: AsyncRun, source, horizon: float) -> int:

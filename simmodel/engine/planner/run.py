@@ -325,15 +325,22 @@ class Run(Admissions, Recording):
         n = self.n
         return np.clip(np.minimum(self.left[:n], upto - self.first[:n]), 0, None)
 
-    def commit(self, m: int, handing_over: bool) -> list[SchedulerOutput] | None:
-        """Apply and record rows 0..m − 1; if ``handing_over``, return the plans of row m (planned already)."""
+    def plan_first(self) -> None:
+        """Plan row 0 now (its blocks taken), unless the ranks planned it already."""
+        if not self.planned_first:
+            self.apply(0, plan=True)
+
+    def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
+        """Apply and record rows 0..m − 1 of a run applied ahead; returns the passes it leaves in flight (none)
+        and, if row m was planned already (the run hands it over), its plans."""
+        handing_over = self.planned == m
         self.apply(m, handing_over)
         ran = self._rows_through(m)
         self._deliver(m, ran, self._rows_through(m + 1) if handing_over else ran, handing_over)
         self._record(m)
         if not handing_over:
-            return None
-        return self._hand_over(m, int(self.end[m - 1]))
+            return (), None
+        return (), self._hand_over(m, int(self.end[m - 1]))
 
     def _hand_over(self, k: int, planned_at: int) -> list[SchedulerOutput]:
         """Row k's plans, made at ``planned_at``, for the worker to run on their own: recorded as the ranks
