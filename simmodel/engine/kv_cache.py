@@ -277,6 +277,17 @@ def trace_block_content(hash_ids: tuple[int, ...], trace_block_size: int, num_pr
             return ((hash_ids[j], 0, block_size),)
         return same_size
 
+    if trace_block_size % block_size == 0:  # several KV blocks per trace block, each inside one (Mooncake's 512)
+        per = trace_block_size // block_size
+
+        def inside(j: int) -> object:
+            if (j + 1) * block_size > known:
+                return (unique, j)
+            t, part = divmod(j, per)
+            lo = part * block_size
+            return ((hash_ids[t], lo, lo + block_size),)  # ``content``'s one segment, made directly
+        return inside
+
     def content(j: int) -> object:
         lo, hi = j * block_size, (j + 1) * block_size
         if hi > num_prompt_tokens or hi > len(hash_ids) * trace_block_size:

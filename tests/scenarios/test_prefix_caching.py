@@ -64,3 +64,18 @@ def test_trace_block_content_by_hand():
     assert [half(j) for j in (1, 4, 5)] == [((7, 2, 4),), ((9, 0, 2),), ("u", 5)]
     double = trace_block_content((7, 8, 9), 4, 10, 8, "u")
     assert [double(j) for j in range(2)] == [((7, 0, 4), (8, 0, 4)), ("u", 1)]
+
+
+def test_trace_block_content_of_mooncake_blocks_by_hand():
+    """Mooncake's 512-token hash blocks under 16-token KV blocks, ids [7, 9], a 700-token prompt: 32 KV blocks
+    per trace block, so block 31 is tokens 496–511 of id 7, block 32 the first 16 of id 9, block 42 tokens
+    160–175 of id 9 (tokens 672–687 of the prompt), and block 43 (tokens 688–703) passes the prompt's 700.
+    Trace blocks of 6 tokens under KV blocks of 4 (not a multiple): block 1 (tokens 4–7) holds the last two of
+    id 7 and the first two of id 8, block 2 (tokens 8–11) tokens 2–5 of id 8."""
+    from simmodel.engine.kv_cache import trace_block_content
+
+    moon = trace_block_content((7, 9), 512, 700, 16, "u")
+    assert [moon(j) for j in (0, 31, 32, 42, 43)] == [((7, 0, 16),), ((7, 496, 512),), ((9, 0, 16),),
+                                                      ((9, 160, 176),), ("u", 43)]
+    straddling = trace_block_content((7, 8), 6, 12, 4, "u")
+    assert [straddling(j) for j in range(4)] == [((7, 0, 4),), ((7, 4, 6), (8, 0, 2)), ((8, 2, 6),), ("u", 3)]
