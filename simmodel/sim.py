@@ -289,6 +289,10 @@ class Simulation:
         self.routes: ArrivalRoutes | None = None
         """Each arrival's worker, known ahead (see ``_route_ahead``), or None."""
         self._route_ahead(engine)
+        quiet = (not self.source.has_index(self.limits.first_request_over())
+                 and not any(router.reads_state for router in self.routers.values()))
+        for worker in self.workers:
+            worker.quiet_callbacks = quiet
         self.order_by_worker = self.routes is not None
         """Workers plan ahead, each on its own: the tables take the canonical order (``summarize.event_order``)."""
         if event_sink is not None:

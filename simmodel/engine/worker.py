@@ -86,6 +86,10 @@ class Worker:
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
         self.coalesce = True
         """Plan runs of passes (``planner``); off, every pass is planned on its own."""
+        self.quiet_callbacks = False
+        """Whether a finish's callback (a closed-loop client sending its next request) can neither fail the run
+        (the load cannot create the request over ``limits.max_requests``) nor read a worker's state (no router
+        reads it): a run of several attention-DP ranks may then call back inside (``Run.calls_back_inside``)."""
         self.arrivals = None
         """This worker's arrivals (``traffic.source.WorkerArrivals``) when nothing but its own arrivals reaches
         it (an open-loop load placed by a router that reads no state, aggregated vLLM): its runs of passes

@@ -223,11 +223,14 @@ def test_a_decode_run_goes_on_through_the_handoffs_placed_on_it(monkeypatch, nam
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, asynchronous):
-    """In a one-rank run applied as its passes end, a finish that acts on the simulation (a closed-loop client
-    sending its next request) calls back as its row is recorded, at its instant, and the run goes on (the next
-    request, placed by it, is admitted by the next row's plan). Most finishes happen inside runs, and a run
-    spans many requests (outputs identical to pass by pass: ``test_coalesced_runs_give_identical_outputs``)."""
+@pytest.mark.parametrize("name", ["closed-loop", "closed-loop-dp2"])
+def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, name, asynchronous):
+    """In a run applied as its passes end, a finish that acts on the simulation (a closed-loop client sending its
+    next request) calls back as its row is recorded, at its instant, and the run goes on (the next request,
+    placed by it, is admitted by the next row's plan). On two attention-DP ranks too, since the load (stopped
+    at its request count) cannot break ``limits.max_requests`` and the router reads no state. Most finishes
+    happen inside runs, and a run spans many requests (outputs identical to pass by pass:
+    ``test_coalesced_runs_give_identical_outputs``)."""
     from simmodel.engine.planner import run as planned_run
 
     counts = {"called back in a run": 0, "runs": 0}
@@ -243,7 +246,8 @@ def test_a_finish_that_calls_back_does_so_inside_a_run(monkeypatch, asynchronous
 
     monkeypatch.setattr(planned_run.Run, "deliver_finished", counting_deliver)
     monkeypatch.setattr(planned_run.Run, "__init__", counting_init)
-    _, results = run(with_async(SCENARIOS["closed-loop"], asynchronous), coalesce=True)
+    sim, results = run(with_async(SCENARIOS[name], asynchronous), coalesce=True)
+    assert all(worker.quiet_callbacks for worker in sim.workers)
     requests = len(results.requests)
     assert counts["called back in a run"] > 0.5 * requests, (counts, requests)
     assert counts["runs"] < 0.5 * requests, (counts, requests)
@@ -317,6 +321,18 @@ def test_a_limit_error_raised_by_a_finish_inside_a_run_leaves_the_pass_by_pass_s
     data["traffic"]["load"] = {"type": "concurrency", "concurrency": 3}
     data["traffic"]["stop"] = {"max_virtual_time_seconds": 20.0}
     same_error_both_ways(with_async(data, asynchronous), "max_requests")
+
+
+@pytest.mark.parametrize(("stop", "quiet"), [({"requests": 30}, True), ({"max_virtual_time_seconds": 20.0}, False)])
+def test_callbacks_are_quiet_only_where_the_load_cannot_break_the_request_limit(stop, quiet):
+    """A closed loop stopped at 30 requests can never create request 30 (``limits.max_requests`` is above it:
+    the configuration refuses a stop over it), so no callback can fail a run; stopped by time only, the load
+    may go on past any limit, and a run of two ranks ends before a finish that calls back."""
+    data = merged(worker(timing=FIXED_10, parallelism={"attention_data": 2}))
+    data["traffic"]["load"] = {"type": "concurrency", "concurrency": 3}
+    data["traffic"]["stop"] = stop
+    sim = Simulation(parse_scenario(data, Path(".")))
+    assert [worker.quiet_callbacks for worker in sim.workers] == [quiet]
 
 
 @pytest.mark.parametrize("load", [{"type": "concurrency", "concurrency": 2},

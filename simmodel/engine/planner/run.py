@@ -80,11 +80,13 @@ class Run(Admissions, Recording):
         placed on the worker meanwhile (P/D handoffs, a closed loop's next requests): the plan at the end of the
         row they come in admits them (``admit_placed``), and the run takes them if it can (``take``), else hands
         that plan over (``hand_over``). Not under a prefill schedule interval (see ``admits_arrivals``)."""
-        self.calls_back_inside = self.takes_placements and len(worker.ranks) == 1
+        self.calls_back_inside = self.takes_placements and (len(worker.ranks) == 1 or worker.quiet_callbacks)
         """Whether a finish that calls back into the simulation (a closed-loop client's next request) does so
-        inside the run, as its row is recorded, instead of ending the run before that row. Only on one rank: a
-        callback may fail the run (``limits.max_requests``), and pass by pass the ranks after it would not
-        have finished that pass, which a run has applied for all its ranks at once."""
+        inside the run, as its row is recorded, instead of ending the run before that row. On several ranks
+        only where no callback can fail the run or read a worker's state (``Worker.quiet_callbacks``): a run
+        applies a row's end for all its ranks at once, and pass by pass the ranks after the one whose callback
+        fails (``limits.max_requests``) would not have finished that pass, nor would their KV be freed yet for
+        a router that reads it."""
         self.recorded_rows: set[int] = set()
         """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
