@@ -304,7 +304,7 @@ class Worker:
         Something placed on the worker meanwhile is seen by that plan: the run goes on if it takes what the
         plan admits (``Run.takes_placements``), else it ends there, handing the loop the plan if it was made
         already. Returns the passes left in flight, and the plans of the pass after them if made already."""
-        lag = int(run.asynchronous)
+        lag = run.lag
         horizon = self._limited_run()
         d = 0
         self._start_row(run, lag, delivered=0)
@@ -344,7 +344,7 @@ class Worker:
 
     def _start_row(self, run: Run | AsyncRun, row: int, delivered: int) -> None:
         """Start a row of a run applied as its passes end, ``delivered`` rows having been delivered."""
-        self._begin_row(run, row, delivered=delivered, ahead=1 + int(run.asynchronous))
+        self._begin_row(run, row, delivered=delivered, ahead=1 + run.lag)
         self._passes_in_flight += 1
         self.open_pass_ends.append(int(run.end[row]))
 

@@ -8,18 +8,19 @@ per-rank totals the timing model prices them from (one call for the whole run), 
 
 Two ways to drive a run (``docs/speed.md``):
 
-- ahead (``carry``): a worker that only its own arrivals reach (``Worker.arrivals``: an
-  open-loop load placed by a router that reads no state) applies the run when it starts and yields to its
-  end. A run does not stop at an arrival: the request is created as at its arrival time
-  (``WorkerArrivals.arrive_early``: creating it schedules nothing), each rank's scheduler admits with its
+- ahead (``carry``): a worker that only its own arrivals reach (``Worker.arrivals``: an open-loop load
+  placed by a router that reads no state) applies the run when it starts and yields to its end. A run does
+  not stop at an arrival: the request is created as at its arrival time (``WorkerArrivals.arrive_early``:
+  creating it schedules nothing), each rank's scheduler admits with its
   own admission (``VllmScheduler.admit_waiting``) when the pass after the arrival is planned — on the pool
   and queue as they are then — and the run prices the passes from there on again with the new columns.
   When an admission is not whole prompts admitted alone (a chunk, a resumption), that pass, planned by the
   schedulers, is handed to the worker to run on its own (see ``Worker._carry``; async, where the plan that
   sees an arrival is made at the first pass end after it, two passes ahead, the run ends at that pass end
   and hands the plan to the worker's loop).
-- as the passes end (``plan_ticked``, driven by ``Worker._tick``): any other worker applies each row when its pass ends, at the SimPy event the
-  pass-by-pass loop would make, and ends the run when something was placed on it meanwhile.
+- as the passes end (``plan_ticked``, driven by ``Worker._tick``): any other worker applies each row when
+  its pass ends, at the SimPy event the pass-by-pass loop would make, and ends the run when something was
+  placed on it meanwhile.
 
 Modules: ``running`` (the running requests as arrays: whether a run may start), ``run`` (a run: its rows,
 columns, totals and pricing, its KV operations, its end), ``admissions`` (a row's plan admitting requests),

@@ -22,7 +22,7 @@ class AsyncRun(Run):
     retired), step 2(d + 1) + 1 plans row d + 2 (blocks, then the delivered tokens cached), and the
     admissions of that plan follow it. A run of m rows delivers rows 0..m − 1 and leaves row m in flight."""
 
-    asynchronous = True
+    lag = 1
     CACHE_SHIFT = (0, 1)
     FINISH_BACK = 1
 

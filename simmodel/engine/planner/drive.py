@@ -73,7 +73,10 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
     rows = min(_rows(worker, now, horizon, started_before=lag), worker.tick_rows)
     if run is None or rows < 1 + lag:
         return None
-    state = AsyncRun(worker, run, now, rows, in_flight, ticked=True) if lag else Run(worker, run, now, rows, ticked=True)
+    if lag:
+        state = AsyncRun(worker, run, now, rows, in_flight, ticked=True)
+    else:
+        state = Run(worker, run, now, rows, ticked=True)
     state.price_from(lag)
     m = state.valid(horizon)
     if m < 1 or lag and not state.busy[1:m + 1].max(axis=1).all():

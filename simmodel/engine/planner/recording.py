@@ -17,10 +17,10 @@ class Recording:
     def _record(self, m: int) -> None:
         """Record rows 0..m − 1 at once (see ``_record_rows``) and count them as started."""
         used = self._used(m)
-        if self.asynchronous:
+        if self.lag:
             used[0] = [plan.kv_blocks_used for plan in self.in_flight_plans]
         self._record_rows(0, m, used)
-        s = int(self.asynchronous)  # the passes started in the run: synchronous 0..m − 1, async 1..m
+        s = self.lag  # the passes started in the run: synchronous 0..m − 1, async 1..m
         self.worker.count_run(m, self.labels[s:m + s], int(self.busy[m - 1 + s].max()))
 
     def _starts(self, lo: int, hi: int) -> np.ndarray:
@@ -36,7 +36,7 @@ class Recording:
         admissions) is appended when it is planned, before the outputs of the row before it are delivered."""
         worker, rec, R = self.worker, self.recorder, self.num_ranks
         role, w = worker.role, worker.worker_id
-        s = int(self.asynchronous)  # rows planned ahead of the deliveries
+        s = self.lag  # rows planned ahead of the deliveries
         cells = self.cells[lo:hi + s, :, :max(DECODE, PREFILL + 1) + 1].astype(np.int64)
         decodes = cells[:, :, DECODE]
         prefill_seqs = cells[:, :, PREFILL]

@@ -52,7 +52,9 @@ class Run(Admissions, Recording):
     with one line per pass and rank, as they are priced) are whole numbers kept exactly in float64.
     """
 
-    asynchronous = False
+    lag = 0
+    """Passes in flight while the next is planned (``Worker.lag``): none, a synchronous run delivers each pass it
+    starts."""
     CACHE_SHIFT = (1, 1)
     """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
     FINISH_BACK = 0
@@ -150,7 +152,7 @@ class Run(Admissions, Recording):
         """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
         the clock, or a finish would call back into the simulation outside ``calls_back_inside``)."""
         if run.calls_back is not None and not self.calls_back_inside:  # the pass in which such a request finishes
-            self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.asynchronous)
+            self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.lag)
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
@@ -416,7 +418,7 @@ class Run(Admissions, Recording):
         context, outs = self.context[columns], self.outputs[columns]
         computed = (context + planned).tolist()
         outputs = (outs + delivered).tolist()
-        in_flight = (planned - delivered).tolist() if self.asynchronous else None
+        in_flight = (planned - delivered).tolist() if self.lag else None
         blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
         if not self.caching:
             blocks = np.maximum(self.blocks[columns], -(-(context + planned) // self.bs)).tolist()
@@ -468,10 +470,10 @@ class Run(Admissions, Recording):
         """Blocks in use on each rank when each row 0..upto − 1 was planned, shape (upto, ranks): allocations and
         admissions so far, less the blocks of the requests finished before (synchronous: by the row before;
         async: by the one before it)."""
-        lag = 1 + self.asynchronous
+        back = 1 + self.lag
         used = (self.used_before + np.cumsum(self.allocations[:upto], axis=0)
                 + np.cumsum(self.admitted_blocks[:upto], axis=0))
-        used[lag:] -= np.cumsum(self.returned[:max(upto - lag, 0)], axis=0)
+        used[back:] -= np.cumsum(self.returned[:max(upto - back, 0)], axis=0)
         return used
 
     # -- a run applied as its passes end -------------------------------------------------------------
@@ -512,7 +514,7 @@ class Run(Admissions, Recording):
         """Row k, planned now (``at``, the end of row k − 1, async: of row k − 2; ``end_row`` applied), sees the
         requests placed on the worker during that row, or still waiting: every rank admits (``admit``) and records
         its plan's admissions, as a rank records its plan."""
-        outs = self.admit(k, at if self.asynchronous else None)  # (async: seeing the requests arrived before)
+        outs = self.admit(k, at if self.lag else None)  # (async: seeing the requests arrived before)
         for rank, out in zip(self.ranks, outs):
             rank.record_plan(out, at)
         self.recorded_rows.add(k)
