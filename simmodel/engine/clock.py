@@ -5,6 +5,8 @@ Integer time makes equal instants compare equal (an arrival "exactly at a pass e
 also rounds every pass to whole nanoseconds. Outputs are converted to seconds and milliseconds.
 """
 
+import numpy as np
+
 NS_PER_S = 1_000_000_000
 
 MAX_NS = 2**62
@@ -15,6 +17,15 @@ def fits_clock(seconds):
     """Whether each duration in seconds (an array) is one the clock can hold: not negative, finite and below
     ``MAX_NS`` (NaN fails both comparisons, infinities one)."""
     return (seconds * NS_PER_S < MAX_NS) & (seconds >= 0)
+
+
+def clock_ns(seconds):
+    """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
+    (``fits_clock``)."""
+    ns = seconds * NS_PER_S
+    if not (ns < MAX_NS).all() or not (seconds >= 0).all():
+        return None
+    return np.rint(ns, out=ns).astype(np.int64)
 
 
 def to_ns(seconds: float) -> int:

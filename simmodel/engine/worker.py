@@ -10,7 +10,7 @@ import simpy
 from simpy.events import Event
 
 from simmodel.engine.barrier import PassBarrier
-from simmodel.engine.clock import NS_PER_S, fits_clock
+from simmodel.engine.clock import clock_ns
 from simmodel.engine.environment import Late
 from simmodel.engine.planner import carry, plan_ticked
 from simmodel.engine.planner.running import MAX_RUN
@@ -483,10 +483,10 @@ class Worker:
         seconds = cost.total_s
         if self.vision is not None:
             seconds = seconds + np.array([v.pass_seconds(p) for v, p in zip(self.vision, plans)])
-        if not fits_clock(seconds).all():
+        busy = clock_ns(seconds)
+        if busy is None:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
-        busy = np.rint(seconds * NS_PER_S).astype(np.int64)
         self.last_pass_ns = int(busy.max())
         self.open_pass_ends.append(start + self.last_pass_ns)
         for label in cost.provenance:

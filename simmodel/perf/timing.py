@@ -172,19 +172,28 @@ class PolynomialTiming(SumsTiming):
     DECODE = (-25.74, 54.01, 5.74)
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
-        pre, dec = sums.kinds()
-        u = np.minimum(1.0, (dec[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS]) / sums.kv_capacity_tokens)
+        table = sums.table  # (the curves' float64 operations in their order, in place: the same bits, fewer arrays)
+        u = table[:, DECODE + CONTEXT_TOKENS] + table[:, DECODE + NEW_TOKENS]
+        u /= sums.kv_capacity_tokens
+        np.minimum(u, 1.0, out=u)
         d, e, f = self.DECODE
-        ms = np.where(dec[:, SEQUENCES] > 0, np.maximum(1.0, (d * u + e) * u + f), 0.0)
-        prefilling = np.flatnonzero(pre[:, SEQUENCES])
+        ms = u * d
+        ms += e
+        ms *= u
+        ms += f
+        np.maximum(ms, 1.0, out=ms)
+        ms[table[:, DECODE + SEQUENCES] <= 0] = 0.0  # D(u) only where the rank decodes
+        prefilling = np.flatnonzero(table[:, PREFILL + SEQUENCES])
         a, b, c = self.PREFILL
         if prefilling.size > 2:  # the prefill curve, on the rows that prefill (most of a decode run's have none)
-            n, new, ctx = pre[prefilling, SEQUENCES], pre[prefilling, NEW_TOKENS], pre[prefilling, CONTEXT_TOKENS]
+            pre = table[prefilling, PREFILL:PREFILL + 3]
+            n, new, ctx = pre[:, SEQUENCES], pre[:, NEW_TOKENS], pre[:, CONTEXT_TOKENS]
             tokens = n * (np.floor((ctx + new) / n) - np.floor(ctx / n))
             ms[prefilling] += (a * tokens + b) * tokens + c
         else:  # one or two rows (a pass, a run's admitting row): the same float64 operations, as scalars
             for i in prefilling.tolist():
-                n, new, ctx = pre[i, SEQUENCES].item(), pre[i, NEW_TOKENS].item(), pre[i, CONTEXT_TOKENS].item()
+                n, new, ctx = table[i, PREFILL:PREFILL + 3].tolist()
                 tokens = n * float(math.floor((ctx + new) / n) - math.floor(ctx / n))
                 ms[i] += (a * tokens + b) * tokens + c
-        return ms / 1000.0, None
+        ms /= 1000.0
+        return ms, None

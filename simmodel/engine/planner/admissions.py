@@ -46,8 +46,8 @@ class Admissions:
         k again; False if the admission is not whole prompts alone (the row is then handed over)."""
         self.last_admission = k
         waits = [bool(sched.waiting) for sched in self.scheds]
-        admitted = any(out.admitted for out in outs)
-        reserved = any(self.admitted_blocks[k])  # a P/D decode rank reserved blocks for incoming KV
+        admitted = any([out.admitted for out in outs])
+        reserved = any(self.admitted_blocks[k].tolist())  # a P/D decode rank reserved blocks for incoming KV
         if not admitted and not any(waits) and not reserved:
             return False
         for r, (sched, out, skipped) in enumerate(zip(self.scheds, outs, self.skipped)):
@@ -112,18 +112,20 @@ class Admissions:
             return np.ones(n, bool)
         return np.array(self.waits)[self.rank_of[:n]]
 
-    def slot_row(self, valid: int) -> int | None:
-        """While requests wait on a rank (``waits``): the first row before ``valid`` whose plan sees a finish
-        there since the last admission (None: none)."""
+    def slot_decision(self, valid: int) -> int | None:
+        """While requests wait on a rank (``waits``): the first decision that retires a request there since the
+        last admission (a request is retired at the decision ending its last row, which plans row
+        d + 1 + lag; an admission into row k saw the decisions before k − lag), if it comes before the run's
+        last delivery (synchronous: the row it plans is delivered too); None: none."""
         if not any(self.waits):
             return None
         n = self.n
         last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
-        later = last[(last >= self.last_admission) & self._waiting_columns()]
+        later = last[(last >= self.last_admission - self.lag) & self._waiting_columns()]
         if not later.size:
             return None
-        row = int(later.min()) + 1
-        return row if row < valid else None
+        d = int(later.min())
+        return d if d < valid - 1 + self.lag else None
 
     def _column(self, request: Request, r: int, context: int, left: int, first: int, blocks: int,
                 cached: int) -> None:

@@ -34,9 +34,6 @@ class AsyncRun(Run):
         self.busy[0], self.end[0] = first_busy, first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
-        self.handing_over: int | None = None
-        """A row planned already that must run on its own (its admission is not whole prompts alone, or its
-        price does not fit the clock): the loop is handed its plan and starts it."""
 
     def _schedule_ops(self, i: int, f: int, left: int, context: int, blocks: int, cached: int,
                       prefill: bool) -> None:
@@ -69,25 +66,18 @@ class AsyncRun(Run):
         """The step that retires a request whose last row is ``last``: processing that row's outputs."""
         return 2 * (last + 1)
 
-    def slot_decision(self, valid: int) -> int | None:
-        """While requests wait on a rank (``waits``): the first decision before ``valid`` that retires a request
-        there since the last admission (a request is retired when its last row's outputs are processed, at the
-        decision ending that row, which plans the row after next); None: none."""
-        if not any(self.waits):
-            return None
-        n = self.n
-        last = self.first[:n] + self.left[:n] - 1
-        # an admission into row k saw decisions up to k − 2
-        later = last[(last >= self.last_admission - 1) & self._waiting_columns()]
-        if not later.size:
-            return None
-        d = int(later.min())
-        return d if d < valid else None
-
     def decide(self, d: int, plan: bool) -> None:
         """Apply the operations up to decision d: the outputs of rows ..d processed, and if ``plan`` row
         d + 2's decodes planned."""
         self._apply_steps(2 * (d + 1) + 1 + plan, d + 2 + plan)
+        self.planned = d + 2 if plan else -1
+
+    def may_plan(self, d: int, valid: int, horizon: float, source) -> bool:
+        """Whether decision d may plan row d + 2 with what it admits: that row is one the run may take, and the
+        run then delivers row d + 1 too, so that row ends before ``horizon`` and no arrival comes at its very
+        end (it would be recorded before that delivery) or breaks the request limit by then."""
+        return (d + 2 < min(self.cap, self.rows) and self.deliverable(horizon) >= d + 2
+                and source.quiet_until(int(self.end[d + 1])))
 
     def deliverable(self, horizon: float) -> int:
         """Rows whose outputs may be delivered as priced now: before ``horizon`` and within the time limit."""
@@ -150,7 +140,7 @@ class AsyncRun(Run):
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
-        over = self.handing_over is not None
+        over = self.planned == m + 1  # (row m + 1 planned by the last decision, ``_admit_arrivals``)
         self.decide(m - 1, plan=over)
         in_flight = self._in_flight(m, self._used(m + 1)[m])
         self._deliver(m, self._rows_through(m), self._rows_through(m + 1 + over), over)

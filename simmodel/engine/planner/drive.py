@@ -46,7 +46,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None, start: int 
     state.price_from(lag)
     worker.open_pass_ends.append(now)  # events before the arrivals created ahead are still to be recorded
     try:
-        m = (_admit_arrivals_async if lag else _admit_arrivals)(state, worker.arrivals, horizon)
+        m = _admit_arrivals(state, worker.arrivals, horizon)
         if m < 1:
             return None
         left, plans = state.finish(m)
@@ -114,52 +114,17 @@ def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]
     return (None, valid) if j == valid else (t, j)
 
 
-def _admit_arrivals(state: Run, source, horizon: float) -> int:
+def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
     """Take rows while arrivals (and requests waiting for a slot, after each finish) are admitted whole;
-    returns how many rows the run takes."""
-    end = state.end
-    valid = state.valid(horizon)
-    while True:
-        if valid < 1:
-            return 0
-        t, j = _next_arrival(source, end, valid)
-        slot = state.slot_row(valid)
-        if slot is not None and (t is None or slot <= j):
-            # A finish frees a slot before the next arrival is read: the plan of that row admits the next
-            # waiting request (or, at the arrival's own row, the arrival sees the same plan below).
-            if t is None or slot < j + 1:
-                state.apply(slot, plan=True)
-                outs = state.admit(slot)
-                if not state.take(slot, outs, int(end[slot - 1])):
-                    return slot
-                valid = state.valid(horizon)
-                if valid <= slot:
-                    return slot
-                continue
-        if t is None:
-            return valid  # every row ends before the next arrival
-        if end[j] == t:
-            return j  # a pass ending at the arrival's instant runs on its own
-        # Row j spans the arrival: the next row's plan sees it. No arrival may come at row j's very end
-        # (it would be seen too), nor break the request limit.
-        if not source.quiet_until(int(end[j])):
-            return j
-        k = j + 1  # (past the last admission's row: the arrival comes after that row's plan)
-        if k >= valid or not state.admits:
-            return k  # (not admitting: the worker plans row k, seeing the arrival made by then)
-        state.apply(k, plan=True)
-        source.arrive_early(int(end[j]))
-        outs = state.admit(k)
-        if not state.take(k, outs, int(end[j])):
-            return k
-        valid = state.valid(horizon)
-        if valid <= k:
-            return k
+    returns how many rows the run delivers, for either lag (``state.lag``).
 
-
-def _admit_arrivals_async(state: AsyncRun, source, horizon: float) -> int:
-    """Take rows while arrivals are admitted whole; returns how many rows the run delivers."""
-    end = state.end
+    Decision d, at the end of row d, plans row d + 1 + lag. An arrival is read by the first decision after
+    it, and each rank's scheduler admits it there (``Run.admit``) with what waits; so does the decision that
+    retires a request while requests wait for a slot (``slot_decision``). If what that decision admits is
+    not whole prompts admitted alone, the run ends with row d delivered and hands the planned row to the
+    loop (``Run.finish``: the row planned by the last decision is handed over).
+    """
+    lag, end = state.lag, state.end
     valid = state.valid(horizon)
     while True:
         if valid < 1:
@@ -167,36 +132,24 @@ def _admit_arrivals_async(state: AsyncRun, source, horizon: float) -> int:
         t, d = _next_arrival(source, end, valid)
         slot = state.slot_decision(valid)
         if slot is not None and (t is None or slot < d):
-            # Decision ``slot`` retires a request and admits the next waiting one into row slot + 2 (before
-            # the next arrival, which decision d reads); the run then delivers row slot + 1 too.
-            if (slot + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < slot + 2
-                    or not source.quiet_until(int(end[slot + 1]))):
-                return slot + 1
-            state.decide(slot, plan=True)
-            row, at = slot + 2, int(end[slot])
-            out = state.admit(row, at)
-            if not state.take(row, out, at):
-                state.handing_over = row
-                return slot + 1
-            valid = state.valid(horizon)
-            continue
-        if t is None:
-            return valid  # every delivery comes before the next arrival
-        if end[d] == t or not source.quiet_until(int(end[d])):
-            return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
-        if not state.admits:
-            return d + 1  # the loop makes decision d (the arrival made by then), after row d's delivery
-        # Decision d (at the end of row d) reads it and plans row d + 2: the run then delivers row d + 1 too,
-        # so no arrival may come at its very end (it would be recorded before that delivery) or break the
-        # request limit by then.
-        if (d + 2 >= min(state.cap, state.rows) or state.deliverable(horizon) < d + 2
-                or not source.quiet_until(int(end[d + 1]))):
-            return d + 1
-        state.decide(d, plan=True)
-        source.arrive_early(int(end[d]))
-        row, at = d + 2, int(end[d])
-        out = state.admit(row, at)
-        if not state.take(row, out, at):
-            state.handing_over = row  # the loop starts the pass as planned (a chunk, a request left waiting)
-            return d + 1
+            # A finish frees a slot before the next arrival is read: that decision admits the next waiting one.
+            d = slot
+            if not state.may_plan(d, valid, horizon, source):
+                return d + 1
+            state.decide(d, plan=True)
+        else:
+            if t is None:
+                return valid  # every delivery comes before the next arrival
+            if end[d] == t or not source.quiet_until(int(end[d])):
+                return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
+            if not state.admits or not state.may_plan(d, valid, horizon, source):
+                return d + 1  # (not admitting: the loop makes decision d, seeing the arrival made by then)
+            state.decide(d, plan=True)
+            source.arrive_early(int(end[d]))
+        row, at = d + 1 + lag, int(end[d])
+        outs = state.admit(row, at if lag else None)  # (async: seeing the requests arrived before)
+        if not state.take(row, outs, at):
+            return d + 1  # the loop starts the row as planned (a chunk, a request left waiting)
         valid = state.valid(horizon)
+        if valid <= d + 1:
+            return d + 1

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import fits_clock
+from simmodel.engine.clock import clock_ns, fits_clock
 from simmodel.engine.planner.admissions import Admissions
 from simmodel.engine.planner.recording import Recording
-from simmodel.engine.planner.running import RunningRequests, busy_ns
+from simmodel.engine.planner.running import RunningRequests
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
 
@@ -156,7 +156,8 @@ class Run(Admissions, Recording):
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
-        """The row whose planning (its allocations and insertions) is applied, if ahead of ``applied``."""
+        """The row the last decision planned (its allocations and insertions applied) if it is ahead of the
+        rows applied, else −1: a run applied ahead hands it to the loop (``finish``)."""
         self.planned_rows = 1 if self.planned_first else 0
         """Rows whose allocations are taken (for a pool of counted blocks)."""
         self.returned = np.zeros((rows, R), np.int64)
@@ -212,16 +213,18 @@ class Run(Admissions, Recording):
         n, R = hi - k, self.num_ranks
         seconds, labels = self.worker.timing.price_sums(
             PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n))
-        busy = busy_ns(seconds)
+        busy = clock_ns(seconds)
         if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
             j = int(np.argmax(~fits_clock(seconds).all(axis=1)))
             self.cap = min(self.cap, k + j)
             if not j:
                 return False
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
-            busy = busy_ns(seconds)
+            busy = clock_ns(seconds)
         self.busy[k:hi] = busy
-        self.end[k:hi] = np.cumsum(busy[:, 0] if R == 1 else busy.max(axis=1)) + (self.end[k - 1] if k else self.now)
+        end = self.end[k:hi]
+        np.cumsum(busy[:, 0] if R == 1 else busy.max(axis=1), out=end)
+        end += int(self.end[k - 1]) if k else self.now
         self.labels[k:hi] = labels
         return True
 
@@ -240,8 +243,8 @@ class Run(Admissions, Recording):
     def _kv_check(self, k: int) -> None:
         """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more
         blocks than a rank has free now (frees ignored: a shorter run is the same run)."""
-        free = np.array([pool.num_free_blocks for pool in self.pools])
-        if (self.total_allocations <= free).all():
+        free = [pool.num_free_blocks for pool in self.pools]
+        if all(t <= f for t, f in zip(self.total_allocations.tolist(), free)):
             return  # even every row's blocks are free
         short = (np.cumsum(self.allocations[k:], axis=0) > free).any(axis=1)
         if short.any():
@@ -286,6 +289,16 @@ class Run(Admissions, Recording):
         self.applied = upto
         self.planned = upto if plan else -1
 
+    def decide(self, d: int, plan: bool) -> None:
+        """Apply the operations up to decision d, at the end of row d: rows ..d applied, and if ``plan`` row
+        d + 1 planned."""
+        self.apply(d + 1, plan)
+
+    def may_plan(self, d: int, valid: int, horizon: float, source) -> bool:
+        """Whether decision d may plan row d + 1 with what it admits: that row is one the run takes (``valid``
+        of them as priced now)."""
+        return d + 1 < valid
+
     def _apply_steps(self, limit: int, planned_rows: int) -> None:
         """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
         pools, scheds, requests, ops, rank_of = self.pools, self.scheds, self.requests, self.ops, self.rank_of
@@ -297,11 +310,12 @@ class Run(Admissions, Recording):
         limit = limit * _COLUMNS * 4
         context, first, left, bs = self.context, self.first, self.left, self.bs
         shift, back = self.CACHE_SHIFT, self.FINISH_BACK
+        one_rank = self.num_ranks == 1
         while ops and ops[0] < limit:
             key = heappop(ops)
             code, action = key >> 2, key & 3
             step, i = divmod(code, _COLUMNS)
-            request, r = requests[i], int(rank_of[i])
+            request, r = requests[i], 0 if one_rank else int(rank_of[i])
             pool = pools[r]
             if action == _FINISH:
                 row = (step >> 1) - back
@@ -337,7 +351,7 @@ class Run(Admissions, Recording):
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 of a run applied ahead; returns the passes it leaves in flight (none)
         and, if row m was planned already (the run hands it over), its plans."""
-        handing_over = self.planned == m
+        handing_over = self.planned == m  # (row m planned by the last decision, ``_admit_arrivals``)
         self.apply(m, handing_over)
         ran = self._rows_through(m)
         self._deliver(m, ran, self._rows_through(m + 1) if handing_over else ran, handing_over)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simmodel.engine.clock import NS_PER_S, fits_clock
 from simmodel.engine.scheduler.vllm import VllmScheduler
 
 if TYPE_CHECKING:
@@ -141,14 +140,6 @@ class RunningRequests:
         if len(self.ranks) == 1:
             return matrix.sum(axis=1)[:, None]
         return np.stack([matrix[:, a:b].sum(axis=1) for a, b in zip(self.bounds, self.bounds[1:])], axis=1)
-
-
-def busy_ns(seconds: np.ndarray) -> np.ndarray | None:
-    """Each pass's and rank's time in integer nanoseconds, or None where one would not fit the clock (the
-    pass-by-pass path then reports it)."""
-    if not fits_clock(seconds).all():
-        return None
-    return np.rint(seconds * NS_PER_S).astype(np.int64)
 
 
 def joined(labels: list[tuple[str, ...]]) -> list[str]:

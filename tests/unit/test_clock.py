@@ -1,0 +1,24 @@
+"""``clock_ns``: pass times in seconds become whole nanoseconds of the simulated clock, or None when one of
+them is not a duration the clock can hold (``fits_clock``). Expected values are worked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simmodel.engine.clock import MAX_NS, clock_ns, fits_clock
+
+
+def test_durations_round_to_the_nearest_nanosecond_keeping_their_shape():
+    # 1.4 ns → 1, 1.6 ns → 2, 1.5 ms → 1,500,000 ns, 4.6e9 s (below 2**62 ns ≈ 4.61e18 ns) → 4.6e18 ns.
+    seconds = np.array([[0.0, 1.4e-9], [1.6e-9, 0.0015], [4.6e9, 2.0]])
+    ns = clock_ns(seconds)
+    assert ns.dtype == np.int64 and ns.shape == (3, 2)
+    assert ns.tolist() == [[0, 1], [2, 1_500_000], [4_600_000_000_000_000_000, 2_000_000_000]]
+
+
+def test_one_duration_the_clock_cannot_hold_refuses_them_all():
+    # Negative, NaN, infinite, and 2**62 ns itself (the first instant past MAX_NS's range) do not fit.
+    for bad in (-1e-9, np.nan, np.inf, MAX_NS / 1e9):
+        seconds = np.array([0.001, bad])
+        assert clock_ns(seconds) is None
+        assert fits_clock(seconds).tolist() == [True, False]
