@@ -19,7 +19,8 @@ from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
-from simmodel.sim import Simulation, check_workload, make_timing
+from simmodel.perf.timings import make_timing
+from simmodel.sim import Simulation, check_workload
 
 _LABELS = {
     "ttft_ms": "Time to first token (ms)", "ttst_ms": "Time to second token (ms)",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.config.load import load_scenario
-from simmodel.config.schema import Scenario, TraceSource, WorkerRole
+from simmodel.config.schema import Scenario, TraceSource
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.environment import Environment
@@ -40,8 +40,7 @@ from simmodel.metrics.summarize import (
     stage_summaries,
     summarize,
 )
-from simmodel.perf.roofline import RooflineTiming
-from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
+from simmodel.perf.timings import make_timing
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
@@ -135,30 +134,6 @@ def _by_end_and_worker(data: dict) -> dict:
     order = np.lexsort((np.asarray(data["worker"]), np.asarray(data["end_ns"])))
     return {name: (np.asarray(column)[order] if isinstance(column, np.ndarray) else [column[i] for i in order])
             for name, column in data.items()}
-
-
-def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
-    """The role's pass timing model. ``measured`` queries aiconfigurator once here (a few seconds)."""
-    spec = role.timing
-    if spec.type == "fixed":
-        return FixedTiming(spec.prefill_ms, spec.decode_ms)
-    if spec.type == "default":
-        timing = RooflineTiming(role.deployment, spec.efficiency, spec.host)
-        if spec.calibration is not None:  # fitted to measured runs (simmodel calibrate)
-            timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
-                                 *(("transferred",) if spec.transferred else ()))
-        return timing
-    if spec.type == "measured":
-        from simmodel.perf.measured import MeasuredTiming
-
-        try:
-            return MeasuredTiming(role.deployment, backend, backend_version=spec.backend_version,
-                                  context_length=role.context_length,
-                                  max_batched_tokens=role.scheduler.max_batched_tokens,
-                                  max_sequences=role.scheduler.max_sequences)
-        except ScenarioError as exc:
-            raise ScenarioError(f"engine.workers.{role.name}.timing: {exc}") from None
-    return PolynomialTiming()
 
 
 def frontend_summary(frontends: list[Frontend]) -> list[dict]:

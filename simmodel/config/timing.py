@@ -13,10 +13,11 @@ from simmodel.config.node import _Node, _show
 from simmodel.config.schema import TimingSpec
 from simmodel.errors import ScenarioError
 from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.perf.timings import TIMINGS
 
 
 def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
-    kind = node.choice("type", ("default", "fixed", "polynomial", "measured"), "default")
+    kind = node.choice("type", tuple(TIMINGS), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
     elif kind == "default":

@@ -155,16 +155,17 @@ class PrefixCachingBlockPool:
         nxt, prev, inside = queue.next, queue.prev, queue.inside
         taken = []
         b = nxt[queue.head]
-        key_of, ref_cnt = self.key_of, self.ref_cnt
+        key_of, ref_cnt, by_key = self.key_of, self.ref_cnt, self.blocks_by_key
         for _ in range(num_blocks):
             taken.append(b)
             inside[b] = False
             key = key_of[b]
             if key is not None:  # evict its cached content
-                holders = self.blocks_by_key[key]
-                del holders[b]
-                if not holders:
-                    del self.blocks_by_key[key]
+                holders = by_key[key]
+                if len(holders) == 1:  # (b alone holds it)
+                    del by_key[key]
+                else:
+                    del holders[b]
                 key_of[b] = None
             ref_cnt[b] = 1
             b = nxt[b]
@@ -182,9 +183,10 @@ class PrefixCachingBlockPool:
         key = self.key_of[b]
         if key is not None:  # evict its cached content
             holders = self.blocks_by_key[key]
-            del holders[b]
-            if not holders:
+            if len(holders) == 1:  # (b alone holds it)
                 del self.blocks_by_key[key]
+            else:
+                del holders[b]
             self.key_of[b] = None
         self.ref_cnt[b] = 1
         return b

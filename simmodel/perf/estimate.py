@@ -75,7 +75,7 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
 
     from simmodel.config.load import parse_scenario
     from simmodel.errors import ScenarioError
-    from simmodel.sim import make_timing
+    from simmodel.perf.timings import make_timing
 
     engine: dict = {"model": model, "hardware": hardware, "backend": backend, "dtype": dtype, "workers": {
         "aggregated": {"parallelism": {"tensor": tensor},

@@ -1,0 +1,57 @@
+"""Which pass timing model a role runs with: ``TIMINGS`` maps the scenario's ``timing.type`` to the builder of
+its model, so that a new model plugs in as one entry (the configuration checks the type against the same
+names)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simmodel.errors import ScenarioError
+from simmodel.perf.roofline import RooflineTiming
+from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
+
+if TYPE_CHECKING:
+    from simmodel.config.schema import WorkerRole
+
+
+def _fixed(role: WorkerRole, backend: str) -> PassTiming:
+    return FixedTiming(role.timing.prefill_ms, role.timing.decode_ms)
+
+
+def _polynomial(role: WorkerRole, backend: str) -> PassTiming:
+    return PolynomialTiming()
+
+
+def _roofline(role: WorkerRole, backend: str) -> PassTiming:
+    """The default model: the GPU roofline, with its constants fitted to measured runs where the scenario says
+    so (``simmodel calibrate``)."""
+    spec = role.timing
+    timing = RooflineTiming(role.deployment, spec.efficiency, spec.host)
+    if spec.calibration is not None:
+        timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
+                             *(("transferred",) if spec.transferred else ()))
+    return timing
+
+
+def _measured(role: WorkerRole, backend: str) -> PassTiming:
+    """aiconfigurator's measured kernel tables, queried once here (a few seconds)."""
+    from simmodel.perf.measured import MeasuredTiming  # (an optional dependency, imported when used)
+
+    try:
+        return MeasuredTiming(role.deployment, backend, backend_version=role.timing.backend_version,
+                              context_length=role.context_length,
+                              max_batched_tokens=role.scheduler.max_batched_tokens,
+                              max_sequences=role.scheduler.max_sequences)
+    except ScenarioError as exc:
+        raise ScenarioError(f"engine.workers.{role.name}.timing: {exc}") from None
+
+
+TIMINGS: dict[str, Callable[[WorkerRole, str], PassTiming]] = {
+    "default": _roofline, "fixed": _fixed, "polynomial": _polynomial, "measured": _measured}
+"""``timing.type`` → the builder of the role's timing model."""
+
+
+def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
+    """The role's pass timing model (``TIMINGS``)."""
+    return TIMINGS[role.timing.type](role, backend)
