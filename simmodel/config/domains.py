@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from simmodel.config.node import finite_number
 from simmodel.errors import ScenarioError
 
 DOMAIN_KEYS = ("choices", "range")
@@ -44,8 +45,6 @@ def find_domains(data: Any, path: str = "") -> list[tuple[str, dict]]:
     return found
 
 
-def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _canonical(value: Any) -> str:
@@ -83,14 +82,14 @@ def domain_values(path: str, domain: dict) -> list:
     if scale not in ("linear", "log"):
         raise ScenarioError(f"{at}.scale: must be one of linear, log, got {scale!r}")
     for key in ("min", "max"):
-        if not _number(spec.get(key)):
+        if not finite_number(spec.get(key)):
             raise ScenarioError(f"{at}.{key}: must be a number, got {spec.get(key)!r}")
     lo, hi = spec["min"], spec["max"]
     integers = isinstance(lo, int) and isinstance(hi, int)
     step = spec.get("step", 2 if scale == "log" else (1 if integers else None))
     if step is None:
         raise ScenarioError(f"{at}.step: required when min or max is not an integer")
-    if not _number(step) or step <= 0:
+    if not finite_number(step) or step <= 0:
         raise ScenarioError(f"{at}.step: must be a positive number, got {step!r}")
     if hi < lo:
         raise ScenarioError(f"{at}.max: must be at least min ({lo}), got {hi}")

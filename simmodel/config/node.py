@@ -61,7 +61,7 @@ class _Node:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        ok = finite_number(value)
         ok = ok and (value > 0 if positive else value >= 0) and (maximum is None or value <= maximum)
         if ok and minimum is not None and value < minimum:
             raise ScenarioError(f"{self.at(key)}: must be at least {minimum:g}, got {_show(value)}")
@@ -91,6 +91,17 @@ class _Node:
             if key not in self._read:
                 allowed = ", ".join(sorted(self._read)) or "none"
                 raise ScenarioError(f"{self.at(str(key))}: unknown field (allowed here: {allowed})")
+
+
+def finite_number(value: Any) -> bool:
+    """Whether a YAML value is a finite number a float can hold: not a bool, not NaN or infinite, and not an
+    integer past float range (a 400-digit literal), which ``float()`` cannot convert."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _show(value: Any) -> str:

@@ -5,11 +5,10 @@ rules that join them to the traffic's images, checked once both the traffic and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
-from simmodel.config.node import _backend_only, _Node, _show
+from simmodel.config.node import _backend_only, _Node, _show, finite_number
 from simmodel.config.schema import (
     Engine,
     FrontendSpec,
@@ -90,12 +89,12 @@ def _frontend(node: _Node) -> FrontendSpec:
         if scale is None:
             scale = [1.0] * workers
         elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
-            if not (math.isfinite(scale) and scale >= 0 and 1.0 + scale * (workers - 1) <= 1e6):
+            if not (finite_number(scale) and scale >= 0 and 1.0 + scale * (workers - 1) <= 1e6):
                 raise ScenarioError(f"{st.at('concurrency_scale')}: one number s means a factor 1 + s×(busy − 1), "
                                     f"so it must be a non-negative number, got {_show(scale)}")
             scale = [1.0 + float(scale) * k for k in range(workers)]
         if (not isinstance(scale, list) or len(scale) != workers or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= 1e6
+                finite_number(x) and 0 < x <= 1e6
                 for x in scale)):
             raise ScenarioError(f"{st.at('concurrency_scale')}: must be a list of {workers} positive numbers (one "
                                 f"per worker: entry k is the service-time factor with k+1 busy), or one number "

@@ -5,13 +5,12 @@ sessions, a trace file, or a benchmark tool's workload file to import), the load
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
 from simmodel.config.catalog import resolve_trace_path
 from simmodel.config.importers import TOOLS, import_workload
-from simmodel.config.node import _MISSING, _Node, _show
+from simmodel.config.node import _MISSING, _Node, _show, finite_number
 from simmodel.config.schema import (
     TRACE_FORMATS,
     ImageSpec,
@@ -54,7 +53,7 @@ def _length(node: _Node, key: str) -> LengthSpec:
         weights = spec.raw("weights", None)
         if weights is not None:
             if (not isinstance(weights, list) or len(weights) != len(values) or not all(
-                    isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
+                    finite_number(w) and w >= 0
                     for w in weights) or sum(weights) <= 0):
                 raise ScenarioError(f"{spec.at('weights')}: must be {len(values)} non-negative numbers "
                                     f"with a positive sum")

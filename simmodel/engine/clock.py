@@ -16,14 +16,18 @@ MAX_NS = 2**62
 def fits_clock(seconds):
     """Whether each duration in seconds (an array) is one the clock can hold: not negative, finite and below
     ``MAX_NS`` (NaN fails both comparisons, infinities one)."""
-    return (seconds * NS_PER_S < MAX_NS) & (seconds >= 0)
+    return _fits(seconds, seconds * NS_PER_S)
+
+
+def _fits(seconds, ns):
+    return (ns < MAX_NS) & (seconds >= 0)
 
 
 def clock_ns(seconds):
     """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
     (``fits_clock``)."""
-    ns = seconds * NS_PER_S
-    if not (ns < MAX_NS).all() or not (seconds >= 0).all():
+    ns = np.asarray(seconds * NS_PER_S, dtype=np.float64)  # (its own array: rounded in place)
+    if not _fits(seconds, ns).all():
         return None
     return np.rint(ns, out=ns).astype(np.int64)
 

@@ -22,3 +22,8 @@ def test_one_duration_the_clock_cannot_hold_refuses_them_all():
         seconds = np.array([0.001, bad])
         assert clock_ns(seconds) is None
         assert fits_clock(seconds).tolist() == [True, False]
+
+
+def test_whole_seconds_given_as_integers_convert_too():
+    # A timing model may price in whole seconds: 2 s → 2e9 ns.
+    assert clock_ns(np.array([2, 0])).tolist() == [2_000_000_000, 0]

@@ -42,6 +42,9 @@ def worker(**fields) -> dict:
     (worker(timing={"type": "fixed", "prefill_ms": -1, "decode_ms": 1}),
      f"{AGG}.timing.prefill_ms: must be a non-negative number at most 1e+09, got -1"),
     (worker(timing={"type": "roofline"}), f"{AGG}.timing.type: must be one of default, fixed, polynomial"),
+    # An integer past float range (YAML reads 0x followed by 400 f's as one): refused, not an OverflowError.
+    (worker(timing={"type": "fixed", "prefill_ms": 1, "decode_ms": int("f" * 400, 16)}),
+     f"{AGG}.timing.decode_ms: must be a non-negative number at most 1e+09, got 4446241647709404462"),
     (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers added during a run"),
     (worker(scheduler={"max_sequences": True}), f"{AGG}.scheduler.max_sequences: must be a positive integer, got true"),
     ({"engine": {"context_length": 200000}},

@@ -43,7 +43,13 @@ class Admissions:
 
     def take(self, k: int, outs: list[SchedulerOutput], admitted_at: int) -> bool:
         """Add the requests admitted in row k (planned at ``admitted_at``) as columns and price the rows from
-        k again; False if the admission is not whole prompts alone (the row is then handed over)."""
+        k again; False if the admission is not whole prompts alone (the row is then handed over: ``refused``)."""
+        taken = self._take(k, outs, admitted_at)
+        if not taken:
+            self.refused = k
+        return taken
+
+    def _take(self, k: int, outs: list[SchedulerOutput], admitted_at: int) -> bool:
         self.last_admission = k
         waits = [bool(sched.waiting) for sched in self.scheds]
         admitted = any([out.admitted for out in outs])

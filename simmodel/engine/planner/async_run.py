@@ -70,7 +70,6 @@ class AsyncRun(Run):
         """Apply the operations up to decision d: the outputs of rows ..d processed, and if ``plan`` row
         d + 2's decodes planned."""
         self._apply_steps(2 * (d + 1) + 1 + plan, d + 2 + plan)
-        self.planned = d + 2 if plan else -1
 
     def may_plan(self, d: int, valid: int, horizon: float, source) -> bool:
         """Whether decision d may plan row d + 2 with what it admits: that row is one the run may take, and the
@@ -140,7 +139,7 @@ class AsyncRun(Run):
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and
         if handing over, the plans of row m + 1 (planned at the end of row m − 1)."""
-        over = self.planned == m + 1  # (row m + 1 planned by the last decision, ``_admit_arrivals``)
+        over = self.refused == m + 1  # (the row after the one left in flight, refused: ``_admit_arrivals``)
         self.decide(m - 1, plan=over)
         in_flight = self._in_flight(m, self._used(m + 1)[m])
         self._deliver(m, self._rows_through(m), self._rows_through(m + 1 + over), over)

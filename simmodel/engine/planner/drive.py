@@ -122,7 +122,8 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
     it, and each rank's scheduler admits it there (``Run.admit``) with what waits; so does the decision that
     retires a request while requests wait for a slot (``slot_decision``). If what that decision admits is
     not whole prompts admitted alone, the run ends with row d delivered and hands the planned row to the
-    loop (``Run.finish``: the row planned by the last decision is handed over).
+    loop (``finish``); so does a synchronous run that stops right before the row its last decision planned
+    (``Run.planned``).
     """
     lag, end = state.lag, state.end
     valid = state.valid(horizon)
@@ -152,4 +153,4 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
             return d + 1  # the loop starts the row as planned (a chunk, a request left waiting)
         valid = state.valid(horizon)
         if valid <= d + 1:
-            return d + 1
+            return d + 1  # (async: row d + 1, priced already, is left in flight)

@@ -158,6 +158,8 @@ class Run(Admissions, Recording):
         self.planned = 0 if self.planned_first else -1
         """The row the last decision planned (its allocations and insertions applied) if it is ahead of the
         rows applied, else −1: a run applied ahead hands it to the loop (``finish``)."""
+        self.refused: int | None = None
+        """The last row whose admissions the run could not take (``Admissions.take``): the loop runs it."""
         self.planned_rows = 1 if self.planned_first else 0
         """Rows whose allocations are taken (for a pool of counted blocks)."""
         self.returned = np.zeros((rows, R), np.int64)
@@ -351,7 +353,7 @@ class Run(Admissions, Recording):
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 of a run applied ahead; returns the passes it leaves in flight (none)
         and, if row m was planned already (the run hands it over), its plans."""
-        handing_over = self.planned == m  # (row m planned by the last decision, ``_admit_arrivals``)
+        handing_over = self.planned == m  # (row m planned by the last decision: ``_admit_arrivals``)
         self.apply(m, handing_over)
         ran = self._rows_through(m)
         self._deliver(m, ran, self._rows_through(m + 1) if handing_over else ran, handing_over)
