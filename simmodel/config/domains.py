@@ -45,8 +45,6 @@ def find_domains(data: Any, path: str = "") -> list[tuple[str, dict]]:
     return found
 
 
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 

@@ -93,9 +93,8 @@ def _frontend(node: _Node) -> FrontendSpec:
                 raise ScenarioError(f"{st.at('concurrency_scale')}: one number s means a factor 1 + s×(busy − 1), "
                                     f"so it must be a non-negative number, got {_show(scale)}")
             scale = [1.0 + float(scale) * k for k in range(workers)]
-        if (not isinstance(scale, list) or len(scale) != workers or not all(
-                finite_number(x) and 0 < x <= 1e6
-                for x in scale)):
+        if (not isinstance(scale, list) or len(scale) != workers
+                or not all(finite_number(x) and 0 < x <= 1e6 for x in scale)):
             raise ScenarioError(f"{st.at('concurrency_scale')}: must be a list of {workers} positive numbers (one "
                                 f"per worker: entry k is the service-time factor with k+1 busy), or one number "
                                 f"s meaning 1 + s×(busy − 1); got {_show(scale)}")

@@ -52,9 +52,8 @@ def _length(node: _Node, key: str) -> LengthSpec:
             raise ScenarioError(f"{spec.at('values')}: must be a non-empty list of positive integers")
         weights = spec.raw("weights", None)
         if weights is not None:
-            if (not isinstance(weights, list) or len(weights) != len(values) or not all(
-                    finite_number(w) and w >= 0
-                    for w in weights) or sum(weights) <= 0):
+            if (not isinstance(weights, list) or len(weights) != len(values)
+                    or not all(finite_number(w) and w >= 0 for w in weights) or sum(weights) <= 0):
                 raise ScenarioError(f"{spec.at('weights')}: must be {len(values)} non-negative numbers "
                                     f"with a positive sum")
             weights = tuple(float(w) for w in weights)

@@ -8,6 +8,7 @@ import pytest
 from factories import make_scenario, scenario_error
 
 from simmodel.config.load import apply_overrides, load_scenario, parse_scenario
+from simmodel.config.node import finite_number
 from simmodel.errors import ScenarioError
 from simmodel.perf.roofline import Efficiency, HostOverhead
 
@@ -131,3 +132,10 @@ def test_relative_trace_path_resolves_against_the_scenario_folder(tmp_path):
     (tmp_path / "sub" / "s.yaml").write_text(yaml.safe_dump(data))
     scenario = load_scenario(tmp_path / "sub" / "s.yaml")
     assert scenario.traffic.source.path == (tmp_path / "sub" / "t.csv").resolve()
+
+
+def test_finite_number_is_a_number_a_float_can_hold():
+    # Every number check of the configuration goes through it: bools, strings, NaN, infinities and integers past
+    # float range (10**400 > 1.8e308) are not numbers; ints and floats within range are.
+    assert [finite_number(v) for v in (3, 2.5, 0, -1.0, 10**300)] == [True] * 5
+    assert [finite_number(v) for v in (True, "1", None, float("nan"), float("inf"), 10**400)] == [False] * 6

@@ -156,10 +156,12 @@ class Run(Admissions, Recording):
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
-        """The row the last decision planned (its allocations and insertions applied) if it is ahead of the
-        rows applied, else −1: a run applied ahead hands it to the loop (``finish``)."""
+        """Synchronous: the row the last decision planned (its allocations and insertions applied) if it is
+        ahead of the rows applied, else −1; a run applied ahead that stops before it hands it to the loop
+        (``finish``)."""
         self.refused: int | None = None
-        """The last row whose admissions the run could not take (``Admissions.take``): the loop runs it."""
+        """The last row whose admissions the run could not take (``Admissions.take``), which the loop then runs:
+        how an async run applied ahead knows to hand over the row it planned (``AsyncRun.finish``)."""
         self.planned_rows = 1 if self.planned_first else 0
         """Rows whose allocations are taken (for a pool of counted blocks)."""
         self.returned = np.zeros((rows, R), np.int64)
