@@ -27,7 +27,8 @@ def clock_ns(seconds):
     """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
     (``fits_clock``)."""
     ns = np.asarray(seconds * NS_PER_S, dtype=np.float64)  # (its own array: rounded in place)
-    if not _fits(seconds, ns).all():
+    # ``fits_clock`` of every duration, from the extremes (a NaN makes both extremes NaN, failing both):
+    if ns.size and not (ns.max() < MAX_NS and seconds.min() >= 0):
         return None
     return np.rint(ns, out=ns).astype(np.int64)
 

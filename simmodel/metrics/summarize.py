@@ -399,8 +399,9 @@ def waiting_requests(arrival_s: np.ndarray, first_admit_s: np.ndarray, status: n
     if not arrived.size:
         return {"num_requests_waiting_peak": 0, "num_requests_waiting_mean": None}
     # The queue just after each instant something happens: arrivals and admissions at that instant both
-    # counted, so a request admitted the moment it arrives never waits.
-    instants = np.union1d(arrived, admitted)
+    # counted, so a request admitted the moment it arrives never waits. (An instant listed twice gives the
+    # same depth twice: no need to make them unique, which would also import ``numpy.ma``.)
+    instants = np.concatenate((arrived, admitted))
     depth = np.searchsorted(np.sort(arrived), instants, side="right") \
         - np.searchsorted(np.sort(admitted), instants, side="right")
     window = end_s - float(arrived.min())

@@ -6,6 +6,7 @@ Each returns a ``TraceData`` whose arrivals are shifted so the first one is at 0
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,13 @@ def _check_rows(path: Path, lines: list[int], arrival: np.ndarray, isl: np.ndarr
                                 f"({arrival[row - 1]:g} then {arrival[row]:g})")
 
 
-def _int_field(obj: dict, key: str, where: str) -> int:
+def _int_field(obj: dict, key: str, path: Path | str, lineno: int | None = None) -> int:
+    """``obj[key]`` as an integer, or one error naming the file and line (``path:lineno``; ``path`` alone names
+    the place when ``lineno`` is None)."""
     value = obj.get(key)
+    if type(value) is int and -MAX_ABS_VALUE <= value <= MAX_ABS_VALUE:  # (most values: the checks below pass)
+        return value
+    where = str(path) if lineno is None else f"{path}:{lineno}"
     if value is None:
         raise ScenarioError(f"{where}: missing field '{key}'")
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -125,27 +131,32 @@ def _read_mooncake(path: Path):
     for lineno, line in enumerate(_text_lines(path), 1):
         if not line.strip():
             continue
-        where = f"{path}:{lineno}"
         lines.append(lineno)
-        obj = parse_json(line, where, numbered=False)
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):  # (the error, named as ``parse_json`` names it)
+            obj = parse_json(line, f"{path}:{lineno}", numbered=False)
         if not isinstance(obj, dict):
-            raise ScenarioError(f"{where}: each line must be a JSON object")
+            raise ScenarioError(f"{path}:{lineno}: each line must be a JSON object")
         ts = obj.get("timestamp")
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-            raise ScenarioError(f"{where}: 'timestamp' must be a number of milliseconds, got {_short(ts)}")
+            raise ScenarioError(f"{path}:{lineno}: 'timestamp' must be a number of milliseconds, got {_short(ts)}")
         arrival.append(float(ts) / 1000.0)
-        isl.append(_int_field(obj, "input_length", where))
-        osl.append(_int_field(obj, "output_length", where))
-        dp_rank.append(_int_field(obj, "dp_rank", where) if "dp_rank" in obj else -1)
-        prefill_dp_rank.append(_int_field(obj, "prefill_dp_rank", where) if "prefill_dp_rank" in obj else -1)
+        isl.append(_int_field(obj, "input_length", path, lineno))
+        osl.append(_int_field(obj, "output_length", path, lineno))
+        dp_rank.append(_int_field(obj, "dp_rank", path, lineno) if "dp_rank" in obj else -1)
+        prefill_dp_rank.append(_int_field(obj, "prefill_dp_rank", path, lineno) if "prefill_dp_rank" in obj else -1)
         hashes = obj.get("hash_ids")
-        if hashes is not None and (not isinstance(hashes, list)
-                                   or not all(isinstance(h, int) for h in hashes)):
-            raise ScenarioError(f"{where}: 'hash_ids' must be a list of integers")
+        if hashes is not None and (not isinstance(hashes, list) or not set(map(type, hashes)) <= _JSON_INTEGERS):
+            raise ScenarioError(f"{path}:{lineno}: 'hash_ids' must be a list of integers")
         hash_ids.append(tuple(hashes) if hashes is not None else None)
     return (np.array(arrival, dtype=np.float64), np.array(isl, dtype=np.int64),
             np.array(osl, dtype=np.int64), np.array(dp_rank, dtype=np.int64),
             np.array(prefill_dp_rank, dtype=np.int64), hash_ids, lines)
+
+
+_JSON_INTEGERS = {int, bool}
+"""The types of JSON values ``isinstance(value, int)`` holds for (``json`` makes no other subclass of int)."""
 
 
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:

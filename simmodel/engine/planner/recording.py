@@ -84,7 +84,7 @@ class Recording:
                               int(ends[m - 1]))
         finished = self.finished
         if not (rec.keep_events or rec.sink is not None):
-            rec.num_done += sum(len(finished.get(k, ())) for k in range(lo, hi))
+            rec.num_done += sum(len(done) for k, done in finished.items() if lo <= k < hi)
             return
         new_event = tuple.__new__
         PASS_END, FIRST_TOKEN, FINISH = EventKind.PASS_END, EventKind.FIRST_TOKEN, EventKind.FINISH

@@ -27,7 +27,7 @@ _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tok
 _FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
-MAX_RUN = 256
+MAX_RUN = 1024
 """Most passes one run covers (bounds the arrays priced at once)."""
 
 
