@@ -74,8 +74,26 @@ SEQUENCES, NEW_TOKENS, CONTEXT_TOKENS, PAIRS, SAMPLED = range(5)
 """A column's place among its kind's five."""
 
 
+_FEW_SEQUENCES = 16
+"""A batch of at most this many sequences is summed in Python (a prefill pass, mostly): whole numbers, so the
+same totals as the matrix product's, without its fixed cost."""
+
+
 def pass_sums(batch: PassBatch, num_passes: int = 1) -> PassSums:
     """The per-rank totals of a batch (``batch.num_ranks`` rows; ``num_passes`` passes stacked)."""
+    if batch.rank.size <= _FEW_SEQUENCES:
+        sums = [[0] * 10 for _ in range(batch.num_ranks)]
+        for r, q, c, decode, sampled in zip(batch.rank.tolist(), batch.num_new_tokens.tolist(),
+                                            batch.num_context_tokens.tolist(), batch.is_decode.tolist(),
+                                            batch.samples.tolist()):
+            row, o = sums[r], DECODE if decode else PREFILL
+            row[o] += 1
+            row[o + 1] += q
+            row[o + 2] += c
+            row[o + 3] += q * c + q * (q + 1) // 2
+            row[o + 4] += sampled
+        return PassSums(np.array(sums, dtype=np.float64), np.asarray(batch.kv_capacity_tokens, dtype=np.float64),
+                        num_passes)
     q = batch.num_new_tokens.astype(np.float64)
     c = batch.num_context_tokens.astype(np.float64)
     per_sequence = np.stack([np.ones_like(q), q, c, q * c + q * (q + 1) / 2, batch.samples], axis=1)
@@ -173,6 +191,8 @@ class PolynomialTiming(SumsTiming):
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
         table = sums.table  # (the curves' float64 operations in their order, in place: the same bits, fewer arrays)
+        if len(table) == 1:  # one rank's pass: the same float64 operations, as scalars
+            return np.array([self._one_row(table[0].tolist(), float(sums.kv_capacity_tokens[0]))]), None
         u = table[:, DECODE + CONTEXT_TOKENS] + table[:, DECODE + NEW_TOKENS]
         u /= sums.kv_capacity_tokens
         np.minimum(u, 1.0, out=u)
@@ -190,10 +210,25 @@ class PolynomialTiming(SumsTiming):
             n, new, ctx = pre[:, SEQUENCES], pre[:, NEW_TOKENS], pre[:, CONTEXT_TOKENS]
             tokens = n * (np.floor((ctx + new) / n) - np.floor(ctx / n))
             ms[prefilling] += (a * tokens + b) * tokens + c
-        else:  # one or two rows (a pass, a run's admitting row): the same float64 operations, as scalars
+        else:  # one or two rows (a run's admitting row): the same float64 operations, as scalars
             for i in prefilling.tolist():
-                n, new, ctx = table[i, PREFILL:PREFILL + 3].tolist()
-                tokens = n * float(math.floor((ctx + new) / n) - math.floor(ctx / n))
-                ms[i] += (a * tokens + b) * tokens + c
+                ms[i] += self._prefill_ms(*table[i, PREFILL:PREFILL + 3].tolist())
         ms /= 1000.0
         return ms, None
+
+    def _one_row(self, row: list[float], capacity: float) -> float:
+        """``_seconds`` of one row (its ten sums) as Python floats: each operation the arrays make, in order."""
+        ms = 0.0
+        if row[DECODE + SEQUENCES] > 0:
+            u = min((row[DECODE + CONTEXT_TOKENS] + row[DECODE + NEW_TOKENS]) / capacity, 1.0)  # (NaN stays NaN)
+            d, e, f = self.DECODE
+            ms = max((u * d + e) * u + f, 1.0)
+        if row[PREFILL + SEQUENCES]:
+            ms += self._prefill_ms(row[PREFILL + SEQUENCES], row[PREFILL + NEW_TOKENS], row[PREFILL + CONTEXT_TOKENS])
+        return ms / 1000.0
+
+    def _prefill_ms(self, n: float, new: float, ctx: float) -> float:
+        """P(T) of one rank's n prefilling sequences, as scalars (the floored means of the class doc)."""
+        a, b, c = self.PREFILL
+        tokens = n * float(math.floor((ctx + new) / n) - math.floor(ctx / n))
+        return (a * tokens + b) * tokens + c

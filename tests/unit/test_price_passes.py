@@ -12,7 +12,15 @@ from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.measured import MeasuredTiming
 from simmodel.perf.models import MODELS
 from simmodel.perf.roofline import RooflineTiming
-from simmodel.perf.timing import SUM_COLUMNS, FixedTiming, PassBatch, PolynomialTiming, pass_sums, price_passes
+from simmodel.perf.timing import (
+    SUM_COLUMNS,
+    FixedTiming,
+    PassBatch,
+    PassSums,
+    PolynomialTiming,
+    pass_sums,
+    price_passes,
+)
 
 
 def random_passes(rng: np.random.Generator, num_passes: int, num_ranks: int, decode_only: bool):
@@ -89,3 +97,33 @@ def test_pass_sums_total_each_rank_and_kind_by_hand():
                                    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
     assert SUM_COLUMNS[3] == "prefill_pairs" and SUM_COLUMNS[9] == "decode_sampled"
     assert sums.kv_capacity_tokens.tolist() == [100.0, 200.0, 300.0]
+
+
+def test_few_sequences_are_summed_exactly_as_the_matrix_product_sums_them(monkeypatch):
+    """A batch of at most ``_FEW_SEQUENCES`` is summed in Python: whole numbers, so the very totals (bits) the
+    one-hot product gives, which the same batch gets with that path turned off."""
+    import simmodel.perf.timing as timing_module
+
+    rng = np.random.default_rng(3)
+    batches = [b for _ in range(20) for b in random_passes(rng, 4, 3, decode_only=False)[0]]
+    python_sums = [pass_sums(b).table for b in batches]
+    monkeypatch.setattr(timing_module, "_FEW_SEQUENCES", -1)
+    for batch, table in zip(batches, python_sums):
+        product = pass_sums(batch).table
+        assert table.shape == product.shape == (3, len(SUM_COLUMNS))
+        assert table.tobytes() == product.tobytes()
+
+
+def test_one_rank_pass_prices_as_scalars_with_the_arrays_bits():
+    """A one-row table is priced with Python floats (``PolynomialTiming._one_row``); stacked with more copies
+    the same row goes through the array operations (three copies: the prefill curve's too): the same bits either
+    way, whatever the row runs."""
+    timing = PolynomialTiming()
+    rng = np.random.default_rng(5)
+    for batch in (b for _ in range(30) for b in random_passes(rng, 3, 1, decode_only=False)[0]):
+        one = pass_sums(batch)
+        alone, _ = timing._seconds(one)
+        for copies in (2, 3):
+            many = PassSums(np.vstack([one.table] * copies), np.tile(one.kv_capacity_tokens, copies), copies)
+            stacked, _ = timing._seconds(many)
+            assert alone.tobytes() == stacked[:1].tobytes()
