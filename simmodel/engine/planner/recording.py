@@ -119,7 +119,7 @@ class Recording:
         end = int(self.end[k])
         index = self.base + k
         cells = self.cells[k].astype(np.int64).tolist()
-        follow = (self.cells[k, :, DECODE].astype(np.int64) - self.first_decodes[k]).tolist()
+        follow = [sums[DECODE] - first for sums, first in zip(cells, self.first_decodes[k].tolist())]
         busy = self.busy[k].tolist()
         label = "+".join(self.labels[k])
         rec = self.recorder

@@ -305,13 +305,19 @@ class Run(Admissions, Recording):
 
     def _apply_steps(self, limit: int, planned_rows: int) -> None:
         """Apply the queued operations of the steps before ``limit``; rows up to ``planned_rows`` are planned."""
-        pools, scheds, requests, ops, rank_of = self.pools, self.scheds, self.requests, self.ops, self.rank_of
-        if not self.caching and planned_rows > self.planned_rows:  # counted blocks: the allocations' totals
-            taken = self.allocations[self.planned_rows:planned_rows].sum(axis=0).tolist()
-            for pool, blocks in zip(pools, taken):
-                pool.take_for_run(blocks)
-        self.planned_rows = max(self.planned_rows, planned_rows)
+        pools, ops = self.pools, self.ops
+        if planned_rows > self.planned_rows:
+            if not self.caching:  # counted blocks: the allocations' totals (one row's, mostly)
+                lo = self.planned_rows
+                allocations = self.allocations
+                taken = allocations[lo] if planned_rows == lo + 1 else allocations[lo:planned_rows].sum(axis=0)
+                for pool, blocks in zip(pools, taken.tolist()):
+                    pool.take_for_run(blocks)
+            self.planned_rows = planned_rows
         limit = limit * _COLUMNS * 4
+        if not ops or ops[0] >= limit:
+            return
+        scheds, requests, rank_of = self.scheds, self.requests, self.rank_of
         context, first, left, bs = self.context, self.first, self.left, self.bs
         shift, back = self.CACHE_SHIFT, self.FINISH_BACK
         one_rank = self.num_ranks == 1
