@@ -108,6 +108,10 @@ class Worker:
         """No pass of a run ends after this time (the end of the run being driven), or None."""
         self.vision: list | None = None
         """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
+        self.hands_off = False
+        """Whether every request placed on the worker is a P/D prefill leg, which hands its KV off when it
+        finishes (a prefill pool's worker): its passes are never planned as runs, since each pass is done with
+        its prompts, so a run would mostly be one pass long and cost more than that pass on its own."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -382,7 +386,8 @@ class Worker:
         """
         if self.lag and (plans is not None or not in_flight):
             return None
-        if self.prefill_decode_interval or self.vision is not None or not hasattr(self.timing, "price_sums"):
+        if (self.hands_off or self.prefill_decode_interval or self.vision is not None
+                or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
         horizon = self._horizon()
         if horizon <= self.env.now:

@@ -55,6 +55,7 @@ class VllmBackend:
         for w in range(role.parallelism.replicas):
             worker = Worker(sim.env, w, timing, role.name, role.scheduler.async_scheduling,
                             role.scheduler.prefill_schedule_interval, role.scheduler.launch)
+            worker.hands_off = role.name == "prefill"  # (``place`` puts the prefill legs there, and only there)
             for r in range(role.parallelism.attention_data):
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 scheduler = VllmScheduler(sched_cfg, pool)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 _FIELDS = attrgetter("num_computed_tokens", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_blocks",
                      "num_cached_blocks", "last_token_pass", "is_prefill_chunk")
-_FIRST, _CALL, _LEG = attrgetter("first_token_at"), attrgetter("on_finish"), attrgetter("bootstrap")
+_FIRST, _CALL = attrgetter("first_token_at"), attrgetter("on_finish")
 _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens")
 
 MAX_RUN = 1024
@@ -88,10 +88,6 @@ class RunningRequests:
             requests.extend(running)
             self.bounds.append(len(requests))
         if not requests:
-            return False
-        if any(map(_LEG, requests)):
-            # A prefill leg hands off when it finishes. Its pass is done with its prompt, so a prefill worker's
-            # run would mostly be one pass long, costing more than that pass on its own.
             return False
         self.stage = 0
         if self.ranks[0].recorder.staged:  # a run's intervals are recorded under one stage
