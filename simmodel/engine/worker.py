@@ -335,11 +335,12 @@ class Worker:
                 # next request) runs before the pass starts, as between the ranks' plans and the barrier.
                 yield self.env.timeout(0)
             if admits:  # the plan saw requests placed meanwhile, or waiting still (its scheduler tried them)
-                if not run.take(row, outs, self.env.now) or run.valid(horizon) <= d + 1:
+                valid = run.valid(horizon) if run.take(row, outs, self.env.now) else 0
+                if valid <= d + 1:
                     self._open_run = None
                     self._size_next_run(d + 1, length)
                     return run.hand_over(d + 1)
-                length = run.valid(horizon)
+                length = valid
             self._start_row(run, row, delivered=d + 1)
             d += 1
         self._open_run = None

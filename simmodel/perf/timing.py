@@ -203,7 +203,7 @@ class PolynomialTiming(SumsTiming):
         ms += f
         np.maximum(ms, 1.0, out=ms)
         ms[table[:, DECODE + SEQUENCES] <= 0] = 0.0  # D(u) only where the rank decodes
-        prefilling = np.flatnonzero(table[:, PREFILL + SEQUENCES])
+        prefilling = table[:, PREFILL + SEQUENCES].nonzero()[0]
         a, b, c = self.PREFILL
         if prefilling.size > 2:  # the prefill curve, on the rows that prefill (most of a decode run's have none)
             pre = table[prefilling, PREFILL:PREFILL + 3]

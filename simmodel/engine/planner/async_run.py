@@ -82,10 +82,10 @@ class AsyncRun(Run):
         """Rows whose outputs may be delivered as priced now: before ``horizon`` and within the time limit."""
         hi = min(self.last, self.rows, self.cap)
         end = self.end[:hi]
-        v = int(np.searchsorted(end, horizon, side="left"))
+        v = int(end.searchsorted(horizon, side="left"))
         limits = self.worker.limits
         if limits is not None:
-            v = min(v, int(np.searchsorted(end, limits.max_time_ns, side="right")))
+            v = min(v, int(end.searchsorted(limits.max_time_ns, side="right")))
         return v
 
     def valid(self, horizon: float) -> int:

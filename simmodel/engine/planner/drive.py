@@ -110,7 +110,7 @@ def _next_arrival(source, end: np.ndarray, valid: int) -> tuple[int | None, int]
     t = source.next_arrival_ns()
     if t is None:
         return None, valid
-    j = int(np.searchsorted(end[:valid], t, side="left"))
+    j = int(end[:valid].searchsorted(t, side="left"))
     return (None, valid) if j == valid else (t, j)
 
 

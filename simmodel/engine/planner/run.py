@@ -227,7 +227,7 @@ class Run(Admissions, Recording):
             busy = clock_ns(seconds)
         self.busy[k:hi] = busy
         end = self.end[k:hi]
-        np.cumsum(busy[:, 0] if R == 1 else busy.max(axis=1), out=end)
+        (busy[:, 0] if R == 1 else busy.max(axis=1)).cumsum(out=end)
         end += int(self.end[k - 1]) if k else self.now
         self.labels[k:hi] = labels
         return True
@@ -236,12 +236,15 @@ class Run(Admissions, Recording):
         """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
         v = min(self.cap, self.last, self.rows)
         end = self.end[:v]
-        v = min(v, int(np.searchsorted(end, horizon, side="left")))
+        last = end[v - 1] if v else None  # (a search only where the last row reaches a bound)
+        if last is not None and last >= horizon:
+            v = int(end.searchsorted(horizon, side="left"))
         limits = self.worker.limits
         if limits is not None:
             if self.now > limits.max_time_ns:
                 return 0
-            v = min(v, 1 + int(np.searchsorted(end, limits.max_time_ns, side="right")))
+            if last is not None and last > limits.max_time_ns:
+                v = min(v, 1 + int(end.searchsorted(limits.max_time_ns, side="right")))
         return v
 
     def _kv_check(self, k: int) -> None:
