@@ -87,7 +87,9 @@ class VllmBackend:
         leg = prefill_leg(request, sim.transfer.leg_finished)
         leg.block_keys = self._block_keys(request, "prefill")
         request.block_keys = self._block_keys(request, "decode")
-        return sim.routers["prefill"].pick(leg).place(leg)
+        worker = sim.routers["prefill"].pick(leg)
+        assert worker.hands_off  # (it never plans runs, which would not hand the legs off)
+        return worker.place(leg)
 
     def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
         kv = self.sim.scenario.engine.workers[role].kv_cache
