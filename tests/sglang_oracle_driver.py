@@ -1,0 +1,103 @@
+"""Replay a golden run of SGLang's real scheduler (``tests/golden/sglang``) through ``SglangScheduler``.
+
+The loop is the oracle's (``tools/oracles/record_sglang_goldens.py``: SGLang's ``event_loop_normal`` with
+overlap off): before each pass the requests whose arrival (a pass index, or seconds of a clock that each
+pass advances by its fixed cost) is due join the queue, the scheduler plans a pass, and the pass's outputs
+are processed at once; an engine with nothing to run jumps to the next arrival. A request's prompt is its
+shared prefix's segment (the same ids in every request of its group) then a segment of its own, as the
+oracle's token ids are.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from simmodel.engine.request import Request
+from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
+
+
+def config_of(golden: dict) -> tuple[SglangSchedulerConfig, int]:
+    """The scheduler config of a golden run, and its KV capacity in tokens."""
+    cfg = golden["config"]
+    kv = cfg["max_total_tokens"]
+    context = cfg["context_length"] if cfg["context_length"] is not None else 1 << 20  # the oracle's model
+    return SglangSchedulerConfig(
+        max_running_requests=golden["effective_max_running_requests"],
+        chunked_prefill_size=cfg["chunked_prefill_size"],
+        max_prefill_tokens=cfg["max_prefill_tokens"],
+        schedule_policy=cfg["schedule_policy"],
+        schedule_conservativeness=cfg["schedule_conservativeness"],
+        max_req_len=min(context, kv) - 1,
+    ), kv
+
+
+def make_request(spec: dict, index: int) -> Request:
+    arrival = spec.get("arrival_step", spec.get("arrival_s"))
+    req = Request(index, arrival, spec["prompt_tokens"], spec["output_tokens"])
+    group, shared = spec.get("prefix", (0, 0))
+    own = spec["prompt_tokens"] - shared
+    req.prompt_segments = ([(("prefix", group), shared)] if shared else []) + [(("own", index), own)]
+    return req
+
+
+def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
+    """Our passes as the golden records them (step, mode, scheduled, retracted, emitted, finished,
+    free_tokens, evictable_tokens), and per request its first-token and finish step and time and its
+    retractions."""
+    cfg, kv = config_of(golden)
+    sched = SglangScheduler(cfg, kv)
+    timed = golden["clock"] == "arrival_s"
+    cost, per_token = golden["forward_cost_s"], golden["per_token_cost_s"]
+    requests = [make_request(spec, i) for i, spec in enumerate(golden["requests"])]
+    ids = {r: spec["id"] for r, spec in zip(requests, golden["requests"])}
+    pending = deque(sorted(requests, key=lambda r: r.arrived_at))  # stable: ties keep input order
+    stats = {ids[r]: {"first_token_step": None, "finish_step": None, "first_token_t": None, "finish_t": None,
+                      "retractions": 0} for r in requests}
+    passes: list[dict] = []
+    step, clock, idle = 0, 0.0, 0
+    while pending or sched.has_requests():
+        if not sched.has_requests():
+            if timed:
+                clock = max(clock, pending[0].arrived_at)
+            else:
+                step = max(step, pending[0].arrived_at)
+        now = clock if timed else step
+        while pending and pending[0].arrived_at <= now:
+            sched.add_request(pending.popleft())
+        plan = sched.schedule()
+        if not plan.requests:
+            if pending and not sched.running:
+                if timed:
+                    clock = max(clock, pending[0].arrived_at)
+                else:
+                    step = max(step + 1, pending[0].arrived_at)
+                continue
+            idle += 1  # SGLang's loop goes round without a pass (and without time)
+            if idle > 1000:
+                raise RuntimeError(f"step {step}: nothing to run with requests waiting")
+            step += 1
+            continue
+        idle = 0
+        mode = "decode" if plan.is_decode[0] else "prefill"
+        scheduled = {ids[r]: n for r, n in zip(plan.requests, plan.num_new_tokens)}
+        retracted = [ids[r] for r in plan.preempted]
+        for rid in retracted:
+            stats[rid]["retractions"] += 1
+        start = clock
+        sampled, finished = sched.update_from_output(plan)
+        clock = clock + cost + per_token * sum(plan.num_new_tokens)
+        for r in sampled:
+            st = stats[ids[r]]
+            if st["first_token_step"] is None:
+                st["first_token_step"], st["first_token_t"] = step, clock
+        for r in finished:
+            stats[ids[r]].update(finish_step=step, finish_t=clock)
+        record = {"step": step, "mode": mode, "scheduled": scheduled, "retracted": retracted,
+                  "emitted": {ids[r]: 1 for r in sampled}, "finished": sorted((ids[r] for r in finished),
+                                                                        key=lambda rid: int(rid[1:])),
+                  "free_tokens": sched.cache.num_free, "evictable_tokens": sched.cache.num_evictable}
+        if timed:
+            record["t_start"], record["t_end"] = round(start, 9), round(clock, 9)
+        passes.append(record)
+        step += 1
+    return passes, stats

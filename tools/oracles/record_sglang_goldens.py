@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Record golden scheduler traces from SGLang 0.5.23's real scheduler (page size 1, overlap off).
+
+Regenerate (from the repo root, /work/main):
+
+    bash ../shared/oracles/install_sglang_oracle_venv.sh <venv>     # once, ~2.5 GB; e.g. /tmp/venv-sglang
+    python3 tools/oracles/record_sglang_goldens.py --python <venv>/bin/python [--only NAME…] [--check]
+
+SGLang initialises torch.distributed once per process, so each stream runs in its own process of
+``../shared/oracles/sglang_sched_oracle.py`` (override the folder with ``SGLANG_ORACLE_DIR``); this script
+itself needs no SGLang. The streams are generated from fixed seeds and every prompt's token ids are
+given (a shared prefix is the same ids, everything else distinct), so two runs give byte-identical files.
+``tests/unit/test_sglang_real_golden.py`` replays each file through our ``SglangScheduler``
+(``tests/sglang_oracle_driver.py``) and needs no SGLang.
+
+A golden file is compact JSON, one record per line:
+    {"name", "sglang_version",
+     "config": {max_total_tokens, page_size, max_running_requests (asked), chunked_prefill_size,
+                max_prefill_tokens, schedule_policy, schedule_conservativeness, disable_radix_cache,
+                enable_mixed_chunk, context_length},
+     "effective_max_running_requests" (SGLang caps the slots from the KV budget), "ignore_eos",
+     "clock" ("arrival_step" or "arrival_s"), "forward_cost_s", "per_token_cost_s",
+     "requests": [{id, arrival_step | arrival_s, prompt_tokens, output_tokens, prefix: [group, tokens]}],
+     "steps": [{step, mode, scheduled {id: n}, prefix_len {id: n} (prefill passes), new, resumed, chunked,
+                retracted, emitted {id: n}, finished [ids], free_tokens, evictable_tokens, new_token_ratio,
+                t_start, t_end (timed streams)}, ...],
+     "summary": {id: {first_token_step, finish_step, first_token_t, finish_t, retractions, emitted_tokens,
+                      prefix_hit_tokens}}}
+A request's ``prefix`` [g, n] says its first n prompt tokens are those of shared prefix g (the same ids in
+every request naming g); the rest of its prompt is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_io import compact, emit  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ORACLE_DIR = Path(os.environ.get("SGLANG_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
+OUT_DIR = REPO / "tests" / "golden" / "sglang"
+
+DEFAULTS = dict(max_total_tokens=100_000, page_size=1, max_running_requests=256, chunked_prefill_size=8192,
+                max_prefill_tokens=16384, schedule_policy="fcfs", schedule_conservativeness=1.0,
+                disable_radix_cache=False, enable_mixed_chunk=False, context_length=None)
+"""The oracle's server arguments unless a stream says otherwise (SGLang's defaults but the KV budget)."""
+
+
+def make_requests(seed: int, n: int, prompt: tuple[int, int], output: tuple[int, int], arrivals: str = "burst",
+                  span: int = 50, groups: int = 0, shared: tuple[int, int] = (0, 0), timed: bool = False,
+                  same: bool = False) -> list[dict]:
+    """``n`` requests with uniform prompt and output lengths (``same``: all equal to the lower bounds).
+
+    arrivals: "burst" (all at 0), "spread" (uniform over [0, span)), "poisson" (exponential gaps with mean
+    span / n), "sparse" (``span`` apart: the engine goes idle in between); steps, or with ``timed``
+    seconds of 10 ms passes (``span`` passes). With ``groups``, each request shares the prefix of one of
+    ``groups`` groups, of a length uniform in ``shared`` (shorter than its prompt).
+    """
+    rng = random.Random(seed)
+    reqs, t = [], 0.0
+    for i in range(n):
+        p = prompt[0] if same else rng.randint(*prompt)
+        o = output[0] if same else rng.randint(*output)
+        if arrivals == "burst":
+            a = 0.0
+        elif arrivals == "spread":
+            a = float(rng.randrange(span))
+        elif arrivals == "poisson":
+            t += rng.expovariate(n / span)
+            a = float(int(t)) if not timed else t
+        elif arrivals == "sparse":
+            a = float(i * span)
+        else:
+            raise ValueError(arrivals)
+        req = {"id": f"r{i}"}
+        if timed:
+            req["arrival_s"] = round(a * 0.01, 6)
+        else:
+            req["arrival_step"] = int(a)
+        req["prompt_tokens"], req["output_tokens"] = p, o
+        if groups:
+            g = rng.randrange(groups)
+            req["prefix"] = [g, min(rng.randint(*shared), p - 1)]
+        reqs.append(req)
+    return reqs
+
+
+def token_ids(req: dict, index: int) -> list[int]:
+    """The prompt's token ids: a shared prefix's ids (group g: 50,000 + 1,000 g + k, up to 1,000 tokens),
+    then ids of this request alone (1,000,000 + 10,000 × index + k), none of them SGLang's EOS (2)."""
+    g, shared = req.get("prefix", (0, 0))
+    ids = [50_000 + 1_000 * g + k for k in range(shared)]
+    ids += [1_000_000 + 10_000 * index + k for k in range(req["prompt_tokens"] - shared)]
+    return ids
+
+
+def streams() -> list[tuple[str, dict, list[dict], dict]]:
+    """(name, server arguments, requests, run options) of every golden stream."""
+    s = []
+
+    def add(name, reqs, ignore_eos=False, forward_cost_s=0.01, per_token_cost_s=0.0, **cfg):
+        s.append((name, {**DEFAULTS, **cfg}, reqs, dict(ignore_eos=ignore_eos, forward_cost_s=forward_cost_s,
+                                                        per_token_cost_s=per_token_cost_s)))
+
+    # KV loose: admission is bounded by the chunk, the prefill budget and the running slots only.
+    add("loose_burst", make_requests(1, 12, (20, 200), (5, 40)))
+    add("loose_spread_chunk64", make_requests(2, 16, (50, 300), (3, 30), "spread", 60), chunked_prefill_size=64)
+    add("loose_spread_chunk128_prefill256", make_requests(3, 16, (50, 400), (3, 30), "spread", 40),
+        chunked_prefill_size=128, max_prefill_tokens=256)
+    add("loose_sparse_idle", make_requests(4, 8, (10, 120), (2, 20), "sparse", 30))
+    add("loose_running4", make_requests(5, 12, (20, 100), (5, 30)), max_running_requests=4)
+    add("loose_running8_chunk32", make_requests(6, 14, (10, 90), (2, 25), "spread", 30),
+        max_running_requests=8, chunked_prefill_size=32)
+    add("loose_poisson_timed", make_requests(7, 24, (20, 300), (2, 40), "poisson", 200, timed=True))
+    add("loose_per_token_timed", make_requests(8, 16, (20, 300), (2, 30), "poisson", 100, timed=True),
+        per_token_cost_s=0.0001)
+    add("loose_ignore_eos", make_requests(9, 12, (20, 200), (5, 40), "spread", 20), ignore_eos=True)
+    add("loose_one_token_outputs", make_requests(10, 10, (10, 80), (1, 2), "spread", 10))
+    # Shared prefixes: the radix cache's hits, LPM's order, and the cache turned off.
+    add("fcfs_shared_prefix", make_requests(11, 16, (60, 200), (2, 20), "spread", 30, groups=3, shared=(20, 60)))
+    add("lpm_shared_prefix", make_requests(12, 20, (60, 200), (2, 20), "burst", groups=4, shared=(16, 80)),
+        schedule_policy="lpm", chunked_prefill_size=256)
+    add("lpm_shared_prefix_spread", make_requests(13, 24, (40, 160), (2, 20), "spread", 40, groups=3,
+                                                  shared=(10, 40)), schedule_policy="lpm", chunked_prefill_size=128)
+    add("lpm_over_threshold", make_requests(14, 140, (8, 40), (1, 6), "burst", groups=5, shared=(4, 7)),
+        schedule_policy="lpm", max_prefill_tokens=512, chunked_prefill_size=512)
+    add("radix_off_shared_prefix", make_requests(15, 16, (60, 200), (2, 20), "spread", 30, groups=3,
+                                                 shared=(20, 60)), disable_radix_cache=True)
+    # KV tight: admission checks against the reservations, retraction, the new_token_ratio.
+    add("tight_identical6", make_requests(16, 6, (8, 8), (40, 40), same=True), max_total_tokens=128)
+    add("tight_burst_256", make_requests(17, 10, (10, 60), (20, 80)), max_total_tokens=256)
+    add("tight_spread_512", make_requests(18, 16, (20, 120), (20, 120), "spread", 40), max_total_tokens=512)
+    add("tight_chunk16_256", make_requests(19, 8, (20, 80), (10, 60), "spread", 20), max_total_tokens=256,
+        chunked_prefill_size=16)
+    add("tight_running4_512", make_requests(20, 12, (20, 100), (20, 100), "spread", 20), max_total_tokens=512,
+        max_running_requests=4)
+    add("tight_conservative0.5", make_requests(21, 12, (10, 60), (20, 80), "spread", 10), max_total_tokens=384,
+        schedule_conservativeness=0.5)
+    add("tight_conservative2", make_requests(22, 12, (10, 60), (20, 80), "spread", 10), max_total_tokens=384,
+        schedule_conservativeness=2.0)
+    add("tight_ignore_eos", make_requests(23, 12, (10, 60), (20, 80), "spread", 10), ignore_eos=True,
+        max_total_tokens=384)
+    add("tight_ignore_eos_chunk32", make_requests(24, 10, (30, 100), (10, 60), "spread", 20), ignore_eos=True,
+        max_total_tokens=320, chunked_prefill_size=32)
+    add("tight_radix_off", make_requests(25, 12, (10, 60), (20, 80), "spread", 10), max_total_tokens=384,
+        disable_radix_cache=True)
+    add("tight_radix_off_ignore_eos", make_requests(26, 12, (10, 60), (20, 80), "spread", 10), ignore_eos=True,
+        max_total_tokens=384, disable_radix_cache=True)
+    add("tight_lpm_shared_prefix", make_requests(27, 16, (30, 90), (10, 50), "spread", 20, groups=3, shared=(10, 25)),
+        max_total_tokens=400, schedule_policy="lpm")
+    add("tight_poisson_timed", make_requests(28, 20, (20, 120), (10, 100), "poisson", 150, timed=True),
+        max_total_tokens=600)
+    add("tight_long_outputs", make_requests(29, 6, (10, 40), (300, 700), "spread", 50), max_total_tokens=1200)
+    add("tight_slot_cap", make_requests(30, 80, (4, 12), (2, 10), "spread", 20), max_total_tokens=128)
+    add("tight_prefill_tokens", make_requests(31, 12, (30, 120), (5, 40), "spread", 10), max_total_tokens=600,
+        max_prefill_tokens=128)
+    add("tight_retraction_chain", make_requests(32, 20, (5, 20), (30, 120), "burst"), max_total_tokens=400)
+    add("context_clip", make_requests(33, 8, (60, 120), (50, 200), "spread", 10), context_length=160)
+    # SGLang's mixed chunk: a prefill chunk and the running decodes in one pass.
+    add("mixed_chunk_loose", make_requests(34, 12, (40, 300), (5, 40), "spread", 30), enable_mixed_chunk=True,
+        chunked_prefill_size=64)
+    add("mixed_chunk_tight", make_requests(35, 12, (20, 80), (20, 80), "spread", 20), enable_mixed_chunk=True,
+        max_total_tokens=384, chunked_prefill_size=32)
+    return s
+
+
+def oracle_requests(reqs: list[dict]) -> list[dict]:
+    out = []
+    for i, r in enumerate(reqs):
+        o = {k: v for k, v in r.items() if k != "prefix"}
+        o["prompt_token_ids"] = token_ids(r, i)
+        out.append(o)
+    return out
+
+
+def record(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
+    """One stream through the oracle in its own process; the golden's records."""
+    with tempfile.TemporaryDirectory() as tmp:
+        req_path, out_path = Path(tmp, "requests.json"), Path(tmp, "trace.jsonl")
+        req_path.write_text(json.dumps(oracle_requests(reqs)))
+        cmd = [python, str(ORACLE_DIR / "sglang_sched_oracle.py"), "--requests", str(req_path), "--out",
+               str(out_path), "--forward-cost-s", repr(opts["forward_cost_s"]),
+               "--per-token-cost-s", repr(opts["per_token_cost_s"])]
+        for key, value in cfg.items():
+            flag = "--" + key.replace("_", "-")
+            if isinstance(value, bool):
+                cmd += [flag] if value else []
+            elif value is not None:
+                cmd += [flag, str(value)]
+        if opts["ignore_eos"]:
+            cmd.append("--ignore-eos")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not out_path.exists():
+            raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
+        lines = [json.loads(line) for line in out_path.read_text().splitlines()]
+    summary = lines[-1]["summary"]
+    keep = ("step", "mode", "scheduled", "prefix_len", "new", "resumed", "chunked", "retracted", "emitted",
+            "finished", "free_tokens", "evictable_tokens", "new_token_ratio", "t_start", "t_end")
+    steps = []
+    for rec in lines[:-1]:
+        rec["finished"] = sorted(rec["finished"], key=lambda rid: int(rid[1:]))
+        steps.append({k: rec[k] for k in keep if k in rec})
+    per_request = {rid: {k: st[k] for k in ("first_token_step", "finish_step", "first_token_t", "finish_t",
+                                            "retractions", "emitted_tokens", "prefix_hit_tokens")}
+                   for rid, st in summary["requests"].items()}
+    for r in reqs:
+        st = per_request[r["id"]]
+        assert st["finish_step"] is not None, (name, r, st)
+    return {"name": name, "sglang_version": summary["sglang_version"], "config": cfg,
+            "effective_max_running_requests": summary["effective_max_running_requests"],
+            "ignore_eos": opts["ignore_eos"], "clock": summary["clock"],
+            "forward_cost_s": opts["forward_cost_s"], "per_token_cost_s": opts["per_token_cost_s"],
+            "requests": reqs, "steps": steps, "summary": per_request}
+
+
+def dump(golden: dict) -> str:
+    """Compact JSON, a key a line, a request or a pass a line (the files diff well)."""
+    lines = ["{"]
+    for key, value in golden.items():
+        if key in ("requests", "steps"):
+            lines.append(f'"{key}":[')
+            lines.append(",\n".join(compact(v) for v in value))
+            lines.append("],")
+        elif key == "summary":
+            lines.append('"summary":{')
+            lines.append(",\n".join(f"{compact(rid)}:{compact(v)}" for rid, v in value.items()))
+            lines.append("}")
+        else:
+            lines.append(f"{compact(key)}:{compact(value)},")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--python", required=True, help="the oracle venv's python (install_sglang_oracle_venv.sh)")
+    ap.add_argument("--check", action="store_true", help="compare with the files on disk, write nothing")
+    ap.add_argument("--only", nargs="*", default=None, help="stream names to record (default: all)")
+    args = ap.parse_args()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    stale = False
+    for name, cfg, reqs, opts in streams():
+        if args.only and name not in args.only:
+            continue
+        golden = record(args.python, name, cfg, reqs, opts)
+        stale |= emit(OUT_DIR / f"{name}.json", dump(golden), args.check,
+                      f"{len(golden['steps'])} passes, {sum(len(s['retracted']) for s in golden['steps'])} "
+                      f"retractions")
+    sys.exit(1 if stale else 0)
+
+
+if __name__ == "__main__":
+    main()
