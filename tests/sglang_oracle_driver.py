@@ -28,6 +28,9 @@ def config_of(golden: dict) -> tuple[SglangSchedulerConfig, int]:
         schedule_policy=cfg["schedule_policy"],
         schedule_conservativeness=cfg["schedule_conservativeness"],
         max_req_len=min(context, kv) - 1,
+        ignore_eos=golden["ignore_eos"],
+        radix_cache=not cfg["disable_radix_cache"],
+        mixed_chunk=cfg["enable_mixed_chunk"],
     ), kv
 
 
@@ -78,7 +81,8 @@ def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
             step += 1
             continue
         idle = 0
-        mode = "decode" if plan.is_decode[0] else "prefill"
+        mode = ("mixed" if not plan.is_decode[0] and plan.is_decode[-1]
+                else "decode" if plan.is_decode[0] else "prefill")
         scheduled = {ids[r]: n for r, n in zip(plan.requests, plan.num_new_tokens)}
         retracted = [ids[r] for r in plan.preempted]
         for rid in retracted:

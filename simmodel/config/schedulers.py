@@ -11,7 +11,7 @@ from simmodel.config.schema import LaunchSpec, SchedulerSpec, SglangSchedulerSpe
 from simmodel.errors import ScenarioError
 
 _SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "new_token_ratio",
-                     "clip_max_new_tokens", "prefill_decode_interval")
+                     "clip_max_new_tokens", "prefill_decode_interval", "enable_mixed_chunk", "ignore_eos")
 _VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl",
                    "prefill_schedule_interval", "launch")
 
@@ -75,6 +75,8 @@ def _sglang_scheduler(node: _Node) -> SglangSchedulerSpec:
         new_token_ratio_decay_steps=ratio.int("decay_steps", base.new_token_ratio_decay_steps),
         clip_max_new_tokens=node.int("clip_max_new_tokens", base.clip_max_new_tokens),
         prefill_decode_interval=node.int("prefill_decode_interval", 0, minimum=0),
+        enable_mixed_chunk=node.bool("enable_mixed_chunk", False),
+        ignore_eos=node.bool("ignore_eos", False),
     )
     ratio.done()
     return spec

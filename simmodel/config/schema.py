@@ -215,6 +215,11 @@ class SglangSchedulerSpec:
     new_token_ratio_decay_steps: int = 600
     clip_max_new_tokens: int = 4096
     prefill_decode_interval: int = 0
+    enable_mixed_chunk: bool = False
+    """``--enable-mixed-chunk``: a prefill pass also decodes the running requests."""
+    ignore_eos: bool = False
+    """The requests are sent with ``ignore_eos`` (as benchmark clients send them to get their output
+    lengths): running ones are expected to need all their remaining output, not ``new_token_ratio`` of it."""
 
 
 @dataclass(frozen=True, slots=True)

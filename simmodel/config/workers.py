@@ -88,6 +88,12 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
                            max_sequences=1 if name == "prefill" else 256, speculation=speculation, backend=backend)
     sg = scheduler.sglang
+    if sg is not None and sg.enable_mixed_chunk and name != "aggregated":
+        raise ScenarioError(f"{node.at('scheduler.enable_mixed_chunk')}: mixes a prefill chunk with running "
+                            f"decodes, so it only applies to aggregated workers (a {name} worker never has both)")
+    if sg is not None and sg.enable_mixed_chunk and sg.prefill_decode_interval:
+        raise ScenarioError(f"{node.at('scheduler.enable_mixed_chunk')}: cannot be used with "
+                            f"prefill_decode_interval (not modeled together); set one of them")
     if sg is not None and sg.prefill_decode_interval and name != "aggregated":
         raise ScenarioError(f"{node.at('scheduler.prefill_decode_interval')}: spaces prefills between decode "
                             f"rounds, so it only applies to aggregated workers (a {name} worker never mixes them)")
@@ -102,6 +108,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"{parallelism.attention_data} attention-DP ranks, so it must be at least that; got "
                             f"{sg.chunked_prefill_size}")
     host_loop, frontend, profile, vision = _sglang_host(node, backend, name, mode, parallelism)
+    if sg is not None and sg.enable_mixed_chunk and host_loop:
+        raise ScenarioError(f"{node.at('scheduler.enable_mixed_chunk')}: cannot be used with host_loop (the "
+                            f"overlap loop with mixed passes is not modeled); set one of them")
     p = parallelism
     if scheduler.launch is not None and not scheduler.async_scheduling:
         raise ScenarioError(f"{node.at('scheduler.launch')}: models vLLM's async engine loop; needs "
@@ -148,9 +157,6 @@ def _kv_cache(node: _Node, backend: str = "vllm") -> KvCacheSpec:
     if backend == "sglang" and block_size != 1:
         raise ScenarioError(f"{node.at('block_size')}: SGLang's radix cache has page size 1 (capacity blocks "
                             f"are tokens); must be 1, got {block_size}")
-    if backend == "sglang" and not prefix:
-        raise ScenarioError(f"{node.at('prefix_caching')}: SGLang's radix prefix cache cannot be turned off "
-                            f"here; false is only accepted with backend vllm")
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")

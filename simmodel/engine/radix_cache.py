@@ -24,7 +24,8 @@ Segments = Sequence[tuple[Hashable, int]]
 
 
 class RadixNode:
-    __slots__ = ("block", "start", "end", "children", "parent", "lock_ref", "last_access")
+    __slots__ = ("block", "start", "end", "children", "parent", "lock_ref", "last_access", "joined",
+                 "sealed")
 
     def __init__(self, block: Hashable, start: int, end: int, parent: RadixNode | None) -> None:
         self.block = block
@@ -34,6 +35,13 @@ class RadixNode:
         self.parent = parent
         self.lock_ref = 0
         self.last_access = 0
+        self.joined = False
+        """This node goes on its parent's tokens in one of SGLang's nodes: the edge exists only because the
+        tokens change block here (SGLang's tree splits where sequences diverge, inserts end and matches
+        end, not where a segment does); eviction takes the two together."""
+        self.sealed = False
+        """An output leaf that an insertion ended (a re-prefill): tokens after it go in a child node, as
+        SGLang's next insertion makes one (``seal``)."""
 
     @property
     def length(self) -> int:
@@ -96,6 +104,7 @@ class RadixCache:
         upper = RadixNode(node.block, node.start, node.start + at, node.parent)
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
+        upper.joined, node.joined = node.joined, False
         node.parent.children[(node.block, node.start)] = upper
         node.start += at
         node.parent = upper
@@ -103,6 +112,13 @@ class RadixCache:
         return upper
 
     def _walk(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
+        matched, node = self._descend(segments, limit, split)
+        if split:  # SGLang splits its node where a match ends
+            for child in node.children.values():
+                child.joined = False
+        return matched, node
+
+    def _descend(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
         node, matched = self.root, 0
         for block, seg_len in segments:
             off = 0
@@ -151,6 +167,7 @@ class RadixCache:
         Returns (tokens that were new to the tree, node ending at the last inserted token)."""
         remaining = sum(n for _, n in segments) if num_tokens is None else num_tokens
         node, added = self.root, 0
+        fresh = None  # the last node this insertion made
         for block, seg_len in segments:
             if remaining <= 0:
                 break
@@ -161,17 +178,21 @@ class RadixCache:
                 child = node.children.get((block, off))
                 if child is None:
                     if (not node.children and node is not self.root and node.block == block
-                            and node.end == off and isinstance(block, OutputBlock)):
+                            and node.end == off and isinstance(block, OutputBlock) and not node.sealed):
                         # Extend a request's own output leaf in place.
                         n = seg_len - off
                         node.end += n
                         if node.lock_ref == 0:
                             self.evictable_tokens += n
                     else:
+                        for other in node.children.values():  # sequences diverge here
+                            other.joined = False
                         new = RadixNode(block, off, seg_len, node)
+                        # (SGLang inserts a prompt and its outputs as two nodes: ``split_prompt``)
+                        new.joined = node is fresh and not (off == 0 and isinstance(block, OutputBlock))
                         node.children[(block, off)] = new
                         self.evictable_tokens += new.length
-                        node = new
+                        node = fresh = new
                     n = seg_len - off
                     added += n
                     self.cached_tokens += n
@@ -189,7 +210,7 @@ class RadixCache:
     def grow_leaf(self, node: RadixNode, block: Hashable, end: int) -> bool:
         """Fast path of ``insert`` for one decode step: if ``node`` is the request's own output leaf and
         ends just before ``end``, extend it to ``end`` in place (what ``insert`` would do). False otherwise."""
-        if node.block is not block or node.children or node.end != end - 1 or node is self.root:
+        if node.block is not block or node.children or node.end != end - 1 or node is self.root or node.sealed:
             return False
         node.end = end
         self.cached_tokens += 1
@@ -197,6 +218,32 @@ class RadixCache:
             self.evictable_tokens += 1
         self._touch(node)
         return True
+
+    def drop_output_tail(self, node: RadixNode, block: Hashable, keep: int) -> RadixNode:
+        """Free a request's output tokens from offset ``keep`` on (SGLang frees a retracted request's decoded
+        KV, which it never put in the tree); ``node`` is its locked leaf, the output ``block`` its own.
+        Returns the node the request's lock now ends at."""
+        while node is not self.root and node.block == block and node.end > keep:
+            assert node.lock_ref == 1 and not node.children, node
+            cut = node.end - max(node.start, keep)
+            self.cached_tokens -= cut
+            if node.start >= keep:
+                del node.parent.children[(node.block, node.start)]
+                node.lock_ref = 0
+                node = node.parent
+            else:
+                node.end = keep
+        return node
+
+    def seal(self, node: RadixNode) -> None:
+        """Tokens inserted after ``node`` from now on go in a child node (SGLang's tree has a node boundary
+        where an insertion ended; ours extends a request's output leaf in place otherwise)."""
+        node.sealed = True
+
+    def make_free(self, num_tokens: int) -> None:
+        """Evict unlocked cached tokens until ``num_tokens`` are free, if they can be."""
+        if num_tokens > self.num_free:
+            self.evict(num_tokens - self.num_free)
 
     # -- locking ------------------------------------------------------------------------------
     def lock(self, node: RadixNode) -> None:
@@ -221,11 +268,15 @@ class RadixCache:
         freed = 0
         while freed < num_tokens and heap:
             _, _, leaf = heapq.heappop(heap)
-            parent = leaf.parent
-            del parent.children[(leaf.block, leaf.start)]
-            freed += leaf.length
-            self.cached_tokens -= leaf.length
-            self.evictable_tokens -= leaf.length
+            while True:  # the leaf, and the nodes it is joined to (one node of SGLang's)
+                parent = leaf.parent
+                del parent.children[(leaf.block, leaf.start)]
+                freed += leaf.length
+                self.cached_tokens -= leaf.length
+                self.evictable_tokens -= leaf.length
+                if not (leaf.joined and parent is not self.root and not parent.children and parent.lock_ref == 0):
+                    break
+                leaf = parent
             if parent is not self.root and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         return freed
@@ -251,6 +302,28 @@ class RadixCache:
         assert cached == self.cached_tokens, (cached, self.cached_tokens)
         assert evictable == self.evictable_tokens, (evictable, self.evictable_tokens)
         assert self.num_free >= 0
+
+
+class ChunkCache(RadixCache):
+    """SGLang's radix cache turned off (``--disable-radix-cache``): nothing is found, and a request's KV is
+    freed as soon as nobody holds it (its finish or retraction), so nothing is ever evictable. A request's
+    tokens still live in the tree while it runs, under its own segments (the scheduler gives each request
+    segments of its own), so the accounting is the radix cache's."""
+
+    def match(self, segments: Segments, limit: int | None = None) -> tuple[int, RadixNode]:
+        return 0, self.root
+
+    def match_length(self, segments: Segments, limit: int | None = None) -> int:
+        return 0
+
+    def unlock(self, node: RadixNode) -> None:
+        while node is not self.root:
+            node.lock_ref -= 1
+            parent = node.parent
+            if node.lock_ref == 0 and not node.children:
+                del parent.children[(node.block, node.start)]
+                self.cached_tokens -= node.length
+            node = parent
 
 
 def mooncake_segments(hash_ids: Sequence[int], num_tokens: int, block_size: int) -> list[tuple[Hashable, int]]:

@@ -220,6 +220,8 @@ def test_vllm_scheduler_fields_fail_on_sglang(field, value):
     ("clip_max_new_tokens", 1024),
     ("prefill_decode_interval", 2),
     ("prefill_decode_interval", 0),  # set at all, even to the default
+    ("enable_mixed_chunk", True),
+    ("ignore_eos", False),
 ])
 def test_sglang_scheduler_fields_fail_on_vllm(field, value):
     assert_error(vllm_worker(scheduler={field: value}), f"{AGG}.scheduler.{field}", "SGLang only; engine.backend is vllm")
@@ -249,8 +251,13 @@ def test_sglang_worker_fields_fail_on_a_vllm_decode_role():
     ({"kv_cache": {"block_size": 16}}, f"{AGG}.kv_cache.block_size", "page size 1 (capacity blocks are tokens); "
                                                                      "must be 1, got 16"),
     ({"kv_cache": {"block_size": 0}}, f"{AGG}.kv_cache.block_size", "must be a positive integer, got 0"),
-    ({"kv_cache": {"prefix_caching": False}}, f"{AGG}.kv_cache.prefix_caching",
-     "radix prefix cache cannot be turned off"),
+    ({"kv_cache": {"prefix_caching": "no"}}, f"{AGG}.kv_cache.prefix_caching", "must be true or false, got 'no'"),
+    ({"scheduler": {"enable_mixed_chunk": 1}}, f"{AGG}.scheduler.enable_mixed_chunk", "must be true or false, got 1"),
+    ({"scheduler": {"ignore_eos": "yes"}}, f"{AGG}.scheduler.ignore_eos", "must be true or false, got 'yes'"),
+    ({"scheduler": {"enable_mixed_chunk": True, "prefill_decode_interval": 2}}, f"{AGG}.scheduler.enable_mixed_chunk",
+     "cannot be used with prefill_decode_interval"),
+    ({"scheduler": {"enable_mixed_chunk": True}, "host_loop": True}, f"{AGG}.scheduler.enable_mixed_chunk",
+     "cannot be used with host_loop"),
     ({"scheduler": {"schedule_policy": "lifo"}}, f"{AGG}.scheduler.schedule_policy",
      "must be one of fcfs, lpm, got 'lifo'"),
     ({"scheduler": {"new_token_ratio": {"inti": 0.5}}}, f"{AGG}.scheduler.new_token_ratio.inti",
@@ -284,6 +291,21 @@ def test_sglang_worker_field_rules(worker, path, rule):
 
 # ----------------------------------------------------------------------------------------------
 # disaggregated roles
+
+
+def test_radix_cache_off_mixed_chunk_and_ignore_eos_are_read():
+    data = sglang_worker(kv_cache={"prefix_caching": False},
+                         scheduler={"enable_mixed_chunk": True, "ignore_eos": True})
+    role = parse_scenario(data, Path(".")).engine.workers["aggregated"]
+    assert role.kv_cache.prefix_caching is False
+    assert (role.scheduler.sglang.enable_mixed_chunk, role.scheduler.sglang.ignore_eos) == (True, True)
+
+
+def test_mixed_chunk_only_on_aggregated_workers():
+    assert_error(disaggregated(prefill={"scheduler": {"enable_mixed_chunk": True}}),
+                 f"{PRE}.scheduler.enable_mixed_chunk", "only applies to aggregated workers (a prefill worker")
+    assert_error(disaggregated(decode={"scheduler": {"enable_mixed_chunk": True}}),
+                 f"{DEC}.scheduler.enable_mixed_chunk", "only applies to aggregated workers (a decode worker")
 
 
 def test_prefill_decode_interval_only_on_aggregated_workers():

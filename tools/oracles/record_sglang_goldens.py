@@ -164,6 +164,28 @@ def streams() -> list[tuple[str, dict, list[dict], dict]]:
         max_prefill_tokens=128)
     add("tight_retraction_chain", make_requests(32, 20, (5, 20), (30, 120), "burst"), max_total_tokens=400)
     add("context_clip", make_requests(33, 8, (60, 120), (50, 200), "spread", 10), context_length=160)
+    # Retraction: a low conservativeness under-reserves the outputs of running requests.
+    add("retract_burst_cons0.3", make_requests(36, 12, (5, 20), (40, 120)), max_total_tokens=300,
+        schedule_conservativeness=0.3)
+    add("retract_spread_chunk16_cons0.3", make_requests(37, 16, (10, 60), (30, 100), "spread", 30),
+        max_total_tokens=400, chunked_prefill_size=16, schedule_conservativeness=0.3)
+    add("retract_identical8_cons0.3", make_requests(38, 8, (8, 8), (60, 60), same=True), max_total_tokens=200,
+        schedule_conservativeness=0.3)
+    add("retract_lpm_shared_cons0.3", make_requests(39, 16, (20, 60), (30, 90), "spread", 20, groups=3,
+                                                    shared=(8, 18)), max_total_tokens=400, schedule_policy="lpm",
+        schedule_conservativeness=0.3)
+    add("retract_poisson_timed_cons0.5", make_requests(40, 24, (10, 80), (20, 120), "poisson", 120, timed=True),
+        max_total_tokens=500, schedule_conservativeness=0.5)
+    add("retract_radix_off_cons0.3", make_requests(41, 12, (10, 40), (40, 100), "spread", 10), max_total_tokens=300,
+        schedule_conservativeness=0.3, disable_radix_cache=True)
+    # Pages of 16 and 64 tokens (simmodel's SGLang has page size 1: recorded for when it has more).
+    add("page16_loose", make_requests(42, 12, (20, 200), (5, 40), "spread", 20), page_size=16)
+    add("page16_tight", make_requests(43, 10, (10, 60), (20, 80), "spread", 10), page_size=16,
+        max_total_tokens=512)
+    add("page64_loose", make_requests(44, 12, (20, 200), (5, 40), "spread", 20), page_size=64,
+        max_total_tokens=102_400)
+    add("page64_tight", make_requests(45, 10, (10, 60), (20, 80), "spread", 10), page_size=64,
+        max_total_tokens=1024)
     # SGLang's mixed chunk: a prefill chunk and the running decodes in one pass.
     add("mixed_chunk_loose", make_requests(34, 12, (40, 300), (5, 40), "spread", 30), enable_mixed_chunk=True,
         chunked_prefill_size=64)

@@ -52,7 +52,8 @@ class SglangBackend:
             trace_block_size=trace_block, base_new_token_ratio=spec.init_new_token_ratio,
             min_new_token_ratio_factor=spec.min_new_token_ratio_factor,
             new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
-            max_req_len=min(role.context_length, role.num_kv_blocks) - 1)
+            max_req_len=min(role.context_length, role.num_kv_blocks) - 1, ignore_eos=spec.ignore_eos,
+            radix_cache=role.kv_cache.prefix_caching, mixed_chunk=spec.enable_mixed_chunk)
         workers = []
         for w in range(role.parallelism.replicas):
             worker = Worker(sim.env, w, timing, role.name, async_scheduling=role.host_loop,

@@ -1,8 +1,10 @@
-"""SGLang's scheduler as NVIDIA Dynamo's mocker models it (aisimulate-core 0.13.0), for one rank.
+"""SGLang's scheduler for one rank, checked pass by pass against SGLang 0.5.23's real scheduler
+(``tests/golden/sglang``; first written after NVIDIA Dynamo's mocker, aisimulate-core 0.13.0).
 
-Plain Python, no time passes inside. Rules (``docs/research/sglang-mocker-rules.md``):
+Plain Python, no time passes inside. Rules (``docs/sglang.md``; the mocker's in
+``docs/research/sglang-mocker-rules.md``):
 
-1. prefill-first, passes never mix: if a prefill (EXTEND) batch forms it runs alone, else running
+1. prefill-first, passes never mix (but see 8): if a prefill (EXTEND) batch forms it runs alone, else running
    requests decode one token each;
 2. per pass a chunk budget (``chunked_prefill_size // attention_data``) and ``max_prefill_tokens``;
    a request that does not fit the rest of the chunk budget is chunked to exactly that and resumed
@@ -10,11 +12,16 @@ Plain Python, no time passes inside. Rules (``docs/research/sglang-mocker-rules.
 3. a page-size-1 radix cache (:mod:`simmodel.engine.radix_cache`): the hit is matched once per
    (re)admission (capped at the sequence length - 1), the prompt is inserted at the end of its
    prefill pass, decode tokens every step, finished sequences stay cached and evictable;
-4. admission while ``extend + clipped output < available + evictable - reservations``, where running
-   requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend
-   and full clipped output; the ratio decays on every decode pass and is never reset when idle;
-5. retraction before a decode pass whose KV need exceeds available + evictable;
-6. FCFS or LPM ordering of the waiting queue.
+4. admission while ``extend + clipped output + 1 < available + evictable - reservations``, where running
+   requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend, one
+   token and full clipped output; a refusal for want of KV marks the batch full until a request leaves
+   it; the ratio decays on every decode pass and is never reset when idle;
+5. retraction before a decode pass whose KV need exceeds available + evictable: fewest outputs, then
+   longest prompt, the last of ties; the victim's decoded KV is freed, its re-prefill samples a token;
+6. FCFS or LPM ordering of the waiting queue (LPM's matches, and FCFS's prefix refresh every 32nd time,
+   mark cached tokens used for LRU eviction);
+8. with ``radix_cache`` off (``ChunkCache``) nothing is shared or kept, and requests that ignore EOS are
+   admitted by SGLang's ``add_one_req_ignore_eos``; with ``mixed_chunk`` a prefill pass also decodes.
 
 Rule 7 (``prefill_decode_interval``) is the caller's: ``schedule(prefill_blocked=True)`` only decodes.
 
@@ -34,19 +41,21 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from simmodel.engine.radix_cache import OutputBlock, RadixCache, RadixNode, mooncake_segments
+from simmodel.engine.radix_cache import ChunkCache, OutputBlock, RadixCache, RadixNode, mooncake_segments
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.errors import SimulationError
 
 RETRACT_DECODE_STEPS = 20
+IGNORE_EOS_RESERVE_TOKENS = 1
 LPM_FCFS_QUEUE_THRESHOLD = 128
 IN_BATCH_PREFIX_THRESHOLD = 32
+WAITING_PREFIX_REFRESH_INTERVAL = 32
 
 
 @dataclass(frozen=True, slots=True)
 class SglangSchedulerConfig:
-    """The SGLang server arguments the mocker's scheduler reads (per engine; see ``for_rank``)."""
+    """The SGLang server arguments (and environment variables) its scheduler reads, per engine."""
 
     max_running_requests: int = 256
     chunked_prefill_size: int = 8192
@@ -73,6 +82,13 @@ class SglangSchedulerConfig:
     SGLang clips ``max_new_tokens`` to ``max_req_len - prompt - 1``. None: no limit (the mocker's replay)."""
     num_reserved_decode_tokens: int = 512
     """Disaggregated decode: KV kept free per running or incoming request (``SGLANG_NUM_RESERVED_DECODE_TOKENS``)."""
+    ignore_eos: bool = False
+    """Requests sent with ``ignore_eos``: a running one is expected to need all its remaining output, not
+    ``new_token_ratio`` of it."""
+    radix_cache: bool = True
+    """SGLang's radix cache; off (``--disable-radix-cache``), no prefix is shared or kept (``ChunkCache``)."""
+    mixed_chunk: bool = False
+    """SGLang's ``enable_mixed_chunk``: a prefill pass also decodes the running requests, if their KV fits."""
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
@@ -120,7 +136,7 @@ class RadixPool:
 class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
-    __slots__ = ("prompt_segments", "output_block", "node", "allocated", "hit")
+    __slots__ = ("prompt_segments", "output_block", "node", "allocated", "hit", "tree_outputs", "held")
 
     def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock) -> None:
         self.prompt_segments = prompt_segments
@@ -130,6 +146,11 @@ class _State:
         self.allocated = 0
         """Token slots allocated by planned passes, inserted into the tree when their outputs are processed."""
         self.hit = 0
+        self.tree_outputs = 0
+        """Output tokens SGLang's own tree holds (those its last prefill inserted; decoded KV stays out)."""
+        self.held = 0
+        """Of ``allocated``, the tokens of the last chunk of an unfinished prompt that the tree already had
+        (another request of the same pass computed them): SGLang keeps this copy until the next chunk."""
 
 
 class SglangScheduler:
@@ -137,13 +158,20 @@ class SglangScheduler:
 
     def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
         self.config = config
-        self.cache = RadixCache(num_kv_tokens)
+        self.cache = (RadixCache if config.radix_cache else ChunkCache)(num_kv_tokens)
         self.pool = RadixPool(self.cache)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.chunked: Request | None = None
         """The request whose prompt was cut at the chunk budget; resumed first next pass."""
         self.new_token_ratio = config.init_new_token_ratio
+        self._refreshes = 0
+        """FCFS prefill attempts with requests waiting (SGLang refreshes their prefixes every 32nd)."""
+        self._eos_states: list[tuple[float, int]] | None = None
+        """This pass's ``_fits_ignore_eos`` states (SGLang's ``PrefillAdder.req_states``)."""
+        self.batch_is_full = False
+        """SGLang's ``running_batch.batch_is_full``: a prefill was refused for want of KV or of a running slot;
+        none is tried again until a request leaves the running batch (or a chunk pass ends)."""
         self._states: dict[Request, _State] = {}
         self.num_retractions = 0
         self.prealloc: list[Request] = []
@@ -158,7 +186,9 @@ class SglangScheduler:
     def _state(self, request: Request) -> _State:
         st = self._states.get(request)
         if st is None:
-            if request.prompt_segments is not None:
+            if not self.config.radix_cache:  # (nothing shared: the request's tokens are its own)
+                segs = [(("prompt", request.request_id), request.num_prompt_tokens)]
+            elif request.prompt_segments is not None:
                 segs = request.prompt_segments
             elif request.hash_ids is not None:
                 segs = mooncake_segments(request.hash_ids, request.num_prompt_tokens,
@@ -272,41 +302,55 @@ class SglangScheduler:
             self._schedule_decode(out)
         return out
 
-    def _max_new(self, request: Request) -> int:
-        """The request's ``max_new_tokens`` after SGLang clips it to the context (at least one token)."""
+    def _budget_new(self, request: Request) -> int:
+        """The request's ``max_new_tokens`` as SGLang clips it on arrival (``init_req_max_new_tokens``): to
+        the context, ``max_req_len − prompt − 1``, and to what an empty pool holds, ``KV tokens − prompt −
+        2``; zero at least. Admission reserves from it."""
         limit = self.config.max_req_len
-        if limit is None:
+        if limit is None:  # (the mocker's replay: no clip)
             return request.max_tokens
-        return max(1, min(request.max_tokens, limit - request.num_prompt_tokens - 1))
+        prompt = request.num_prompt_tokens
+        return max(0, min(request.max_tokens, limit - prompt - 1, self.cache.capacity - prompt - 2))
+
+    def _max_new(self, request: Request) -> int:
+        """The tokens the request makes: ``_budget_new``, but a prefill always samples one."""
+        return max(1, self._budget_new(request))
 
     def decodes(self, request: Request) -> bool:
         """Disaggregated decode: whether a request arriving with the prefill's token still has tokens to make."""
         return self._max_new(request) > 1
 
     def _clipped_remaining(self, request: Request) -> int:
-        return min(self._max_new(request) - request.num_output_tokens, self.config.clip_max_new_tokens)
+        return min(max(self._budget_new(request) - request.num_output_tokens, 0), self.config.clip_max_new_tokens)
 
     def _order_waiting(self, arrived_before: int | None) -> None:
-        if self.config.schedule_policy != "lpm":
-            return
+        """SGLang's ``calc_priority``. LPM (while at most 128 wait): each waiting request's whole sequence is
+        matched in the tree, in queue order, which marks the matched nodes used (and splits one where the
+        match ends), then the queue is sorted by match, longest first. Otherwise (FCFS) the queue stays in
+        order, and every 32nd time the first 128 waiting requests' prefixes are marked used, the last first
+        (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``): both set which cached tokens LRU eviction takes."""
         waiting = self.waiting
         unseen: list[Request] = []
         if arrived_before is not None:  # the overlap loop has not received these yet: they stay behind
             unseen = [r for r in waiting if r.queued_at >= arrived_before]
             if unseen:
                 waiting = [r for r in waiting if r.queued_at < arrived_before]
-        if len(waiting) > LPM_FCFS_QUEUE_THRESHOLD:
-            return
         cache, states = self.cache, self._states
+        if self.config.schedule_policy != "lpm" or len(waiting) > LPM_FCFS_QUEUE_THRESHOLD:
+            if waiting and self.config.radix_cache:
+                if self._refreshes % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+                    for r in reversed(waiting[:LPM_FCFS_QUEUE_THRESHOLD]):
+                        cache.match(self._segments(r, states[r]))
+                self._refreshes += 1
+            return
         temp = RadixCache(1 << 62)
         keys: dict[Request, float] = {}
         for r in waiting:
             segs = self._segments(r, states[r])
-            n = r.num_tokens
-            hit = cache.match_length(segs, n - 1)
+            hit = cache.match(segs)[0]
             keys[r] = -hit
             if hit <= IN_BATCH_PREFIX_THRESHOLD:
-                if temp.match_length(segs, n - 1) >= IN_BATCH_PREFIX_THRESHOLD:
+                if temp.match_length(segs) >= IN_BATCH_PREFIX_THRESHOLD:
                     keys[r] = float("inf")
                 else:
                     temp.insert(segs)
@@ -314,35 +358,67 @@ class SglangScheduler:
         if unseen:
             self.waiting = waiting + unseen
 
+    def _running_offset(self, request: Request) -> float:
+        """KV a running request is expected to still need: its clipped remaining output, times the
+        ``new_token_ratio`` (SGLang's early-EOS estimate) unless it ignores EOS."""
+        ratio = 1.0 if self.config.ignore_eos else self.new_token_ratio
+        return self._clipped_remaining(request) * ratio
+
     def _schedule_prefill(self, out: SchedulerOutput, arrived_before: int | None) -> None:
+        """SGLang's ``PrefillAdder`` (page size 1): the chunk in progress first, then waiting requests in
+        order while the budgets last. A request is admitted while ``extend + clipped remaining output + 1 <
+        free + evictable − offset``; the offset starts at the running requests' expected needs
+        (``_running_offset``) and each admission adds ``extend + 1`` and its clipped output (nothing for a
+        chunk that does not end the prompt). The first refusal for want of KV marks the batch full: no
+        prefill is tried again until a request leaves the running batch (``batch_is_full``)."""
         cfg, cache, states = self.config, self.cache, self._states
-        clip_ratio = self.new_token_ratio
-        offset = sum(self._clipped_remaining(r) * clip_ratio for r in self.running)
+        was_empty = not self.running
+        if was_empty:
+            self.batch_is_full = False
+        chunked = self.chunked
+        if chunked is None and (self.batch_is_full or len(self.running) >= cfg.max_running_requests):
+            self.batch_is_full = True
+            return
+        offset = sum(map(self._running_offset, self.running))
+        current = 0.0  # (the offset of this pass's own allocations, SGLang's ``current_offset``)
         rem_chunk, rem_input = cfg.chunk_budget, cfg.max_prefill_tokens
+        decoding = list(self.running) if cfg.mixed_chunk else []
+        if decoding:  # a mixed pass: the running requests' decode tokens come off every budget first
+            offset += len(decoding)
+            current += len(decoding)
+            rem_chunk -= len(decoding)
+            rem_input -= len(decoding)
         batch: list[tuple[Request, int, int]] = []  # (request, context, new tokens)
 
-        chunked = self.chunked
         if chunked is not None:
             extend = chunked.num_tokens - chunked.num_computed_tokens
-            # The next chunk of an admitted prompt is not checked again, but SGLang caps it at the memory
-            # left (``add_chunked_req``); when none is left it waits for decodes to retract or finish.
-            take = min(extend, rem_chunk, cache.num_free + cache.num_evictable)
+            # The next chunk of an admitted prompt is not checked again; SGLang caps it at the KV left after
+            # the offset, or takes a whole chunk when none is left (it must make progress to free its KV).
+            # Where that is more than can be allocated SGLang stops ("Prefill out of memory"); here the
+            # chunk shrinks to what can be, or waits for decodes to retract or finish.
+            left = cache.num_free + cache.num_evictable
+            budget = int(left - offset)
+            take = min(extend, rem_chunk if budget <= 0 else min(rem_chunk, budget), left)
             if take <= 0:
                 chunked = None
         if chunked is not None:
             ends = take == extend
-            offset += take + (self._clipped_remaining(chunked) if ends else 0)
+            offset += take + 1 + (min(self._budget_new(chunked), cfg.clip_max_new_tokens) if ends else 0)
+            current += take + 1
             rem_chunk -= take
             rem_input -= take
             batch.append((chunked, chunked.num_computed_tokens, take))
             self.chunked = None if ends else chunked
 
         self._order_waiting(arrived_before)
+        ignore_eos = cfg.ignore_eos and not cfg.radix_cache  # (SGLang's add_one_req_ignore_eos)
+        self._eos_states = None
         admitted = 0
         for r in self.waiting:
-            if len(self.running) + len(batch) >= cfg.max_running_requests:
-                break
             if rem_chunk <= 0 or rem_input <= 0 or self.chunked is not None:
+                break
+            if len(self.running) + len(batch) >= cfg.max_running_requests:
+                self.batch_is_full = True
                 break
             if arrived_before is not None and r.queued_at >= arrived_before:
                 break
@@ -351,12 +427,14 @@ class SglangScheduler:
             segs = self._segments(r, st)
             hit, node = cache.match(segs, n - 1)
             extend = n - hit
-            reserve = self._clipped_remaining(r)
-            take = min(extend, rem_chunk)
             cache.lock(node)  # the check sees the hit locked (SGLang's ``_lock_node``)
-            if extend + reserve >= cache.num_free + cache.num_evictable - offset or (take > rem_input and batch):
+            left = cache.num_free + cache.num_evictable
+            if (not self._fits_ignore_eos(r, extend, left - offset, left - current, batch) if ignore_eos
+                    else extend + self._clipped_remaining(r) + 1 >= left - offset):
                 cache.unlock(node)
+                self.batch_is_full = bool(batch) or bool(self.running)
                 break
+            take = min(extend, rem_chunk)
             st.node, st.hit = node, hit
             r.num_computed_tokens = hit
             if r.num_preemptions == 0:
@@ -365,17 +443,26 @@ class SglangScheduler:
                 self.pool.num_hits += hit
             if take < extend:
                 self.chunked = r
-                offset += take
+                offset += take + 1
             else:
-                offset += extend + reserve
+                offset += take + 1 + min(self._budget_new(r), cfg.clip_max_new_tokens)
+            current += take + 1
             rem_chunk -= take
             rem_input -= take
             batch.append((r, hit, take))
             admitted += 1
             (out.resumed if r.status is RequestStatus.PREEMPTED else out.admitted).append(r)
             r.status = RequestStatus.RUNNING
+            left = cache.num_free + cache.num_evictable
+            if left - offset <= 0 or left - current <= 0:  # SGLang's budget_state: no KV left for another
+                self.batch_is_full = True
+                break
         if admitted:
             del self.waiting[:admitted]
+        if self.chunked is not None or (was_empty and batch):
+            # The chunk in progress leaves the prefill batch, or the batch becomes the running batch (whose
+            # flag is its own, clear): either way SGLang tries a prefill again.
+            self.batch_is_full = False
 
         for r, ctx, take in batch:
             if not cache.allocate(take):
@@ -396,33 +483,88 @@ class SglangScheduler:
             r.is_prefill_chunk = not done
             r.num_computed_tokens = ctx + take
             if done and not r.bootstrap:
-                self.running.append(r)  # decodes from the next pass on (passes never mix)
+                self.running.append(r)  # decodes from the next pass on
+        if batch and decoding:  # SGLang's mix_with_running, if the decodes' KV fits after the prefill's
+            cache.make_free(len(decoding))
+            if len(decoding) <= cache.num_free:
+                cache.allocate(len(decoding))
+                self._add_decodes(out, decoding)
+                self.batch_is_full = False  # (the mixed batch becomes the running batch, its flag clear)
+
+    def _fits_ignore_eos(self, request: Request, extend: int, remaining_total: float, remaining_current: float,
+                         batch: list[tuple[Request, int, int]]) -> bool:
+        """SGLang's admission of a request that ignores EOS when the radix cache is off
+        (``add_one_req_ignore_eos``): its extend and one token must fit what is left, and then, with every
+        request of the batch, the running ones and this one ordered by the output each has left, each
+        suffix of them must still be able to finish: ``left − Σ left_i × (requests from i on) + Σ tokens
+        held by those before i > 1 × (requests from i on)``."""
+        paged = extend + 1
+        if paged > min(remaining_current, remaining_total):
+            return False
+        states = self._eos_states
+        entry = (self._budget_new(request) * 1.0 - request.num_output_tokens,
+                 request.num_prompt_tokens + request.num_output_tokens)
+        if states is None:
+            states = self._eos_states = []
+            for r in (request, *self.running, *(b[0] for b in batch)):
+                left = self._budget_new(r) * 1.0 - r.num_output_tokens
+                if left > 0:
+                    states.append((left, r.num_prompt_tokens + r.num_output_tokens))
+            states.sort(key=lambda state: state[0])
+        elif entry[0] > 0:
+            i = 0
+            for i in range(len(states)):  # (SGLang's insertion: past the end it lands before the last)
+                if entry[0] <= states[i][0]:
+                    break
+            states.insert(i, entry)
+        rem = remaining_current - paged
+        freed = 0
+        for i, (left, held) in enumerate(states):
+            n = len(states) - i
+            if rem + freed - left * n <= IGNORE_EOS_RESERVE_TOKENS * n:
+                return False
+            freed += held
+        return True
 
     def _schedule_decode(self, out: SchedulerOutput) -> None:
+        """A decode step for every running request; first, if the step's KV does not fit, SGLang's
+        ``retract_decode``: requests ordered by (outputs, −prompt) from most to least worth keeping (ties in
+        batch order) are retracted from the end, at least one, until the rest fit, keeping one at least;
+        the kept batch stays in that order. The ratio is then re-estimated from the kept requests, else it
+        decays by one step."""
         cfg, cache = self.config, self.cache
         running = self.running
-        if len(running) > cache.num_free + cache.num_evictable:
-            while len(running) > 1 and len(running) > cache.num_free + cache.num_evictable:
-                victim = min(running, key=lambda r: r.num_output_tokens)
-                running.remove(victim)
-                self._retract(victim, out)
-            if self.chunked is not None and len(running) > cache.num_free + cache.num_evictable:
+        cache.make_free(len(running))
+        if len(running) > cache.num_free:
+            kept = sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
+            while len(kept) > 1:
+                self._retract(kept.pop(), out, len(kept))
+                cache.make_free(len(kept))
+                if len(kept) <= cache.num_free:
+                    break
+            if self.chunked is not None and len(kept) > cache.num_free + cache.num_evictable:
                 # Only reachable when prefill_decode_interval runs decodes between a prompt's chunks: the
                 # half-prefilled prompt gives its KV back (its prefix stays cached) and queues first.
                 chunked, self.chunked = self.chunked, None
-                self._retract(chunked, out)
+                self._retract(chunked, out, len(kept))
                 self.waiting.insert(0, self.waiting.pop())
+            self.running = running = kept
+            self.batch_is_full = False
             decoded = sum(r.num_output_tokens for r in running)
             max_new = sum(self._max_new(r) for r in running)
             self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
         else:
             self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
                                        cfg.min_new_token_ratio)
-        states = self._states
         if not cache.allocate(len(running)):
             raise SimulationError(f"SGLang ran out of KV memory for a decode step of {len(running)} request(s) with "
                                   f"nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
                                   f"schedule_conservativeness, or give the rank more KV")
+        self._add_decodes(out, running)
+
+    def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
+        """One decode token for each of ``running`` (allocated already)."""
+        states = self._states
         for r in running:
             states[r].allocated += 1
             out.requests.append(r)
@@ -432,13 +574,17 @@ class SglangScheduler:
             out.samples.append(True)
             r.num_computed_tokens += 1
 
-    def _retract(self, request: Request, out: SchedulerOutput) -> None:
+    def _retract(self, request: Request, out: SchedulerOutput, remaining: int) -> None:
+        """SGLang's ``release_req``: the decoded KV the tree never got is freed, the rest unlocked, and the
+        tree evicted down to ``RETRACT_DECODE_STEPS`` free tokens per request left running."""
         st = self._states[request]
         if st.allocated:  # overlap loop: the pass in flight computes KV that nobody keeps
             self.cache.release(st.allocated)
             st.allocated = 0
-        self.cache.unlock(st.node)
+        node = self.cache.drop_output_tail(st.node, st.output_block, st.tree_outputs)
+        self.cache.unlock(node)
         st.node = None
+        self.cache.make_free(remaining * RETRACT_DECODE_STEPS)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
@@ -452,9 +598,9 @@ class SglangScheduler:
         cache, states = self.cache, self._states
         sampled: list[Request] = []
         finished: list[Request] = []
-        prefill = bool(output.is_decode) and not output.is_decode[0]
-        for r, ctx, new, samples in zip(output.requests, output.num_context_tokens,
-                                        output.num_new_tokens, output.samples):
+        for r, ctx, new, samples, decode in zip(output.requests, output.num_context_tokens,
+                                                output.num_new_tokens, output.samples, output.is_decode):
+            prefill = not decode
             st = states.get(r)
             if st is None or r.status is not RequestStatus.RUNNING or st.allocated < new:
                 # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
@@ -466,27 +612,33 @@ class SglangScheduler:
                         del states[r]
                 continue
             computed = ctx + new
-            cache.release(new)
-            st.allocated -= new
+            cache.release(new + st.held)
+            st.allocated -= new + st.held
+            st.held = 0
             node = st.node
             if not (new == 1 and node is not None
                     and cache.grow_leaf(node, st.output_block, computed - r.num_prompt_tokens)):
-                _, node = cache.insert(self._segments(r, st), computed)
+                added, node = cache.insert(self._segments(r, st), computed)
                 cache.lock(node)
                 cache.unlock(st.node)
                 st.node = node
+                if prefill and not samples and added < new:  # (an unfinished chunk keeps its copy)
+                    st.held = new - added
+                    cache.allocate(st.held)
+                    st.allocated += st.held
             if not samples:
                 continue
-            if prefill and r.num_preemptions and r.num_output_tokens:
-                # The mocker's re-prefill after a retraction samples no new token (matches the goldens:
-                # a retracted request's E2E is one decode pass longer than SGLang's re-prefill gives).
-                continue
+            if prefill:
+                st.tree_outputs = r.num_output_tokens  # SGLang inserts the prompt (and outputs so far) at its end
+                if r.num_output_tokens:  # (a re-prefill: SGLang's next insertion starts a node here)
+                    cache.seal(st.node)
             r.num_output_tokens += 1
             r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
             if r.num_output_tokens >= self._max_new(r):
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
+                self.batch_is_full = False  # it leaves the batch: SGLang tries a prefill again
                 if r.bootstrap:
                     continue  # the prefill side keeps the prompt's KV until the transfer is over
                 cache.unlock(st.node)
