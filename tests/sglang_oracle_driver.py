@@ -31,6 +31,7 @@ def config_of(golden: dict) -> tuple[SglangSchedulerConfig, int]:
         ignore_eos=golden["ignore_eos"],
         radix_cache=not cfg["disable_radix_cache"],
         mixed_chunk=cfg["enable_mixed_chunk"],
+        page_size=cfg["page_size"],
     ), kv
 
 
@@ -99,7 +100,7 @@ def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
         record = {"step": step, "mode": mode, "scheduled": scheduled, "retracted": retracted,
                   "emitted": {ids[r]: 1 for r in sampled}, "finished": sorted((ids[r] for r in finished),
                                                                         key=lambda rid: int(rid[1:])),
-                  "free_tokens": sched.cache.num_free, "evictable_tokens": sched.cache.num_evictable}
+                  "free_tokens": sched.num_free_tokens, "evictable_tokens": sched.num_evictable_tokens}
         if timed:
             record["t_start"], record["t_end"] = round(start, 9), round(clock, 9)
         passes.append(record)

@@ -50,11 +50,13 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     if backend == "sglang" and mode == "disaggregated":
         dec = roles["decode"]
         longest = min(role.context_length for role in roles.values()) - 1
-        if dec.num_kv_blocks < longest + 512:
+        page = dec.kv_cache.block_size
+        needed = -(-longest // page) * page + 512
+        if dec.num_kv_blocks * page < needed:
             raise ScenarioError(f"engine.workers.decode.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
-                                f"KV plus 512 tokens for its decoding (SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs "
-                                f"at least {longest + 512} tokens for a {longest}-token prompt; it has "
-                                f"{dec.num_kv_blocks}")
+                                f"KV (in whole pages) plus 512 tokens for its decoding "
+                                f"(SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs at least {needed} tokens for a "
+                                f"{longest}-token prompt; it has {dec.num_kv_blocks * page}")
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None

@@ -16,6 +16,7 @@ from simmodel.config.schema import (
     CapacitySpec,
     KvCacheSpec,
     Parallelism,
+    SchedulerSpec,
     SglangSchedulerSpec,
     SpeculationSpec,
     WorkerRole,
@@ -123,6 +124,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"), backend)
+    if sg is not None and name != "decode":
+        _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
     timing = _timing(node.node("timing"), base_dir)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
@@ -141,9 +144,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
     needed = cdiv(context_length, kv_cache.block_size)
+    if backend == "sglang":  # an empty rank admits the longest prompt (context − 2) while it + a page < KV tokens
+        needed = cdiv(context_length + kv_cache.block_size - 1, kv_cache.block_size)
     if blocks < needed:
-        held = (f"{blocks} KV tokens (page size 1)" if backend == "sglang"
-                else f"{blocks} KV blocks of {kv_cache.block_size} tokens")
+        unit = "pages" if backend == "sglang" else "blocks"
+        held = f"{blocks} KV {unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
                             f"rank more KV", category="kv_capacity")
@@ -151,12 +156,24 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                       host_loop, frontend, profile, vision)
 
 
+def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: int, ranks: int,
+                              host_loop: bool) -> None:
+    """SGLang cuts a prompt at the last whole page that fits a rank's chunk budget (the prefill budget
+    divided over the attention-DP ranks): a budget below one page never prefills anything."""
+    sg = scheduler.sglang
+    assert sg is not None
+    field, budget = (("max_batched_tokens", scheduler.max_batched_tokens) if host_loop
+                     else ("chunked_prefill_size", sg.chunked_prefill_size))
+    if budget // ranks < page_size:
+        raise ScenarioError(f"{node.at('scheduler.' + field)}: a rank's share ({budget} // {ranks} attention-DP "
+                            f"rank(s) = {budget // ranks} tokens) must hold one KV page of {page_size} tokens "
+                            f"(kv_cache.block_size), or no prompt is ever prefilled; got {budget}")
+
+
 def _kv_cache(node: _Node, backend: str = "vllm") -> KvCacheSpec:
+    # SGLang's --page-size (1 by default): capacity blocks are its pages.
     block_size = node.int("block_size", 1 if backend == "sglang" else 16)
     prefix = node.bool("prefix_caching", True)
-    if backend == "sglang" and block_size != 1:
-        raise ScenarioError(f"{node.at('block_size')}: SGLang's radix cache has page size 1 (capacity blocks "
-                            f"are tokens); must be 1, got {block_size}")
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")

@@ -1,4 +1,8 @@
-"""A page-size-1 radix prefix cache over token content for one rank (SGLang's ``RadixCache``).
+"""A radix prefix cache over token content for one rank (SGLang's ``RadixCache``).
+
+Its unit is a token, or with SGLang's ``page_size`` above 1 a page: a sequence is then given as the
+segments of its whole pages (``page_segments``) and the cache's capacity counts pages, so every match,
+insertion, split and eviction is in whole pages, as SGLang's paged tree keys its children by a page.
 
 Token content is described by *segments*: a sequence is a list of ``(block, length)`` pairs, and the
 token at offset ``j`` of a segment is the token ``(block, j)``. Two sequences therefore share exactly
@@ -53,6 +57,19 @@ class RadixNode:
 
 class OutputBlock(tuple):
     """Block key of a request's output tokens (extended in place by decode steps)."""
+
+    __slots__ = ()
+
+
+class PageRun(tuple):
+    """Block key of a run of whole pages inside one token block: ``(block, offset)``, whose unit ``j`` is
+    the page that starts at token ``offset + j × page_size`` of ``block``."""
+
+    __slots__ = ()
+
+
+class MixedPage(tuple):
+    """Block key of one page that straddles token blocks: the ``(block, offset, length)`` pieces it holds."""
 
     __slots__ = ()
 
@@ -324,6 +341,35 @@ class ChunkCache(RadixCache):
                 del parent.children[(node.block, node.start)]
                 self.cached_tokens -= node.length
             node = parent
+
+
+def page_segments(segments: Segments, page_size: int) -> list[tuple[Hashable, int]]:
+    """The whole pages of a token sequence as segments whose units are pages (SGLang's radix cache with
+    ``page_size`` above 1 keys its tree by pages and holds whole pages only; a last partial page is left
+    out). A run of pages that lie inside one token block is one segment (``PageRun``); a page that
+    straddles blocks is a segment of one unit (``MixedPage``) named by its pieces. Two sequences share a
+    page exactly when they share its tokens at the same position, so matching pages is SGLang's
+    page-rounded match. Costs a step per segment, not per page."""
+    out: list[tuple[Hashable, int]] = []
+    pieces: list[tuple[Hashable, int, int]] = []  # the page in progress, when the position is mid-page
+    pos = 0
+    for block, length in segments:
+        off = 0
+        while off < length:
+            if not pieces and length - off >= page_size:
+                n = (length - off) // page_size
+                out.append((PageRun((block, off)), n))
+                off += n * page_size
+                pos += n * page_size
+                continue
+            take = min(length - off, page_size - pos % page_size)
+            pieces.append((block, off, take))
+            off += take
+            pos += take
+            if pos % page_size == 0:
+                out.append((MixedPage(pieces), 1))
+                pieces = []
+    return out
 
 
 def mooncake_segments(hash_ids: Sequence[int], num_tokens: int, block_size: int) -> list[tuple[Hashable, int]]:

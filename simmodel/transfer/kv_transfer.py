@@ -96,7 +96,8 @@ class KvTransfer:
     def _reserved_on(self, target: Rank) -> Callable[[Request], None]:
         def reserved(client: Request) -> None:  # step 2, called from the decode rank's schedule()
             if self.destination_first:
-                client.num_missing_blocks = client.num_prompt_tokens  # page size 1: tokens
+                # (SGLang's decode side caches nothing it is sent: every page of the prompt)
+                client.num_missing_blocks = -(-client.num_prompt_tokens // target.pool.block_size)
                 self._expected[client][1](client.prefill_leg)
                 return
             self.env.process(self._transfer(target, client))

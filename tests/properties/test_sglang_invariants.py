@@ -1,6 +1,6 @@
 """Invariants of the SGLang backend over randomly generated small scenarios: aggregated (DP 1–3, FCFS or
-LPM, prefill/decode interval, overlap host loop, frontend stages) and disaggregated (destination-first),
-tight and loose KV, every load type."""
+LPM, prefill/decode interval, mixed chunks, overlap host loop, frontend stages) and disaggregated
+(destination-first), tight and loose KV, pages of 1 to 64 tokens, every load type."""
 
 from __future__ import annotations
 
@@ -35,33 +35,40 @@ def scenarios(draw):
     front = {"host_loop": host_loop}
     if host_loop and draw(st.booleans()):
         front["frontend"] = {"stages": [{"workers": draw(st.integers(1, 3)), "service_ms": draw(st.sampled_from([0, 2]))}]}
+    page = draw(st.sampled_from([1, 1, 16, 64]))
     chunk = draw(st.sampled_from([16, 64, 8192]))
+
+    def kv(tokens: int) -> dict:  # (capacity blocks are pages)
+        return {"block_size": page, "capacity": {"type": "fixed", "blocks": -(-tokens // page)}}
     if disaggregated:
-        decode_kv = draw(st.integers(context + 511, 3 * (context + 511)))
+        decode_kv = draw(st.integers(-(-(context - 1) // page) * page + 512, 3 * (context + 511)))
         engine = {"mode": "disaggregated", "context_length": context,
                   "kv_transfer": {"latency_ms": draw(st.sampled_from([0, 1])),
                                   "contention": draw(st.sampled_from(["none", "shared_link"]))},
                   "workers": {
                       "prefill": {**front, "timing": timing,
                                   "parallelism": {"replicas": draw(st.integers(1, 2))},
-                                  "scheduler": ({"max_batched_tokens": chunk} if host_loop
-                                                else {"chunked_prefill_size": chunk}) | {
+                                  "scheduler": ({"max_batched_tokens": max(chunk, page)} if host_loop
+                                                else {"chunked_prefill_size": max(chunk, page)}) | {
                                       "max_sequences": draw(st.integers(1, 4))},
-                                  "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}},
+                                  "kv_cache": kv(draw(st.integers(context + page - 1, 4 * context + page)))},
                       "decode": {"timing": timing,
                                  "parallelism": {"attention_data": draw(st.integers(1, 2))},
                                  "scheduler": {"max_sequences": draw(st.integers(1, 8))},
-                                 "kv_cache": {"capacity": {"type": "fixed", "blocks": decode_kv}}}}}
+                                 "kv_cache": kv(decode_kv)}}}
     else:
         dp = draw(st.integers(1, 4))
         scheduler = {"max_sequences": draw(st.integers(1, 8)),
                      "schedule_policy": draw(st.sampled_from(["fcfs", "lpm"])),
                      "prefill_decode_interval": draw(st.sampled_from([0, 0, 1, 3]))}
-        scheduler |= {"max_batched_tokens": max(chunk, dp)} if host_loop else {"chunked_prefill_size": max(chunk, dp)}
+        chunk = max(chunk, dp * page)  # (a rank's share holds a page)
+        scheduler |= {"max_batched_tokens": chunk} if host_loop else {"chunked_prefill_size": chunk}
+        if not host_loop and not scheduler["prefill_decode_interval"] and draw(st.booleans()):
+            scheduler["enable_mixed_chunk"] = True
         engine = {"context_length": context, "workers": {"aggregated": {
             **front, "timing": timing, "parallelism": {"attention_data": dp, "replicas": draw(st.integers(1, 2))},
             "scheduler": scheduler,
-            "kv_cache": {"capacity": {"type": "fixed", "blocks": draw(st.integers(context, 4 * context))}}}}}
+            "kv_cache": kv(draw(st.integers(context + page - 1, 4 * context + page)))}}}
     engine["seed"] = draw(st.integers(0, 2**32 - 1))
     if draw(st.integers(0, 4)) == 0:  # a real trace's first rows at their own times (long prompts: many refused)
         traffic["source"] = {"type": "trace", "format": "azure", "path": "builtin:azure/conv_2023.csv"}
@@ -91,21 +98,28 @@ def test_every_sglang_request_ends_once_and_kv_comes_back(data):
     context = data["engine"]["context_length"]
     roles = data["engine"]["workers"]
     # SGLang's max_req_len = min(context, KV tokens) − 1: a prompt at or above it is refused (on any role),
-    # and max_new_tokens is clipped to max_req_len − prompt − 1 (at least 1) where the request decodes.
-    max_req_len = {name: min(context, r["kv_cache"]["capacity"]["blocks"]) - 1 for name, r in roles.items()}
+    # and max_new_tokens is clipped to max_req_len − prompt − 1 and to KV tokens − prompt in whole pages − a
+    # page − 1 (at least 1) where the request decodes.
+    page = next(iter(roles.values()))["kv_cache"]["block_size"]
+    tokens = {name: r["kv_cache"]["capacity"]["blocks"] * page for name, r in roles.items()}
+    max_req_len = {name: min(context, tokens[name]) - 1 for name in roles}
     assert len(req) == data["traffic"]["stop"]["requests"]
     assert set(req.status) <= {"completed", "rejected"}
     assert (req.status == "rejected").tolist() == (req.input_tokens >= min(max_req_len.values())).tolist()
     served = req[req.status == "completed"]
-    decoder = max_req_len["decode" if "decode" in roles else "aggregated"]
-    limit = np.maximum(1, np.minimum(served.requested_output_tokens, decoder - 1 - served.input_tokens))
+    decoder = "decode" if "decode" in roles else "aggregated"
+    paged = -(-served.input_tokens // page) * page
+    limit = np.maximum(1, np.minimum(np.minimum(served.requested_output_tokens,
+                                                max_req_len[decoder] - 1 - served.input_tokens),
+                                     tokens[decoder] - paged - page - 1))
     assert served.output_tokens.tolist() == limit.tolist()
     assert (served.arrival_s <= served.first_admit_s).all()
     assert (served.first_admit_s <= served.first_token_s).all() and (served.first_token_s <= served.finish_s).all()
-    # passes never mix prefill and decode, and respect the sequence limit
-    assert ((passes.num_prefill_seqs == 0) | (passes.num_decode_seqs == 0)).all()
+    # passes never mix prefill and decode (but with mixed chunks), and respect the sequence limit
     for name, role in data["engine"]["workers"].items():
         mine = passes[passes.role == name]
+        if not role.get("scheduler", {}).get("enable_mixed_chunk"):
+            assert ((mine.num_prefill_seqs == 0) | (mine.num_decode_seqs == 0)).all()
         assert (mine.num_prefill_seqs + mine.num_decode_seqs <= role["scheduler"]["max_sequences"]).all()
         assert (mine.kv_blocks_used <= role["kv_cache"]["capacity"]["blocks"]).all()
     _drained(sim)

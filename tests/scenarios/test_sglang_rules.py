@@ -259,3 +259,62 @@ def test_frontend_provenance_is_reported(tmp_path: Path) -> None:
     _, res = run(tmp_path, [(0.0, 100, 1)], engine={"workers": {"aggregated": {"frontend": {
         "stages": [{"workers": 1, "service_ms": 1}], "measured_for": measured}}}})
     assert res.summary["frontend_provenance"] == {"source": "frontend", "measured_for": measured}
+
+
+# -- pages (kv_cache.block_size: SGLang's --page-size) ---------------------------------------------------
+
+def paged(page_size: int, **workers) -> dict:
+    return {"engine": {"workers": {"aggregated": _merge({"kv_cache": {"block_size": page_size}}, workers)}}}
+
+
+def test_pages_charge_the_chunk_budget_whole_pages(tmp_path: Path) -> None:
+    """Chunk budget 40. A (30-token prompt) and B (10) arrive at 0, two outputs each.
+
+    Page size 1: A takes 30 of the budget, B fits the 10 left: one prefill 0–20 (both TTFT 20), one decode
+    20–30 (both E2E 30). Pages of 16: A is charged 2 pages (32 tokens), 8 are left, and B's one page (16)
+    does not fit, nor does any whole page of it: B waits. Prefill A 0–20, prefill B 20–40 (TTFT 40), one
+    decode for both 40–50 (E2E 50)."""
+    rows = [(0.0, 30, 2), (0.0, 10, 2)]
+    _, res = run(tmp_path, rows, **scheduler(chunked_prefill_size=40))
+    assert latencies(res) == {0: (20.0, 30.0), 1: (20.0, 30.0)}
+    _, res = run(tmp_path, rows, **_merge(paged(16), scheduler(chunked_prefill_size=40)))
+    assert latencies(res) == {0: (20.0, 50.0), 1: (40.0, 50.0)}
+
+
+def test_pages_reserve_whole_pages_at_admission(tmp_path: Path) -> None:
+    """128 KV tokens, context_length 113 (with pages of 16, a rank needs ⌈(113 + 15) / 16⌉ = 8 pages); A and B
+    (20-token prompts, 40 outputs) at 0.
+
+    Page size 1: A is admitted (20 + 40 + 1 = 61 < 128), reserving 20 + 1 + 40 = 61; B's 61 < 128 − 61 = 67
+    is admitted too: one prefill 0–20 (TTFT 20), 39 decodes for both 20–410 (E2E 410).
+    Pages of 16 (8 pages): A's check is 20 + 40 + 16 = 76 < 128; it reserves its extend in whole pages, a
+    page and its output: 32 + 16 + 40 = 88. B's 76 ≥ 128 − 88 = 40: refused, and the batch is full until A
+    leaves it. A: prefill 0–20, 39 decodes to 410. B: prefill 410–430 (TTFT 430), 39 decodes to 820."""
+    rows = [(0.0, 20, 40), (0.0, 20, 40)]
+    one = {"engine": {"context_length": 113, "workers": {"aggregated": {
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 128}}}}}}
+    _, res = run(tmp_path, rows, **one)
+    assert latencies(res) == {0: (20.0, 410.0), 1: (20.0, 410.0)}
+    pages = _merge({"engine": {"context_length": 113}},
+                   paged(16, kv_cache={"block_size": 16, "capacity": {"type": "fixed", "blocks": 8}}))
+    _, res = run(tmp_path, rows, **pages)
+    assert latencies(res) == {0: (20.0, 410.0), 1: (430.0, 820.0)}
+
+
+def test_decode_rank_reserves_whole_pages_for_a_handoff(tmp_path: Path) -> None:
+    """A decode rank of 1,232 tokens (77 pages of 16); R0 (100 → 50) and R1 (100 → 5) at 0, no link time.
+
+    Page size 1: each needs 100 + R (512) = 612, and 612 + 612 ≤ 1,232: both are reserved at 0.
+    Pages of 16: each needs 112 (7 pages) + 512 = 624; after R0, 1,232 − 624 = 608 < 624: R1 waits for R0 to
+    finish (as in test_decode_kv_back_pressure_holds_the_prefill): R0 TTFT 30, E2E 510; R1 reserved at
+    510, prefilled 510–530, decoded 530–570."""
+    rows = [(0.0, 100, 50), (0.0, 100, 5)]
+    data = disagg("sglang", decode_tokens=1232, latency_ms=0)
+    res = run_disagg(tmp_path, rows, data)
+    assert res.requests.set_index("request_id").loc[1, "first_admit_s"] < 0.5
+    workers = data["engine"]["workers"]
+    workers["decode"]["kv_cache"] = {"block_size": 16, "capacity": {"type": "fixed", "blocks": 77}}
+    workers["prefill"]["kv_cache"] = {"block_size": 16, "capacity": {"type": "fixed", "blocks": 6250}}
+    res = run_disagg(tmp_path, rows, data)
+    assert latencies(res) == {0: (30.0, 510.0), 1: (540.0, 570.0)}
+    assert res.requests.set_index("request_id").loc[1, "first_admit_s"] == pytest.approx(0.510)

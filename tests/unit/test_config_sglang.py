@@ -248,8 +248,6 @@ def test_sglang_worker_fields_fail_on_a_vllm_decode_role():
 
 
 @pytest.mark.parametrize("worker, path, rule", [
-    ({"kv_cache": {"block_size": 16}}, f"{AGG}.kv_cache.block_size", "page size 1 (capacity blocks are tokens); "
-                                                                     "must be 1, got 16"),
     ({"kv_cache": {"block_size": 0}}, f"{AGG}.kv_cache.block_size", "must be a positive integer, got 0"),
     ({"kv_cache": {"prefix_caching": "no"}}, f"{AGG}.kv_cache.prefix_caching", "must be true or false, got 'no'"),
     ({"scheduler": {"enable_mixed_chunk": 1}}, f"{AGG}.scheduler.enable_mixed_chunk", "must be true or false, got 1"),
@@ -291,6 +289,31 @@ def test_sglang_worker_field_rules(worker, path, rule):
 
 # ----------------------------------------------------------------------------------------------
 # disaggregated roles
+
+
+def test_block_size_is_the_page_size_and_capacity_counts_pages():
+    """SGLang's --page-size: capacity blocks are pages. An empty rank must admit the longest prompt,
+    context_length − 2 tokens, while it and one page stay below the KV tokens: context_length + 15 tokens
+    with pages of 16. 300 pages hold context_length 4,096 (4,111 tokens, 257 pages); 100 pages do not hold
+    context_length 2,000, which needs ⌈2,015 / 16⌉ = 126."""
+    role = parse_scenario(sglang_worker(kv_cache={"block_size": 16, "capacity": {"type": "fixed", "blocks": 300}}),
+                          Path(".")).engine.workers["aggregated"]
+    assert (role.kv_cache.block_size, role.num_kv_blocks, role.context_length) == (16, 300, 4096)
+    assert_error(sglang_scenario(engine={"context_length": 2000, "workers": {"aggregated": {
+        "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 100}}}}}),
+        f"{AGG}.kv_cache.capacity", "a rank has 100 KV pages of 16 tokens but one request at context_length 2000 "
+                                    "needs 126")
+
+
+def test_a_ranks_chunk_budget_holds_a_page():
+    """SGLang cuts a prompt at the last whole page of a rank's chunk budget: 64 // 8 ranks = 8 tokens hold no
+    page of 16, so nothing would ever be prefilled."""
+    assert_error(sglang_worker(kv_cache={"block_size": 16}, parallelism={"attention_data": 8},
+                               scheduler={"chunked_prefill_size": 64}),
+                 f"{AGG}.scheduler.chunked_prefill_size", "a rank's share (64 // 8 attention-DP rank(s) = 8 tokens) "
+                                                          "must hold one KV page of 16 tokens")
+    assert_error(sglang_worker(kv_cache={"block_size": 64}, host_loop=True, scheduler={"max_batched_tokens": 32}),
+                 f"{AGG}.scheduler.max_batched_tokens", "= 32 tokens) must hold one KV page of 64 tokens")
 
 
 def test_radix_cache_off_mixed_chunk_and_ignore_eos_are_read():

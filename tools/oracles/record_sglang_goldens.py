@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record golden scheduler traces from SGLang 0.5.23's real scheduler (page size 1, overlap off).
+"""Record golden scheduler traces from SGLang 0.5.23's real scheduler (overlap off).
 
 Regenerate (from the repo root, /work/main):
 
@@ -178,7 +178,7 @@ def streams() -> list[tuple[str, dict, list[dict], dict]]:
         max_total_tokens=500, schedule_conservativeness=0.5)
     add("retract_radix_off_cons0.3", make_requests(41, 12, (10, 40), (40, 100), "spread", 10), max_total_tokens=300,
         schedule_conservativeness=0.3, disable_radix_cache=True)
-    # Pages of 16 and 64 tokens (simmodel's SGLang has page size 1: recorded for when it has more).
+    # Pages of 16 and 64 tokens.
     add("page16_loose", make_requests(42, 12, (20, 200), (5, 40), "spread", 20), page_size=16)
     add("page16_tight", make_requests(43, 10, (10, 60), (20, 80), "spread", 10), page_size=16,
         max_total_tokens=512)
@@ -186,6 +186,38 @@ def streams() -> list[tuple[str, dict, list[dict], dict]]:
         max_total_tokens=102_400)
     add("page64_tight", make_requests(45, 10, (10, 60), (20, 80), "spread", 10), page_size=64,
         max_total_tokens=1024)
+    # Pages with the rest: chunks cut at a page, budgets charged whole pages, shared prefixes that end
+    # mid-page, eviction and retraction in pages, the radix cache off, ignore_eos, mixed chunks.
+    add("page16_chunk40_spread", make_requests(46, 14, (50, 300), (3, 30), "spread", 40), page_size=16,
+        chunked_prefill_size=40)
+    add("page16_prefill_budget", make_requests(47, 14, (20, 150), (3, 30), "spread", 20), page_size=16,
+        chunked_prefill_size=64, max_prefill_tokens=100)
+    add("page16_lpm_shared_prefix", make_requests(48, 20, (40, 200), (2, 20), "spread", 30, groups=3,
+                                                  shared=(10, 60)), page_size=16, schedule_policy="lpm",
+        chunked_prefill_size=128)
+    add("page16_fcfs_shared_tight", make_requests(49, 16, (30, 120), (10, 50), "spread", 30, groups=3,
+                                                  shared=(16, 48)), page_size=16, max_total_tokens=640)
+    add("page16_retract_cons0.3", make_requests(50, 12, (5, 40), (40, 120)), page_size=16, max_total_tokens=480,
+        schedule_conservativeness=0.3)
+    add("page16_radix_off_tight", make_requests(51, 12, (10, 60), (20, 80), "spread", 10), page_size=16,
+        max_total_tokens=512, disable_radix_cache=True)
+    add("page16_radix_off_ignore_eos", make_requests(52, 12, (10, 60), (20, 80), "spread", 10), page_size=16,
+        ignore_eos=True, max_total_tokens=512, disable_radix_cache=True)
+    add("page16_ignore_eos_tight", make_requests(53, 12, (10, 60), (20, 80), "spread", 10), page_size=16,
+        ignore_eos=True, max_total_tokens=512)
+    add("page16_poisson_timed", make_requests(54, 20, (20, 120), (10, 100), "poisson", 150, timed=True),
+        page_size=16, max_total_tokens=800)
+    add("page16_mixed_chunk_tight", make_requests(55, 12, (20, 80), (20, 80), "spread", 20), page_size=16,
+        enable_mixed_chunk=True, max_total_tokens=512, chunked_prefill_size=32)
+    add("page16_context_clip", make_requests(56, 8, (60, 120), (50, 200), "spread", 10), page_size=16,
+        context_length=160)
+    add("page64_retract_cons0.3", make_requests(57, 12, (5, 40), (40, 120)), page_size=64, max_total_tokens=1280,
+        schedule_conservativeness=0.3)
+    add("page64_lpm_shared_chunk128", make_requests(58, 20, (60, 300), (2, 20), "spread", 30, groups=3,
+                                                    shared=(40, 150)), page_size=64, max_total_tokens=102_400,
+        schedule_policy="lpm", chunked_prefill_size=128)
+    add("page8_tight_spread", make_requests(59, 16, (20, 120), (20, 120), "spread", 40), page_size=8,
+        max_total_tokens=512)
     # SGLang's mixed chunk: a prefill chunk and the running decodes in one pass.
     add("mixed_chunk_loose", make_requests(34, 12, (40, 300), (5, 40), "spread", 30), enable_mixed_chunk=True,
         chunked_prefill_size=64)

@@ -1,4 +1,4 @@
-"""SGLang: each rank an ``SglangScheduler`` over a page-size-1 radix cache, behind optional frontend stages."""
+"""SGLang: each rank an ``SglangScheduler`` over a paged radix cache, behind optional frontend stages."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ class SglangBackend:
     @staticmethod
     def max_prompt_tokens(scenario: Scenario) -> int:
         """SGLang refuses a prompt at ``max_req_len = min(context_length, KV tokens) − 1``."""
-        return min(min(role.context_length, role.num_kv_blocks) - 1 for role in scenario.engine.workers.values())
+        return min(min(role.context_length, role.num_kv_blocks * role.kv_cache.block_size) - 1
+                   for role in scenario.engine.workers.values())
 
     def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
         """The per-pass prefill budget is SGLang's ``chunked_prefill_size`` (8192), or the role's
@@ -44,6 +45,7 @@ class SglangBackend:
         on_worker = images and role.name == sim.front_role  # images are encoded on the front role
         chunk = role.scheduler.max_batched_tokens if (role.host_loop or on_worker) else spec.chunked_prefill_size
         trace_block = getattr(sim.scenario.traffic.source, "block_size", 64)
+        kv_tokens = role.num_kv_blocks * role.kv_cache.block_size  # (pages of block_size tokens)
         cfg = SglangSchedulerConfig(
             max_running_requests=role.scheduler.max_sequences, chunked_prefill_size=chunk,
             max_prefill_tokens=spec.max_prefill_tokens, schedule_policy=spec.schedule_policy,
@@ -52,14 +54,15 @@ class SglangBackend:
             trace_block_size=trace_block, base_new_token_ratio=spec.init_new_token_ratio,
             min_new_token_ratio_factor=spec.min_new_token_ratio_factor,
             new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
-            max_req_len=min(role.context_length, role.num_kv_blocks) - 1, ignore_eos=spec.ignore_eos,
-            radix_cache=role.kv_cache.prefix_caching, mixed_chunk=spec.enable_mixed_chunk)
+            max_req_len=min(role.context_length, kv_tokens) - 1, ignore_eos=spec.ignore_eos,
+            page_size=role.kv_cache.block_size, radix_cache=role.kv_cache.prefix_caching,
+            mixed_chunk=spec.enable_mixed_chunk)
         workers = []
         for w in range(role.parallelism.replicas):
             worker = Worker(sim.env, w, timing, role.name, async_scheduling=role.host_loop,
                             prefill_decode_interval=spec.prefill_decode_interval)
             for r in range(role.parallelism.attention_data):
-                scheduler = SglangScheduler(cfg, role.num_kv_blocks)
+                scheduler = SglangScheduler(cfg, kv_tokens)
                 worker.add_rank(Rank(sim.env, worker, r, scheduler, sim.recorder))
             if sim.images is not None and role.name == sim.front_role:
                 worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency)

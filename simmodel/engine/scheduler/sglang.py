@@ -6,20 +6,21 @@ Plain Python, no time passes inside. Rules (``docs/sglang.md``; the mocker's in
 
 1. prefill-first, passes never mix (but see 8): if a prefill (EXTEND) batch forms it runs alone, else running
    requests decode one token each;
-2. per pass a chunk budget (``chunked_prefill_size // attention_data``) and ``max_prefill_tokens``;
-   a request that does not fit the rest of the chunk budget is chunked to exactly that and resumed
-   first next pass;
-3. a page-size-1 radix cache (:mod:`simmodel.engine.radix_cache`): the hit is matched once per
-   (re)admission (capped at the sequence length - 1), the prompt is inserted at the end of its
-   prefill pass, decode tokens every step, finished sequences stay cached and evictable;
-4. admission while ``extend + clipped output + 1 < available + evictable - reservations``, where running
-   requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend, one
-   token and full clipped output; a refusal for want of KV marks the batch full until a request leaves
-   it; the ratio decays on every decode pass and is never reset when idle;
-5. retraction before a decode pass whose KV need exceeds available + evictable: fewest outputs, then
+2. per pass a chunk budget (``chunked_prefill_size // attention_data``) and ``max_prefill_tokens``, both
+   charged each extend in whole pages; a request whose pages do not fit the rest of the chunk budget is
+   cut at the last whole page that does and resumed first next pass;
+3. a radix cache of pages of ``page_size`` tokens (:mod:`simmodel.engine.radix_cache`, whose units are
+   pages): the hit is matched once per (re)admission (whole pages, capped at the sequence length - 1),
+   the prompt's whole pages are inserted at the end of its prefill pass, decoded pages as they fill,
+   finished sequences stay cached and evictable; a last partial page is the request's own;
+4. admission while ``extend + clipped output + page < available + evictable - reservations``, where running
+   requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend in
+   whole pages, one page and full clipped output; a refusal for want of KV marks the batch full until a
+   request leaves it; the ratio decays on every decode pass and is never reset when idle;
+5. retraction before a decode pass whose new pages exceed available + evictable: fewest outputs, then
    longest prompt, the last of ties; the victim's decoded KV is freed, its re-prefill samples a token;
 6. FCFS or LPM ordering of the waiting queue (LPM's matches, and FCFS's prefix refresh every 32nd time,
-   mark cached tokens used for LRU eviction);
+   mark cached pages used for LRU eviction);
 8. with ``radix_cache`` off (``ChunkCache``) nothing is shared or kept, and requests that ignore EOS are
    admitted by SGLang's ``add_one_req_ignore_eos``; with ``mixed_chunk`` a prefill pass also decodes.
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from simmodel.engine.radix_cache import ChunkCache, OutputBlock, RadixCache, RadixNode, mooncake_segments
+from simmodel.engine.radix_cache import ChunkCache, OutputBlock, RadixCache, RadixNode, mooncake_segments, page_segments
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.errors import SimulationError
@@ -85,6 +86,8 @@ class SglangSchedulerConfig:
     ignore_eos: bool = False
     """Requests sent with ``ignore_eos``: a running one is expected to need all its remaining output, not
     ``new_token_ratio`` of it."""
+    page_size: int = 1
+    """SGLang's ``--page-size``: KV is allocated, cached and matched in pages of this many tokens."""
     radix_cache: bool = True
     """SGLang's radix cache; off (``--disable-radix-cache``), no prefix is shared or kept (``ChunkCache``)."""
     mixed_chunk: bool = False
@@ -113,13 +116,14 @@ class SglangSchedulerConfig:
 
 
 class RadixPool:
-    """The rank's KV pool as the rank and its reports see it: token slots (page size 1) of the radix cache."""
+    """The rank's KV pool as the rank and its reports see it: the radix cache's pages (its blocks; tokens
+    with page size 1)."""
 
     caching = True
-    block_size = 1
 
-    def __init__(self, cache: RadixCache) -> None:
+    def __init__(self, cache: RadixCache, page_size: int) -> None:
         self.cache = cache
+        self.block_size = page_size
         self.num_blocks = cache.capacity
         self.num_queries = 0
         """Prompt tokens looked up at first admissions."""
@@ -128,7 +132,7 @@ class RadixPool:
 
     @property
     def num_used_blocks(self) -> int:
-        """Tokens held by requests (allocated, or locked in the tree); cached unlocked tokens are reusable."""
+        """Pages held by requests (allocated, or locked in the tree); cached unlocked pages are reusable."""
         cache = self.cache
         return cache.capacity - cache.num_free - cache.num_evictable
 
@@ -136,20 +140,31 @@ class RadixPool:
 class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
-    __slots__ = ("prompt_segments", "output_block", "node", "allocated", "hit", "tree_outputs", "held")
+    __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "node", "protected",
+                 "allocated", "hit", "tree_outputs", "held")
 
-    def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock) -> None:
+    def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock,
+                 page_size: int, num_prompt_tokens: int) -> None:
         self.prompt_segments = prompt_segments
+        """The prompt's tokens (the waiting queue's in-batch prefix check matches tokens)."""
+        self.prompt_pages = prompt_segments if page_size == 1 else page_segments(prompt_segments, page_size)
+        """The prompt's whole pages (the tree's units)."""
+        self.prompt_full = num_prompt_tokens // page_size
+        """Whole pages of prompt; the output block's unit ``j`` is the page ``prompt_full + j`` (the first
+        holds the prompt's last partial page, if any, and the first outputs)."""
         self.output_block = output_block
         self.node: RadixNode | None = None
         """Deepest locked tree node (covers the request's KV in the tree)."""
+        self.protected = 0
+        """Pages of the request's sequence held by the tree under its lock (the depth of ``node``)."""
         self.allocated = 0
-        """Token slots allocated by planned passes, inserted into the tree when their outputs are processed."""
+        """Pages allocated by planned passes and not in the tree: a partial last page, or pages whose outputs
+        are not processed yet."""
         self.hit = 0
         self.tree_outputs = 0
-        """Output tokens SGLang's own tree holds (those its last prefill inserted; decoded KV stays out)."""
+        """Output-block pages SGLang's own tree holds (those its last prefill inserted; decoded KV stays out)."""
         self.held = 0
-        """Of ``allocated``, the tokens of the last chunk of an unfinished prompt that the tree already had
+        """Of ``allocated``, the pages of the last chunk of an unfinished prompt that the tree already had
         (another request of the same pass computed them): SGLang keeps this copy until the next chunk."""
 
 
@@ -158,8 +173,11 @@ class SglangScheduler:
 
     def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
         self.config = config
-        self.cache = (RadixCache if config.radix_cache else ChunkCache)(num_kv_tokens)
-        self.pool = RadixPool(self.cache)
+        self.page = config.page_size
+        """Tokens per page: the tree's and the pool's unit (SGLang sizes its pool in whole pages)."""
+        self.cache = (RadixCache if config.radix_cache else ChunkCache)(num_kv_tokens // self.page)
+        self.num_kv_tokens = self.cache.capacity * self.page
+        self.pool = RadixPool(self.cache, self.page)
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.chunked: Request | None = None
@@ -195,8 +213,31 @@ class SglangScheduler:
                                          self.config.trace_block_size)
             else:
                 segs = [(("prompt", request.request_id), request.num_prompt_tokens)]
-            st = self._states[request] = _State(segs, OutputBlock(("out", request.request_id)))
+            st = self._states[request] = _State(segs, OutputBlock(("out", request.request_id)), self.page,
+                                                request.num_prompt_tokens)
         return st
+
+    # -- pages ----------------------------------------------------------------------------------
+    @property
+    def num_free_tokens(self) -> int:
+        """SGLang's ``available_size()``: free pages, in tokens."""
+        return self.cache.num_free * self.page
+
+    @property
+    def num_evictable_tokens(self) -> int:
+        """SGLang's ``evictable_size()``: cached pages nobody locks, in tokens."""
+        return self.cache.num_evictable * self.page
+
+    def _ceil_pages(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page)
+
+    def _paged(self, num_tokens: float) -> float:
+        """Tokens rounded up to whole pages (SGLang's ``ceil_paged_tokens``)."""
+        return -(-num_tokens // self.page) * self.page
+
+    def _make_free_tokens(self, num_tokens: float) -> None:
+        """SGLang's ``evict_from_tree_cache``: evict whole nodes until ``num_tokens`` are free, if they can be."""
+        self.cache.make_free(-int(-num_tokens // self.page))
 
     def add_request(self, request: Request) -> None:
         self._state(request)
@@ -225,8 +266,10 @@ class SglangScheduler:
         self.cache.release(st.allocated)
 
     def release(self, request: Request) -> None:
-        """The prefill side of a handoff: the transfer is over, the prompt's KV stays cached (unlocked)."""
+        """The prefill side of a handoff: the transfer is over, the prompt's whole pages stay cached
+        (unlocked), its last partial page is freed."""
         st = self._states.pop(request)
+        self.cache.release(st.allocated)
         self.cache.unlock(st.node)
 
     def _reserve_preallocs(self) -> None:
@@ -234,8 +277,9 @@ class SglangScheduler:
         ``max(prompt + R, prompt + clipped output − retractable) <= allocatable``, where R is
         ``num_reserved_decode_tokens`` (512), retractable the tokens of the running requests, and
         allocatable = free + evictable − max(R × (running + incoming), the largest clipped need of one
-        running request − retractable); each reservation then takes prompt + R off allocatable. So every
-        running request can still finish with all others retracted."""
+        running request − retractable); each reservation then takes prompt + R off allocatable (the prompt
+        in whole pages, as the allocator takes it). So every running request can still finish with all
+        others retracted."""
         cfg, cache = self.config, self.cache
         reserve = cfg.num_reserved_decode_tokens
         running = self.running
@@ -243,19 +287,20 @@ class SglangScheduler:
         single = max((q.num_prompt_tokens + min(self._max_new(q), cfg.clip_max_new_tokens) for q in running),
                      default=retractable) - retractable
         incoming = len(self.transferring) + len(self.handoffs)
-        allocatable = cache.num_free + cache.num_evictable - max(reserve * (len(running) + incoming), single)
+        allocatable = (self.num_free_tokens + self.num_evictable_tokens
+                       - max(reserve * (len(running) + incoming), single))
         reserved = 0
         for r in self.prealloc:
             if len(running) + incoming + reserved >= cfg.max_running_requests:
                 break
             need = r.num_prompt_tokens
-            required = need + reserve
+            required = self._paged(need) + reserve
             if max(required, need + min(self._max_new(r), cfg.clip_max_new_tokens) - retractable) > allocatable:
                 break
-            if not cache.allocate(need):
+            if not cache.allocate(self._ceil_pages(need)):
                 break
             allocatable -= required
-            self._states[r].allocated = need
+            self._states[r].allocated = self._ceil_pages(need)
             r.awaiting_kv = False
             self.transferring.append(r)
             reserved += 1
@@ -265,15 +310,17 @@ class SglangScheduler:
             del self.prealloc[:reserved]
 
     def _join_handoffs(self) -> None:
-        """Arrived KV enters the tree under the request's lock; the request runs with the prefill's token."""
+        """Arrived KV enters the tree under the request's lock (its whole pages; a last partial page stays
+        the request's own); the request runs with the prefill's token."""
         cache = self.cache
         for r in self.handoffs:
             st = self._states[r]
             cache.release(st.allocated)
-            st.allocated = 0
-            _, node = cache.insert(st.prompt_segments, r.num_prompt_tokens)
+            _, node = cache.insert(st.prompt_pages, st.prompt_full)
             cache.lock(node)
-            st.node = node
+            st.allocated = self._ceil_pages(r.num_prompt_tokens) - st.prompt_full
+            cache.allocate(st.allocated)
+            st.node, st.protected = node, st.prompt_full
             r.num_computed_tokens = r.num_prompt_tokens
             r.num_output_tokens = 1
             r.status = RequestStatus.RUNNING
@@ -281,6 +328,12 @@ class SglangScheduler:
         self.handoffs.clear()
 
     def _segments(self, request: Request, st: _State) -> list[tuple[Hashable, int]]:
+        """The request's sequence (prompt and outputs so far) in the tree's units, pages."""
+        n = self._ceil_pages(request.num_prompt_tokens + request.num_output_tokens) - st.prompt_full
+        return [*st.prompt_pages, (st.output_block, n)] if n > 0 else st.prompt_pages
+
+    def _token_segments(self, request: Request, st: _State) -> list[tuple[Hashable, int]]:
+        """The request's sequence in tokens (the waiting queue's in-batch prefix tree has page size 1)."""
         if request.num_output_tokens:
             return [*st.prompt_segments, (st.output_block, request.num_output_tokens)]
         return st.prompt_segments
@@ -304,13 +357,14 @@ class SglangScheduler:
 
     def _budget_new(self, request: Request) -> int:
         """The request's ``max_new_tokens`` as SGLang clips it on arrival (``init_req_max_new_tokens``): to
-        the context, ``max_req_len − prompt − 1``, and to what an empty pool holds, ``KV tokens − prompt −
-        2``; zero at least. Admission reserves from it."""
+        the context, ``max_req_len − prompt − 1``, and to what an empty pool holds, ``KV tokens − prompt in
+        whole pages − one page − 1``; zero at least. Admission reserves from it."""
         limit = self.config.max_req_len
         if limit is None:  # (the mocker's replay: no clip)
             return request.max_tokens
         prompt = request.num_prompt_tokens
-        return max(0, min(request.max_tokens, limit - prompt - 1, self.cache.capacity - prompt - 2))
+        return max(0, min(request.max_tokens, limit - prompt - 1,
+                          self.num_kv_tokens - self._paged(prompt) - self.page - 1))
 
     def _max_new(self, request: Request) -> int:
         """The tokens the request makes: ``_budget_new``, but a prefill always samples one."""
@@ -335,7 +389,7 @@ class SglangScheduler:
             unseen = [r for r in waiting if r.queued_at >= arrived_before]
             if unseen:
                 waiting = [r for r in waiting if r.queued_at < arrived_before]
-        cache, states = self.cache, self._states
+        cache, states, page = self.cache, self._states, self.page
         if self.config.schedule_policy != "lpm" or len(waiting) > LPM_FCFS_QUEUE_THRESHOLD:
             if waiting and self.config.radix_cache:
                 if self._refreshes % WAITING_PREFIX_REFRESH_INTERVAL == 0:
@@ -346,14 +400,15 @@ class SglangScheduler:
         temp = RadixCache(1 << 62)
         keys: dict[Request, float] = {}
         for r in waiting:
-            segs = self._segments(r, states[r])
-            hit = cache.match(segs)[0]
+            st = states[r]
+            hit = cache.match(self._segments(r, st))[0] * page
             keys[r] = -hit
             if hit <= IN_BATCH_PREFIX_THRESHOLD:
-                if temp.match_length(segs) >= IN_BATCH_PREFIX_THRESHOLD:
+                tokens = self._token_segments(r, st)
+                if temp.match_length(tokens) >= IN_BATCH_PREFIX_THRESHOLD:
                     keys[r] = float("inf")
                 else:
-                    temp.insert(segs)
+                    temp.insert(tokens)
         waiting.sort(key=keys.__getitem__)
         if unseen:
             self.waiting = waiting + unseen
@@ -365,13 +420,16 @@ class SglangScheduler:
         return self._clipped_remaining(request) * ratio
 
     def _schedule_prefill(self, out: SchedulerOutput, arrived_before: int | None) -> None:
-        """SGLang's ``PrefillAdder`` (page size 1): the chunk in progress first, then waiting requests in
-        order while the budgets last. A request is admitted while ``extend + clipped remaining output + 1 <
-        free + evictable − offset``; the offset starts at the running requests' expected needs
-        (``_running_offset``) and each admission adds ``extend + 1`` and its clipped output (nothing for a
-        chunk that does not end the prompt). The first refusal for want of KV marks the batch full: no
-        prefill is tried again until a request leaves the running batch (``batch_is_full``)."""
-        cfg, cache, states = self.config, self.cache, self._states
+        """SGLang's ``PrefillAdder``: the chunk in progress first, then waiting requests in order while the
+        budgets last. KV is counted in tokens of whole pages (P tokens a page): a request is admitted while
+        ``extend + clipped remaining output + P < free + evictable − offset``; the offset starts at the
+        running requests' expected needs (``_running_offset``) and each admission adds its extend in whole
+        pages, one page, and its clipped output (nothing for a chunk that does not end the prompt); the
+        chunk and prefill budgets are charged the extend in whole pages. A prompt whose pages do not fit the
+        rest of the chunk budget is cut at the last whole page that does. The first refusal for want of KV
+        marks the batch full: no prefill is tried again until a request leaves the running batch
+        (``batch_is_full``)."""
+        cfg, cache, states, page = self.config, self.cache, self._states, self.page
         was_empty = not self.running
         if was_empty:
             self.batch_is_full = False
@@ -396,17 +454,18 @@ class SglangScheduler:
             # the offset, or takes a whole chunk when none is left (it must make progress to free its KV).
             # Where that is more than can be allocated SGLang stops ("Prefill out of memory"); here the
             # chunk shrinks to what can be, or waits for decodes to retract or finish.
-            left = cache.num_free + cache.num_evictable
+            left = self.num_free_tokens + self.num_evictable_tokens
             budget = int(left - offset)
             take = min(extend, rem_chunk if budget <= 0 else min(rem_chunk, budget), left)
             if take <= 0:
                 chunked = None
         if chunked is not None:
             ends = take == extend
-            offset += take + 1 + (min(self._budget_new(chunked), cfg.clip_max_new_tokens) if ends else 0)
-            current += take + 1
-            rem_chunk -= take
-            rem_input -= take
+            charge = self._paged(take)
+            offset += charge + page + (min(self._budget_new(chunked), cfg.clip_max_new_tokens) if ends else 0)
+            current += charge + page
+            rem_chunk -= charge
+            rem_input -= charge
             batch.append((chunked, chunked.num_computed_tokens, take))
             self.chunked = None if ends else chunked
 
@@ -424,36 +483,40 @@ class SglangScheduler:
                 break
             st = states[r]
             n = r.num_tokens
-            segs = self._segments(r, st)
-            hit, node = cache.match(segs, n - 1)
+            hit, node = cache.match(self._segments(r, st), (n - 1) // page)
+            hit *= page
             extend = n - hit
             cache.lock(node)  # the check sees the hit locked (SGLang's ``_lock_node``)
-            left = cache.num_free + cache.num_evictable
+            left = self.num_free_tokens + self.num_evictable_tokens
             if (not self._fits_ignore_eos(r, extend, left - offset, left - current, batch) if ignore_eos
-                    else extend + self._clipped_remaining(r) + 1 >= left - offset):
+                    else extend + self._clipped_remaining(r) + page >= left - offset):
                 cache.unlock(node)
                 self.batch_is_full = bool(batch) or bool(self.running)
                 break
-            take = min(extend, rem_chunk)
-            st.node, st.hit = node, hit
+            take = extend if self._paged(extend) <= rem_chunk else rem_chunk // page * page
+            if take <= 0:  # (not even a page of chunk budget left)
+                cache.unlock(node)
+                break
+            st.node, st.protected, st.hit = node, hit // page, hit
             r.num_computed_tokens = hit
             if r.num_preemptions == 0:
                 r.num_cached_tokens = hit
                 self.pool.num_queries += r.num_prompt_tokens
                 self.pool.num_hits += hit
+            charge = self._paged(take)
             if take < extend:
                 self.chunked = r
-                offset += take + 1
+                offset += charge + page
             else:
-                offset += take + 1 + min(self._budget_new(r), cfg.clip_max_new_tokens)
-            current += take + 1
-            rem_chunk -= take
-            rem_input -= take
+                offset += charge + page + min(self._budget_new(r), cfg.clip_max_new_tokens)
+            current += charge + page
+            rem_chunk -= charge
+            rem_input -= charge
             batch.append((r, hit, take))
             admitted += 1
             (out.resumed if r.status is RequestStatus.PREEMPTED else out.admitted).append(r)
             r.status = RequestStatus.RUNNING
-            left = cache.num_free + cache.num_evictable
+            left = self.num_free_tokens + self.num_evictable_tokens
             if left - offset <= 0 or left - current <= 0:  # SGLang's budget_state: no KV left for another
                 self.batch_is_full = True
                 break
@@ -463,17 +526,36 @@ class SglangScheduler:
             # The chunk in progress leaves the prefill batch, or the batch becomes the running batch (whose
             # flag is its own, clear): either way SGLang tries a prefill again.
             self.batch_is_full = False
+        if batch:
+            self._allocate_prefill(out, batch)
+        if batch and decoding:  # SGLang's mix_with_running, if the decodes' KV fits after the prefill's
+            need = self._decode_pages(decoding)
+            cache.make_free(need)
+            if need <= cache.num_free:
+                cache.make_free(len(decoding))  # (a page per request: SGLang's conservative estimate)
+                cache.allocate(need)
+                self._add_decodes(out, decoding)
+                self.batch_is_full = False  # (the mixed batch becomes the running batch, its flag clear)
 
+    def _allocate_prefill(self, out: SchedulerOutput, batch: list[tuple[Request, int, int]]) -> None:
+        """SGLang's ``alloc_for_extend``: the batch's pages, each request continuing its own last partial page
+        (``ceil((context + new) / P) − ceil(context / P)`` new pages); first the tree is evicted down to the
+        batch's tokens free, plus a page per request when pages are above one token (the allocator's
+        conservative estimate)."""
+        cache, states, page = self.cache, self._states, self.page
+        extend = sum(take for _, _, take in batch)
+        self._make_free_tokens(extend + (len(batch) * page if page > 1 else 0))
         for r, ctx, take in batch:
-            if not cache.allocate(take):
+            pages = self._ceil_pages(ctx + take) - self._ceil_pages(ctx)
+            if not cache.allocate(pages):
                 # SGLang itself stops here ("Prefill out of memory"): its admission reserved too little for
                 # the outputs of running requests (clip_max_new_tokens / new_token_ratio), and a chunk of an
                 # admitted prompt no longer fits.
                 raise SimulationError(f"SGLang ran out of KV memory for a prefill chunk ({take} tokens, "
-                                      f"{cache.num_free + cache.num_evictable} free or evictable), as SGLang "
-                                      f"would ('Prefill out of memory'); raise clip_max_new_tokens or "
+                                      f"{self.num_free_tokens + self.num_evictable_tokens} free or evictable), "
+                                      f"as SGLang would ('Prefill out of memory'); raise clip_max_new_tokens or "
                                       f"schedule_conservativeness, or give the rank more KV")
-            states[r].allocated += take
+            states[r].allocated += pages
             out.requests.append(r)
             out.num_new_tokens.append(take)
             out.num_context_tokens.append(ctx)
@@ -484,21 +566,15 @@ class SglangScheduler:
             r.num_computed_tokens = ctx + take
             if done and not r.bootstrap:
                 self.running.append(r)  # decodes from the next pass on
-        if batch and decoding:  # SGLang's mix_with_running, if the decodes' KV fits after the prefill's
-            cache.make_free(len(decoding))
-            if len(decoding) <= cache.num_free:
-                cache.allocate(len(decoding))
-                self._add_decodes(out, decoding)
-                self.batch_is_full = False  # (the mixed batch becomes the running batch, its flag clear)
 
     def _fits_ignore_eos(self, request: Request, extend: int, remaining_total: float, remaining_current: float,
                          batch: list[tuple[Request, int, int]]) -> bool:
         """SGLang's admission of a request that ignores EOS when the radix cache is off
-        (``add_one_req_ignore_eos``): its extend and one token must fit what is left, and then, with every
+        (``add_one_req_ignore_eos``): its extend in whole pages and one page must fit what is left, and then, with every
         request of the batch, the running ones and this one ordered by the output each has left, each
         suffix of them must still be able to finish: ``left − Σ left_i × (requests from i on) + Σ tokens
         held by those before i > 1 × (requests from i on)``."""
-        paged = extend + 1
+        paged = self._paged(extend) + self.page
         if paged > min(remaining_current, remaining_total):
             return False
         states = self._eos_states
@@ -526,23 +602,34 @@ class SglangScheduler:
             freed += held
         return True
 
+    def _decode_pages(self, running: list[Request]) -> int:
+        """Pages a decode step of ``running`` allocates: one for each request whose KV fills its last page
+        (SGLang's ``new_tokens_required_next_decode``; every request with page size 1)."""
+        page = self.page
+        if page == 1:
+            return len(running)
+        return sum(1 for r in running if r.num_computed_tokens % page == 0)
+
     def _schedule_decode(self, out: SchedulerOutput) -> None:
-        """A decode step for every running request; first, if the step's KV does not fit, SGLang's
-        ``retract_decode``: requests ordered by (outputs, −prompt) from most to least worth keeping (ties in
-        batch order) are retracted from the end, at least one, until the rest fit, keeping one at least;
-        the kept batch stays in that order. The ratio is then re-estimated from the kept requests, else it
-        decays by one step."""
+        """A decode step for every running request; first, if the step's new pages do not fit after evicting
+        (``check_decode_mem``), SGLang's ``retract_decode``: requests ordered by (outputs, −prompt) from most
+        to least worth keeping (ties in batch order) are retracted from the end, at least one, until the
+        rest fit, keeping one at least; the kept batch stays in that order. The ratio is then re-estimated
+        from the kept requests, else it decays by one step. The step's allocation first evicts down to a
+        page per request free (``alloc_for_decode``'s estimate)."""
         cfg, cache = self.config, self.cache
         running = self.running
-        cache.make_free(len(running))
-        if len(running) > cache.num_free:
+        need = self._decode_pages(running)
+        cache.make_free(need)
+        if need > cache.num_free:
             kept = sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
             while len(kept) > 1:
                 self._retract(kept.pop(), out, len(kept))
-                cache.make_free(len(kept))
-                if len(kept) <= cache.num_free:
+                need = self._decode_pages(kept)
+                cache.make_free(need)
+                if need <= cache.num_free:
                     break
-            if self.chunked is not None and len(kept) > cache.num_free + cache.num_evictable:
+            if self.chunked is not None and need > cache.num_free + cache.num_evictable:
                 # Only reachable when prefill_decode_interval runs decodes between a prompt's chunks: the
                 # half-prefilled prompt gives its KV back (its prefix stays cached) and queues first.
                 chunked, self.chunked = self.chunked, None
@@ -556,17 +643,19 @@ class SglangScheduler:
         else:
             self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
                                        cfg.min_new_token_ratio)
-        if not cache.allocate(len(running)):
+        cache.make_free(len(running))  # (a page per request: SGLang's conservative estimate)
+        if not cache.allocate(need):
             raise SimulationError(f"SGLang ran out of KV memory for a decode step of {len(running)} request(s) with "
                                   f"nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
                                   f"schedule_conservativeness, or give the rank more KV")
         self._add_decodes(out, running)
 
     def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
-        """One decode token for each of ``running`` (allocated already)."""
-        states = self._states
+        """One decode token for each of ``running`` (its new pages allocated already)."""
+        states, page = self._states, self.page
         for r in running:
-            states[r].allocated += 1
+            if r.num_computed_tokens % page == 0:
+                states[r].allocated += 1
             out.requests.append(r)
             out.num_new_tokens.append(1)
             out.num_context_tokens.append(r.num_computed_tokens)
@@ -575,16 +664,17 @@ class SglangScheduler:
             r.num_computed_tokens += 1
 
     def _retract(self, request: Request, out: SchedulerOutput, remaining: int) -> None:
-        """SGLang's ``release_req``: the decoded KV the tree never got is freed, the rest unlocked, and the
-        tree evicted down to ``RETRACT_DECODE_STEPS`` free tokens per request left running."""
+        """SGLang's ``release_req``: the KV the tree never got (decoded tokens, a last partial page) is freed,
+        the rest unlocked, and the tree evicted down to ``RETRACT_DECODE_STEPS`` free tokens per request
+        left running."""
         st = self._states[request]
-        if st.allocated:  # overlap loop: the pass in flight computes KV that nobody keeps
+        if st.allocated:
             self.cache.release(st.allocated)
             st.allocated = 0
         node = self.cache.drop_output_tail(st.node, st.output_block, st.tree_outputs)
         self.cache.unlock(node)
-        st.node = None
-        self.cache.make_free(remaining * RETRACT_DECODE_STEPS)
+        st.node, st.protected = None, 0
+        self._make_free_tokens(remaining * RETRACT_DECODE_STEPS)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
@@ -594,57 +684,82 @@ class SglangScheduler:
 
     # -- results ------------------------------------------------------------------------------
     def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:
-        """Insert the pass's KV into the tree, append one token to every request that sampled."""
-        cache, states = self.cache, self._states
+        """Put the pass's whole pages in the tree, append one token to every request that sampled.
+
+        A prefill's pages are inserted when its pass ends (SGLang's ``checkpoint_kv_cache``); a decode's
+        page when it fills up (SGLang inserts decoded pages when the request finishes, but they are locked
+        until then either way); a last partial page stays the request's own and is freed when it finishes
+        or is retracted."""
+        cache, states, page = self.cache, self._states, self.page
         sampled: list[Request] = []
         finished: list[Request] = []
         for r, ctx, new, samples, decode in zip(output.requests, output.num_context_tokens,
                                                 output.num_new_tokens, output.samples, output.is_decode):
             prefill = not decode
             st = states.get(r)
-            if st is None or r.status is not RequestStatus.RUNNING or st.allocated < new:
+            computed = ctx + new
+            pages = self._ceil_pages(computed) - self._ceil_pages(ctx)
+            if st is None or r.status is not RequestStatus.RUNNING or st.allocated < pages:
                 # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
                 if st is not None:
-                    released = min(new, st.allocated)
+                    released = min(pages, st.allocated)
                     cache.release(released)
                     st.allocated -= released
                     if r.status is RequestStatus.FINISHED and not st.allocated and not r.bootstrap:
                         del states[r]
                 continue
-            computed = ctx + new
-            cache.release(new + st.held)
-            st.allocated -= new + st.held
-            st.held = 0
-            node = st.node
-            if not (new == 1 and node is not None
-                    and cache.grow_leaf(node, st.output_block, computed - r.num_prompt_tokens)):
-                added, node = cache.insert(self._segments(r, st), computed)
-                cache.lock(node)
-                cache.unlock(st.node)
-                st.node = node
-                if prefill and not samples and added < new:  # (an unfinished chunk keeps its copy)
-                    st.held = new - added
-                    cache.allocate(st.held)
-                    st.allocated += st.held
+            full = computed // page
+            finishing = samples and r.num_output_tokens + 1 >= self._max_new(r)
+            if prefill or finishing or full > st.protected:
+                self._store_pages(r, st, computed, prefill and not samples)
             if not samples:
                 continue
             if prefill:
-                st.tree_outputs = r.num_output_tokens  # SGLang inserts the prompt (and outputs so far) at its end
+                # SGLang inserts the prompt (and outputs so far) at the end of its prefill
+                st.tree_outputs = max(full - st.prompt_full, 0)
                 if r.num_output_tokens:  # (a re-prefill: SGLang's next insertion starts a node here)
                     cache.seal(st.node)
             r.num_output_tokens += 1
             r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
-            if r.num_output_tokens >= self._max_new(r):
+            if finishing:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
                 self.batch_is_full = False  # it leaves the batch: SGLang tries a prefill again
                 if r.bootstrap:
                     continue  # the prefill side keeps the prompt's KV until the transfer is over
+                tail = self._ceil_pages(computed) - st.protected  # (a last partial page)
+                cache.release(tail)
+                st.allocated -= tail
                 cache.unlock(st.node)
-                st.node = None
+                st.node, st.protected = None, 0
                 if not st.allocated:  # overlap loop: else freed when the pass in flight is processed
                     del states[r]
         if finished:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished
+
+    def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool) -> None:
+        """The request's whole pages up to ``computed`` tokens go in the tree under its lock (a page already
+        there, computed by another request of the pass, frees this copy: at once, or for a prompt's unfinished
+        chunk when its next chunk is planned); its last partial page stays allocated to it."""
+        cache = self.cache
+        full = computed // self.page
+        owned = self._ceil_pages(computed) - st.protected + st.held
+        cache.release(owned)
+        st.allocated -= owned
+        st.held = 0
+        node = st.node
+        if not (full == st.protected + 1 and node is not None
+                and cache.grow_leaf(node, st.output_block, full - st.prompt_full)):
+            added, node = cache.insert(self._segments(request, st), full)
+            cache.lock(node)
+            cache.unlock(st.node)
+            st.node = node
+            if chunk:  # (an unfinished chunk keeps its copy)
+                st.held = full - st.protected - added
+        st.protected = full
+        keep = self._ceil_pages(computed) - full + st.held
+        if keep:
+            cache.allocate(keep)
+            st.allocated += keep
