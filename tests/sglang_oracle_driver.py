@@ -2,16 +2,18 @@
 
 The loop is the oracle's (``tools/oracles/record_sglang_goldens.py``: SGLang's ``event_loop_normal`` with
 overlap off): before each pass the requests whose arrival (a pass index, or seconds of a clock that each
-pass advances by its fixed cost) is due join the queue, the scheduler plans a pass, and the pass's outputs
-are processed at once; an engine with nothing to run jumps to the next arrival. A request's prompt is its
-shared prefix's segment (the same ids in every request of its group) then a segment of its own, as the
-oracle's token ids are.
+pass advances by its fixed cost, or by a cost per pass kind in whole microseconds for the ``mocker_*``
+streams) is due join the queue, the scheduler plans a pass, and the pass's outputs are processed at once;
+an engine with nothing to run jumps to the next arrival. A request's prompt is its shared prefix's segment
+(the same ids in every request of its group) then a segment of its own, as the oracle's token ids are, or
+its Mooncake ``hash_ids`` (``trace_block_size`` tokens each).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from simmodel.engine.radix_cache import mooncake_segments
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
 
@@ -32,16 +34,31 @@ def config_of(golden: dict) -> tuple[SglangSchedulerConfig, int]:
         radix_cache=not cfg["disable_radix_cache"],
         mixed_chunk=cfg["enable_mixed_chunk"],
         page_size=cfg["page_size"],
+        clip_max_new_tokens=golden.get("clip_max_new_tokens", 4096),
     ), kv
 
 
-def make_request(spec: dict, index: int) -> Request:
-    arrival = spec.get("arrival_step", spec.get("arrival_s"))
+def make_request(spec: dict, index: int, golden: dict) -> Request:
+    if "arrival_step" in spec:
+        arrival = spec["arrival_step"]
+    else:
+        arrival = round(spec["arrival_s"] * 1e6) if "prefill_cost_s" in golden else spec["arrival_s"]
     req = Request(index, arrival, spec["prompt_tokens"], spec["output_tokens"])
+    if "hash_ids" in spec:
+        req.prompt_segments = mooncake_segments(spec["hash_ids"], spec["prompt_tokens"], golden["trace_block_size"])
+        return req
     group, shared = spec.get("prefix", (0, 0))
     own = spec["prompt_tokens"] - shared
     req.prompt_segments = ([(("prefix", group), shared)] if shared else []) + [(("own", index), own)]
     return req
+
+
+def pass_cost(golden: dict, plan, new_tokens: int):
+    """What a pass adds to the clock: a cost per pass kind in microseconds, or a fixed cost (and a cost per
+    scheduled token) in seconds."""
+    if "prefill_cost_s" in golden:
+        return round(1e6 * golden["decode_cost_s" if plan.is_decode[0] else "prefill_cost_s"])
+    return golden["forward_cost_s"] + golden["per_token_cost_s"] * new_tokens
 
 
 def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
@@ -51,14 +68,14 @@ def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
     cfg, kv = config_of(golden)
     sched = SglangScheduler(cfg, kv)
     timed = golden["clock"] == "arrival_s"
-    cost, per_token = golden["forward_cost_s"], golden["per_token_cost_s"]
-    requests = [make_request(spec, i) for i, spec in enumerate(golden["requests"])]
+    seconds = 1e-6 if "prefill_cost_s" in golden else 1.0  # (the clock's unit)
+    requests = [make_request(spec, i, golden) for i, spec in enumerate(golden["requests"])]
     ids = {r: spec["id"] for r, spec in zip(requests, golden["requests"])}
     pending = deque(sorted(requests, key=lambda r: r.arrived_at))  # stable: ties keep input order
     stats = {ids[r]: {"first_token_step": None, "finish_step": None, "first_token_t": None, "finish_t": None,
                       "retractions": 0} for r in requests}
     passes: list[dict] = []
-    step, clock, idle = 0, 0.0, 0
+    step, clock, idle = 0, 0, 0
     while pending or sched.has_requests():
         if not sched.has_requests():
             if timed:
@@ -90,19 +107,19 @@ def replay(golden: dict) -> tuple[list[dict], dict[str, dict]]:
             stats[rid]["retractions"] += 1
         start = clock
         sampled, finished = sched.update_from_output(plan)
-        clock = clock + cost + per_token * sum(plan.num_new_tokens)
+        clock = clock + pass_cost(golden, plan, sum(plan.num_new_tokens))
         for r in sampled:
             st = stats[ids[r]]
             if st["first_token_step"] is None:
-                st["first_token_step"], st["first_token_t"] = step, clock
+                st["first_token_step"], st["first_token_t"] = step, clock * seconds
         for r in finished:
-            stats[ids[r]].update(finish_step=step, finish_t=clock)
+            stats[ids[r]].update(finish_step=step, finish_t=clock * seconds)
         record = {"step": step, "mode": mode, "scheduled": scheduled, "retracted": retracted,
                   "emitted": {ids[r]: 1 for r in sampled}, "finished": sorted((ids[r] for r in finished),
                                                                         key=lambda rid: int(rid[1:])),
                   "free_tokens": sched.num_free_tokens, "evictable_tokens": sched.num_evictable_tokens}
         if timed:
-            record["t_start"], record["t_end"] = round(start, 9), round(clock, 9)
+            record["t_start"], record["t_end"] = round(start * seconds, 9), round(clock * seconds, 9)
         passes.append(record)
         step += 1
     return passes, stats

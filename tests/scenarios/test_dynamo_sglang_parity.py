@@ -3,9 +3,9 @@
 Each golden run becomes a scenario: a Mooncake trace written from the golden's requests (arrival, lengths,
 hash ids of ``trace_block_size`` tokens), ``backend: sglang`` with the run's scheduler knobs, workers and
 attention-DP ranks, a fixed KV capacity in tokens and the mocker's fixed timing (prefill pass 20 ms, decode
-pass 10 ms). Every request's placement, TTFT and E2E must equal the mocker's within 1e-6 s. The runs the
-plain-Python replay does not match yet (``KNOWN_MISMATCH`` of ``tests/unit/test_sglang_golden.py``, all on
-the tight-KV eviction path) are skipped here; they are tracked there.
+pass 10 ms). Every request's placement, TTFT and E2E must equal the mocker's within 1e-6 s. The runs where
+the mocker departs from SGLang's real scheduler (``KNOWN_MISMATCH`` of ``tests/unit/test_sglang_golden.py``,
+all under tight KV or a prefill budget) are skipped here; they are tracked there.
 """
 
 from __future__ import annotations

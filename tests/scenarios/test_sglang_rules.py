@@ -318,3 +318,56 @@ def test_decode_rank_reserves_whole_pages_for_a_handoff(tmp_path: Path) -> None:
     res = run_disagg(tmp_path, rows, data)
     assert latencies(res) == {0: (30.0, 510.0), 1: (540.0, 570.0)}
     assert res.requests.set_index("request_id").loc[1, "first_admit_s"] == pytest.approx(0.510)
+
+
+# -- mixed chunks, ignore_eos, the radix cache off ---------------------------------------------------------
+
+def test_mixed_chunk_decodes_the_running_requests_in_a_prefill_pass(tmp_path: Path) -> None:
+    """A (50-token prompt, 3 outputs) at 0, B (50, 1) at 5 ms; a pass with prefill costs 20 ms and one with
+    decodes 10 ms more.
+
+    Passes never mixed: prefill A 0–20 (A's token 1), prefill B 20–40 (B done: TTFT = E2E = 35), decodes of
+    A 40–50 and 50–60 (E2E 60). ``enable_mixed_chunk``: prefill A 0–20, then B's prefill with A's decode in
+    one pass 20–50 (B done at 50: 45; A's token 2), A's last decode 50–60 (E2E 60)."""
+    rows = [(0.0, 50, 3), (0.005, 50, 1)]
+    _, res = run(tmp_path, rows)
+    assert latencies(res) == {0: (20.0, 60.0), 1: (35.0, 35.0)}
+    _, res = run(tmp_path, rows, **scheduler(enable_mixed_chunk=True))
+    assert latencies(res) == {0: (20.0, 60.0), 1: (45.0, 45.0)}
+    mixed = res.passes[(res.passes.num_prefill_seqs > 0) & (res.passes.num_decode_seqs > 0)]
+    assert mixed.start_s.tolist() == [0.020]
+
+
+def test_ignore_eos_reserves_a_running_requests_whole_output(tmp_path: Path) -> None:
+    """170 KV tokens, context_length 150. A (20-token prompt, 100 outputs) at 0; B (60, 2) at 5 ms is tried
+    at 20, after A's prefill, with A running (99 outputs left) and 170 − 20 = 150 tokens left.
+
+    B needs 60 + 2 + 1 = 63. Without ignore_eos A is expected to need 99 × 0.7 = 69.3 (no decode has lowered
+    the ratio yet): 63 < 150 − 69.3, B is admitted: prefill 20–40, A and B decode 40–50 (B done: TTFT 35,
+    E2E 45), A's last token at 40 + 99 × 10 = 1030. With ``ignore_eos`` A is expected to need all 99:
+    63 ≥ 150 − 99, B is refused and waits for A to leave the batch: A 20–1010, B prefill 1010–1030 (TTFT
+    1025), decode 1030–1040 (E2E 1035)."""
+    rows = [(0.0, 20, 100), (0.005, 60, 2)]
+    kv = {"engine": {"context_length": 150, "workers": {"aggregated": {
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 170}}}}}}
+    _, res = run(tmp_path, rows, **kv)
+    assert latencies(res) == {0: (20.0, 1030.0), 1: (35.0, 45.0)}
+    _, res = run(tmp_path, rows, **_merge(kv, scheduler(ignore_eos=True)))
+    assert latencies(res) == {0: (20.0, 1010.0), 1: (1025.0, 1035.0)}
+
+
+def test_radix_cache_off_finds_no_prefix(tmp_path: Path) -> None:
+    """Two 128-token Mooncake prompts of the same hash ids, 100 ms apart: with the radix cache the second
+    finds the first's 127 tokens cached (all but the last, which is computed again); with
+    ``prefix_caching: false`` (``--disable-radix-cache``) none."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {t}, "input_length": 128, "output_length": 2, "hash_ids": [1, 2]}}\n'
+                             for t in (0, 100)))
+    data = make_sglang_scenario()
+    data["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "mooncake", "block_size": 64},
+                       "load": {"type": "trace_timestamps"}}
+    res = Simulation(parse_scenario(data, tmp_path)).run()
+    assert res.requests.sort_values("request_id").cached_tokens.tolist() == [0, 127]
+    off = _merge(data, {"engine": {"workers": {"aggregated": {"kv_cache": {"prefix_caching": False}}}}})
+    res = Simulation(parse_scenario(off, tmp_path)).run()
+    assert res.requests.sort_values("request_id").cached_tokens.tolist() == [0, 0]

@@ -2,8 +2,12 @@
 
 Every run of every golden is replayed by ``tests/sglang_stepdriver.replay`` (fixed timing, no SimPy,
 no Dynamo needed) and compared per request: placement (worker, DP rank), TTFT and E2E within 1e-6 s,
-and the number of (re)admissions. Runs listed in ``KNOWN_MISMATCH`` do not match yet: they xfail
-with the reason, and fail if they start matching (so the list is kept exact).
+and the number of (re)admissions. Runs listed in ``KNOWN_MISMATCH`` do not match: they xfail with the
+reason, and fail if they start matching (so the list is kept exact). The runs one SGLang scheduler can
+replay (one worker, one rank, no prefill/decode interval) were also driven through SGLang 0.5.23's real
+scheduler with the mocker's timing (``tests/golden/sglang/mocker_*.json``, which
+``test_sglang_real_golden`` checks simmodel against): where simmodel and the mocker differ, SGLang differs
+from the mocker too, and where they agree, so does SGLang (both checked here).
 Also unit checks of the radix cache (``simmodel.engine.radix_cache``).
 """
 
@@ -25,31 +29,39 @@ from sglang_stepdriver import replay  # noqa: E402
 from simmodel.engine.radix_cache import ChunkCache, OutputBlock, RadixCache, mooncake_segments  # noqa: E402
 
 GOLDEN_DIR = _HERE.parent / "golden" / "dynamo_sglang"
+REAL_DIR = _HERE.parent / "golden" / "sglang"
+"""The same runs through SGLang's real scheduler (``mocker_<golden>_<run>.json``)."""
 TOL_MS = 1e-3  # 1e-6 s
 
-_KV = "tight KV (retraction / eviction path): "
-_REAL = ("the mocker departs from SGLang 0.5.23's real scheduler, which SglangScheduler now follows "
-         "(docs/sglang.md, 'Checked against SGLang'): ")
+_REAL = ("the mocker departs from SGLang 0.5.23's real scheduler, which simmodel matches pass by pass on this run "
+         "(tests/golden/sglang/mocker_<golden>_<run>.json; test_the_mocker_departs_from_sglang_exactly_where_we_"
+         "differ): ")
+_LIKE = ("the mocker departs from SGLang as on this stream's one-rank run without interval (SGLang's real scheduler "
+         "is driven here on one rank without prefill_decode_interval only): ")
+_TIGHT = "tight KV, where the mocker's admission, retraction and eviction depart from SGLang's (docs/sglang.md)"
 KNOWN_MISMATCH: dict[tuple[str, str], str] = {
-    ('burst_budget', 'dp1_max_prefill_4096'): _REAL + 'SGLang admits a request past max_prefill_tokens while any of it is left; the mocker stops before',
-    ('idle_gaps_ratio', 'dp2'): _REAL + 'admission under tight KV (one token more per request, the whole clipped output reserved, no retry until a request leaves the batch)',
-    ('tight_kv', 'dp1'): _REAL + 'admission under tight KV, the retraction victim (fewest outputs, then longest prompt, the last of ties) and the re-prefill that samples a token',
-    ('tight_kv', 'dp2'): _REAL + 'admission under tight KV and the retraction victim',
-    ('tight_kv', 'dp1_cons0.3'): _REAL + 'admission under tight KV and the retraction victim',
-    ('tight_kv', 'dp1_interval2'): _REAL + 'admission under tight KV and the retraction victim',
-    ('idle_gaps_ratio', 'dp1'): _KV + 'request 5 readmitted at 5960 ms with hit 1088, mocker at 5550 ms with hit 439 (partial eviction of the retracted sequence: eviction granularity / LRU order)',
-    ('idle_gaps_ratio', 'dp1_cons0.5'): _KV + 'same divergence as dp1 (request 5 readmission time and hit)',
-    ('tight_kv', 'dp1_clip64'): _KV + 'request 7 first admitted one decode pass late (880 vs 870 ms): admission check under clip 64 off by one pass',
-    ('tight_kv', 'dp2_clip64'): _KV + 'request 16 admitted at 1910 vs 1790 ms: admission/retraction divergence with clip 64 and attention DP',
-    ('tight_kv_clip32', 'dp1'): _KV + 'request 7 first admitted one pass late (1130 vs 1120 ms); readmissions then diverge (clip 32 over-commit)',
-    ('tight_kv_clip32', 'dp2'): _KV + 'retraction victims/readmission times diverge under clip 32 with attention DP',
-    ('tight_kv_clip32', 'dp1_lpm'): _KV + 'retraction victims/readmission times diverge under clip 32 with LPM',
-    ('tight_kv_shared_prefix', 'fcfs'): _KV + 'request 9 hit 512 vs mocker 256 at 3330 ms: evicted cached prefix differs (eviction granularity / LRU order)',
-    ('tight_kv_shared_prefix', 'lpm'): _KV + 'request 24 hit 622 vs mocker 666 at 9410 ms: evicted cached prefix differs (eviction granularity / LRU order)',
-    ('tight_kv_shared_prefix', 'fcfs_clip64'): _KV + 'request 11 admitted at 3330 vs 3280 ms, request 13 hit 448 vs 0: eviction / admission divergence',
-    ('tight_kv_shared_prefix', 'lpm_clip64'): _KV + 'requests 11/14 finish 20 ms late: eviction / LPM order divergence',
-    ('tight_kv_shared_prefix', 'dp2_fcfs_clip64'): _KV + 'request 13 admitted one pass late (900 vs 890 ms); request 28 readmission hit 576 vs 512 (one own block left cached)',
+    ('burst_budget', 'dp1_max_prefill_4096'): _REAL + '16/16 requests differ (request 0 ends at 370 ms in SGLang, 450 '
+                                              'in the mocker): SGLang admits a request past max_prefill_tokens while '
+                                              'any of it is left; the mocker stops before',
+    ('tight_kv', 'dp1'): _REAL + '18/30 differ (request 5 ends at 6283.669 ms, mocker 6303.669); ' + _TIGHT,
+    ('tight_kv', 'dp1_cons0.3'): _REAL + '25/30 differ (request 5 ends 20 ms apart); ' + _TIGHT,
+    ('tight_kv', 'dp1_clip64'): _REAL + '18/30 differ (request 6 ends 10 ms apart); ' + _TIGHT,
+    ('tight_kv_clip32', 'dp1'): _REAL + '21/30 differ (request 6 ends at 11399.087 ms, mocker 9819.087); ' + _TIGHT,
+    ('tight_kv_clip32', 'dp1_lpm'): _REAL + '27/30 differ (request 2 ends 40 ms apart); ' + _TIGHT,
+    ('idle_gaps_ratio', 'dp1'): _REAL + '19/24 differ (request 0 ends at 5940 ms, mocker 5960); ' + _TIGHT,
+    ('idle_gaps_ratio', 'dp1_cons0.5'): _REAL + '13/24 differ (request 0 ends 20 ms apart); ' + _TIGHT,
+    ('tight_kv_shared_prefix', 'fcfs'): _REAL + '25/32 differ (request 7 ends 20 ms apart); ' + _TIGHT,
+    ('tight_kv_shared_prefix', 'lpm'): _REAL + '26/32 differ (request 4 ends 20 ms apart); ' + _TIGHT,
+    ('tight_kv_shared_prefix', 'fcfs_clip64'): _REAL + '5/32 differ (request 7 ends 10 ms apart); ' + _TIGHT,
+    ('tight_kv_shared_prefix', 'lpm_clip64'): _REAL + '32/32 differ (request 0 ends at 1750 ms, mocker 1790); ' + _TIGHT,
+    ('idle_gaps_ratio', 'dp2'): _LIKE + 'dp1; ' + _TIGHT,
+    ('tight_kv', 'dp2'): _LIKE + 'dp1; ' + _TIGHT,
+    ('tight_kv', 'dp1_interval2'): _LIKE + 'dp1; ' + _TIGHT,
+    ('tight_kv', 'dp2_clip64'): _LIKE + 'dp1_clip64; ' + _TIGHT,
+    ('tight_kv_clip32', 'dp2'): _LIKE + 'dp1; ' + _TIGHT,
+    ('tight_kv_shared_prefix', 'dp2_fcfs_clip64'): _LIKE + 'fcfs_clip64; ' + _TIGHT,
 }
+"""Runs where simmodel and the mocker differ, with why: every one is a departure of the mocker from SGLang."""
 
 
 def _runs():
@@ -101,6 +113,43 @@ def test_golden_run(name: str, label: str) -> None:
             pytest.xfail(f"{known} ({len(bad)}/{total} requests differ; first: {bad[0]})")
         pytest.fail(f"{name}/{label} now matches: remove it from KNOWN_MISMATCH")
     assert not bad, f"{len(bad)}/{total} requests differ:\n" + "\n".join(bad[:10])
+
+
+def _real_departures(name: str, label: str) -> tuple[int, list[str]]:
+    """The requests whose TTFT or E2E differ (beyond 1e-6 s) between the mocker's run and the same run
+    through SGLang's real scheduler: two recordings compared, no simmodel involved."""
+    golden = _golden(name)
+    run = next(r for r in golden["runs"] if r["label"] == label)
+    real = json.loads((REAL_DIR / f"mocker_{name}_{label}.json").read_text())["summary"]
+    arrival = {r["id"]: r["arrival_ms"] for r in golden["requests"]}
+    bad = []
+    for row in run["results"]:
+        want = dict(zip(run["fields"], row))
+        st = real[f"r{want['id']}"]
+        got = (st["first_token_t"] * 1000 - arrival[want["id"]], st["finish_t"] * 1000 - arrival[want["id"]])
+        if abs(got[0] - want["ttft_ms"]) > TOL_MS or abs(got[1] - want["e2e_ms"]) > TOL_MS:
+            bad.append(f"request {want['id']}: SGLang TTFT/E2E {got[0]:.3f}/{got[1]:.3f} ms, mocker "
+                       f"{want['ttft_ms']:.3f}/{want['e2e_ms']:.3f}")
+    return len(run["results"]), bad
+
+
+def _replayed_by_sglang():
+    for name, label in ((p.stem, r["label"]) for p in sorted(GOLDEN_DIR.glob("*.json"))
+                        for r in _golden(p.stem)["runs"]):
+        if (REAL_DIR / f"mocker_{name}_{label}.json").exists():
+            yield pytest.param(name, label, id=f"{name}-{label}")
+
+
+@pytest.mark.parametrize(("name", "label"), list(_replayed_by_sglang()))
+def test_the_mocker_departs_from_sglang_exactly_where_we_differ(name: str, label: str) -> None:
+    """A run in ``KNOWN_MISMATCH`` differs between the mocker and SGLang's real scheduler (which simmodel
+    matches: ``test_sglang_real_golden``), so the departure is the mocker's; any other run is the same in
+    both."""
+    total, bad = _real_departures(name, label)
+    if (name, label) in KNOWN_MISMATCH:
+        assert bad, f"SGLang agrees with the mocker on {name}/{label}, so simmodel's mismatch is its own"
+    else:
+        assert not bad, f"{len(bad)}/{total} requests differ between SGLang and the mocker:\n" + "\n".join(bad[:10])
 
 
 # -- radix cache ------------------------------------------------------------------------------

@@ -28,6 +28,15 @@ A golden file is compact JSON, one record per line:
                       prefix_hit_tokens}}}
 A request's ``prefix`` [g, n] says its first n prompt tokens are those of shared prefix g (the same ids in
 every request naming g); the rest of its prompt is its own.
+
+The ``mocker_*`` streams are the runs of Dynamo's mocker in ``tests/golden/dynamo_sglang`` that one SGLang
+scheduler can replay (one worker, one rank, no prefill/decode interval), driven through SGLang's real
+scheduler with the mocker's fixed timing (a prefill pass 20 ms, a decode pass 10 ms:
+``sglang_mode_costs.py``) and the run's ``clip_max_new_tokens``: they say where the mocker departs from
+SGLang. Their requests carry ``hash_ids`` (``trace_block_size`` prompt tokens each, the last block cut),
+and their goldens ``prefill_cost_s``, ``decode_cost_s`` and ``clip_max_new_tokens``. Their goldens keep
+only the passes that are not plain decodes (``sparse_steps``: prefill passes, and decodes that retract or
+finish a request; thousands of plain decodes would make megabytes), each with its step index.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from golden_io import compact, emit  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_DIR = Path(os.environ.get("SGLANG_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
 OUT_DIR = REPO / "tests" / "golden" / "sglang"
+MOCKER_DIR = REPO / "tests" / "golden" / "dynamo_sglang"
 
 DEFAULTS = dict(max_total_tokens=100_000, page_size=1, max_running_requests=256, chunked_prefill_size=8192,
                 max_prefill_tokens=16384, schedule_policy="fcfs", schedule_conservativeness=1.0,
@@ -226,13 +236,65 @@ def streams() -> list[tuple[str, dict, list[dict], dict]]:
     return s
 
 
-def oracle_requests(reqs: list[dict]) -> list[dict]:
+def mocker_streams() -> list[tuple[str, dict, list[dict], dict]]:
+    """(name, server arguments, requests, run options) of the mocker runs one SGLang scheduler replays."""
+    s = []
+    for path in sorted(MOCKER_DIR.glob("*.json")):
+        golden = json.loads(path.read_text())
+        block = golden["config"]["trace_block_size"]
+        reqs = [{"id": f"r{r['id']}", "arrival_s": round(r["arrival_ms"] / 1000, 6), "prompt_tokens": r["input_tokens"],
+                 "output_tokens": r["output_tokens"],
+                 "hash_ids": [h for start, n in r["hash_runs"] for h in range(start, start + n)]}
+                for r in golden["requests"]]
+        for run in golden["runs"]:
+            eng = run["engine_args"]["engine"]
+            if run["num_workers"] != 1 or run["dp_size"] != 1 or eng.get("prefill_decode_interval"):
+                continue
+            sg = eng["sglang"]
+            cfg = {**DEFAULTS, "max_total_tokens": eng["num_gpu_blocks"], "max_running_requests": eng["max_num_seqs"],
+                   "chunked_prefill_size": sg["chunked_prefill_size"], "max_prefill_tokens": sg["max_prefill_tokens"],
+                   "schedule_policy": "fcfs" if sg["schedule_policy"] in (None, "fifo") else sg["schedule_policy"],
+                   "schedule_conservativeness": sg["schedule_conservativeness"]}
+            s.append((f"mocker_{path.stem}_{run['label']}", cfg, reqs,
+                      dict(ignore_eos=False, prefill_cost_s=0.02, decode_cost_s=0.01, trace_block_size=block,
+                           clip_max_new_tokens=sg["clip_max_new_tokens"])))
+    return s
+
+
+def oracle_requests(reqs: list[dict], trace_block_size: int | None = None) -> list[dict]:
     out = []
     for i, r in enumerate(reqs):
-        o = {k: v for k, v in r.items() if k != "prefix"}
-        o["prompt_token_ids"] = token_ids(r, i)
+        o = {k: v for k, v in r.items() if k not in ("prefix", "hash_ids")}
+        o["prompt_token_ids"] = (token_ids(r, i) if "hash_ids" not in r
+                                 else hashed_token_ids(r["hash_ids"], r["prompt_tokens"], trace_block_size))
         out.append(o)
     return out
+
+
+def hashed_token_ids(hash_ids: list[int], num_tokens: int, block: int) -> list[int]:
+    """A Mooncake prompt's token ids: hash id h stands for ``block`` tokens, 10,000,000 + block × h + k
+    (the last block cut at the prompt's end), so prompts share exactly their common leading hash ids."""
+    ids = [10_000_000 + block * h + k for h in hash_ids for k in range(block)]
+    return ids[:num_tokens]
+
+
+def record_mode_costs(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
+    """One mocker stream through ``sglang_mode_costs.py`` in its own process; the golden's records."""
+    with tempfile.TemporaryDirectory() as tmp:
+        req_path, cfg_path, out_path = Path(tmp, "requests.json"), Path(tmp, "config.json"), Path(tmp, "trace.jsonl")
+        req_path.write_text(json.dumps(oracle_requests(reqs, opts["trace_block_size"])))
+        cfg_path.write_text(json.dumps(cfg))
+        cmd = [python, str(Path(__file__).with_name("sglang_mode_costs.py")), "--requests", str(req_path),
+               "--config", str(cfg_path), "--prefill-cost-s", repr(opts["prefill_cost_s"]),
+               "--decode-cost-s", repr(opts["decode_cost_s"]), "--clip-max-new-tokens",
+               str(opts["clip_max_new_tokens"]), "--out", str(out_path)]
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
+                                                                        "SGLANG_ORACLE_DIR": str(ORACLE_DIR)})
+        if done.returncode != 0 or not out_path.exists():
+            raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
+        lines = [json.loads(line) for line in out_path.read_text().splitlines()]
+    return golden_of(name, lines, cfg, reqs, {**opts, "forward_cost_s": None, "per_token_cost_s": None,
+                                              "sparse_steps": True})
 
 
 def record(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
@@ -255,24 +317,33 @@ def record(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> d
         if done.returncode != 0 or not out_path.exists():
             raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
         lines = [json.loads(line) for line in out_path.read_text().splitlines()]
+    return golden_of(name, lines, cfg, reqs, opts)
+
+
+def golden_of(name: str, lines: list[dict], cfg: dict, reqs: list[dict], opts: dict) -> dict:
+    """The golden of one stream from the oracle's records."""
     summary = lines[-1]["summary"]
     keep = ("step", "mode", "scheduled", "prefix_len", "new", "resumed", "chunked", "retracted", "emitted",
             "finished", "free_tokens", "evictable_tokens", "new_token_ratio", "t_start", "t_end")
     steps = []
     for rec in lines[:-1]:
         rec["finished"] = sorted(rec["finished"], key=lambda rid: int(rid[1:]))
-        steps.append({k: rec[k] for k in keep if k in rec})
+        if not opts.get("sparse_steps") or rec["mode"] != "decode" or rec["retracted"] or rec["finished"]:
+            steps.append({k: rec[k] for k in keep if k in rec})
     per_request = {rid: {k: st[k] for k in ("first_token_step", "finish_step", "first_token_t", "finish_t",
                                             "retractions", "emitted_tokens", "prefix_hit_tokens")}
                    for rid, st in summary["requests"].items()}
     for r in reqs:
         st = per_request[r["id"]]
         assert st["finish_step"] is not None, (name, r, st)
-    return {"name": name, "sglang_version": summary["sglang_version"], "config": cfg,
-            "effective_max_running_requests": summary["effective_max_running_requests"],
-            "ignore_eos": opts["ignore_eos"], "clock": summary["clock"],
-            "forward_cost_s": opts["forward_cost_s"], "per_token_cost_s": opts["per_token_cost_s"],
-            "requests": reqs, "steps": steps, "summary": per_request}
+    golden = {"name": name, "sglang_version": summary["sglang_version"], "config": cfg,
+              "effective_max_running_requests": summary["effective_max_running_requests"],
+              "ignore_eos": opts["ignore_eos"], "clock": summary["clock"],
+              "forward_cost_s": opts["forward_cost_s"], "per_token_cost_s": opts["per_token_cost_s"]}
+    for key in ("prefill_cost_s", "decode_cost_s", "clip_max_new_tokens", "trace_block_size", "sparse_steps"):
+        if key in opts:
+            golden[key] = opts[key]
+    return {**golden, "requests": reqs, "steps": steps, "summary": per_request}
 
 
 def dump(golden: dict) -> str:
@@ -301,10 +372,10 @@ def main() -> None:
     args = ap.parse_args()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stale = False
-    for name, cfg, reqs, opts in streams():
+    for name, cfg, reqs, opts in streams() + mocker_streams():
         if args.only and name not in args.only:
             continue
-        golden = record(args.python, name, cfg, reqs, opts)
+        golden = (record_mode_costs if "prefill_cost_s" in opts else record)(args.python, name, cfg, reqs, opts)
         stale |= emit(OUT_DIR / f"{name}.json", dump(golden), args.check,
                       f"{len(golden['steps'])} passes, {sum(len(s['retracted']) for s in golden['steps'])} "
                       f"retractions")
