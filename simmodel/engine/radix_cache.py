@@ -88,6 +88,11 @@ class RadixCache:
         self.allocated_tokens = 0
         """Tokens allocated to requests and not (yet) in the tree."""
         self._clock = 0
+        self._heap: list[tuple[int, int, RadixNode]] = []
+        """Candidates for eviction, (last access, order offered, node), least recently used first; an entry is
+        live while its node is an unlocked leaf in the tree last used then (others are dropped when met)."""
+        self._offered = 0
+        self._compact_at = 1024
 
     # -- capacity -----------------------------------------------------------------------------
     @property
@@ -173,13 +178,37 @@ class RadixCache:
 
     def _touch(self, node: RadixNode) -> None:
         t = self._tick()
+        leaf = node
         while node is not None and node is not self.root:
             node.last_access = t
             node = node.parent
+        self._offer(leaf)
+
+    def _offer(self, node: RadixNode) -> None:
+        """Add ``node`` to the eviction candidates if it is an unlocked leaf (just made one, unlocked or used)."""
+        if node.lock_ref == 0 and not node.children and node is not self.root:
+            self._offered += 1
+            heapq.heappush(self._heap, (node.last_access, self._offered, node))
+            if len(self._heap) > self._compact_at:
+                self._compact()
+
+    def _live(self, entry: tuple[int, int, RadixNode]) -> bool:
+        last, _, node = entry
+        parent = node.parent
+        return (node.lock_ref == 0 and not node.children and node.last_access == last
+                and parent.children.get((node.block, node.start)) is node)
+
+    def _compact(self) -> None:
+        """Drop the entries that are no longer live (amortized: the heap at most doubles in between)."""
+        self._heap = [entry for entry in self._heap if self._live(entry)]
+        heapq.heapify(self._heap)
+        self._compact_at = max(1024, 2 * len(self._heap))
 
     # -- insertion ----------------------------------------------------------------------------
-    def insert(self, segments: Segments, num_tokens: int | None = None) -> tuple[int, RadixNode]:
-        """Insert the first ``num_tokens`` tokens of the sequence (all by default).
+    def insert(self, segments: Segments, num_tokens: int | None = None, touch: bool = True) -> tuple[int, RadixNode]:
+        """Insert the first ``num_tokens`` tokens of the sequence (all by default), marking its path used
+        unless ``touch`` is false (a locked request's decoded tokens, which SGLang inserts only when the
+        request finishes).
 
         Returns (tokens that were new to the tree, node ending at the last inserted token)."""
         remaining = sum(n for _, n in segments) if num_tokens is None else num_tokens
@@ -221,10 +250,13 @@ class RadixCache:
                 off += n
                 node = child
             remaining -= seg_len
-        self._touch(node)
+        if touch:
+            self._touch(node)
+        else:
+            self._offer(node)
         return added, node
 
-    def grow_leaf(self, node: RadixNode, block: Hashable, end: int) -> bool:
+    def grow_leaf(self, node: RadixNode, block: Hashable, end: int, touch: bool = True) -> bool:
         """Fast path of ``insert`` for one decode step: if ``node`` is the request's own output leaf and
         ends just before ``end``, extend it to ``end`` in place (what ``insert`` would do). False otherwise."""
         if node.block is not block or node.children or node.end != end - 1 or node is self.root or node.sealed:
@@ -233,7 +265,8 @@ class RadixCache:
         self.cached_tokens += 1
         if node.lock_ref == 0:
             self.evictable_tokens += 1
-        self._touch(node)
+        if touch:
+            self._touch(node)
         return True
 
     def drop_output_tail(self, node: RadixNode, block: Hashable, keep: int) -> RadixNode:
@@ -271,6 +304,10 @@ class RadixCache:
             node = node.parent
 
     def unlock(self, node: RadixNode) -> None:
+        self._unlock_path(node)
+        self._offer(node)
+
+    def _unlock_path(self, node: RadixNode) -> None:
         while node is not self.root:
             node.lock_ref -= 1
             if node.lock_ref == 0:
@@ -280,11 +317,13 @@ class RadixCache:
     # -- eviction -----------------------------------------------------------------------------
     def evict(self, num_tokens: int) -> int:
         """Evict least recently used unlocked leaves (whole nodes) until ``num_tokens`` are freed."""
-        heap = [(n.last_access, id(n), n) for n in self._leaves() if n.lock_ref == 0]
-        heapq.heapify(heap)
+        heap = self._heap
         freed = 0
         while freed < num_tokens and heap:
-            _, _, leaf = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
+            if not self._live(entry):
+                continue
+            leaf = entry[2]
             while True:  # the leaf, and the nodes it is joined to (one node of SGLang's)
                 parent = leaf.parent
                 del parent.children[(leaf.block, leaf.start)]
@@ -294,18 +333,9 @@ class RadixCache:
                 if not (leaf.joined and parent is not self.root and not parent.children and parent.lock_ref == 0):
                     break
                 leaf = parent
-            if parent is not self.root and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+            self._offer(parent)
+            heap = self._heap  # (an offer may have compacted it)
         return freed
-
-    def _leaves(self):
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if node.children:
-                stack.extend(node.children.values())
-            elif node is not self.root:
-                yield node
 
     def check(self) -> None:
         """Recount cached and evictable tokens (tests)."""

@@ -140,11 +140,11 @@ class RadixPool:
 class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
-    __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "node", "protected",
-                 "allocated", "hit", "tree_outputs", "held")
+    __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "budget_new", "max_new", "node",
+                 "protected", "allocated", "hit", "tree_outputs", "held")
 
     def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock,
-                 page_size: int, num_prompt_tokens: int) -> None:
+                 page_size: int, num_prompt_tokens: int, budget_new: int) -> None:
         self.prompt_segments = prompt_segments
         """The prompt's tokens (the waiting queue's in-batch prefix check matches tokens)."""
         self.prompt_pages = prompt_segments if page_size == 1 else page_segments(prompt_segments, page_size)
@@ -153,6 +153,10 @@ class _State:
         """Whole pages of prompt; the output block's unit ``j`` is the page ``prompt_full + j`` (the first
         holds the prompt's last partial page, if any, and the first outputs)."""
         self.output_block = output_block
+        self.budget_new = budget_new
+        """``max_new_tokens`` as SGLang clips it on arrival (``SglangScheduler._clip_max_new``)."""
+        self.max_new = max(1, budget_new)
+        """The tokens the request makes (a prefill always samples one)."""
         self.node: RadixNode | None = None
         """Deepest locked tree node (covers the request's KV in the tree)."""
         self.protected = 0
@@ -214,7 +218,7 @@ class SglangScheduler:
             else:
                 segs = [(("prompt", request.request_id), request.num_prompt_tokens)]
             st = self._states[request] = _State(segs, OutputBlock(("out", request.request_id)), self.page,
-                                                request.num_prompt_tokens)
+                                                request.num_prompt_tokens, self._clip_max_new(request))
         return st
 
     # -- pages ----------------------------------------------------------------------------------
@@ -356,6 +360,11 @@ class SglangScheduler:
         return out
 
     def _budget_new(self, request: Request) -> int:
+        """The request's ``max_new_tokens`` as SGLang clips it on arrival (kept with its state)."""
+        st = self._states.get(request)
+        return st.budget_new if st is not None else self._clip_max_new(request)
+
+    def _clip_max_new(self, request: Request) -> int:
         """The request's ``max_new_tokens`` as SGLang clips it on arrival (``init_req_max_new_tokens``): to
         the context, ``max_req_len − prompt − 1``, and to what an empty pool holds, ``KV tokens − prompt in
         whole pages − one page − 1``; zero at least. Admission reserves from it."""
@@ -653,15 +662,17 @@ class SglangScheduler:
     def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
         """One decode token for each of ``running`` (its new pages allocated already)."""
         states, page = self._states, self.page
-        for r in running:
-            if r.num_computed_tokens % page == 0:
+        contexts = [r.num_computed_tokens for r in running]
+        for r, ctx in zip(running, contexts):
+            if ctx % page == 0:
                 states[r].allocated += 1
-            out.requests.append(r)
-            out.num_new_tokens.append(1)
-            out.num_context_tokens.append(r.num_computed_tokens)
-            out.is_decode.append(True)
-            out.samples.append(True)
-            r.num_computed_tokens += 1
+            r.num_computed_tokens = ctx + 1
+        n = len(running)
+        out.requests += running
+        out.num_new_tokens += [1] * n
+        out.num_context_tokens += contexts
+        out.is_decode += [True] * n
+        out.samples += [True] * n
 
     def _retract(self, request: Request, out: SchedulerOutput, remaining: int) -> None:
         """SGLang's ``release_req``: the KV the tree never got (decoded tokens, a last partial page) is freed,
@@ -698,7 +709,7 @@ class SglangScheduler:
             prefill = not decode
             st = states.get(r)
             computed = ctx + new
-            pages = self._ceil_pages(computed) - self._ceil_pages(ctx)
+            pages = -ctx // page - -computed // page  # (the pages this entry allocated)
             if st is None or r.status is not RequestStatus.RUNNING or st.allocated < pages:
                 # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
                 if st is not None:
@@ -709,9 +720,9 @@ class SglangScheduler:
                         del states[r]
                 continue
             full = computed // page
-            finishing = samples and r.num_output_tokens + 1 >= self._max_new(r)
+            finishing = samples and r.num_output_tokens + 1 >= st.max_new
             if prefill or finishing or full > st.protected:
-                self._store_pages(r, st, computed, prefill and not samples)
+                self._store_pages(r, st, computed, prefill and not samples, touch=prefill or finishing)
             if not samples:
                 continue
             if prefill:
@@ -728,7 +739,7 @@ class SglangScheduler:
                 self.batch_is_full = False  # it leaves the batch: SGLang tries a prefill again
                 if r.bootstrap:
                     continue  # the prefill side keeps the prompt's KV until the transfer is over
-                tail = self._ceil_pages(computed) - st.protected  # (a last partial page)
+                tail = -(-computed // page) - st.protected  # (a last partial page)
                 cache.release(tail)
                 st.allocated -= tail
                 cache.unlock(st.node)
@@ -739,27 +750,30 @@ class SglangScheduler:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished
 
-    def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool) -> None:
+    def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool, touch: bool) -> None:
         """The request's whole pages up to ``computed`` tokens go in the tree under its lock (a page already
         there, computed by another request of the pass, frees this copy: at once, or for a prompt's unfinished
-        chunk when its next chunk is planned); its last partial page stays allocated to it."""
-        cache = self.cache
-        full = computed // self.page
-        owned = self._ceil_pages(computed) - st.protected + st.held
+        chunk when its next chunk is planned); its last partial page stays allocated to it. ``touch``: the path
+        is marked used, as SGLang's insertions at a prefill's end and at a finish do (decoded pages before
+        the finish are locked, and SGLang has not inserted them)."""
+        cache, page = self.cache, self.page
+        full = computed // page
+        pages = -(-computed // page)
+        owned = pages - st.protected + st.held
         cache.release(owned)
         st.allocated -= owned
         st.held = 0
         node = st.node
         if not (full == st.protected + 1 and node is not None
-                and cache.grow_leaf(node, st.output_block, full - st.prompt_full)):
-            added, node = cache.insert(self._segments(request, st), full)
+                and cache.grow_leaf(node, st.output_block, full - st.prompt_full, touch)):
+            added, node = cache.insert(self._segments(request, st), full, touch)
             cache.lock(node)
             cache.unlock(st.node)
             st.node = node
             if chunk:  # (an unfinished chunk keeps its copy)
                 st.held = full - st.protected - added
         st.protected = full
-        keep = self._ceil_pages(computed) - full + st.held
+        keep = pages - full + st.held
         if keep:
             cache.allocate(keep)
             st.allocated += keep
