@@ -124,7 +124,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"), backend)
-    if sg is not None and name != "decode":
+    if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
+        # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
     timing = _timing(node.node("timing"), base_dir)
     node.done()

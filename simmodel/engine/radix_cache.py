@@ -121,11 +121,33 @@ class RadixCache:
         self._clock += 1
         return self._clock
 
+    def _fresh(self, node: RadixNode) -> None:
+        """``node`` starts one of SGLang's nodes split off at its start: SGLang's split gives that suffix (the
+        node and the nodes joined to it) a fresh access time (``UnifiedTreeCore._split_node``)."""
+        t = self._tick()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            n.last_access = t
+            self._offer(n)
+            stack.extend(c for c in n.children.values() if c.joined)
+
+    def _unjoin(self, children) -> None:
+        """Sequences diverge, or a match ends, before ``children``: where one was joined to its parent in one
+        of SGLang's nodes, that node splits there."""
+        for child in children:
+            if child.joined:
+                child.joined = False
+                self._fresh(child)
+
     def _split(self, node: RadixNode, at: int) -> RadixNode:
-        """Split ``node`` after its first ``at`` tokens; returns the new upper node (same key)."""
+        """Split ``node`` after its first ``at`` tokens; returns the new upper node (same key). The lower part
+        starts one of SGLang's nodes now, with a fresh access time (``_fresh``)."""
+        last = node.last_access
+        self._fresh(node)
         upper = RadixNode(node.block, node.start, node.start + at, node.parent)
         upper.lock_ref = node.lock_ref
-        upper.last_access = node.last_access
+        upper.last_access = last  # (the prefix is marked used by the match or insertion that split it)
         upper.joined, node.joined = node.joined, False
         node.parent.children[(node.block, node.start)] = upper
         node.start += at
@@ -136,8 +158,7 @@ class RadixCache:
     def _walk(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
         matched, node = self._descend(segments, limit, split)
         if split:  # SGLang splits its node where a match ends
-            for child in node.children.values():
-                child.joined = False
+            self._unjoin(node.children.values())
         return matched, node
 
     def _descend(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
@@ -231,8 +252,7 @@ class RadixCache:
                         if node.lock_ref == 0:
                             self.evictable_tokens += n
                     else:
-                        for other in node.children.values():  # sequences diverge here
-                            other.joined = False
+                        self._unjoin(node.children.values())  # sequences diverge here
                         new = RadixNode(block, off, seg_len, node)
                         # (SGLang inserts a prompt and its outputs as two nodes: ``split_prompt``)
                         new.joined = node is fresh and not (off == 0 and isinstance(block, OutputBlock))

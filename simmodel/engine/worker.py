@@ -471,7 +471,10 @@ class Worker:
         # wakes the worker. With no block held at all, nothing could ever change: fail instead of hanging.
         if self.has_requests() and not any(rank.pool.num_used_blocks for rank in self.ranks):
             raise SimulationError(f"{self.role} worker {self.worker_id}: requests are queued but no rank can "
-                                  f"schedule any of them")
+                                  f"schedule any of them, and none ever will (nothing is running to free KV): the "
+                                  f"first one needs more KV or a larger pass budget than an empty rank has (SGLang "
+                                  f"also reserves its output, or with ignore_eos and the radix cache off, room for "
+                                  f"it to finish); give the rank more KV or shorten the requests")
         self._wake = self.env.event()
         yield self._wake
         self._wake = None

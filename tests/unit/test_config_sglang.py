@@ -314,6 +314,9 @@ def test_a_ranks_chunk_budget_holds_a_page():
                                                           "must hold one KV page of 16 tokens")
     assert_error(sglang_worker(kv_cache={"block_size": 64}, host_loop=True, scheduler={"max_batched_tokens": 32}),
                  f"{AGG}.scheduler.max_batched_tokens", "= 32 tokens) must hold one KV page of 64 tokens")
+    # With ignore_eos and the radix cache off, SGLang's add_one_req_ignore_eos cuts at the budget itself.
+    parse_scenario(sglang_worker(kv_cache={"block_size": 16, "prefix_caching": False},
+                                 scheduler={"chunked_prefill_size": 8, "ignore_eos": True}), Path("."))
 
 
 def test_radix_cache_off_mixed_chunk_and_ignore_eos_are_read():

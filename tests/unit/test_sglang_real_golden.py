@@ -6,7 +6,8 @@ Each golden was recorded by ``tools/oracles/record_sglang_goldens.py`` from SGLa
 (prefill or decode), the tokens scheduled per request, the requests retracted (the victims), the
 requests finished, the tokens emitted, and the KV pool's free and evictable tokens after the pass; and
 per request the first-token and finish pass, their times within 1 µs (timed streams) and the number of
-retractions. Streams listed in ``KNOWN_MISMATCH`` do not match yet: they xfail with the reason, and fail
+retractions. The requests of a pass are compared in the batch's order (which orders finishes, LRU times
+and retraction ties). Streams listed in ``KNOWN_MISMATCH`` do not match yet: they xfail with the reason, and fail
 if they start matching (so the list is kept exact).
 """
 
@@ -47,6 +48,8 @@ def _mismatches(name: str) -> list[str]:
     for want, got in zip(golden["steps"], passes):
         diffs = [f"{field} {got.get(field)!r} != {want[field]!r}" for field in PASS_FIELDS
                  if got.get(field) != want[field]]
+        if list(got["scheduled"]) != list(want["scheduled"]) and not diffs:  # (the batch's order too)
+            diffs.append(f"batch order {list(got['scheduled'])} != {list(want['scheduled'])}")
         if got["step"] != want["step"]:
             diffs.insert(0, f"step {got['step']} != {want['step']}")
         if diffs:

@@ -228,6 +228,35 @@ def streams() -> list[tuple[str, dict, list[dict], dict]]:
         schedule_policy="lpm", chunked_prefill_size=128)
     add("page8_tight_spread", make_requests(59, 16, (20, 120), (20, 120), "spread", 40), page_size=8,
         max_total_tokens=512)
+    # Found by a review (helper streams): a split gives the suffix a fresh LRU time; the ignore_eos path with
+    # the radix cache off cuts at the raw budget, not at a page; a mixed batch puts the new requests first.
+    add("split_lru_chunk40_shared", make_requests(204, 14, (30, 150), (10, 50), "spread", 30, groups=2,
+                                                  shared=(20, 60)), chunked_prefill_size=40, max_total_tokens=800)
+    add("page16_split_lru_chunk40_shared", make_requests(204, 14, (30, 150), (10, 50), "spread", 30, groups=2,
+                                                         shared=(20, 60)), page_size=16, chunked_prefill_size=40,
+        max_total_tokens=800)
+    add("page16_radix_off_ignore_eos_chunk24", make_requests(111, 10, (30, 100), (10, 60), "spread", 20),
+        page_size=16, ignore_eos=True, disable_radix_cache=True, chunked_prefill_size=24, max_total_tokens=400)
+    add("page32_radix_off_ignore_eos_chunk40_burst", make_requests(203, 10, (20, 120), (10, 60)), page_size=32,
+        ignore_eos=True, disable_radix_cache=True, chunked_prefill_size=40, max_total_tokens=1024)
+    add("mixed_chunk40_shared", make_requests(204, 14, (30, 150), (10, 50), "spread", 30, groups=2,
+                                              shared=(20, 60)), enable_mixed_chunk=True, chunked_prefill_size=40,
+        max_total_tokens=800)
+    add("page16_mixed_chunk40_shared", make_requests(204, 14, (30, 150), (10, 50), "spread", 30, groups=2,
+                                                     shared=(20, 60)), page_size=16, enable_mixed_chunk=True,
+        chunked_prefill_size=40, max_total_tokens=800)
+    add("mixed_chunk64_shared_b", make_requests(301, 16, (30, 150), (10, 50), "spread", 30, groups=3,
+                                                shared=(20, 60)), enable_mixed_chunk=True, chunked_prefill_size=64,
+        max_total_tokens=700)
+    add("page16_chunk24_retract_shared", make_requests(110, 16, (20, 100), (30, 100), "spread", 20, groups=3,
+                                                       shared=(10, 40)), page_size=16, chunked_prefill_size=24,
+        max_total_tokens=480, schedule_conservativeness=0.3)
+    add("page64_shared_tight_retract", make_requests(112, 12, (40, 200), (40, 150), "spread", 10, groups=2,
+                                                     shared=(50, 130)), page_size=64, max_total_tokens=1536,
+        schedule_conservativeness=0.3)
+    add("page8_lpm_identical_retract", make_requests(205, 10, (20, 20), (50, 50), same=True, groups=1,
+                                                     shared=(19, 19)), page_size=8, schedule_policy="lpm",
+        max_total_tokens=256, schedule_conservativeness=0.3)
     # SGLang's mixed chunk: a prefill chunk and the running decodes in one pass.
     add("mixed_chunk_loose", make_requests(34, 12, (40, 300), (5, 40), "spread", 30), enable_mixed_chunk=True,
         chunked_prefill_size=64)

@@ -4,7 +4,7 @@
 simmodel's ``timing: fixed``). Run inside the oracle venv (``../shared/oracles/install_sglang_oracle_venv.sh``)
 by ``record_sglang_goldens.py``; it builds the scheduler with the oracle's own ``build_scheduler`` and
 writes the oracle's records (one JSON line per pass, then a summary), so the goldens it makes have the
-same shape.
+same shape, but for the oracle's ``new``, ``resumed`` and ``chunked`` lists, which it does not keep.
 
 The loop is SGLang's ``event_loop_normal`` with overlap off, as the oracle runs it: the requests whose
 arrival is at or before the clock enter, ``get_next_batch_to_run`` plans a pass, ``run_batch`` and
@@ -38,8 +38,7 @@ def _oracle(clip: int | None):
 
 def _record(s, step: int, mode: str, scheduled: dict, retracted: list, emitted: dict, finished: list,
             prefix: dict | None, t_start: int, t_end: int) -> dict:
-    rec = {"step": step, "mode": mode, "scheduled": scheduled, "new": [], "resumed": [], "chunked": None,
-           "retracted": retracted, "emitted": emitted, "finished": {rid: None for rid in finished},
+    rec = {"step": step, "mode": mode, "scheduled": scheduled, "retracted": retracted, "emitted": emitted, "finished": {rid: None for rid in finished},
            "free_tokens": int(s.token_to_kv_pool_allocator.available_size()),
            "evictable_tokens": int(s.tree_cache.evictable_size()),
            "new_token_ratio": round(float(s.new_token_ratio_tracker.current), 6),

@@ -502,7 +502,10 @@ class SglangScheduler:
                 cache.unlock(node)
                 self.batch_is_full = bool(batch) or bool(self.running)
                 break
-            take = extend if self._paged(extend) <= rem_chunk else rem_chunk // page * page
+            if ignore_eos:  # (add_one_req_ignore_eos cuts at the budget itself)
+                take = min(extend, rem_chunk)
+            else:  # (a prompt whose pages do not fit is cut at the last whole page that does)
+                take = extend if self._paged(extend) <= rem_chunk else rem_chunk // page * page
             if take <= 0:  # (not even a page of chunk budget left)
                 cache.unlock(node)
                 break
@@ -535,8 +538,7 @@ class SglangScheduler:
             # The chunk in progress leaves the prefill batch, or the batch becomes the running batch (whose
             # flag is its own, clear): either way SGLang tries a prefill again.
             self.batch_is_full = False
-        if batch:
-            self._allocate_prefill(out, batch)
+        joined = self._allocate_prefill(out, batch) if batch else []
         if batch and decoding:  # SGLang's mix_with_running, if the decodes' KV fits after the prefill's
             need = self._decode_pages(decoding)
             cache.make_free(need)
@@ -544,14 +546,18 @@ class SglangScheduler:
                 cache.make_free(len(decoding))  # (a page per request: SGLang's conservative estimate)
                 cache.allocate(need)
                 self._add_decodes(out, decoding)
-                self.batch_is_full = False  # (the mixed batch becomes the running batch, its flag clear)
+                # The mixed batch (the prefills, then the decodes) becomes the running batch, its flag clear.
+                self.running = joined + decoding
+                self.batch_is_full = False
 
-    def _allocate_prefill(self, out: SchedulerOutput, batch: list[tuple[Request, int, int]]) -> None:
+    def _allocate_prefill(self, out: SchedulerOutput, batch: list[tuple[Request, int, int]]) -> list[Request]:
         """SGLang's ``alloc_for_extend``: the batch's pages, each request continuing its own last partial page
         (``ceil((context + new) / P) − ceil(context / P)`` new pages); first the tree is evicted down to the
         batch's tokens free, plus a page per request when pages are above one token (the allocator's
-        conservative estimate)."""
+        conservative estimate). Returns the requests whose prompt the pass finishes: they join the running
+        batch, at its end."""
         cache, states, page = self.cache, self._states, self.page
+        joined = []
         extend = sum(take for _, _, take in batch)
         self._make_free_tokens(extend + (len(batch) * page if page > 1 else 0))
         for r, ctx, take in batch:
@@ -574,7 +580,9 @@ class SglangScheduler:
             r.is_prefill_chunk = not done
             r.num_computed_tokens = ctx + take
             if done and not r.bootstrap:
-                self.running.append(r)  # decodes from the next pass on
+                joined.append(r)  # decodes from the next pass on
+        self.running += joined
+        return joined
 
     def _fits_ignore_eos(self, request: Request, extend: int, remaining_total: float, remaining_current: float,
                          batch: list[tuple[Request, int, int]]) -> bool:
