@@ -388,7 +388,7 @@ class Worker:
         if self.lag and (plans is not None or not in_flight):
             return None
         if (self.hands_off or self.prefill_decode_interval or self.vision is not None
-                or not hasattr(self.timing, "price_sums")):
+                or not self.ranks[0].scheduler.plans_runs or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
         horizon = self._horizon()
         if horizon <= self.env.now:

@@ -48,6 +48,8 @@ class Scheduler(Protocol):
     """Requests queued for admission (a deque), first in line first."""
     pool: Any
     """The rank's KV pool (``kv_cache.BlockPool``, ``PrefixCachingBlockPool`` or SGLang's radix cache)."""
+    plans_runs: bool
+    """Whether the pass planner (``engine.planner``) can plan this scheduler's passes as runs."""
 
     def add_request(self, request: Request) -> None:
         """Queue a new request."""

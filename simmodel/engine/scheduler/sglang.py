@@ -175,6 +175,9 @@ class _State:
 class SglangScheduler:
     """Per-rank SGLang scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
 
+    plans_runs = False
+    """The pass planner has no runs for SGLang yet: every pass is planned on its own."""
+
     def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
         self.config = config
         self.page = config.page_size

@@ -37,6 +37,9 @@ class VllmSchedulerConfig:
 class VllmScheduler:
     """Per-rank vLLM v1 scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
 
+    plans_runs = True
+    """The pass planner (``engine.planner``) plans its passes as runs."""
+
     def __init__(self, config: VllmSchedulerConfig, pool: BlockPool | PrefixCachingBlockPool) -> None:
         self.config = config
         self.pool = pool
