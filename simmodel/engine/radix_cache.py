@@ -226,10 +226,8 @@ class RadixCache:
         self._compact_at = max(1024, 2 * len(self._heap))
 
     # -- insertion ----------------------------------------------------------------------------
-    def insert(self, segments: Segments, num_tokens: int | None = None, touch: bool = True) -> tuple[int, RadixNode]:
-        """Insert the first ``num_tokens`` tokens of the sequence (all by default), marking its path used
-        unless ``touch`` is false (a locked request's decoded tokens, which SGLang inserts only when the
-        request finishes).
+    def insert(self, segments: Segments, num_tokens: int | None = None) -> tuple[int, RadixNode]:
+        """Insert the first ``num_tokens`` tokens of the sequence (all by default), marking its path used.
 
         Returns (tokens that were new to the tree, node ending at the last inserted token)."""
         remaining = sum(n for _, n in segments) if num_tokens is None else num_tokens
@@ -270,13 +268,10 @@ class RadixCache:
                 off += n
                 node = child
             remaining -= seg_len
-        if touch:
-            self._touch(node)
-        else:
-            self._offer(node)
+        self._touch(node)
         return added, node
 
-    def grow_leaf(self, node: RadixNode, block: Hashable, end: int, touch: bool = True) -> bool:
+    def grow_leaf(self, node: RadixNode, block: Hashable, end: int) -> bool:
         """Fast path of ``insert`` for one decode step: if ``node`` is the request's own output leaf and
         ends just before ``end``, extend it to ``end`` in place (what ``insert`` would do). False otherwise."""
         if node.block is not block or node.children or node.end != end - 1 or node is self.root or node.sealed:
@@ -285,25 +280,8 @@ class RadixCache:
         self.cached_tokens += 1
         if node.lock_ref == 0:
             self.evictable_tokens += 1
-        if touch:
-            self._touch(node)
+        self._touch(node)
         return True
-
-    def drop_output_tail(self, node: RadixNode, block: Hashable, keep: int) -> RadixNode:
-        """Free a request's output tokens from offset ``keep`` on (SGLang frees a retracted request's decoded
-        KV, which it never put in the tree); ``node`` is its locked leaf, the output ``block`` its own.
-        Returns the node the request's lock now ends at."""
-        while node is not self.root and node.block == block and node.end > keep:
-            assert node.lock_ref == 1 and not node.children, node
-            cut = node.end - max(node.start, keep)
-            self.cached_tokens -= cut
-            if node.start >= keep:
-                del node.parent.children[(node.block, node.start)]
-                node.lock_ref = 0
-                node = node.parent
-            else:
-                node.end = keep
-        return node
 
     def seal(self, node: RadixNode) -> None:
         """Tokens inserted after ``node`` from now on go in a child node (SGLang's tree has a node boundary

@@ -234,26 +234,6 @@ def test_radix_outputs_are_a_node_of_their_own() -> None:
     cache.check()
 
 
-def test_radix_drop_output_tail_frees_decoded_tokens() -> None:
-    # A locked request of 20 prompt + 8 output tokens keeps 3 outputs in the tree: 5 tokens are freed, the
-    # lock now ends at the output leaf of 3, and unlocking makes 23 evictable.
-    cache = RadixCache(100)
-    out = OutputBlock(("out", 1))
-    _, node = cache.insert([("p", 20), (out, 8)])
-    cache.lock(node)
-    node = cache.drop_output_tail(node, out, 3)
-    assert (node.block, node.end, cache.cached_tokens, cache.num_free) == (out, 3, 23, 77)
-    cache.unlock(node)
-    assert cache.num_evictable == 23
-    # Keeping none removes the leaf: the lock ends at the prompt.
-    _, node = cache.insert([("q", 10), (OutputBlock(("out", 2)), 4)])
-    cache.lock(node)
-    node = cache.drop_output_tail(node, OutputBlock(("out", 2)), 0)
-    assert (node.block, node.end, cache.cached_tokens) == ("q", 10, 33)
-    cache.unlock(node)
-    cache.check()
-
-
 def test_radix_sealed_output_leaf_grows_in_a_child() -> None:
     # After a re-prefill inserted 20 + 4, decode tokens go in a new node (SGLang's next insertion): 2 decoded
     # tokens later, evicting 1 frees the 2 only.

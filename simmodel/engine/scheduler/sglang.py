@@ -141,7 +141,7 @@ class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
     __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "budget_new", "max_new", "node",
-                 "protected", "allocated", "hit", "tree_outputs", "held")
+                 "protected", "allocated", "hit", "held")
 
     def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock,
                  page_size: int, num_prompt_tokens: int, budget_new: int) -> None:
@@ -162,11 +162,9 @@ class _State:
         self.protected = 0
         """Pages of the request's sequence held by the tree under its lock (the depth of ``node``)."""
         self.allocated = 0
-        """Pages allocated by planned passes and not in the tree: a partial last page, or pages whose outputs
-        are not processed yet."""
+        """Pages allocated by planned passes and not in the tree: a partial last page, the decoded pages (SGLang
+        inserts a request's decoded KV when it finishes), or pages whose outputs are not processed yet."""
         self.hit = 0
-        self.tree_outputs = 0
-        """Output-block pages SGLang's own tree holds (those its last prefill inserted; decoded KV stays out)."""
         self.held = 0
         """Of ``allocated``, the pages of the last chunk of an unfinished prompt that the tree already had
         (another request of the same pass computed them): SGLang keeps this copy until the next chunk."""
@@ -693,8 +691,7 @@ class SglangScheduler:
         if st.allocated:
             self.cache.release(st.allocated)
             st.allocated = 0
-        node = self.cache.drop_output_tail(st.node, st.output_block, st.tree_outputs)
-        self.cache.unlock(node)
+        self.cache.unlock(st.node)
         st.node, st.protected = None, 0
         self._make_free_tokens(remaining * RETRACT_DECODE_STEPS)
         request.num_computed_tokens = 0
@@ -708,10 +705,9 @@ class SglangScheduler:
     def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:
         """Put the pass's whole pages in the tree, append one token to every request that sampled.
 
-        A prefill's pages are inserted when its pass ends (SGLang's ``checkpoint_kv_cache``); a decode's
-        page when it fills up (SGLang inserts decoded pages when the request finishes, but they are locked
-        until then either way); a last partial page stays the request's own and is freed when it finishes
-        or is retracted."""
+        A prefill's whole pages are inserted when its pass ends (SGLang's ``checkpoint_kv_cache``), a request's
+        decoded pages when it finishes (``release_kv_cache``, which marks its path used); until then they, and
+        a last partial page, are the request's own, freed if it is retracted."""
         cache, states, page = self.cache, self._states, self.page
         sampled: list[Request] = []
         finished: list[Request] = []
@@ -730,17 +726,13 @@ class SglangScheduler:
                     if r.status is RequestStatus.FINISHED and not st.allocated and not r.bootstrap:
                         del states[r]
                 continue
-            full = computed // page
             finishing = samples and r.num_output_tokens + 1 >= st.max_new
-            if prefill or finishing or full > st.protected:
-                self._store_pages(r, st, computed, prefill and not samples, touch=prefill or finishing)
+            if prefill or finishing:
+                self._store_pages(r, st, computed, prefill and not samples)
             if not samples:
                 continue
-            if prefill:
-                # SGLang inserts the prompt (and outputs so far) at the end of its prefill
-                st.tree_outputs = max(full - st.prompt_full, 0)
-                if r.num_output_tokens:  # (a re-prefill: SGLang's next insertion starts a node here)
-                    cache.seal(st.node)
+            if prefill and r.num_output_tokens:  # a re-prefill: SGLang's next insertion starts a node here
+                cache.seal(st.node)
             r.num_output_tokens += 1
             r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
@@ -761,12 +753,11 @@ class SglangScheduler:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished
 
-    def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool, touch: bool) -> None:
-        """The request's whole pages up to ``computed`` tokens go in the tree under its lock (a page already
-        there, computed by another request of the pass, frees this copy: at once, or for a prompt's unfinished
-        chunk when its next chunk is planned); its last partial page stays allocated to it. ``touch``: the path
-        is marked used, as SGLang's insertions at a prefill's end and at a finish do (decoded pages before
-        the finish are locked, and SGLang has not inserted them)."""
+    def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool) -> None:
+        """The request's whole pages up to ``computed`` tokens go in the tree under its lock, its path marked
+        used (a page already there, computed by another request of the pass, frees this copy: at once, or for
+        a prompt's unfinished chunk when its next chunk is planned); its last partial page stays allocated to
+        it."""
         cache, page = self.cache, self.page
         full = computed // page
         pages = -(-computed // page)
@@ -776,8 +767,8 @@ class SglangScheduler:
         st.held = 0
         node = st.node
         if not (full == st.protected + 1 and node is not None
-                and cache.grow_leaf(node, st.output_block, full - st.prompt_full, touch)):
-            added, node = cache.insert(self._segments(request, st), full, touch)
+                and cache.grow_leaf(node, st.output_block, full - st.prompt_full)):
+            added, node = cache.insert(self._segments(request, st), full)
             cache.lock(node)
             cache.unlock(st.node)
             st.node = node
