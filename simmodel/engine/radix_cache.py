@@ -132,10 +132,12 @@ class RadixCache:
             self._offer(n)
             stack.extend(c for c in n.children.values() if c.joined)
 
-    def _unjoin(self, children) -> None:
-        """Sequences diverge, or a match ends, before ``children``: where one was joined to its parent in one
-        of SGLang's nodes, that node splits there."""
-        for child in children:
+    def _unjoin(self, node: RadixNode) -> None:
+        """Sequences diverge, or a match ends, after ``node``: where a child was joined to it in one of SGLang's
+        nodes, that node splits there. (The root's children never are: it holds no tokens.)"""
+        if node is self.root:
+            return
+        for child in node.children.values():
             if child.joined:
                 child.joined = False
                 self._fresh(child)
@@ -158,7 +160,7 @@ class RadixCache:
     def _walk(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
         matched, node = self._descend(segments, limit, split)
         if split:  # SGLang splits its node where a match ends
-            self._unjoin(node.children.values())
+            self._unjoin(node)
         return matched, node
 
     def _descend(self, segments: Segments, limit: int | None, split: bool) -> tuple[int, RadixNode]:
@@ -250,7 +252,7 @@ class RadixCache:
                         if node.lock_ref == 0:
                             self.evictable_tokens += n
                     else:
-                        self._unjoin(node.children.values())  # sequences diverge here
+                        self._unjoin(node)  # sequences diverge here
                         new = RadixNode(block, off, seg_len, node)
                         # (SGLang inserts a prompt and its outputs as two nodes: ``split_prompt``)
                         new.joined = node is fresh and not (off == 0 and isinstance(block, OutputBlock))

@@ -12,7 +12,7 @@ from simpy.events import Event
 from simmodel.engine.barrier import PassBarrier
 from simmodel.engine.clock import clock_ns
 from simmodel.engine.environment import Late
-from simmodel.engine.planner import carry, plan_ticked
+from simmodel.engine.planner import PLANNERS
 from simmodel.engine.planner.running import MAX_RUN
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
@@ -387,9 +387,11 @@ class Worker:
         """
         if self.lag and (plans is not None or not in_flight):
             return None
-        if (self.hands_off or self.prefill_decode_interval or self.vision is not None
-                or not self.ranks[0].scheduler.plans_runs or not hasattr(self.timing, "price_sums")):
+        planner = PLANNERS.get(self.ranks[0].scheduler.planner)
+        if (planner is None or self.hands_off or self.prefill_decode_interval or self.vision is not None
+                or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
+        carry, plan_ticked = planner
         horizon = self._horizon()
         if horizon <= self.env.now:
             return None
@@ -397,6 +399,8 @@ class Worker:
         if self.arrivals is None:  # applied as its passes end, seeing at each end what was placed meanwhile
             ticked = plan_ticked(self, self._limited_run(), plans, passing)
             return None if ticked is None else Ticked(*ticked)
+        if carry is None:
+            return None
         ahead = carry(self, horizon, plans, in_flight=passing)
         if ahead is None:
             return None
@@ -419,7 +423,7 @@ class Worker:
             self.mark_planned()
             if all(plan.is_empty for plan in plans):
                 return end, plans
-            run = carry(self, horizon, plans, start=end)
+            run = PLANNERS[self.ranks[0].scheduler.planner][0](self, horizon, plans, start=end)
             if run is None:
                 return end, plans
             end, planned, _ = run

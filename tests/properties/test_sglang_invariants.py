@@ -125,3 +125,30 @@ def test_every_sglang_request_ends_once_and_kv_comes_back(data):
     _drained(sim)
     again = Simulation(parse_scenario(data, Path("."))).run()
     assert again.requests.equals(res.requests) and again.passes.equals(res.passes)
+
+
+def _tree(cache) -> list:
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out.append((node.block, node.start, node.end, node.lock_ref, node.last_access, node.joined, node.sealed))
+        stack.extend(child for _, child in sorted(node.children.items(), key=repr))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_runs_of_decode_passes_change_nothing(data):
+    """SGLang's runs of decode passes (``engine.planner.sglang_run``) give the pass-by-pass run's outputs, its
+    inter-token intervals and, at the end, its radix trees and ratios."""
+    sims = [Simulation(parse_scenario(data, Path(".")), coalesce=c) for c in (False, True)]
+    results = [sim.run() for sim in sims]
+    a, b = ({k: v for k, v in r.summary.items() if k != "wall_time_s"} for r in results)
+    assert a == b
+    for name in ("requests", "passes", "events"):
+        assert getattr(results[0], name).equals(getattr(results[1], name)), name
+    ra, rb = (sim.recorder for sim in sims)
+    assert (list(ra.itl_values), list(ra.itl_counts)) == (list(rb.itl_values), list(rb.itl_counts))
+    states = [[(_tree(rank.scheduler.cache), rank.scheduler.new_token_ratio, rank.num_passes)
+               for worker in sim.workers for rank in worker.ranks] for sim in sims]
+    assert states[0] == states[1]

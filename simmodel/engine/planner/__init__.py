@@ -1,4 +1,5 @@
-"""The vLLM pass planner: a worker's passes planned as one run, in closed form, for every attention-DP rank.
+"""The pass planner: a worker's passes planned as one run, in closed form (vLLM's below, for every
+attention-DP rank; SGLang's runs of decode passes in ``sglang_run``; ``PLANNERS`` picks one by scheduler).
 
 In steady serving every pass is a decode of the same running requests (``running`` reads them as
 arrays), and an admission only adds a column to that picture: the prompt's prefill in the pass that admits
@@ -34,5 +35,10 @@ intervals, block ids and every request's fields are those of the pass-by-pass ru
 """
 
 from simmodel.engine.planner.drive import carry, plan_ticked
+from simmodel.engine.planner.sglang_run import plan_decode_run
 
-__all__ = ["carry", "plan_ticked"]
+PLANNERS = {"vllm": (carry, plan_ticked), "sglang": (None, plan_decode_run)}
+"""Per scheduler (its ``planner``): how a run is planned ahead, through a worker's own arrivals (None: never),
+and how one applied as its passes end is planned. SGLang's runs are its decode passes (``sglang_run``)."""
+
+__all__ = ["PLANNERS", "carry", "plan_ticked"]

@@ -48,8 +48,8 @@ class Scheduler(Protocol):
     """Requests queued for admission (a deque), first in line first."""
     pool: Any
     """The rank's KV pool (``kv_cache.BlockPool``, ``PrefixCachingBlockPool`` or SGLang's radix cache)."""
-    plans_runs: bool
-    """Whether the pass planner (``engine.planner``) can plan this scheduler's passes as runs."""
+    planner: str | None
+    """Which of the pass planner's ways to plan runs (``engine.planner.PLANNERS``) serves it; None: none."""
 
     def add_request(self, request: Request) -> None:
         """Queue a new request."""

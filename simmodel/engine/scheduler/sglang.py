@@ -173,8 +173,8 @@ class _State:
 class SglangScheduler:
     """Per-rank SGLang scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
 
-    plans_runs = False
-    """The pass planner has no runs for SGLang yet: every pass is planned on its own."""
+    planner = "sglang"
+    """The pass planner's runs for it (``engine.planner.PLANNERS``): runs of decode passes."""
 
     def __init__(self, config: SglangSchedulerConfig, num_kv_tokens: int) -> None:
         self.config = config
@@ -737,21 +737,71 @@ class SglangScheduler:
             r.num_emitted = 2 if r.kv_transferred and r.num_output_tokens == 2 else 1
             sampled.append(r)
             if finishing:
-                r.status = RequestStatus.FINISHED
                 finished.append(r)
-                self.batch_is_full = False  # it leaves the batch: SGLang tries a prefill again
-                if r.bootstrap:
-                    continue  # the prefill side keeps the prompt's KV until the transfer is over
-                tail = -(-computed // page) - st.protected  # (a last partial page)
-                cache.release(tail)
-                st.allocated -= tail
-                cache.unlock(st.node)
-                st.node, st.protected = None, 0
-                if not st.allocated:  # overlap loop: else freed when the pass in flight is processed
-                    del states[r]
+                self._finish(r, st, computed)
         if finished:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished
+
+    def _finish(self, request: Request, st: _State, computed: int) -> None:
+        """The request sampled its last token, its pages stored (``_store_pages``): it leaves the batch (SGLang
+        tries a prefill again), its last partial page is freed and its path unlocked."""
+        request.status = RequestStatus.FINISHED
+        self.batch_is_full = False
+        if request.bootstrap:
+            return  # the prefill side keeps the prompt's KV until the transfer is over
+        cache = self.cache
+        tail = -(-computed // self.page) - st.protected  # (a last partial page)
+        cache.release(tail)
+        st.allocated -= tail
+        cache.unlock(st.node)
+        st.node, st.protected = None, 0
+        if not st.allocated:  # overlap loop: else freed when the pass in flight is processed
+            del self._states[request]
+
+    # -- runs of decode passes (``engine.planner.sglang_run``) --------------------------------------------
+    def decode_run(self) -> tuple[list[Request], list[int]] | None:
+        """The running requests in batch order, and the decode passes each has left, if every pass from now on
+        is a plain decode pass of them until one of them finishes or something is placed on the rank: nothing
+        waits or is mid-chunk, no P/D handoff is pending, no overlap loop, every request past the decode that
+        delivers a P/D handoff's first token. Else None."""
+        if (self.waiting or self.chunked is not None or self.prealloc or self.transferring or self.handoffs
+                or not self.running or self.config.overlap):
+            return None
+        states = self._states
+        left = []
+        for r in self.running:
+            if r.kv_transferred and r.num_output_tokens < 2:
+                return None
+            left.append(states[r].max_new - r.num_output_tokens)
+        return list(self.running), left
+
+    def plan_decode(self, num_requests: int, pages: int) -> None:
+        """A decode pass of a run is planned (``_schedule_decode``, its requests counted by the planner): the
+        ratio decays a step and the pass's ``pages`` new pages are allocated. The planner plans one only while
+        a page per request (``num_requests``) is free, so nothing is evicted or retracted."""
+        cfg, cache = self.config, self.cache
+        if num_requests > cache.num_free:
+            raise SimulationError("a run of SGLang decode passes planned a pass short of free pages")
+        self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay, cfg.min_new_token_ratio)
+        cache.allocate(pages)
+
+    def finish_decoded(self, request: Request, pages: int) -> None:
+        """A request of a run sampled its last token in the pass that ends now, ``pages`` pages allocated to it by
+        the run's passes (its ``num_computed_tokens`` and ``num_output_tokens`` delivered): its pages stored and
+        it finished, as ``update_from_output`` finishes one."""
+        st = self._states[request]
+        st.allocated += pages
+        self._store_pages(request, st, request.num_computed_tokens, False)
+        self._finish(request, st, request.num_computed_tokens)
+        self.running.remove(request)
+
+    def deliver_decoded(self, requests: list[Request], pages: list[int]) -> None:
+        """A run ends: its requests still running (their tokens delivered by the planner) hold ``pages`` more
+        pages, allocated by the run's passes."""
+        states = self._states
+        for request, p in zip(requests, pages):
+            states[request].allocated += p
 
     def _store_pages(self, request: Request, st: _State, computed: int, chunk: bool) -> None:
         """The request's whole pages up to ``computed`` tokens go in the tree under its lock, its path marked

@@ -37,8 +37,8 @@ class VllmSchedulerConfig:
 class VllmScheduler:
     """Per-rank vLLM v1 scheduling: ``schedule()`` plans a pass, ``update_from_output()`` applies it."""
 
-    plans_runs = True
-    """The pass planner (``engine.planner``) plans its passes as runs."""
+    planner = "vllm"
+    """The pass planner's runs for it (``engine.planner.PLANNERS``)."""
 
     def __init__(self, config: VllmSchedulerConfig, pool: BlockPool | PrefixCachingBlockPool) -> None:
         self.config = config

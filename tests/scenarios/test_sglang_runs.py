@@ -1,0 +1,140 @@
+"""SGLang's runs of decode passes (``engine/planner/sglang_run.py``) must change nothing but speed.
+
+Each scenario runs twice, pass by pass (``coalesce=False``) and with runs, and every output must be identical:
+the summary (but wall time), every request row, pass row and event in order, the inter-token intervals, and
+each rank's radix tree and KV counters at the end. The scenarios reach each way a run ends or is not
+started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request,
+P/D handoffs, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
+time, a pause and the pass limit.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from factories import _merge, make_sglang_scenario, simpy_events_to_end
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import SimulationError
+from simmodel.sim import Simulation
+
+TRAFFIC = {"source": {"type": "synthetic",
+                      "input_tokens": {"distribution": "uniform", "min": 20, "max": 600},
+                      "output_tokens": {"distribution": "uniform", "min": 1, "max": 200},
+                      "shared_prefix": {"tokens": 64, "groups": 3}},
+           "load": {"type": "poisson", "requests_per_second": 30}, "stop": {"requests": 120}}
+POLYNOMIAL = {"timing": {"type": "polynomial"}}
+
+
+def scenario(worker: dict | None = None, **engine) -> dict:
+    data = make_sglang_scenario(traffic=copy.deepcopy(TRAFFIC))
+    data["engine"]["workers"]["aggregated"] = _merge(data["engine"]["workers"]["aggregated"],
+                                                     copy.deepcopy(worker or {}))
+    return _merge(data, {"engine": engine}) if engine else data
+
+
+def kv(tokens: int, **fields) -> dict:
+    return {"kv_cache": {"capacity": {"type": "fixed", "blocks": tokens}, **fields}}
+
+
+SCENARIOS = {
+    "fixed": scenario(),
+    "polynomial": scenario(POLYNOMIAL),
+    "tight-kv-retractions": scenario({**kv(1500), "scheduler": {"schedule_conservativeness": 0.3}},
+                                     context_length=700),
+    "tight-kv-lpm": scenario({**kv(2500), **POLYNOMIAL, "scheduler": {"schedule_policy": "lpm"}},
+                             context_length=700),
+    "pages-16": scenario({"kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 200}},
+                          **POLYNOMIAL}, context_length=700),
+    "radix-off": scenario({**kv(3000, prefix_caching=False), "scheduler": {"ignore_eos": True}},
+                          context_length=700),
+    "mixed-chunk": scenario({"scheduler": {"enable_mixed_chunk": True, "chunked_prefill_size": 256}}),
+    "host-loop": scenario({"host_loop": True}),
+    "attention-dp2": scenario({"parallelism": {"attention_data": 2}}),
+    "closed-loop": _merge(scenario(POLYNOMIAL), {"traffic": {"load": {"type": "concurrency", "concurrency": 5}}}),
+    "two-workers": scenario({"parallelism": {"replicas": 2}}),
+    "stop-time": _merge(scenario(), {"traffic": {"stop": {"max_virtual_time_seconds": 2.0}}}),
+}
+_PD = {"timing": {"type": "polynomial"}, **kv(100_000)}
+SCENARIOS["disaggregated"] = _merge(scenario(), {"engine": {
+    "mode": "disaggregated", "kv_transfer": {"latency_ms": 1},
+    "workers": {"prefill": copy.deepcopy(_PD), "decode": copy.deepcopy(_PD)}}})
+del SCENARIOS["disaggregated"]["engine"]["workers"]["aggregated"]
+
+
+def run(data: dict, coalesce: bool, **run_args):
+    sim = Simulation(parse_scenario(data, Path(".")), coalesce=coalesce)
+    return sim, sim.run(**run_args)
+
+
+def tree(cache) -> list:
+    """A rank's radix tree, depth first: every node's content, locks, access time and joins."""
+    out, stack = [], [(0, cache.root)]
+    while stack:
+        depth, node = stack.pop()
+        out.append((depth, node.block, node.start, node.end, node.lock_ref, node.last_access, node.joined,
+                    node.sealed))
+        stack.extend((depth + 1, child) for _, child in sorted(node.children.items(), key=repr))
+    return out
+
+
+def state(sim: Simulation) -> list:
+    return [(tree(rank.scheduler.cache), rank.scheduler.cache.num_free, rank.scheduler.cache.num_evictable,
+             rank.scheduler.new_token_ratio, rank.num_passes, rank.last_delivery)
+            for worker in sim.workers for rank in worker.ranks]
+
+
+def assert_same(a, b) -> None:
+    (sim_a, res_a), (sim_b, res_b) = a, b
+    sa, sb = dict(res_a.summary), dict(res_b.summary)
+    sa.pop("wall_time_s"), sb.pop("wall_time_s")
+    assert sa == sb
+    for name in ("requests", "passes", "events"):
+        pd.testing.assert_frame_equal(getattr(res_a, name), getattr(res_b, name), check_exact=True, obj=name)
+    ra, rb = sim_a.recorder, sim_b.recorder
+    assert (list(ra.itl_values), list(ra.itl_counts)) == (list(rb.itl_values), list(rb.itl_counts))
+    assert state(sim_a) == state(sim_b)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_runs_give_identical_outputs(name):
+    by_pass = run(SCENARIOS[name], coalesce=False)
+    assert len(by_pass[1].passes) > 100
+    assert_same(by_pass, run(SCENARIOS[name], coalesce=True))
+
+
+def test_runs_stop_at_a_pause_and_go_on_after_it():
+    """A run never passes the instant ``run(until=...)`` stops at; stopping there and going on changes
+    nothing."""
+    data = SCENARIOS["polynomial"]
+    whole = run(data, coalesce=False)
+    sim = Simulation(parse_scenario(data, Path(".")))
+    for until in (0.5, 1.234, 2.0):
+        sim.run(until=until)
+        assert all(r.finished_at is None or r.finished_at <= until * 1e9 for r in sim.requests)
+    assert_same(whole, (sim, sim.run()))
+
+
+def test_the_pass_limit_stops_at_the_same_pass():
+    """502 passes would run; the limit stops the 346th as it starts, inside a run or not, with one message."""
+    data = _merge(copy.deepcopy(SCENARIOS["fixed"]), {"limits": {"max_passes": 345}})
+    messages = []
+    for coalesce in (False, True):
+        with pytest.raises(SimulationError) as error:
+            run(data, coalesce)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+
+
+def test_decode_passes_run_in_runs():
+    """One request decoding 400 tokens: pass by pass every pass takes several SimPy steps; in a run, each pass
+    end is one."""
+    data = make_sglang_scenario(traffic={"source": {"type": "synthetic", "input_tokens": 100, "output_tokens": 400},
+                                         "load": {"type": "concurrency", "concurrency": 1},
+                                         "stop": {"requests": 1}})
+    by_pass = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=False))
+    in_runs = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True))
+    assert by_pass > 3 * 400 and in_runs < 1.5 * 400
