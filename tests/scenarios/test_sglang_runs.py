@@ -5,7 +5,7 @@ the summary (but wall time), every request row, pass row and event in order, the
 each rank's radix tree and KV counters at the end. The scenarios reach each way a run ends or is not
 started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request,
 P/D handoffs, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
-time, a pause and the pass limit.
+time, a pause and the pass limit; on one and on several attention-DP ranks.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ SCENARIOS = {
     "mixed-chunk": scenario({"scheduler": {"enable_mixed_chunk": True, "chunked_prefill_size": 256}}),
     "host-loop": scenario({"host_loop": True}),
     "attention-dp2": scenario({"parallelism": {"attention_data": 2}}),
+    "attention-dp3-tight-kv": scenario({**kv(1500), **POLYNOMIAL, "parallelism": {"attention_data": 3},
+                                        "scheduler": {"schedule_conservativeness": 0.3}}, context_length=700),
+    "closed-loop-dp2": _merge(scenario({"parallelism": {"attention_data": 2}}),
+                              {"traffic": {"load": {"type": "concurrency", "concurrency": 6}}}),
     "closed-loop": _merge(scenario(POLYNOMIAL), {"traffic": {"load": {"type": "concurrency", "concurrency": 5}}}),
     "two-workers": scenario({"parallelism": {"replicas": 2}}),
     "stop-time": _merge(scenario(), {"traffic": {"stop": {"max_virtual_time_seconds": 2.0}}}),
@@ -127,6 +131,18 @@ def test_the_pass_limit_stops_at_the_same_pass():
             run(data, coalesce)
         messages.append(str(error.value))
     assert messages[0] == messages[1]
+
+
+def test_every_rank_of_a_worker_decodes_in_runs():
+    """Two attention-DP ranks with two requests each decoding 300 tokens: pass by pass every pass takes
+    several SimPy steps; in a run, each pass end of both ranks is one."""
+    data = make_sglang_scenario(traffic={"source": {"type": "synthetic", "input_tokens": 100, "output_tokens": 300},
+                                         "load": {"type": "concurrency", "concurrency": 4},
+                                         "stop": {"requests": 4}},
+                                engine={"workers": {"aggregated": {"parallelism": {"attention_data": 2}}}})
+    by_pass = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=False))
+    in_runs = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True))
+    assert by_pass > 3 * 300 and in_runs < 1.5 * 300
 
 
 def test_decode_passes_run_in_runs():

@@ -1,21 +1,24 @@
-"""SGLang's pass planner: a rank's plain decode passes planned as one run.
+"""SGLang's pass planner: a worker's plain decode passes planned as one run, for every attention-DP rank.
 
 Between an SGLang rank's prefills, every pass decodes each running request one token, and such a pass only
 moves counters: one more token in KV and one more output per request, a page whenever a sequence fills one,
 the ``new_token_ratio`` one step down. So the planner takes the decode passes from a delivery on as a run
-(``plan_decode_run``): rows (passes) of its requests (columns), their totals priced in one call of the
-timing model, each request's finish in closed form. The worker applies the run as its passes end
-(``Worker._tick``: each pass end an event of its own), and each row is planned, recorded and finished as the
-pass-by-pass loop plans, records and finishes a pass, through the scheduler's own rules
-(``SglangScheduler.plan_decode``, ``finish_decoded``, ``deliver_decoded``) and the rank's recording
-(``Rank.record_pass_end``).
+(``plan_decode_run``): rows (passes) of the ranks' requests (columns, rank after rank), every rank's totals
+priced in one call of the timing model, each request's finish in closed form. The worker applies the run as
+its passes end (``Worker._tick``: each pass end an event of its own, lasting as long as its slowest rank),
+and each row is planned, finished and recorded rank by rank as the pass barrier plans, finishes and records a
+pass, through the scheduler's own rules (``SglangScheduler.plan_decode``, ``finish_decoded``,
+``deliver_decoded``) and the rank's recording (``Rank.record_pass_end``).
 
-A run starts only where the scheduler says the passes from now on are plain decodes (``decode_run``), on a
-one-rank synchronous worker, and ends before a pass short of a free page per request (SGLang would evict or
-retract there), at the first pass end after which something was placed on the rank (its next plan may
-prefill), at the end of ``run(until=...)``, and when every request has finished; anything else runs pass by
-pass. Passes, events, inter-token intervals, the radix tree and every request's fields are those of the
-pass-by-pass run (``tests/scenarios/test_decode_runs.py``).
+A run starts only where every rank's scheduler says the passes from now on are plain decodes
+(``decode_run``; an idle rank decodes nothing and waits for the others), on a synchronous worker, and ends
+before a pass where a rank is short of a free page per request it decodes (SGLang would evict or retract
+there), at the first pass end after something was placed on the worker (its next plan may prefill), at the
+end of ``run(until=...)`` and at the limits; anything else runs pass by pass. On several ranks, a finish that
+calls back into the simulation (a closed-loop client's next request) ends the run before its pass unless no
+callback can fail the run or read a worker's state (``Worker.quiet_callbacks``), as for vLLM's runs.
+Passes, events, inter-token intervals, the radix trees and every request's fields are those of the
+pass-by-pass run (``tests/scenarios/test_sglang_runs.py``).
 """
 
 from __future__ import annotations
@@ -37,26 +40,28 @@ def plan_decode_run(worker: Worker, horizon: float, plans: list | None = None,
                     in_flight: tuple | None = None) -> tuple[DecodeRun, int] | None:
     """The worker's decode passes from now as a run applied as its passes end (``Worker._tick``), and how many
     rows it may deliver (each ending before ``horizon``), or None when the next pass is not one (the loop then
-    plans it on its own). Only at a delivery on a one-rank synchronous worker (no ``plans`` made, none
-    ``in_flight``); the run plans its first row now."""
-    if plans is not None or in_flight is not None or worker.lag or len(worker.ranks) > 1:
+    plans it on its own). Only at a delivery on a synchronous worker (no ``plans`` made, none ``in_flight``);
+    the run plans its first row now."""
+    if plans is not None or in_flight is not None or worker.lag:
         return None
-    rank = worker.ranks[0]
-    columns = rank.scheduler.decode_run()
-    if columns is None:
-        return None
-    requests, left = columns
-    if any(r.first_token_at is None for r in requests):
+    columns = []
+    for rank in worker.ranks:
+        mine = rank.scheduler.decode_run()
+        if mine is None:
+            return None
+        columns.append(mine)
+    requests = [r for mine, _ in columns for r in mine]
+    if not requests or any(r.first_token_at is None for r in requests):
         return None  # (a P/D handoff's first token is sampled by its first decode)
-    if rank.recorder.staged and len({r.stage for r in requests}) > 1:
+    if worker.ranks[0].recorder.staged and len({r.stage for r in requests}) > 1:
         return None  # (a run's intervals are recorded under one stage)
-    now = worker.env.now
+    left = [n for _, mine in columns for n in mine]
     rows = min(max(left), worker.tick_rows, MAX_RUN)
     if worker.limits is not None:
         rows = min(rows, worker.limits.spec.max_passes - worker.limits.num_passes)
     if rows < 1:
         return None
-    run = DecodeRun(worker, now, rows, requests, left)
+    run = DecodeRun(worker, worker.env.now, rows, requests, left, [len(mine) for mine, _ in columns])
     m = run.valid(horizon) if run.price() else 0
     if m < 1:
         return None
@@ -65,84 +70,106 @@ def plan_decode_run(worker: Worker, horizon: float, plans: list | None = None,
 
 
 class DecodeRun:
-    """A run of an SGLang rank's decode passes: rows (passes) of its running requests (columns, in batch order).
+    """A run of an SGLang worker's decode passes: rows (passes) of its ranks' running requests (columns, rank
+    after rank, each rank's in batch order).
 
-    Column i has ``context[i]`` tokens in KV and ``outputs[i]`` sampled before row 0 and decodes in rows
-    0..``left[i]`` − 1, the last of which samples its last token (it finishes at that row's end).
+    Column i, on rank ``rank_of[i]``, has ``context[i]`` tokens in KV and ``outputs[i]`` sampled before row 0
+    and decodes in rows 0..``left[i]`` − 1, the last of which samples its last token (it finishes at that
+    row's end).
     """
 
     lag = 0
     """Passes in flight while the next is planned: none (synchronous)."""
     takes_placements = False
-    """A request placed on the rank ends the run at the next pass end: SGLang's next plan prefills it."""
+    """A request placed on the worker ends the run at the next pass end: SGLang's next plan prefills it."""
 
-    def __init__(self, worker: Worker, now: int, rows: int, requests: list, left: list[int]) -> None:
+    def __init__(self, worker: Worker, now: int, rows: int, requests: list, left: list[int],
+                 counts: list[int]) -> None:
         self.worker, self.rows = worker, rows
-        rank = self.rank = worker.ranks[0]
-        self.sched, self.pool, self.recorder = rank.scheduler, rank.pool, rank.recorder
+        ranks = self.ranks = worker.ranks
+        R = self.num_ranks = len(ranks)
+        self.scheds = [rank.scheduler for rank in ranks]
+        self.recorder = ranks[0].recorder
         self.start0 = now
-        self.base = rank.num_passes
-        """Passes the rank has run before row 0."""
+        self.base = ranks[0].num_passes
+        """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.requests = requests
+        self.rank_of = np.repeat(np.arange(R), counts)
+        self.bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+        """Columns of rank r: ``bounds[r]:bounds[r + 1]``."""
         self.context = np.array([r.num_computed_tokens for r in requests], np.int64)
         self.outputs = np.array([r.num_output_tokens for r in requests], np.int64)
         self.left = np.array(left, np.int64)
         self.stage = requests[0].stage if self.recorder.staged else 0
-        page = self.page = self.sched.page
+        page = self.page = self.scheds[0].page
         j = np.arange(rows)[:, None]
         active = self.left > j
-        self.active = active.sum(axis=1)
-        """Requests each row decodes."""
-        self.pages = (active & ((self.context + j) % page == 0)).sum(axis=1)
-        """New pages each row takes (a decode takes one where its sequence has filled its last page)."""
-        contexts = np.where(active, self.context + j, 0).sum(axis=1)
-        table = self.table = np.zeros((rows, 10))
-        table[:, DECODE] = table[:, DECODE + 1] = table[:, DECODE + 4] = self.active
-        table[:, DECODE + 2] = contexts
-        table[:, DECODE + 3] = contexts + self.active
+        self.active = self._per_rank(active)
+        """Requests each row decodes, per rank (rows, ranks)."""
+        self.pages = self._per_rank(active & ((self.context + j) % page == 0))
+        """New pages each row takes per rank (a decode takes one where its sequence has filled its last page)."""
+        contexts = self._per_rank(np.where(active, self.context + j, 0))
+        table = self.table = np.zeros((rows * R, 10))
+        cells = table.reshape(rows, R, 10)
+        cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = self.active
+        cells[:, :, DECODE + 2] = contexts
+        cells[:, :, DECODE + 3] = contexts + self.active
         self.finishing: dict[int, list[int]] = {}
-        """Row: the columns whose last token it samples, in batch order."""
+        """Row: the columns whose last token it samples (rank after rank, each in batch order)."""
         for i, n in enumerate(self.left.tolist()):
             if n <= rows:
                 self.finishing.setdefault(n - 1, []).append(i)
         self.cap = self._free_rows()
-        self.busy = np.zeros((rows, 1), np.int64)
+        calls = [i for i, r in enumerate(requests) if r.on_finish is not None]
+        if calls and R > 1 and not worker.quiet_callbacks:  # (the pass where the first of them finishes)
+            self.cap = min(self.cap, int(self.left[calls].min()) - 1)
+        self.busy = np.zeros((rows, R), np.int64)
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
-        self.used_at = [0] * rows
+        self.used_at: list[list[int]] = [[]] * rows
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
 
+    def _per_rank(self, matrix: np.ndarray) -> np.ndarray:
+        """Row sums of a (rows, columns) matrix per rank, shape (rows, ranks)."""
+        if self.num_ranks == 1:
+            return matrix.sum(axis=1)[:, None]
+        b = self.bounds
+        return np.stack([matrix[:, lo:hi].sum(axis=1) for lo, hi in zip(b, b[1:])], axis=1)
+
     def _free_rows(self) -> int:
-        """Rows before the first planned short of a free page per request it decodes (SGLang would evict, or
-        retract, there): the rank's free pages less the rows' new pages, plus the last partial pages the
-        finishes before give back."""
-        given = np.zeros(self.rows, np.int64)
+        """Rows before the first planned with a rank short of a free page per request it decodes (SGLang would
+        evict, or retract, there): each rank's free pages less its rows' new pages, plus the last partial pages
+        the finishes before give back."""
+        rows, R = self.rows, self.num_ranks
+        given = np.zeros((rows, R), np.int64)
         for row, columns in self.finishing.items():
-            if row + 1 < self.rows:
+            if row + 1 < rows:
                 final = self.context[columns] + self.left[columns]
-                given[row + 1] = int((-(-final // self.page) - final // self.page).sum())
-        free = self.sched.cache.num_free - np.concatenate(([0], np.cumsum(self.pages)[:-1])) + np.cumsum(given)
-        short = free < self.active
-        return int(np.argmax(short)) if short.any() else self.rows
+                np.add.at(given[row + 1], self.rank_of[columns], -(-final // self.page) - final // self.page)
+        free = np.array([s.cache.num_free for s in self.scheds])
+        taken = np.concatenate((np.zeros((1, R), np.int64), np.cumsum(self.pages, axis=0)[:-1]))
+        short = (free - taken + np.cumsum(given, axis=0) < self.active).any(axis=1)
+        return int(np.argmax(short)) if short.any() else rows
 
     def price(self) -> bool:
-        """Price every row in one call; False if a price does not fit the clock (the loop reports it)."""
-        worker = self.worker
-        seconds, labels = worker.timing.price_sums(PassSums(self.table, np.tile(worker.kv_capacity_tokens, self.rows),
-                                                            self.rows))
+        """Price every row of every rank in one call; False if a price does not fit the clock (the loop reports
+        it)."""
+        worker, rows = self.worker, self.rows
+        seconds, labels = worker.timing.price_sums(PassSums(self.table, np.tile(worker.kv_capacity_tokens, rows),
+                                                            rows))
         busy = clock_ns(seconds)
         if busy is None:
             return False
         self.busy = busy
-        busy[:, 0].cumsum(out=self.end)
+        (busy[:, 0] if self.num_ranks == 1 else busy.max(axis=1)).cumsum(out=self.end)
         self.end += self.start0
         self.labels = labels
         return True
 
     def valid(self, horizon: float) -> int:
-        """Rows the run may take: up to the first short of pages, each ending before ``horizon`` and starting
-        within the time limit."""
+        """Rows the run may take: up to the first short of pages (or a finish that may not call back inside),
+        each ending before ``horizon`` and starting within the time limit."""
         v = min(self.cap, self.rows)
         end = self.end[:v]
         if v and end[v - 1] >= horizon:
@@ -158,64 +185,76 @@ class DecodeRun:
     # -- rows, as their passes start and end ------------------------------------------------------------
 
     def plan_first(self) -> None:
-        """Plan row 0 now."""
-        self.sched.plan_decode(int(self.active[0]), int(self.pages[0]))
+        """Plan row 0 now, on every rank."""
+        self._plan(0)
 
     def plan_row(self, k: int) -> None:
-        """Row k + 1 is planned now, at the end of row k."""
-        self.sched.plan_decode(int(self.active[k + 1]), int(self.pages[k + 1]))
+        """Row k + 1 is planned now, at the end of row k, on every rank."""
+        self._plan(k + 1)
+
+    def _plan(self, k: int) -> None:
+        for sched, n, pages in zip(self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
+            if n:  # (a rank with nothing running plans an empty pass: no decode, no step of its ratio)
+                sched.plan_decode(n, pages)
 
     def waiting(self) -> bool:
-        """Nothing waits while a run goes on (a request placed on the rank ends it)."""
+        """Nothing waits while a run goes on (a request placed on the worker ends it)."""
         return False
 
     def begin_row(self, k: int) -> None:
-        """Row k starts now, planned: counted against the limits, its pages in use noted and its begin recorded,
-        as the pass barrier starts a pass."""
+        """Row k starts now, planned: counted against the limits, each rank's pages in use noted and its begin
+        recorded, as the pass barrier starts a pass."""
         start = self.start0 if k == 0 else int(self.end[k - 1])
         worker = self.worker
         if worker.limits is not None:
             worker.limits.count_pass(start)
-        self.used_at[k] = self.pool.num_used_blocks
+        self.used_at[k] = [rank.pool.num_used_blocks for rank in self.ranks]
         rec = self.recorder
         if rec.keep_events or rec.sink is not None:
-            rec.add_events([tuple.__new__(Event, (start, EventKind.PASS_BEGIN, worker.worker_id, 0, -1,
-                                                  int(self.active[k]), worker.role, self.base + k))])
+            new_event, w, role, index = tuple.__new__, worker.worker_id, worker.role, self.base + k
+            rec.add_events([new_event(Event, (start, EventKind.PASS_BEGIN, w, r, -1, n, role, index))
+                            for r, n in enumerate(self.active[k].tolist())])
 
     def end_row(self, k: int) -> bool:
-        """Row k ends now: the requests whose last token it samples finish (their fields delivered first), and
-        the pass is recorded as the barrier records it (``Rank.record_pass_end``: its finishes call back
-        there). Returns whether a finish called back."""
+        """Row k ends now: rank by rank, as the barrier finishes each rank's pass, the requests whose last token
+        it samples finish (their fields delivered first) and the pass is recorded (``Rank.record_pass_end``: its
+        finishes call back there). Returns whether a finish called back."""
         end = int(self.end[k])
         start = self.start0 if k == 0 else int(self.end[k - 1])
-        intervals = self._intervals(k, start, end)  # (before the finishing requests' fields move on)
+        worker, requests = self.worker, self.requests
+        role, w, index, label = worker.role, worker.worker_id, self.base + k, "+".join(self.labels[k])
         finishing = self.finishing.get(k, ())
-        sched, requests = self.sched, self.requests
-        finished = []
-        for i in finishing:
-            request = requests[i]
-            self._deliver(i, k + 1, k + 1)
-            sched.finish_decoded(request, self._pages_of(i, k + 1))
-            self.done.add(i)
-            finished.append((request, request.num_output_tokens))
-        worker, rank = self.worker, self.rank
-        a = int(self.active[k])
-        row = PassRecord(worker.role, worker.worker_id, 0, self.base + k, start, end, a, 0, 0, a, a,
-                         self.used_at[k], 0, int(self.busy[k, 0]), "+".join(self.labels[k]))
-        return rank.record_pass_end(PassEnd(row, end, intervals, (), finished))
+        called_back = False
+        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
+            intervals = self._intervals(k, r, start, end)  # (before the finishing requests' fields move on)
+            lo, hi = self.bounds[r], self.bounds[r + 1]
+            finished = []
+            for i in finishing:
+                if lo <= i < hi:
+                    request = requests[i]
+                    self._deliver(i, k + 1, k + 1)
+                    sched.finish_decoded(request, self._pages_of(i, k + 1))
+                    self.done.add(i)
+                    finished.append((request, request.num_output_tokens))
+            a = int(self.active[k, r])
+            row = PassRecord(role, w, r, index, start, end, a, 0, 0, a, a, self.used_at[k][r], 0,
+                             int(self.busy[k, r]), label)
+            called_back |= rank.record_pass_end(PassEnd(row, end, intervals, (), finished))
+        return called_back
 
-    def _intervals(self, k: int, start: int, end: int) -> list[tuple[int, int, int]]:
-        """Row k's inter-token intervals, as ``Rank.finish_pass`` counts them: a request that sampled in the pass
-        before follows it by the gap since that pass's delivery (all of them after row 0), any other by the
-        time since its last token."""
+    def _intervals(self, k: int, r: int, start: int, end: int) -> list[tuple[int, int, int]]:
+        """Rank r's inter-token intervals in row k, as ``Rank.finish_pass`` counts them: a request that sampled
+        in the pass before follows it by the gap since that pass's delivery (all of them after row 0), any other
+        by the time since its last token."""
         stage = self.stage
         if k:
-            return [(end - start, int(self.active[k]), stage)]
+            return [(end - start, int(self.active[k, r]), stage)]
         last = self.base - 1
-        intervals = [(end - r.last_token_at, 1, stage) for r in self.requests if r.last_token_pass != last]
-        follow = sum(1 for r in self.requests if r.last_token_pass == last)
+        mine = self.requests[self.bounds[r]:self.bounds[r + 1]]
+        intervals = [(end - q.last_token_at, 1, stage) for q in mine if q.last_token_pass != last]
+        follow = sum(1 for q in mine if q.last_token_pass == last)
         if follow:
-            intervals.append((end - self.rank.last_delivery, follow, stage))
+            intervals.append((end - self.ranks[r].last_delivery, follow, stage))
         return intervals
 
     # -- the end of the run ---------------------------------------------------------------------------
@@ -247,17 +286,16 @@ class DecodeRun:
     def close(self, m: int, ahead: int = 0, started: int | None = None) -> tuple:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
         all) started (an error stopped the simulation during row m, or as it started). The requests and the
-        scheduler as it leaves them; no pass in flight."""
-        still = [i for i in range(len(self.requests)) if i not in self.done]
-        for i in still:
-            self._deliver(i, m, m + ahead)
-        self.sched.deliver_decoded([self.requests[i] for i in still], [self._pages_of(i, m + ahead) for i in still])
-        rank = self.rank
-        rank.num_passes += m
-        if m:
-            rank.last_delivery = int(self.end[m - 1])
+        schedulers as it leaves them; no pass in flight."""
+        for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
+            still = [i for i in range(self.bounds[r], self.bounds[r + 1]) if i not in self.done]
+            for i in still:
+                self._deliver(i, m, m + ahead)
+            sched.deliver_decoded([self.requests[i] for i in still], [self._pages_of(i, m + ahead) for i in still])
+            rank.num_passes += m
+            if m:
+                rank.last_delivery = int(self.end[m - 1])
         last = m + (ahead if started is None else started) - 1
-        self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last, 0]) if last >= 0 else 0,
+        self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
                               limits_counted=True)
         return ()
-

@@ -764,9 +764,10 @@ class SglangScheduler:
         """The running requests in batch order, and the decode passes each has left, if every pass from now on
         is a plain decode pass of them until one of them finishes or something is placed on the rank: nothing
         waits or is mid-chunk, no P/D handoff is pending, no overlap loop, every request past the decode that
-        delivers a P/D handoff's first token. Else None."""
+        delivers a P/D handoff's first token; none on a rank with nothing at all (it plans empty passes). Else
+        None."""
         if (self.waiting or self.chunked is not None or self.prealloc or self.transferring or self.handoffs
-                or not self.running or self.config.overlap):
+                or self.config.overlap):
             return None
         states = self._states
         left = []
