@@ -94,9 +94,10 @@ class DecodeRun:
         self.base = ranks[0].num_passes
         """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.requests = requests
-        self.rank_of = np.repeat(np.arange(R), counts)
-        self.bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+        self.bounds = [0]
         """Columns of rank r: ``bounds[r]:bounds[r + 1]``."""
+        for count in counts:
+            self.bounds.append(self.bounds[-1] + count)
         self.context = np.array([r.num_computed_tokens for r in requests], np.int64)
         self.outputs = np.array([r.num_output_tokens for r in requests], np.int64)
         self.left = np.array(left, np.int64)
@@ -106,9 +107,9 @@ class DecodeRun:
         active = self.left > j
         self.active = self._per_rank(active)
         """Requests each row decodes, per rank (rows, ranks)."""
-        self.pages = self._per_rank(active & ((self.context + j) % page == 0))
+        self.pages = self.active if page == 1 else self._per_rank(active & ((self.context + j) % page == 0))
         """New pages each row takes per rank (a decode takes one where its sequence has filled its last page)."""
-        contexts = self._per_rank(np.where(active, self.context + j, 0))
+        contexts = self._per_rank(active * (self.context + j))
         table = self.table = np.zeros((rows * R, 10))
         cells = table.reshape(rows, R, 10)
         cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = self.active
@@ -141,15 +142,17 @@ class DecodeRun:
         """Rows before the first planned with a rank short of a free page per request it decodes (SGLang would
         evict, or retract, there): each rank's free pages less its rows' new pages, plus the last partial pages
         the finishes before give back."""
-        rows, R = self.rows, self.num_ranks
-        given = np.zeros((rows, R), np.int64)
-        for row, columns in self.finishing.items():
-            if row + 1 < rows:
-                final = self.context[columns] + self.left[columns]
-                np.add.at(given[row + 1], self.rank_of[columns], -(-final // self.page) - final // self.page)
-        free = np.array([s.cache.num_free for s in self.scheds])
-        taken = np.concatenate((np.zeros((1, R), np.int64), np.cumsum(self.pages, axis=0)[:-1]))
-        short = (free - taken + np.cumsum(given, axis=0) < self.active).any(axis=1)
+        rows, R, page = self.rows, self.num_ranks, self.page
+        free = np.array([s.cache.num_free for s in self.scheds]) - np.cumsum(self.pages, axis=0)
+        free += self.pages  # (before each row's own pages: what its plan finds free)
+        if page > 1:  # a finish frees its last partial page for the rows after it
+            final = self.context + self.left
+            given = np.zeros((rows + 1, R), np.int64)
+            rank_of = np.repeat(np.arange(R), np.diff(self.bounds))
+            within = self.left < rows
+            np.add.at(given, (self.left[within], rank_of[within]), (-(-final // page) - final // page)[within])
+            free += np.cumsum(given[:rows], axis=0)
+        short = (free < self.active).any(axis=1)
         return int(np.argmax(short)) if short.any() else rows
 
     def price(self) -> bool:
