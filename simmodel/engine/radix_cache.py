@@ -270,6 +270,7 @@ class RadixCache:
                 off += n
                 node = child
             remaining -= seg_len
+        self._unjoin(node)  # (SGLang splits its node where an insertion ends, as where a match ends)
         self._touch(node)
         return added, node
 

@@ -320,8 +320,19 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
+            if not run.takes_placements and not lag and self._placed_since_plan:
+                break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
+                if not run.takes_placements and not lag and self._placed_since_plan:
+                    # Placed by what the callbacks set going, within the hop the barrier's release takes: the
+                    # ranks plan now, as they would once released, and the loop runs that pass.
+                    self._open_run = None
+                    self._size_next_run(d + 1, length)
+                    in_flight = run.close(d + 1)
+                    plans = [rank.plan() for rank in self.ranks]
+                    self.mark_planned()
+                    return in_flight, plans
             placed = self._placed_since_plan
             if placed and not run.takes_placements:
                 break

@@ -16,10 +16,14 @@ from simmodel.config.load import parse_scenario
 
 
 def _load(draw):
+    stage = st.sampled_from([{"concurrency": draw(st.integers(1, 4))},
+                             {"requests_per_second": draw(st.floats(1, 300))}])
     return draw(st.sampled_from([
         {"type": "concurrency", "concurrency": draw(st.integers(1, 6))},
         {"type": "poisson", "requests_per_second": draw(st.floats(1, 300))},
         {"type": "constant_rate", "requests_per_second": draw(st.floats(1, 300))},
+        {"type": "stages", "arrivals": "constant",  # (a closed stage's last finish starts the next stage)
+         "stages": [draw(stage) | {"requests": draw(st.integers(1, 8))} for _ in range(draw(st.integers(2, 3)))]},
     ]))
 
 
@@ -74,6 +78,8 @@ def scenarios(draw):
         traffic["source"] = {"type": "trace", "format": "azure", "path": "builtin:azure/conv_2023.csv"}
         traffic["load"] = {"type": "trace_timestamps", "speedup": draw(st.sampled_from([1.0, 50.0]))}
     data = make_sglang_scenario(traffic=traffic)
+    if traffic["load"]["type"] == "stages":  # (a staged load stops after its stages' requests)
+        data["traffic"]["stop"] = {}
     data["engine"] = {"model": data["engine"]["model"], "hardware": data["engine"]["hardware"],
                       "backend": "sglang", **engine}
     return data
@@ -103,7 +109,10 @@ def test_every_sglang_request_ends_once_and_kv_comes_back(data):
     page = next(iter(roles.values()))["kv_cache"]["block_size"]
     tokens = {name: r["kv_cache"]["capacity"]["blocks"] * page for name, r in roles.items()}
     max_req_len = {name: min(context, tokens[name]) - 1 for name in roles}
-    assert len(req) == data["traffic"]["stop"]["requests"]
+    load = data["traffic"]["load"]
+    expected = (sum(stage["requests"] for stage in load["stages"]) if load["type"] == "stages"
+                else data["traffic"]["stop"]["requests"])
+    assert len(req) == expected
     assert set(req.status) <= {"completed", "rejected"}
     assert (req.status == "rejected").tolist() == (req.input_tokens >= min(max_req_len.values())).tolist()
     served = req[req.status == "completed"]

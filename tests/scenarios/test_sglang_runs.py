@@ -3,7 +3,8 @@
 Each scenario runs twice, pass by pass (``coalesce=False``) and with runs, and every output must be identical:
 the summary (but wall time), every request row, pass row and event in order, the inter-token intervals, and
 each rank's radix tree and KV counters at the end. The scenarios reach each way a run ends or is not
-started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request,
+started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request
+(and a staged load's next stage),
 P/D handoffs, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
 time, a pause and the pass limit; on one and on several attention-DP ranks.
 """
@@ -60,6 +61,13 @@ SCENARIOS = {
                               {"traffic": {"load": {"type": "concurrency", "concurrency": 6}}}),
     "closed-loop": _merge(scenario(POLYNOMIAL), {"traffic": {"load": {"type": "concurrency", "concurrency": 5}}}),
     "two-workers": scenario({"parallelism": {"replicas": 2}}),
+    # A finish inside a run ends a closed-loop stage, and the next stage's first request comes two hops later
+    # in the same instant: the ranks plan the pass after one hop (the barrier's release), without it.
+    "stages-closed-then-open": _merge(scenario(), {"traffic": {
+        "load": {"type": "stages", "arrivals": "constant", "stages": [{"concurrency": 2, "requests": 40},
+                                                                      {"requests_per_second": 20, "requests": 60},
+                                                                      {"concurrency": 3, "requests": 40}]},
+        "stop": {}}}),
     "stop-time": _merge(scenario(), {"traffic": {"stop": {"max_virtual_time_seconds": 2.0}}}),
 }
 _PD = {"timing": {"type": "polynomial"}, **kv(100_000)}

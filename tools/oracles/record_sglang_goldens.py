@@ -290,6 +290,23 @@ def mocker_streams() -> list[tuple[str, dict, list[dict], dict]]:
     return s
 
 
+def trace_streams() -> list[tuple[str, dict, list[dict], dict]]:
+    """Streams of Mooncake-style requests (hash ids) at their own times, a prefill pass costing
+    ``prefill_cost_s`` and a decode pass ``decode_cost_s`` (``sglang_mode_costs.py``)."""
+    def request(i, t_ms, prompt, output, hashes):
+        return {"id": f"r{i}", "arrival_s": t_ms / 1000, "prompt_tokens": prompt, "output_tokens": output,
+                "hash_ids": hashes}
+    # An insertion that ends inside one of SGLang's nodes splits it (the part after it gets a fresh access
+    # time), which decides what a later eviction keeps (found by a review, 2026-12-06).
+    split_at_insert = [request(0, 0, 48, 2, [1, 2, 3]), request(1, 100, 32, 30, [1, 2]),
+                       request(2, 150, 32, 2, [10, 11]), request(3, 500, 60, 2, [20, 21, 22, 23]),
+                       request(4, 700, 32, 2, [10, 11]), request(5, 800, 48, 2, [1, 2, 3])]
+    opts = dict(ignore_eos=False, prefill_cost_s=0.005, decode_cost_s=0.01, trace_block_size=16,
+                clip_max_new_tokens=4096)
+    return [("trace_split_at_insert_end", {**DEFAULTS, "max_total_tokens": 155, "context_length": 128},
+             split_at_insert, opts)]
+
+
 def oracle_requests(reqs: list[dict], trace_block_size: int | None = None) -> list[dict]:
     out = []
     for i, r in enumerate(reqs):
@@ -401,7 +418,7 @@ def main() -> None:
     args = ap.parse_args()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stale = False
-    for name, cfg, reqs, opts in streams() + mocker_streams():
+    for name, cfg, reqs, opts in streams() + mocker_streams() + trace_streams():
         if args.only and name not in args.only:
             continue
         golden = (record_mode_costs if "prefill_cost_s" in opts else record)(args.python, name, cfg, reqs, opts)
