@@ -763,11 +763,11 @@ class SglangScheduler:
     def decode_run(self) -> tuple[list[Request], list[int]] | None:
         """The running requests in batch order, and the decode passes each has left, if every pass from now on
         is a plain decode pass of them until one of them finishes or something is placed on the rank: nothing
-        waits or is mid-chunk, no P/D handoff is pending, no overlap loop, every request past the decode that
-        delivers a P/D handoff's first token; none on a rank with nothing at all (it plans empty passes). Else
-        None."""
-        if (self.waiting or self.chunked is not None or self.prealloc or self.transferring or self.handoffs
-                or self.config.overlap):
+        waits or is mid-chunk, no P/D request waits for its reservation or has its KV arrived (one whose KV is
+        on its way stays out of the passes: its arrival is a placement, which ends a run), no overlap loop,
+        every request past the decode that delivers a P/D handoff's first token; none on a rank with nothing
+        running (it plans empty passes). Else None."""
+        if self.waiting or self.chunked is not None or self.prealloc or self.handoffs or self.config.overlap:
             return None
         states = self._states
         left = []
