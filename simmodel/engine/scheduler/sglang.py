@@ -8,11 +8,13 @@ Plain Python, no time passes inside. Rules (``docs/sglang.md``; the mocker's in
    requests decode one token each;
 2. per pass a chunk budget (``chunked_prefill_size // attention_data``) and ``max_prefill_tokens``, both
    charged each extend in whole pages; a request whose pages do not fit the rest of the chunk budget is
-   cut at the last whole page that does and resumed first next pass;
+   cut at the last whole page that does (with ignore_eos and the radix cache off: at the budget) and
+   resumed first next pass, whose chunk takes the budget as it is;
 3. a radix cache of pages of ``page_size`` tokens (:mod:`simmodel.engine.radix_cache`, whose units are
    pages): the hit is matched once per (re)admission (whole pages, capped at the sequence length - 1),
-   the prompt's whole pages are inserted at the end of its prefill pass, decoded pages as they fill,
-   finished sequences stay cached and evictable; a last partial page is the request's own;
+   the prompt's whole pages are inserted at the end of its prefill pass, its decoded pages when it
+   finishes, finished sequences stay cached and evictable; until then a request's decoded pages and a
+   last partial page are its own;
 4. admission while ``extend + clipped output + page < available + evictable - reservations``, where running
    requests reserve ``clipped remaining output * new_token_ratio`` and each admitted one its extend in
    whole pages, one page and full clipped output; a refusal for want of KV marks the batch full until a
