@@ -52,11 +52,11 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         longest = min(role.context_length for role in roles.values()) - 1
         page = dec.kv_cache.block_size
         needed = -(-longest // page) * page + 512
-        if dec.num_kv_blocks * page < needed:
+        if dec.kv_tokens_per_rank < needed:
             raise ScenarioError(f"engine.workers.decode.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
                                 f"KV (in whole pages) plus 512 tokens for its decoding "
                                 f"(SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs at least {needed} tokens for a "
-                                f"{longest}-token prompt; it has {dec.num_kv_blocks * page}")
+                                f"{longest}-token prompt; it has {dec.kv_tokens_per_rank}")
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None

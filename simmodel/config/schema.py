@@ -361,6 +361,11 @@ class WorkerRole:
     vision: VisionSpec | None = None
     """SGLang: images encoded on this worker's GPUs."""
 
+    @property
+    def kv_tokens_per_rank(self) -> int:
+        """The tokens an attention-DP rank's KV holds: its blocks (SGLang's pages) of ``kv_cache.block_size``."""
+        return self.num_kv_blocks * self.kv_cache.block_size
+
 
 @dataclass(frozen=True, slots=True)
 class Engine:

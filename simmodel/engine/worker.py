@@ -146,6 +146,13 @@ class Worker:
         """Every request placed so far has been seen by a plan (see ``_sleep_until_work``)."""
         self._placed_at_plan = self._num_placed
 
+    def _plan_ranks(self, at: int | None = None) -> list[SchedulerOutput]:
+        """Every rank plans its next pass now (or as at ``at``: ``Rank.plan``), as the ranks do once the
+        barrier releases them, for a pass the worker's loop runs next."""
+        plans = [rank.plan(at=at) for rank in self.ranks]
+        self.mark_planned()
+        return plans
+
     def has_requests(self) -> bool:
         return any(rank.has_requests() for rank in self.ranks)
 
@@ -309,8 +316,10 @@ class Worker:
         plan admits (``Run.takes_placements``), else it ends there, handing the loop the plan if it was made
         already. Returns the passes left in flight, and the plans of the pass after them if made already."""
         lag = run.lag
+        ends_at_placement = not run.takes_placements and not lag  # (a plan seeing a placement may prefill)
         horizon = self._limited_run()
         d = 0
+        plan_now = False
         self._start_row(run, lag, delivered=0)
         while True:
             yield Late(self.env, int(run.end[d]) - self.env.now)
@@ -320,19 +329,15 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
-            if not run.takes_placements and not lag and self._placed_since_plan:
+            if ends_at_placement and self._placed_since_plan:
                 break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
-                if not run.takes_placements and not lag and self._placed_since_plan:
-                    # Placed by what the callbacks set going, within the hop the barrier's release takes: the
-                    # ranks plan now, as they would once released, and the loop runs that pass.
-                    self._open_run = None
-                    self._size_next_run(d + 1, length)
-                    in_flight = run.close(d + 1)
-                    plans = [rank.plan() for rank in self.ranks]
-                    self.mark_planned()
-                    return in_flight, plans
+                # Placed by what the callbacks set going, within the hop the barrier's release takes: the ranks
+                # plan now, as they would once released, and the loop runs that pass.
+                plan_now = ends_at_placement and self._placed_since_plan
+                if plan_now:
+                    break
             placed = self._placed_since_plan
             if placed and not run.takes_placements:
                 break
@@ -356,7 +361,8 @@ class Worker:
             d += 1
         self._open_run = None
         self._size_next_run(d + 1, length)
-        return run.close(d + 1), None
+        in_flight = run.close(d + 1)
+        return in_flight, (self._plan_ranks() if plan_now else None)
 
     def _start_row(self, run: Run | AsyncRun, row: int, delivered: int) -> None:
         """Start a row of a run applied as its passes end, ``delivered`` rows having been delivered."""
@@ -430,8 +436,7 @@ class Worker:
         source = self.arrivals
         while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
-            plans = [rank.plan(at=end) for rank in self.ranks]  # planning schedules nothing
-            self.mark_planned()
+            plans = self._plan_ranks(at=end)  # planning schedules nothing
             if all(plan.is_empty for plan in plans):
                 return end, plans
             run = PLANNERS[self.ranks[0].scheduler.planner][0](self, horizon, plans, start=end)

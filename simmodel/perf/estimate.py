@@ -87,7 +87,7 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
                                           "load": {"type": "concurrency", "concurrency": 1}, "stop": {"requests": 1}}}
     role = parse_scenario(data, Path.cwd()).engine.workers["aggregated"]
     timing = make_timing(role)
-    capacity = float(role.num_kv_blocks * role.kv_cache.block_size)
+    capacity = float(role.kv_tokens_per_rank)
     limit = role.context_length
     if input_tokens is not None and output_tokens is not None:
         if input_tokens >= limit:

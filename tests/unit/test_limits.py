@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from factories import make_scenario
 
 from simmodel.config.load import parse_scenario
+from simmodel.engine.planner.running import rows_within
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.sim import Simulation
 
@@ -51,3 +54,17 @@ def test_limit_rules(limits, traffic, message):
     with pytest.raises(ScenarioError) as info:
         parse_scenario(make_scenario(traffic=traffic, limits=limits), Path("."))
     assert message in str(info.value)
+
+
+def test_a_run_takes_the_rows_that_end_before_the_horizon_and_start_within_the_time_limit():
+    """Passes ending at 10, 20, 30, 40 ns, the first starting at 0 (row k starts where row k − 1 ends)."""
+    end = np.array([10, 20, 30, 40])
+    assert rows_within(end, 4, float("inf"), None, 0) == 4
+    assert rows_within(end, 4, 25, None, 0) == 2       # rows ending at 10 and 20 end before 25
+    assert rows_within(end, 4, 20, None, 0) == 1       # a row ending at the horizon itself is left out
+    assert rows_within(end, 3, float("inf"), None, 0) == 3
+    limit = SimpleNamespace(max_time_ns=15)            # rows starting at 0 and 10 start within it, 20 does not
+    assert rows_within(end, 4, float("inf"), limit, 0) == 2
+    assert rows_within(end, 4, 15, limit, 0) == 1      # the horizon cuts first
+    assert rows_within(end, 4, float("inf"), limit, 16) == 0  # the run would start past the limit
+    assert rows_within(end, 0, float("inf"), limit, 0) == 0

@@ -9,6 +9,7 @@ to whole pages).
 from __future__ import annotations
 
 from simmodel.engine.radix_cache import MixedPage, PageRun, RadixCache, mooncake_segments, page_segments
+from simmodel.engine.scheduler.sglang import new_pages
 
 
 def test_page_segments_runs_mixed_pages_and_a_dropped_tail() -> None:
@@ -47,3 +48,16 @@ def test_mooncake_blocks_are_runs_of_pages() -> None:
     cache.insert(a)
     b = page_segments(mooncake_segments([1, 2, 4], 192, 64), 16)
     assert cache.match_length(b) == 8
+
+
+def test_new_pages_continue_the_last_partial_page() -> None:
+    # Pages of 4. A 3-token context has one page with one free slot: a 4th token fills it (no new page), a
+    # 5th opens a second (1 page for 2 tokens). A context of exactly 4 tokens has no free slot: the next
+    # token opens a page. From nothing, 9 tokens take ceil(9 / 4) = 3 pages; no tokens take none.
+    assert new_pages(3, 1, 4) == 0
+    assert new_pages(3, 2, 4) == 1
+    assert new_pages(4, 1, 4) == 1
+    assert new_pages(0, 9, 4) == 3
+    assert new_pages(7, 0, 4) == 0
+    # Pages of one token: every token is a page.
+    assert new_pages(5, 3, 1) == 3

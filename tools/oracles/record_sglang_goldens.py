@@ -324,46 +324,46 @@ def hashed_token_ids(hash_ids: list[int], num_tokens: int, block: int) -> list[i
     return ids[:num_tokens]
 
 
-def record_mode_costs(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
-    """One mocker stream through ``sglang_mode_costs.py`` in its own process; the golden's records."""
+def run_oracle(name: str, cmd: list[str], inputs: dict[str, object], env: dict | None = None) -> list[dict]:
+    """Run an oracle script in its own process on JSON ``inputs`` (written to ``<key>.json`` in a temporary
+    folder; ``{key}`` in ``cmd`` is that file's path, ``{out}`` the trace's); the records it writes."""
     with tempfile.TemporaryDirectory() as tmp:
-        req_path, cfg_path, out_path = Path(tmp, "requests.json"), Path(tmp, "config.json"), Path(tmp, "trace.jsonl")
-        req_path.write_text(json.dumps(oracle_requests(reqs, opts["trace_block_size"])))
-        cfg_path.write_text(json.dumps(cfg))
-        cmd = [python, str(Path(__file__).with_name("sglang_mode_costs.py")), "--requests", str(req_path),
-               "--config", str(cfg_path), "--prefill-cost-s", repr(opts["prefill_cost_s"]),
-               "--decode-cost-s", repr(opts["decode_cost_s"]), "--clip-max-new-tokens",
-               str(opts["clip_max_new_tokens"]), "--out", str(out_path)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
-                                                                        "SGLANG_ORACLE_DIR": str(ORACLE_DIR)})
+        paths = {key: Path(tmp, f"{key}.json") for key in inputs}
+        for key, value in inputs.items():
+            paths[key].write_text(json.dumps(value))
+        out_path = Path(tmp, "trace.jsonl")
+        done = subprocess.run([arg.format(**paths, out=out_path) for arg in cmd], capture_output=True, text=True,
+                              env=env)
         if done.returncode != 0 or not out_path.exists():
             raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
-        lines = [json.loads(line) for line in out_path.read_text().splitlines()]
+        return [json.loads(line) for line in out_path.read_text().splitlines()]
+
+
+def record_mode_costs(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
+    """One mocker stream through ``sglang_mode_costs.py`` in its own process; the golden's records."""
+    cmd = [python, str(Path(__file__).with_name("sglang_mode_costs.py")), "--requests", "{requests}",
+           "--config", "{config}", "--prefill-cost-s", repr(opts["prefill_cost_s"]),
+           "--decode-cost-s", repr(opts["decode_cost_s"]), "--clip-max-new-tokens",
+           str(opts["clip_max_new_tokens"]), "--out", "{out}"]
+    lines = run_oracle(name, cmd, {"requests": oracle_requests(reqs, opts["trace_block_size"]), "config": cfg},
+                       env={**os.environ, "SGLANG_ORACLE_DIR": str(ORACLE_DIR)})
     return golden_of(name, lines, cfg, reqs, {**opts, "forward_cost_s": None, "per_token_cost_s": None,
                                               "sparse_steps": True})
 
 
 def record(python: str, name: str, cfg: dict, reqs: list[dict], opts: dict) -> dict:
     """One stream through the oracle in its own process; the golden's records."""
-    with tempfile.TemporaryDirectory() as tmp:
-        req_path, out_path = Path(tmp, "requests.json"), Path(tmp, "trace.jsonl")
-        req_path.write_text(json.dumps(oracle_requests(reqs)))
-        cmd = [python, str(ORACLE_DIR / "sglang_sched_oracle.py"), "--requests", str(req_path), "--out",
-               str(out_path), "--forward-cost-s", repr(opts["forward_cost_s"]),
-               "--per-token-cost-s", repr(opts["per_token_cost_s"])]
-        for key, value in cfg.items():
-            flag = "--" + key.replace("_", "-")
-            if isinstance(value, bool):
-                cmd += [flag] if value else []
-            elif value is not None:
-                cmd += [flag, str(value)]
-        if opts["ignore_eos"]:
-            cmd.append("--ignore-eos")
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not out_path.exists():
-            raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
-        lines = [json.loads(line) for line in out_path.read_text().splitlines()]
-    return golden_of(name, lines, cfg, reqs, opts)
+    cmd = [python, str(ORACLE_DIR / "sglang_sched_oracle.py"), "--requests", "{requests}", "--out", "{out}",
+           "--forward-cost-s", repr(opts["forward_cost_s"]), "--per-token-cost-s", repr(opts["per_token_cost_s"])]
+    for key, value in cfg.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            cmd += [flag] if value else []
+        elif value is not None:
+            cmd += [flag, str(value)]
+    if opts["ignore_eos"]:
+        cmd.append("--ignore-eos")
+    return golden_of(name, run_oracle(name, cmd, {"requests": oracle_requests(reqs)}), cfg, reqs, opts)
 
 
 def golden_of(name: str, lines: list[dict], cfg: dict, reqs: list[dict], opts: dict) -> dict:

@@ -32,8 +32,7 @@ class SglangBackend:
     @staticmethod
     def max_prompt_tokens(scenario: Scenario) -> int:
         """SGLang refuses a prompt at ``max_req_len = min(context_length, KV tokens) − 1``."""
-        return min(min(role.context_length, role.num_kv_blocks * role.kv_cache.block_size) - 1
-                   for role in scenario.engine.workers.values())
+        return min(min(role.context_length, role.kv_tokens_per_rank) - 1 for role in scenario.engine.workers.values())
 
     def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
         """The per-pass prefill budget is SGLang's ``chunked_prefill_size`` (8192), or the role's
@@ -45,7 +44,7 @@ class SglangBackend:
         on_worker = images and role.name == sim.front_role  # images are encoded on the front role
         chunk = role.scheduler.max_batched_tokens if (role.host_loop or on_worker) else spec.chunked_prefill_size
         trace_block = getattr(sim.scenario.traffic.source, "block_size", 64)
-        kv_tokens = role.num_kv_blocks * role.kv_cache.block_size  # (pages of block_size tokens)
+        kv_tokens = role.kv_tokens_per_rank  # (pages of block_size tokens)
         cfg = SglangSchedulerConfig(
             max_running_requests=role.scheduler.max_sequences, chunked_prefill_size=chunk,
             max_prefill_tokens=spec.max_prefill_tokens, schedule_policy=spec.schedule_policy,

@@ -15,7 +15,7 @@ import numpy as np
 from simmodel.engine.clock import clock_ns, fits_clock
 from simmodel.engine.planner.admissions import Admissions
 from simmodel.engine.planner.recording import Recording
-from simmodel.engine.planner.running import RunningRequests
+from simmodel.engine.planner.running import RunningRequests, rows_within
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
 
@@ -234,18 +234,7 @@ class Run(Admissions, Recording):
 
     def valid(self, horizon: float) -> int:
         """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
-        v = min(self.cap, self.last, self.rows)
-        end = self.end[:v]
-        last = end[v - 1] if v else None  # (a search only where the last row reaches a bound)
-        if last is not None and last >= horizon:
-            v = int(end.searchsorted(horizon, side="left"))
-        limits = self.worker.limits
-        if limits is not None:
-            if self.now > limits.max_time_ns:
-                return 0
-            if last is not None and last > limits.max_time_ns:
-                v = min(v, 1 + int(end.searchsorted(limits.max_time_ns, side="right")))
-        return v
+        return rows_within(self.end, min(self.cap, self.last, self.rows), horizon, self.worker.limits, self.now)
 
     def _kv_check(self, k: int) -> None:
         """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more

@@ -133,9 +133,31 @@ class RunningRequests:
 
     def per_rank(self, matrix: np.ndarray) -> np.ndarray:
         """Row sums of a (passes, requests) matrix per rank, shape (passes, ranks)."""
-        if len(self.ranks) == 1:
-            return matrix.sum(axis=1)[:, None]
-        return np.stack([matrix[:, a:b].sum(axis=1) for a, b in zip(self.bounds, self.bounds[1:])], axis=1)
+        return per_rank_sums(matrix, self.bounds)
+
+
+def per_rank_sums(matrix: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """Row sums of a (passes, requests) matrix per rank, the requests of rank r in columns
+    ``bounds[r]:bounds[r + 1]``; shape (passes, ranks)."""
+    if len(bounds) == 2:
+        return matrix.sum(axis=1)[:, None]
+    return np.stack([matrix[:, a:b].sum(axis=1) for a, b in zip(bounds, bounds[1:])], axis=1)
+
+
+def rows_within(end: np.ndarray, rows: int, horizon: float, limits, start: int) -> int:
+    """Of a run's first ``rows`` rows (their passes ending at ``end``, the first starting at ``start``), how
+    many it may take: each ends before ``horizon`` and starts within the time limit of ``limits``."""
+    end = end[:rows]
+    last = end[rows - 1] if rows else None  # (a search only where the last row reaches a bound)
+    v = rows
+    if last is not None and last >= horizon:
+        v = int(end.searchsorted(horizon, side="left"))
+    if limits is not None:
+        if start > limits.max_time_ns:
+            return 0
+        if last is not None and last > limits.max_time_ns:
+            v = min(v, 1 + int(end.searchsorted(limits.max_time_ns, side="right")))
+    return v
 
 
 def joined(labels: list[tuple[str, ...]]) -> list[str]:

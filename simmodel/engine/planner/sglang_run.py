@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.clock import clock_ns
-from simmodel.engine.planner.running import MAX_RUN
+from simmodel.engine.planner.running import MAX_RUN, per_rank_sums, rows_within
 from simmodel.engine.recorder import Event, EventKind, PassEnd, PassRecord
+from simmodel.engine.scheduler.sglang import new_pages
 from simmodel.perf.timing import DECODE, PassSums
 
 if TYPE_CHECKING:
@@ -105,11 +106,12 @@ class DecodeRun:
         page = self.page = self.scheds[0].page
         j = np.arange(rows)[:, None]
         active = self.left > j
-        self.active = self._per_rank(active)
+        self.active = per_rank_sums(active, self.bounds)
         """Requests each row decodes, per rank (rows, ranks)."""
-        self.pages = self.active if page == 1 else self._per_rank(active & ((self.context + j) % page == 0))
+        self.pages = self.active if page == 1 else per_rank_sums(active & ((self.context + j) % page == 0),
+                                                                        self.bounds)
         """New pages each row takes per rank (a decode takes one where its sequence has filled its last page)."""
-        contexts = self._per_rank(active * (self.context + j))
+        contexts = per_rank_sums(active * (self.context + j), self.bounds)
         table = self.table = np.zeros((rows * R, 10))
         cells = table.reshape(rows, R, 10)
         cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = self.active
@@ -130,13 +132,6 @@ class DecodeRun:
         self.used_at: list[list[int]] = [[]] * rows
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
-
-    def _per_rank(self, matrix: np.ndarray) -> np.ndarray:
-        """Row sums of a (rows, columns) matrix per rank, shape (rows, ranks)."""
-        if self.num_ranks == 1:
-            return matrix.sum(axis=1)[:, None]
-        b = self.bounds
-        return np.stack([matrix[:, lo:hi].sum(axis=1) for lo, hi in zip(b, b[1:])], axis=1)
 
     def _free_rows(self) -> int:
         """Rows before the first planned with a rank short of a free page per request it decodes (SGLang would
@@ -173,17 +168,7 @@ class DecodeRun:
     def valid(self, horizon: float) -> int:
         """Rows the run may take: up to the first short of pages (or a finish that may not call back inside),
         each ending before ``horizon`` and starting within the time limit."""
-        v = min(self.cap, self.rows)
-        end = self.end[:v]
-        if v and end[v - 1] >= horizon:
-            v = int(end.searchsorted(horizon, side="left"))
-        limits = self.worker.limits
-        if limits is not None:
-            if self.start0 > limits.max_time_ns:
-                return 0
-            if v and end[v - 1] > limits.max_time_ns:
-                v = min(v, 1 + int(end.searchsorted(limits.max_time_ns, side="right")))
-        return v
+        return rows_within(self.end, min(self.cap, self.rows), horizon, self.worker.limits, self.start0)
 
     # -- rows, as their passes start and end ------------------------------------------------------------
 
@@ -264,11 +249,7 @@ class DecodeRun:
 
     def _pages_of(self, i: int, rows: int) -> int:
         """Pages column i's decodes in rows 0..rows − 1 took (one where its context was a multiple of a page)."""
-        n = min(rows, int(self.left[i]))
-        if n <= 0:
-            return 0
-        c, page = int(self.context[i]), self.page
-        return (c + n - 1) // page - (c - 1) // page
+        return new_pages(int(self.context[i]), max(min(rows, int(self.left[i])), 0), self.page)
 
     def _deliver(self, i: int, delivered: int, planned: int) -> None:
         """Column i's request once ``delivered`` of the run's rows delivered their tokens, ``planned`` planned."""

@@ -56,6 +56,12 @@ IN_BATCH_PREFIX_THRESHOLD = 32
 WAITING_PREFIX_REFRESH_INTERVAL = 32
 
 
+def new_pages(context: int, num_tokens: int, page: int) -> int:
+    """The pages a sequence of ``context`` tokens takes for ``num_tokens`` more, continuing its last partial
+    page (SGLang's ``alloc_extend`` / ``alloc_decode``): ``ceil((context + new) / P) − ceil(context / P)``."""
+    return -context // page - -(context + num_tokens) // page
+
+
 @dataclass(frozen=True, slots=True)
 class SglangSchedulerConfig:
     """The SGLang server arguments (and environment variables) its scheduler reads, per engine."""
@@ -235,16 +241,16 @@ class SglangScheduler:
         """SGLang's ``evictable_size()``: cached pages nobody locks, in tokens."""
         return self.cache.num_evictable * self.page
 
-    def _ceil_pages(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page)
+    def _ceil_pages(self, num_tokens: float) -> int:
+        return int(-(-num_tokens // self.page))
 
-    def _paged(self, num_tokens: float) -> float:
+    def _paged(self, num_tokens: float) -> int:
         """Tokens rounded up to whole pages (SGLang's ``ceil_paged_tokens``)."""
-        return -(-num_tokens // self.page) * self.page
+        return self._ceil_pages(num_tokens) * self.page
 
     def _make_free_tokens(self, num_tokens: float) -> None:
         """SGLang's ``evict_from_tree_cache``: evict whole nodes until ``num_tokens`` are free, if they can be."""
-        self.cache.make_free(-int(-num_tokens // self.page))
+        self.cache.make_free(self._ceil_pages(num_tokens))
 
     def add_request(self, request: Request) -> None:
         self._state(request)
@@ -564,7 +570,7 @@ class SglangScheduler:
         extend = sum(take for _, _, take in batch)
         self._make_free_tokens(extend + (len(batch) * page if page > 1 else 0))
         for r, ctx, take in batch:
-            pages = self._ceil_pages(ctx + take) - self._ceil_pages(ctx)
+            pages = new_pages(ctx, take, page)
             if not cache.allocate(pages):
                 # SGLang itself stops here ("Prefill out of memory"): its admission reserved too little for
                 # the outputs of running requests (clip_max_new_tokens / new_token_ratio), and a chunk of an
@@ -718,7 +724,7 @@ class SglangScheduler:
             prefill = not decode
             st = states.get(r)
             computed = ctx + new
-            pages = -ctx // page - -computed // page  # (the pages this entry allocated)
+            pages = new_pages(ctx, new, page)  # (the pages this entry allocated)
             if st is None or r.status is not RequestStatus.RUNNING or st.allocated < pages:
                 # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
                 if st is not None:
