@@ -197,7 +197,11 @@ def test_domain_values():
     for bad, rule in (({"choices": []}, "non-empty"), ({"choices": [1, 1]}, "distinct"),
                       ({"range": {"min": 5, "max": 1}}, "at least min"), ({"range": {"min": 0, "max": 4, "scale": "log"}},
                                                                           "positive on a log scale"),
-                      ({"range": {"min": 0.5, "max": 2}}, "step: required")):
+                      ({"range": {"min": 0.5, "max": 2}}, "step: required"),
+                      # Numbers of more digits than Python turns into text are refused by name, not a ValueError.
+                      ({"range": {"min": 16**5000, "max": 2}}, "min: must be a number, got a value too large"),
+                      ({"range": {"min": 1, "max": 2, "scale": 16**5000}}, "scale: must be one of linear, log, got a"),
+                      ({"range": {"min": 1, "max": 2, "step": 16**5000}}, "step: must be a positive number, got a")):
         with pytest.raises(ScenarioError, match=rule):
             domain_values("x", bad)
     assert find_domains({"a": {"b": [1, {"choices": [1]}]}, "c": {"range": {"min": 1, "max": 2}}}) == [
@@ -581,6 +585,18 @@ def test_more_bad_search_input_is_one_line_and_exit_2(tmp_path, change, message)
     assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_mode_of_more_digits_than_python_prints_is_one_line_and_exit_2(tmp_path):
+    # YAML reads 0x and 5,000 f's as one integer, past the 4,300 digits Python turns into text: the message says
+    # so instead of failing to print it (a ValueError that escaped before).
+    path = write(tmp_path, search())
+    path.write_text(path.read_text().replace("engine:\n", "engine:\n  mode: 0x" + "f" * 5000 + "\n", 1))
+    proc = simmodel("recommend", "-c", str(path), "--output-dir", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.strip().endswith("engine.mode: must be one of aggregated, disaggregated, got a value too "
+                                        "large to show")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
 def test_huge_spaces_random_draws_and_grid_cap(tmp_path):

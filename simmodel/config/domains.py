@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from simmodel.config.node import finite_number
+from simmodel.config.node import _show, finite_number
 from simmodel.errors import ScenarioError
 
 DOMAIN_KEYS = ("choices", "range")
@@ -78,17 +78,17 @@ def domain_values(path: str, domain: dict) -> list:
         raise ScenarioError(f"{at}.{sorted(unknown)[0]}: unknown field (allowed here: max, min, scale, step)")
     scale = spec.get("scale", "linear")
     if scale not in ("linear", "log"):
-        raise ScenarioError(f"{at}.scale: must be one of linear, log, got {scale!r}")
+        raise ScenarioError(f"{at}.scale: must be one of linear, log, got {_show(scale)}")
     for key in ("min", "max"):
         if not finite_number(spec.get(key)):
-            raise ScenarioError(f"{at}.{key}: must be a number, got {spec.get(key)!r}")
+            raise ScenarioError(f"{at}.{key}: must be a number, got {_show(spec.get(key))}")
     lo, hi = spec["min"], spec["max"]
     integers = isinstance(lo, int) and isinstance(hi, int)
     step = spec.get("step", 2 if scale == "log" else (1 if integers else None))
     if step is None:
         raise ScenarioError(f"{at}.step: required when min or max is not an integer")
     if not finite_number(step) or step <= 0:
-        raise ScenarioError(f"{at}.step: must be a positive number, got {step!r}")
+        raise ScenarioError(f"{at}.step: must be a positive number, got {_show(step)}")
     if hi < lo:
         raise ScenarioError(f"{at}.max: must be at least min ({lo}), got {hi}")
     integers = integers and isinstance(step, int)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from simmodel.config.domains import RECOMMEND_SECTIONS, domain_values, find_domains, is_domain
+from simmodel.config.node import _show
 from simmodel.errors import ScenarioError
 from simmodel.perf.models import ModelSpec
 
@@ -108,7 +109,7 @@ def _mapping(role: dict, key: str, at: str) -> dict:
     if value is None:
         value = role[key] = {}
     if not isinstance(value, dict):
-        raise ScenarioError(f"{at}.{key}: must be a mapping, got {value!r}")
+        raise ScenarioError(f"{at}.{key}: must be a mapping, got {_show(value)}")
     return value
 
 
@@ -175,7 +176,7 @@ class SearchSpace:
         self.modes = domain_values("engine.mode", mode) if is_domain(mode) else [mode]
         for value in self.modes:
             if not isinstance(value, str) or value not in ROLES:
-                raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {value!r}")
+                raise ScenarioError(f"engine.mode: must be one of aggregated, disaggregated, got {_show(value)}")
         self.grids: list[tuple[dict, list[Dimension]]] = []
         for value in self.modes:
             per_mode = copy.deepcopy(base)
