@@ -1,14 +1,15 @@
 """``engine``: what serves the traffic. The mode (aggregated, or disaggregated prefill and decode), model,
-hardware, backend, context length, seed and speculative decoding shared by every worker; one worker
-role per mode (``simmodel.config.workers``); the P→D KV transfer; and the bounds on the whole
-deployment (GPUs, prefix-caching KV blocks) summed over its roles.
+hardware, backend (its rules: ``backends``), context length, seed and speculative decoding shared by every
+worker; one worker role per mode (``simmodel.config.workers``); the P→D KV transfer; and the bounds on the
+whole deployment (GPUs; the backend's own, such as prefix-caching KV blocks) summed over its roles.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from simmodel.config.bounds import MAX_CACHED_BLOCKS, MAX_GPUS
+from simmodel.config.backends import BACKEND_RULES, deployment_total
+from simmodel.config.bounds import MAX_GPUS
 from simmodel.config.node import _Node
 from simmodel.config.registries import _hardware, _model, _role_hardware
 from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, WorkerRole
@@ -21,18 +22,14 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
     model_id, model = _model(node, base_dir)
     hardware_id, hardware = _hardware(node, base_dir)
-    backend = node.choice("backend", ("vllm", "sglang"), "vllm")
+    backend = node.choice("backend", tuple(BACKEND_RULES), "vllm")
+    rules = BACKEND_RULES[backend]
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
-    if backend == "sglang" and not chunked:
-        raise ScenarioError(f"{node.at('enable_chunked_prefill')}: SGLang always chunks long prompts "
-                            f"(chunked_prefill_size); false is only accepted with backend vllm")
     seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
     speculation = _speculation(node, seed)
-    if backend == "sglang" and speculation is not None:
-        key = "speculation" if speculation.kind == "ngram" else "nextn"
-        raise ScenarioError(f"{node.at(key)}: speculative decoding is not yet modeled for backend sglang")
+    rules.check_engine(node, chunked, speculation)
     workers = node.node("workers", required=True)
     names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
     roles = {}
@@ -42,21 +39,10 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
         if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
-                              backend, mode, base_dir)
+                              backend, base_dir)
     _check_gpu_count(workers, roles)
-    if backend == "vllm":
-        _check_cached_blocks(workers, roles)
+    rules.check_roles(workers, roles, mode)
     workers.done()
-    if backend == "sglang" and mode == "disaggregated":
-        dec = roles["decode"]
-        longest = min(role.context_length for role in roles.values()) - 1
-        page = dec.kv_cache.block_size
-        needed = -(-longest // page) * page + 512
-        if dec.kv_tokens_per_rank < needed:
-            raise ScenarioError(f"engine.workers.decode.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
-                                f"KV (in whole pages) plus 512 tokens for its decoding "
-                                f"(SGLANG_NUM_RESERVED_DECODE_TOKENS), so it needs at least {needed} tokens for a "
-                                f"{longest}-token prompt; it has {dec.kv_tokens_per_rank}")
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
@@ -65,38 +51,15 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
                   dtype, transfer, speculation)
 
 
-def _deployment_total(roles: dict[str, WorkerRole], count) -> tuple[int, str]:
-    """``count`` summed over the roles, and the role that holds the most (the one a message names)."""
-    counts = {name: count(role) for name, role in roles.items()}
-    return sum(counts.values()), max(counts, key=counts.__getitem__)
-
-
 def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:
     """The deployment's GPUs (every role's replicas × GPUs per worker) are at most ``MAX_GPUS``; the
     message names the replicas of the role with the most GPUs, the knob that multiplies them."""
-    total, largest = _deployment_total(roles, lambda role: role.parallelism.gpu_count)
+    total, largest = deployment_total(roles, lambda role: role.parallelism.gpu_count)
     if total <= MAX_GPUS:
         return
     raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment would use {total:,} GPUs; "
                         f"at most {MAX_GPUS:,} (replicas × tensor × pipeline × attention_data × prefill_context, "
                         f"summed over the roles)")
-
-
-def _check_cached_blocks(workers: _Node, roles: dict[str, WorkerRole]) -> None:
-    """The deployment's prefix-caching KV blocks (replicas × attention_data × blocks per rank, summed over
-    the roles that cache) are at most ``MAX_CACHED_BLOCKS``: a run that would hold more is refused here
-    instead of running out of memory."""
-    def blocks(role: WorkerRole) -> int:
-        p = role.parallelism
-        return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
-
-    total, largest = _deployment_total(roles, blocks)
-    if total <= MAX_CACHED_BLOCKS:
-        return
-    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
-                        f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel keeps "
-                        f"each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} (about "
-                        f"10 GB): fewer replicas, a smaller kv_cache.capacity or a larger kv_cache.block_size")
 
 
 def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:

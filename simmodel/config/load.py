@@ -10,6 +10,7 @@ This module ties the parts together; each part of a scenario has its own parser 
     traffic.py      ``traffic``: source, load, stop; importers/ (a benchmark tool's workload file), catalog.py
                     (the ``builtin:`` traces a path may name)
     engine.py       ``engine``: mode, model, backend, speculation, KV transfer, deployment-wide bounds
+    backends.py     what differs per ``engine.backend``: its scheduler and host fields, KV unit, its own rules
     registries.py   ``engine.model`` and ``engine.hardware``: a registry id or a local file
     workers.py      ``engine.workers.<role>``: parallelism, KV cache and its capacity, the role's rules
     schedulers.py   ``….scheduler``: vLLM's and SGLang's scheduler knobs
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from simmodel.config.backends import BACKEND_RULES
 from simmodel.config.domains import reject_search
 from simmodel.config.engine import _engine
 from simmodel.config.evaluation import parse_evaluation
@@ -62,5 +64,5 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     limits = _limits(root.node("limits"), traffic)
     sla = parse_evaluation(root.node("evaluation"))
     root.done()
-    engine = _check_images(engine, traffic, base_dir)
+    engine = _check_images(engine, traffic, base_dir, BACKEND_RULES[engine.backend])
     return Scenario(traffic, engine, path, limits, sla)

@@ -1,31 +1,36 @@
 """``engine.workers.<role>.scheduler``: the knobs of vLLM's scheduler (token budget, sequence limit, long
 prefill threshold, async scheduling, full-prompt reservation, prefill schedule interval, pass launch) and
 of SGLang's (chunked prefill size, prefill token cap, schedule policy and conservativeness, new-token
-ratio); a field of one backend set on the other is refused.
+ratio); ``backends`` picks one by ``engine.backend`` and refuses the other's fields.
 """
 
 from __future__ import annotations
 
-from simmodel.config.node import _backend_only, _Node
+from simmodel.config.node import _Node
 from simmodel.config.schema import LaunchSpec, SchedulerSpec, SglangSchedulerSpec, SpeculationSpec
 from simmodel.errors import ScenarioError
 
-_SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness", "new_token_ratio",
-                     "clip_max_new_tokens", "prefill_decode_interval", "enable_mixed_chunk", "ignore_eos")
-_VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl",
-                   "prefill_schedule_interval", "launch")
+SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness",
+                    "new_token_ratio", "clip_max_new_tokens", "prefill_decode_interval", "enable_mixed_chunk",
+                    "ignore_eos")
+"""The ``scheduler`` fields only SGLang reads."""
+VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl", "prefill_schedule_interval",
+                  "launch")
+"""The ``scheduler`` fields only vLLM reads."""
 
 
-def _scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int = 256,
-               speculation: SpeculationSpec | None = None, backend: str = "vllm") -> SchedulerSpec:
-    if backend == "sglang":
-        _backend_only(node, _VLLM_SCHEDULER, backend, "vLLM")
-        spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", 8192),
-                             max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
-                             sglang=_sglang_scheduler(node))
-        node.done()
-        return spec
-    _backend_only(node, _SGLANG_SCHEDULER, backend, "SGLang")
+def sglang_scheduler(node: _Node, max_sequences: int) -> SchedulerSpec:
+    """SGLang's scheduler (its own knobs in ``SchedulerSpec.sglang``); it never schedules asynchronously here."""
+    spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", 8192),
+                         max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
+                         sglang=_sglang_knobs(node))
+    node.done()
+    return spec
+
+
+def vllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int,
+                   speculation: SpeculationSpec | None) -> SchedulerSpec:
+    """vLLM's scheduler, with the bounds vLLM itself enforces."""
     # vLLM turns async scheduling off with n-gram drafts; our async model does not verify drafts yet.
     asynchronous = node.bool("async_scheduling", speculation is None)
     if asynchronous and speculation is not None:
@@ -61,7 +66,7 @@ def _launch(node: _Node) -> LaunchSpec:
     return spec
 
 
-def _sglang_scheduler(node: _Node) -> SglangSchedulerSpec:
+def _sglang_knobs(node: _Node) -> SglangSchedulerSpec:
     ratio = node.node("new_token_ratio")
     base = SglangSchedulerSpec()
     spec = SglangSchedulerSpec(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from simmodel.config.node import _backend_only, _Node, _show, finite_number
+from simmodel.config.node import _Node, _show, finite_number
 from simmodel.config.schema import (
     Engine,
     FrontendSpec,
@@ -20,19 +21,20 @@ from simmodel.config.schema import (
 from simmodel.errors import ScenarioError
 from simmodel.frontend.stages import StageSpec
 
-_SGLANG_HOST = ("host_loop", "frontend", "host_profile", "vision")
+if TYPE_CHECKING:
+    from simmodel.config.backends import BackendRules
+
+SGLANG_HOST = ("host_loop", "frontend", "host_profile", "vision")
+"""The worker fields only SGLang reads."""
 
 
-def _sglang_host(node: _Node, backend: str, name: str, mode: str, p: Parallelism):
+def _sglang_host(node: _Node, name: str, p: Parallelism):
     """``host_loop``, ``frontend``, ``host_profile`` and ``vision`` of an SGLang aggregated or prefill worker.
 
     A ``host_profile``'s row depends on the traffic's images: it is read once the traffic is known
     (``_check_images``), which fills in ``frontend``."""
-    if backend != "sglang":
-        _backend_only(node, _SGLANG_HOST, backend, "SGLang")
-        return False, None, None, None
     if name == "decode":
-        for key in _SGLANG_HOST:
+        for key in SGLANG_HOST:
             if node.raw(key, None) is not None:
                 raise ScenarioError(f"{node.at(key)}: goes on workers.prefill in disaggregated mode (the decode "
                                     f"worker stays a plain worker)")
@@ -107,13 +109,14 @@ def _frontend(node: _Node) -> FrontendSpec:
     return FrontendSpec(tuple(stages), measured, "frontend")
 
 
-def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
-    """Rules that join the traffic's images and the SGLang worker that takes them; resolves host profiles."""
+def _check_images(engine: Engine, traffic: Traffic, base_dir: Path, rules: BackendRules) -> Engine:
+    """Rules that join the traffic's images and the SGLang worker that takes them (``rules``: the engine's
+    backend's, ``config.backends``); resolves host profiles."""
     images = getattr(traffic.source, "images", None)
     front = "prefill" if engine.mode == "disaggregated" else "aggregated"
     role = engine.workers[front]
     where = f"engine.workers.{front}"
-    if images is not None and engine.backend != "sglang":
+    if images is not None and not rules.encodes_images:
         raise ScenarioError("traffic.source.images: images are encoded by SGLang workers only; set engine.backend: "
                             "sglang")
     if images is None and role.vision is not None:
@@ -136,19 +139,7 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path) -> Engine:
             raise ScenarioError(f"traffic.source.images: {images.count} image(s) of {images.height}x{images.width} "
                                 f"are {tokens} visual tokens per request, leaving no room under {front} "
                                 f"context_length {role.context_length}")
-    sg = role.scheduler
-    if (engine.backend == "sglang" and (role.host_loop or images is not None) and sg.sglang is not None
-            and sg.sglang.chunked_prefill_size != 8192):
-        raise ScenarioError(f"{where}.scheduler.chunked_prefill_size: with host_loop or images encoded on the "
-                            f"worker, max_batched_tokens is the worker's chunked_prefill_size; set that instead")
-    if (engine.backend == "sglang" and sg.max_batched_tokens != 8192 and not role.host_loop and images is None):
-        raise ScenarioError(f"{where}.scheduler.max_batched_tokens: SGLang takes its prefill budget from "
-                            f"scheduler.chunked_prefill_size unless host_loop is on or images are encoded on "
-                            f"the worker; set chunked_prefill_size instead")
-    for name, other in engine.workers.items():
-        if name != front and engine.backend == "sglang" and other.scheduler.max_batched_tokens != 8192:
-            raise ScenarioError(f"engine.workers.{name}.scheduler.max_batched_tokens: has no effect on an "
-                                f"SGLang {name} worker; remove it")
+    rules.check_with_traffic(engine, traffic, front)
     profile = role.host_profile
     if profile is not None:
         from simmodel.frontend.host_profile import ImageKey, load_host_profile

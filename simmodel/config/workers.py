@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from simmodel.config.backends import BACKEND_RULES, BackendRules
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
 from simmodel.config.calibration import identity_of
 from simmodel.config.node import _Node
-from simmodel.config.schedulers import _scheduler
 from simmodel.config.schema import (
     CapacitySpec,
     KvCacheSpec,
@@ -21,10 +21,9 @@ from simmodel.config.schema import (
     SpeculationSpec,
     WorkerRole,
 )
-from simmodel.config.sglang_host import _sglang_host
 from simmodel.config.timing import _check_calibration, _timing
 from simmodel.errors import ScenarioError
-from simmodel.perf.capacity import cdiv, default_kv_blocks
+from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
 from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import ModelSpec
@@ -79,15 +78,16 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
             chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
-            backend: str = "vllm", mode: str = "aggregated", base_dir: Path | None = None) -> WorkerRole:
+            backend: str = "vllm", base_dir: Path | None = None) -> WorkerRole:
     startup = node.number("startup_seconds", 0.0)
     if startup:
         raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
                             f"this version does not model (worker counts are fixed); must be 0")
     context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model)
-    scheduler = _scheduler(node.node("scheduler"), context_length, chunked,
-                           max_sequences=1 if name == "prefill" else 256, speculation=speculation, backend=backend)
+    rules = BACKEND_RULES[backend]
+    scheduler = rules.scheduler(node.node("scheduler"), context_length, chunked,
+                                1 if name == "prefill" else 256, speculation)
     sg = scheduler.sglang
     if sg is not None and sg.enable_mixed_chunk and name != "aggregated":
         raise ScenarioError(f"{node.at('scheduler.enable_mixed_chunk')}: mixes a prefill chunk with running "
@@ -108,7 +108,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.chunked_prefill_size')}: is divided over the "
                             f"{parallelism.attention_data} attention-DP ranks, so it must be at least that; got "
                             f"{sg.chunked_prefill_size}")
-    host_loop, frontend, profile, vision = _sglang_host(node, backend, name, mode, parallelism)
+    host_loop, frontend, profile, vision = rules.host(node, name, parallelism)
     if sg is not None and sg.enable_mixed_chunk and host_loop:
         raise ScenarioError(f"{node.at('scheduler.enable_mixed_chunk')}: cannot be used with host_loop (the "
                             f"overlap loop with mixed passes is not modeled); set one of them")
@@ -123,7 +123,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
-    kv_cache = _kv_cache(node.node("kv_cache"), backend)
+    kv_cache = _kv_cache(node.node("kv_cache"), rules)
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
@@ -144,12 +144,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
-    needed = cdiv(context_length, kv_cache.block_size)
-    if backend == "sglang":  # an empty rank admits the longest prompt (context − 2) while it + a page < KV tokens
-        needed = cdiv(context_length + kv_cache.block_size - 1, kv_cache.block_size)
+    needed = rules.blocks_needed(context_length, kv_cache.block_size)
     if blocks < needed:
-        unit = "pages" if backend == "sglang" else "blocks"
-        held = f"{blocks} KV {unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
+        held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
                             f"rank more KV", category="kv_capacity")
@@ -171,9 +168,9 @@ def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: 
                             f"(kv_cache.block_size), or no prompt is ever prefilled; got {budget}")
 
 
-def _kv_cache(node: _Node, backend: str = "vllm") -> KvCacheSpec:
-    # SGLang's --page-size (1 by default): capacity blocks are its pages.
-    block_size = node.int("block_size", 1 if backend == "sglang" else 16)
+def _kv_cache(node: _Node, rules: BackendRules) -> KvCacheSpec:
+    # vLLM's 16-token blocks; SGLang's --page-size (1 by default): capacity blocks are its pages.
+    block_size = node.int("block_size", rules.default_block_size)
     prefix = node.bool("prefix_caching", True)
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
