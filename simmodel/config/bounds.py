@@ -5,6 +5,12 @@ well inside int64, and a typo of a few zeros fails at load instead of in memory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simmodel.config.schema import WorkerRole
+
 # Bounds that keep every count and every simulated time (integer nanoseconds) well inside int64.
 MAX_INT = 1_000_000_000
 MAX_NUMBER = 1e9
@@ -22,3 +28,9 @@ MAX_PARALLEL = {"tensor": 1024, "pipeline": 1024, "attention_data": 1024, "prefi
 at most 1024 GPUs (the largest NVLink domain announced, NVL576, is 576; no registry model has more than
 128 attention heads to shard); the MoE degrees multiply to tensor × attention_data, so they are bounded by
 the deployment. ``replicas`` is bounded by the deployment's GPU count (``MAX_GPUS``)."""
+
+
+def deployment_total(roles: dict[str, WorkerRole], count: Callable[[WorkerRole], int]) -> tuple[int, str]:
+    """``count`` summed over the roles, and the role that holds the most (the one a message names)."""
+    counts = {name: count(role) for name, role in roles.items()}
+    return sum(counts.values()), max(counts, key=counts.__getitem__)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simmodel.config.backends import BACKEND_RULES, deployment_total
-from simmodel.config.bounds import MAX_GPUS
+from simmodel.config.backends import BACKEND_RULES
+from simmodel.config.bounds import MAX_GPUS, deployment_total
 from simmodel.config.node import _Node
 from simmodel.config.registries import _hardware, _model, _role_hardware
 from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, WorkerRole
@@ -27,9 +27,10 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
+    rules.check_chunked(node, chunked)
     seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
     speculation = _speculation(node, seed)
-    rules.check_engine(node, chunked, speculation)
+    rules.check_speculation(node, speculation)
     workers = node.node("workers", required=True)
     names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
     roles = {}

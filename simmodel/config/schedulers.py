@@ -17,11 +17,14 @@ SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_poli
 VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl", "prefill_schedule_interval",
                   "launch")
 """The ``scheduler`` fields only vLLM reads."""
+DEFAULT_BATCHED_TOKENS = SchedulerSpec().max_batched_tokens
+"""``max_batched_tokens`` when unset (vLLM's ``max_num_batched_tokens`` as simmodel defaults it; SGLang's
+host loop takes it as its chunked prefill size)."""
 
 
 def sglang_scheduler(node: _Node, max_sequences: int) -> SchedulerSpec:
     """SGLang's scheduler (its own knobs in ``SchedulerSpec.sglang``); it never schedules asynchronously here."""
-    spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", 8192),
+    spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
                          max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
                          sglang=_sglang_knobs(node))
     node.done()
@@ -39,7 +42,7 @@ def vllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequence
         raise ScenarioError(f"{node.at('async_scheduling')}: true cannot be used with speculative decoding "
                             f"({reason}); leave it unset or false")
     spec = SchedulerSpec(
-        max_batched_tokens=node.int("max_batched_tokens", 8192),
+        max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
         max_sequences=node.int("max_sequences", max_sequences),
         long_prefill_token_threshold=node.int("long_prefill_token_threshold", 0, minimum=0),
         async_scheduling=asynchronous,

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from factories import make_scenario
 
-from simmodel.config.backends import BACKEND_RULES
+from simmodel.config import backends
+from simmodel.config.backends import BACKEND_RULES, VllmRules
 from simmodel.config.load import parse_scenario
 from simmodel.config.schedulers import SGLANG_SCHEDULER, VLLM_SCHEDULER
 from simmodel.config.sglang_host import SGLANG_HOST
+from simmodel.engine.backends import BACKENDS
 from simmodel.errors import ScenarioError
 
 
@@ -49,7 +51,24 @@ def test_each_backend_owns_its_fields_and_units():
         "SGLang", "pages", 1, True)
     assert vllm.scheduler_keys == VLLM_SCHEDULER and sglang.scheduler_keys == SGLANG_SCHEDULER
     assert vllm.host_keys == () and sglang.host_keys == SGLANG_HOST
-    assert not set(VLLM_SCHEDULER) & set(SGLANG_SCHEDULER)  # a field is one engine's or shared, never both
+
+
+def test_the_configuration_and_the_engine_name_the_same_engines_and_no_field_is_two_engines_own():
+    assert list(BACKEND_RULES) == list(BACKENDS)  # (a backend the config accepts is one the simulator builds)
+    assert all(rules.name == name for name, rules in BACKEND_RULES.items())
+    owned = [key for rules in BACKEND_RULES.values() for key in (*rules.scheduler_keys, *rules.host_keys)]
+    assert len(owned) == len(set(owned))
+
+
+def test_an_engine_added_to_the_table_refuses_only_its_own_fields_on_the_others(tmp_path, monkeypatch):
+    class ToyRules(VllmRules):  # a third engine with one scheduler knob of its own, vLLM's scheduler otherwise
+        name, label = "toy", "Toy"
+        scheduler_keys = ("toy_knob",)
+
+    monkeypatch.setattr(backends, "BACKEND_RULES", {**BACKEND_RULES, "toy": ToyRules()})
+    parse_scenario(make_scenario(), tmp_path)  # vLLM's own async_scheduling stays accepted on vLLM
+    with pytest.raises(ScenarioError, match=r"scheduler\.toy_knob: Toy only; engine\.backend is vllm$"):
+        parse_scenario(make_scenario(engine={"workers": {"aggregated": {"scheduler": {"toy_knob": 1}}}}), tmp_path)
 
 
 @pytest.mark.parametrize(("backend", "field", "owner"), [
