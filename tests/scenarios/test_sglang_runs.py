@@ -162,3 +162,33 @@ def test_decode_passes_run_in_runs():
     by_pass = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=False))
     in_runs = simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True))
     assert by_pass > 3 * 400 and in_runs < 1.5 * 400
+
+
+def test_a_run_goes_on_through_the_eviction_its_decodes_need(monkeypatch):
+    """One request at a time, 100 prompt tokens (no shared prefix) and 300 outputs, on 1,000 tokens of KV (pages
+    of one token). Each finished request leaves its 100 + 299 = 399 tokens cached and evictable, so the third
+    starts with 1,000 − 2 × 399 = 202 free: its prefill takes 100 (101 with its page per request fit, nothing
+    evicted), leaving 102, and its decodes take one token a pass. Its 103rd decode finds no token free: SGLang
+    evicts the least recently used cached request (399 tokens) and goes on. Pass by pass that is one plan
+    evicting; with runs it is one row of a run (the row's plan evicts as SGLang's does, ``plan_decode``), and
+    every output is the same."""
+    from simmodel.engine.scheduler.sglang import SglangScheduler
+
+    data = make_sglang_scenario(traffic={"source": {"type": "synthetic", "input_tokens": 100, "output_tokens": 300},
+                                         "load": {"type": "concurrency", "concurrency": 1},
+                                         "stop": {"requests": 3}},
+                                engine={"context_length": 700, "workers": {"aggregated": kv(1000)}})
+    evicting_rows = []
+    plan_decode = SglangScheduler.plan_decode
+
+    def counted(self, num_requests: int, pages: int) -> None:
+        if pages > self.cache.num_free:
+            evicting_rows.append((self.cache.num_free, self.cache.num_evictable))
+        plan_decode(self, num_requests, pages)
+
+    monkeypatch.setattr(SglangScheduler, "plan_decode", counted)
+    by_pass = run(data, coalesce=False)
+    assert evicting_rows == []  # (pass by pass, no run plans a row)
+    in_runs = run(data, coalesce=True)
+    assert evicting_rows == [(0, 2 * 399)]
+    assert_same(by_pass, in_runs)

@@ -12,8 +12,8 @@ pass, through the scheduler's own rules (``SglangScheduler.plan_decode``, ``fini
 
 A run starts only where every rank's scheduler says the passes from now on are plain decodes
 (``decode_run``; an idle rank decodes nothing and waits for the others), on a synchronous worker, and ends
-before a pass where a rank is short of a free page per request it decodes (SGLang would evict or retract
-there), at the first pass end after something was placed on the worker (its next plan may prefill), at the
+before a pass whose new pages may not fit a rank's free and evictable pages (SGLang would retract there; its
+plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker (its next plan may prefill), at the
 end of ``run(until=...)`` and at the limits; anything else runs pass by pass. On several ranks, a finish that
 calls back into the simulation (a closed-loop client's next request) ends the run before its pass unless no
 callback can fail the run or read a worker's state (``Worker.quiet_callbacks``), as for vLLM's runs.
@@ -134,12 +134,14 @@ class DecodeRun:
         """Columns finished (their fields delivered as their last row ended)."""
 
     def _free_rows(self) -> int:
-        """Rows before the first planned with a rank short of a free page per request it decodes (SGLang would
-        evict, or retract, there): each rank's free pages less its rows' new pages, plus the last partial pages
-        the finishes before give back."""
+        """Rows before the first planned with a rank whose new pages may not fit what is free or evictable
+        (SGLang would retract there; short of free pages alone, the plan evicts, as SGLang's does): each rank's
+        free and evictable pages less its rows' new pages, plus the last partial pages the finishes before give
+        back. (A finish also makes its stored pages evictable, left out: the bound stays below what SGLang has.)"""
         rows, R, page = self.rows, self.num_ranks, self.page
-        free = np.array([s.cache.num_free for s in self.scheds]) - np.cumsum(self.pages, axis=0)
-        free += self.pages  # (before each row's own pages: what its plan finds free)
+        free = (np.array([s.cache.num_free + s.cache.num_evictable for s in self.scheds])
+                - np.cumsum(self.pages, axis=0))
+        free += self.pages  # (before each row's own pages: what its plan finds free or evictable)
         if page > 1:  # a finish frees its last partial page for the rows after it
             final = self.context + self.left
             given = np.zeros((rows + 1, R), np.int64)
@@ -147,7 +149,7 @@ class DecodeRun:
             within = self.left < rows
             np.add.at(given, (self.left[within], rank_of[within]), (-(-final // page) - final // page)[within])
             free += np.cumsum(given[:rows], axis=0)
-        short = (free < self.active).any(axis=1)
+        short = (free < self.pages).any(axis=1)
         return int(np.argmax(short)) if short.any() else rows
 
     def price(self) -> bool:

@@ -643,7 +643,7 @@ class SglangScheduler:
         rest fit, keeping one at least; the kept batch stays in that order. The ratio is then re-estimated
         from the kept requests, else it decays by one step. The step's allocation first evicts down to a
         page per request free (``alloc_for_decode``'s estimate)."""
-        cfg, cache = self.config, self.cache
+        cache = self.cache
         running = self.running
         need = self._decode_pages(running)
         cache.make_free(need)
@@ -667,14 +667,23 @@ class SglangScheduler:
             max_new = sum(self._max_new(r) for r in running)
             self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(running)) / (max_new + 1))
         else:
-            self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay,
-                                       cfg.min_new_token_ratio)
-        cache.make_free(len(running))  # (a page per request: SGLang's conservative estimate)
-        if not cache.allocate(need):
-            raise SimulationError(f"SGLang ran out of KV memory for a decode step of {len(running)} request(s) with "
-                                  f"nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
-                                  f"schedule_conservativeness, or give the rank more KV")
+            self._decay_ratio()
+        self._allocate_decode(len(running), need)
         self._add_decodes(out, running)
+
+    def _decay_ratio(self) -> None:
+        """A decode step that retracts nothing: the new-token ratio decays one step, down to its floor."""
+        cfg = self.config
+        self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay, cfg.min_new_token_ratio)
+
+    def _allocate_decode(self, num_requests: int, pages: int) -> None:
+        """A decode step's ``pages`` new pages, once the tree is evicted down to a page per request free
+        (``alloc_for_decode``'s estimate)."""
+        self.cache.make_free(num_requests)  # (a page per request: SGLang's conservative estimate)
+        if not self.cache.allocate(pages):
+            raise SimulationError(f"SGLang ran out of KV memory for a decode step of {num_requests} request(s) "
+                                  f"with nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
+                                  f"schedule_conservativeness, or give the rank more KV")
 
     def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
         """One decode token for each of ``running`` (its new pages allocated already)."""
@@ -786,14 +795,16 @@ class SglangScheduler:
         return list(self.running), left
 
     def plan_decode(self, num_requests: int, pages: int) -> None:
-        """A decode pass of a run is planned (``_schedule_decode``, its requests counted by the planner): the
-        ratio decays a step and the pass's ``pages`` new pages are allocated. The planner plans one only while
-        a page per request (``num_requests``) is free, so nothing is evicted or retracted."""
-        cfg, cache = self.config, self.cache
-        if num_requests > cache.num_free:
-            raise SimulationError("a run of SGLang decode passes planned a pass short of free pages")
-        self.new_token_ratio = max(self.new_token_ratio - cfg.new_token_ratio_decay, cfg.min_new_token_ratio)
-        cache.allocate(pages)
+        """A decode pass of a run is planned (``_schedule_decode``, its requests counted by the planner): the tree
+        is evicted down to the pass's ``pages`` new pages free, the ratio decays a step, and the pages are
+        allocated as ``_schedule_decode`` allocates them. The planner plans one only while its pages fit what is
+        free or evictable, so nothing is retracted."""
+        cache = self.cache
+        cache.make_free(pages)
+        if pages > cache.num_free:
+            raise SimulationError("a run of SGLang decode passes planned a pass that would retract")
+        self._decay_ratio()
+        self._allocate_decode(num_requests, pages)
 
     def finish_decoded(self, request: Request, pages: int) -> None:
         """A request of a run sampled its last token in the pass that ends now, ``pages`` pages allocated to it by
