@@ -118,10 +118,11 @@ class Rank:
         while True:
             yield self.worker.submit(self.rank_id, self.plan())
 
-    def plan(self, at: int | None = None) -> SchedulerOutput:
+    def plan(self, at: int | None = None, schedule=None) -> SchedulerOutput:
         """Plan this rank's next pass now (or as at ``at``, for a pass a worker plans at the end of a run of
-        passes it applied ahead; no time passes) and record its admissions and preemptions."""
-        plan = self.scheduler.schedule(self.worker.plan_cutoff, self.worker.throttle_prefills)
+        passes it applied ahead; no time passes) and record its admissions and preemptions. ``schedule``: how
+        the scheduler plans it (default its ``schedule``; a run whose plan began it passes the rest)."""
+        plan = (schedule or self.scheduler.schedule)(self.worker.plan_cutoff, self.worker.throttle_prefills)
         plan.kv_blocks_used = self.pool.num_used_blocks
         if not plan.is_empty or plan.preempted:
             self.record_plan(plan, self.env.now if at is None else at)

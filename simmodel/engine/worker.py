@@ -313,10 +313,14 @@ class Worker:
         and plans row d + 1 + lag, which then starts (at once, or async when row d + 1 ends).
 
         Something placed on the worker meanwhile is seen by that plan: the run goes on if it takes what the
-        plan admits (``Run.takes_placements``), else it ends there, handing the loop the plan if it was made
-        already. Returns the passes left in flight, and the plans of the pass after them if made already."""
+        plan admits (``Run.takes_placements``, which an SGLang run answers by what was placed), else it ends
+        there, handing the loop the plan if it was made already. Returns the passes left in flight, and the plans
+        of the pass after them if made already. A run whose first plan the ranks made (``planned_alone``)
+        hands it to the loop at once."""
         lag = run.lag
-        ends_at_placement = not run.takes_placements and not lag  # (a plan seeing a placement may prefill)
+        if run.planned_alone is not None:  # (what that plan set going runs before the pass starts)
+            yield self.env.timeout(0)
+            return (), run.planned_alone
         horizon = self._limited_run()
         d = 0
         plan_now = False
@@ -329,20 +333,20 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
-            if ends_at_placement and self._placed_since_plan:
+            if self._placed_since_plan and not (run.takes_placements or lag):  # (its plan may prefill)
                 break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
                 # Placed by what the callbacks set going, within the hop the barrier's release takes: the ranks
                 # plan now, as they would once released, and the loop runs that pass.
-                plan_now = ends_at_placement and self._placed_since_plan
+                plan_now = self._placed_since_plan and not (run.takes_placements or lag)
                 if plan_now:
                     break
             placed = self._placed_since_plan
             if placed and not run.takes_placements:
                 break
-            admits = placed or run.waiting()  # (async: a request placed at this very instant waits unseen)
             run.plan_row(d)
+            admits = placed or run.waiting()  # (async: a request placed at this very instant waits unseen)
             row = d + 1 + lag
             self._open_run = (run, d + 1, 1 + lag, lag)
             outs = run.admit_placed(row, self.env.now) if admits else None

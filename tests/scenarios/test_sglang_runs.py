@@ -4,8 +4,8 @@ Each scenario runs twice, pass by pass (``coalesce=False``) and with runs, and e
 the summary (but wall time), every request row, pass row and event in order, the inter-token intervals, and
 each rank's radix tree and KV counters at the end. The scenarios reach each way a run ends or is not
 started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request
-(and a staged load's next stage),
-P/D handoffs, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
+(and a staged load's next stage), P/D handoffs and the reservations a decode rank short of KV makes inside a
+run, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
 time, a pause and the pass limit; on one and on several attention-DP ranks.
 """
 
@@ -75,6 +75,12 @@ SCENARIOS["disaggregated"] = _merge(scenario(), {"engine": {
     "mode": "disaggregated", "kv_transfer": {"latency_ms": 1},
     "workers": {"prefill": copy.deepcopy(_PD), "decode": copy.deepcopy(_PD)}}})
 del SCENARIOS["disaggregated"]["engine"]["workers"]["aggregated"]
+# A decode rank short of KV: requests wait for their reservation, which each pass's plan tries inside a run (one
+# rank) or which ends the run (two ranks).
+for _name, _decode in (("disaggregated-decode-short-of-kv", kv(2500)),
+                       ("disaggregated-decode-short-of-kv-dp2", {**kv(2500), "parallelism": {"attention_data": 2}})):
+    SCENARIOS[_name] = _merge(copy.deepcopy(SCENARIOS["disaggregated"]),
+                              {"engine": {"context_length": 700, "workers": {"decode": _decode}}})
 
 
 def run(data: dict, coalesce: bool, **run_args):
@@ -192,3 +198,29 @@ def test_a_run_goes_on_through_the_eviction_its_decodes_need(monkeypatch):
     in_runs = run(data, coalesce=True)
     assert evicting_rows == [(0, 2 * 399)]
     assert_same(by_pass, in_runs)
+
+
+def test_a_decode_rank_short_of_kv_runs_its_passes_while_the_next_request_waits_for_its_reservation():
+    """1P1D, 1,200 decode KV tokens (pages of one token), two requests of 100 prompt and 300 output tokens at
+    once. The decode rank reserves a prompt's KV plus SGLang's 512 reserved decode tokens, max(100 + 512,
+    100 + 300) = 612, from what is allocatable: alone 1,200, so the first request is reserved, which leaves
+    1,200 − 612 = 588 < 612 for the second. While the first decodes, allocatable is free (1,200 − its
+    100 + outputs tokens) less 512 for it running, below 612 whatever its outputs: the second waits until the
+    first finishes. Each of the first's decode passes plans a reservation try that fails; pass by pass every
+    pass takes several SimPy steps, in a run each pass end is one; every output is the same."""
+    role = {"kv_cache": {"capacity": {"type": "fixed", "blocks": 100_000}},
+            "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}}
+    data = make_sglang_scenario(traffic={"source": {"type": "synthetic", "input_tokens": 100, "output_tokens": 300},
+                                         "load": {"type": "concurrency", "concurrency": 2},
+                                         "stop": {"requests": 2}},
+                                engine={"mode": "disaggregated", "context_length": 600, "kv_transfer": {"latency_ms": 1},
+                                        "workers": {"prefill": copy.deepcopy(role),
+                                                    "decode": _merge(copy.deepcopy(role), kv(1200))}})
+    del data["engine"]["workers"]["aggregated"]
+    by_pass = Simulation(parse_scenario(data, Path(".")), coalesce=False)
+    in_runs = Simulation(parse_scenario(data, Path(".")), coalesce=True)
+    steps = simpy_events_to_end(by_pass), simpy_events_to_end(in_runs)
+    assert steps[0] > 3 * 2 * 300 and steps[1] < 1.5 * 2 * 300, steps
+    first, second = sorted(in_runs.requests, key=lambda r: r.transfer_start_at)
+    assert second.transfer_start_at > first.finished_at  # (its KV reserved only once the first finished)
+    assert_same((by_pass, by_pass.run()), (in_runs, in_runs.run()))

@@ -55,6 +55,8 @@ class Run(Admissions, Recording):
     lag = 0
     """Passes in flight while the next is planned (``Worker.lag``): none, a synchronous run delivers each pass it
     starts."""
+    planned_alone = None
+    """Never set here: the plans of a run's first pass made by the ranks (see ``sglang_run.DecodeRun``)."""
     CACHE_SHIFT = (1, 1)
     """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
     FINISH_BACK = 0

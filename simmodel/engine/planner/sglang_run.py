@@ -13,8 +13,12 @@ pass, through the scheduler's own rules (``SglangScheduler.plan_decode``, ``fini
 A run starts only where every rank's scheduler says the passes from now on are plain decodes
 (``decode_run``; an idle rank decodes nothing and waits for the others), on a synchronous worker, and ends
 before a pass whose new pages may not fit a rank's free and evictable pages (SGLang would retract there; its
-plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker (its next plan may prefill), at the
-end of ``run(until=...)`` and at the limits; anything else runs pass by pass. On several ranks, a finish that
+plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker that its
+next plan takes into the batch (a prompt to prefill, a P/D request whose KV arrived), at the end of
+``run(until=...)`` and at the limits; anything else runs pass by pass. On one rank, a P/D decode run goes on
+while requests wait for their KV to be reserved: each row's plan first tries to reserve it, as SGLang's does
+(``SglangScheduler.reserve_preallocs``, given the running requests' tokens the run holds); a plan that
+reserves is finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own. On several ranks, a finish that
 calls back into the simulation (a closed-loop client's next request) ends the run before its pass unless no
 callback can fail the run or read a worker's state (``Worker.quiet_callbacks``), as for vLLM's runs.
 Passes, events, inter-token intervals, the radix trees and every request's fields are those of the
@@ -23,6 +27,7 @@ pass-by-pass run (``tests/scenarios/test_sglang_runs.py``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,8 +53,8 @@ def plan_decode_run(worker: Worker, horizon: float, plans: list | None = None,
     columns = []
     for rank in worker.ranks:
         mine = rank.scheduler.decode_run()
-        if mine is None:
-            return None
+        if mine is None or len(worker.ranks) > 1 and rank.scheduler.prealloc:
+            return None  # (reservations are planned inside runs on one rank only: ``DecodeRun.takes_placements``)
         columns.append(mine)
     requests = [r for mine, _ in columns for r in mine]
     if not requests or any(r.first_token_at is None for r in requests):
@@ -81,8 +86,6 @@ class DecodeRun:
 
     lag = 0
     """Passes in flight while the next is planned: none (synchronous)."""
-    takes_placements = False
-    """A request placed on the worker ends the run at the next pass end: SGLang's next plan prefills it."""
 
     def __init__(self, worker: Worker, now: int, rows: int, requests: list, left: list[int],
                  counts: list[int]) -> None:
@@ -132,6 +135,23 @@ class DecodeRun:
         self.used_at: list[list[int]] = [[]] * rows
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
+        self.held: np.ndarray | None = None
+        """Per column, its prompt and output tokens before row 0 (for ``reserve_preallocs``), once needed."""
+        self.handed: list | None = None
+        """The plans of the row whose plan reserved KV for a P/D request (``_plan``), made by the ranks: that
+        row runs on its own, after the run."""
+        self.planned_alone: list | None = None
+        """``handed``, if it is row 0: the run delivers nothing and the worker's loop runs that pass."""
+        self.settled = False
+        """Whether the requests and schedulers were left as the run leaves them (``_settle``)."""
+
+    @property
+    def takes_placements(self) -> bool:
+        """Whether a request placed on the worker meanwhile leaves the run going: on one rank, a P/D request
+        waiting for its KV to be reserved (each row's plan tries, as SGLang's does), not one whose KV arrived
+        (it joins the batch) nor a new prompt (SGLang's next plan prefills it; it ends the run)."""
+        sched = self.scheds[0]
+        return self.num_ranks == 1 and not (sched.handoffs or sched.waiting)
 
     def _free_rows(self) -> int:
         """Rows before the first planned with a rank whose new pages may not fit what is free or evictable
@@ -183,13 +203,45 @@ class DecodeRun:
         self._plan(k + 1)
 
     def _plan(self, k: int) -> None:
-        for sched, n, pages in zip(self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
+        """Plan row k on every rank, as ``SglangScheduler.schedule`` plans a decode rank's pass: first the KV of
+        P/D requests waiting for it (``reserve_preallocs``, one rank); if that reserves any, the rank plans the
+        rest of the pass itself and the run hands it over (``handed``), else the row's decodes."""
+        for rank, sched, n, pages in zip(self.ranks, self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
+            if sched.prealloc and sched.reserve_preallocs(self._retractable(k)):
+                self._settle(k)  # (the rank plans on the requests as the run leaves them)
+                self.handed = [rank.plan(schedule=partial(sched.schedule, preallocs_reserved=True))]
+                self.worker.mark_planned()
+                if not k:
+                    self.planned_alone = self.handed
+                return
             if n:  # (a rank with nothing running plans an empty pass: no decode, no step of its ratio)
                 sched.plan_decode(n, pages)
 
+    def _retractable(self, k: int) -> int:
+        """The prompt and output tokens of the requests running when row k is planned (one rank): those with a
+        row from k on, each k outputs on from row 0."""
+        if self.held is None:
+            self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
+        running = self.left > k
+        return int(self.held[running].sum()) + k * int(running.sum())
+
     def waiting(self) -> bool:
-        """Nothing waits while a run goes on (a request placed on the worker ends it)."""
-        return False
+        """Whether the plan just made must be handed over (``handed``): nothing else waits while a run goes on."""
+        return self.handed is not None
+
+    def admit_placed(self, k: int, at: int) -> list:
+        """Row k was planned now (``_plan``) seeing what was placed on the worker: the plans it hands over, if
+        any (``handed``)."""
+        self.worker.mark_planned()
+        return self.handed or []
+
+    def take(self, k: int, outs: list, admitted_at: int) -> bool:
+        """Whether the run goes on with row k as the run planned it (False: it hands it over)."""
+        return self.handed is None
+
+    def hand_over(self, m: int) -> tuple[tuple, list]:
+        """The run stops after row m − 1; row m, planned by the ranks (``handed``), runs on its own."""
+        return self.close(m), self.handed
 
     def begin_row(self, k: int) -> None:
         """Row k starts now, planned: counted against the limits, each rank's pages in use noted and its begin
@@ -272,7 +324,17 @@ class DecodeRun:
     def close(self, m: int, ahead: int = 0, started: int | None = None) -> tuple:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
         all) started (an error stopped the simulation during row m, or as it started). The requests and the
-        schedulers as it leaves them; no pass in flight."""
+        schedulers as it leaves them (unless a handed-over plan left them so already); no pass in flight."""
+        if not self.settled:
+            self._settle(m, ahead)
+        last = m + (ahead if started is None else started) - 1
+        self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
+                              limits_counted=True)
+        return ()
+
+    def _settle(self, m: int, ahead: int = 0) -> None:
+        """The requests and the schedulers once rows 0..m − 1 delivered and ``ahead`` rows after them planned."""
+        self.settled = True
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             still = [i for i in range(self.bounds[r], self.bounds[r + 1]) if i not in self.done]
             for i in still:
@@ -281,7 +343,3 @@ class DecodeRun:
             rank.num_passes += m
             if m:
                 rank.last_delivery = int(self.end[m - 1])
-        last = m + (ahead if started is None else started) - 1
-        self.worker.count_run(m, self.labels[:last + 1], int(self.busy[last].max()) if last >= 0 else 0,
-                              limits_counted=True)
-        return ()

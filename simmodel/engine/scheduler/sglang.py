@@ -285,18 +285,21 @@ class SglangScheduler:
         self.cache.release(st.allocated)
         self.cache.unlock(st.node)
 
-    def _reserve_preallocs(self) -> None:
+    def reserve_preallocs(self, retractable: int | None = None) -> int:
         """SGLang's ``DecodePreallocQueue.pop_preallocated``, in queue order: a prompt's KV is reserved when
         ``max(prompt + R, prompt + clipped output − retractable) <= allocatable``, where R is
         ``num_reserved_decode_tokens`` (512), retractable the tokens of the running requests, and
         allocatable = free + evictable − max(R × (running + incoming), the largest clipped need of one
         running request − retractable); each reservation then takes prompt + R off allocatable (the prompt
         in whole pages, as the allocator takes it). So every running request can still finish with all
-        others retracted."""
+        others retracted. ``retractable`` (prompt and output tokens of the running requests): given by a run
+        of decode passes, whose requests' fields lag behind (``engine.planner.sglang_run``); else counted
+        here. Returns how many were reserved."""
         cfg, cache = self.config, self.cache
         reserve = cfg.num_reserved_decode_tokens
         running = self.running
-        retractable = sum(q.num_prompt_tokens + q.num_output_tokens for q in running)
+        if retractable is None:
+            retractable = sum(q.num_prompt_tokens + q.num_output_tokens for q in running)
         single = max((q.num_prompt_tokens + min(self._max_new(q), cfg.clip_max_new_tokens) for q in running),
                      default=retractable) - retractable
         incoming = len(self.transferring) + len(self.handoffs)
@@ -321,6 +324,7 @@ class SglangScheduler:
                 self.on_kv_reserved(r)
         if reserved:
             del self.prealloc[:reserved]
+        return reserved
 
     def _join_handoffs(self) -> None:
         """Arrived KV enters the tree under the request's lock (its whole pages; a last partial page stays
@@ -352,12 +356,14 @@ class SglangScheduler:
         return st.prompt_segments
 
     # -- scheduling ---------------------------------------------------------------------------
-    def schedule(self, arrived_before: int | None = None, prefill_blocked: bool = False) -> SchedulerOutput:
+    def schedule(self, arrived_before: int | None = None, prefill_blocked: bool = False,
+                 preallocs_reserved: bool = False) -> SchedulerOutput:
         """Plan one pass. ``arrived_before`` (overlap loop): requests queued at or after it are not seen yet;
-        ``prefill_blocked``: a ``prefill_decode_interval`` round that may only decode."""
+        ``prefill_blocked``: a ``prefill_decode_interval`` round that may only decode; ``preallocs_reserved``:
+        this plan's reservations were made already (``reserve_preallocs``, by a run of decode passes)."""
         out = SchedulerOutput()
-        if self.prealloc:
-            self._reserve_preallocs()
+        if self.prealloc and not preallocs_reserved:
+            self.reserve_preallocs()
         if self.handoffs:
             self._join_handoffs()
         if not prefill_blocked and (self.waiting or self.chunked is not None):
@@ -780,11 +786,12 @@ class SglangScheduler:
     def decode_run(self) -> tuple[list[Request], list[int]] | None:
         """The running requests in batch order, and the decode passes each has left, if every pass from now on
         is a plain decode pass of them until one of them finishes or something is placed on the rank: nothing
-        waits or is mid-chunk, no P/D request waits for its reservation or has its KV arrived (one whose KV is
-        on its way stays out of the passes: its arrival is a placement, which ends a run), no overlap loop,
-        every request past the decode that delivers a P/D handoff's first token; none on a rank with nothing
-        running (it plans empty passes). Else None."""
-        if self.waiting or self.chunked is not None or self.prealloc or self.handoffs or self.config.overlap:
+        waits or is mid-chunk, no P/D request has its KV arrived (one whose KV is on its way stays out of the
+        passes: its arrival is a placement, which ends a run; one waiting for its reservation does not, each
+        pass's plan tries to reserve as SGLang's does, ``reserve_preallocs``), no overlap loop, every request
+        past the decode that delivers a P/D handoff's first token; none on a rank with nothing running (it
+        plans empty passes). Else None."""
+        if self.waiting or self.chunked is not None or self.handoffs or self.config.overlap:
             return None
         states = self._states
         left = []
