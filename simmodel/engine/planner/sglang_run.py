@@ -17,7 +17,7 @@ plan evicts the tree as SGLang's does), at the first pass end after something wa
 next plan takes into the batch (a prompt to prefill, a P/D request whose KV arrived), at the end of
 ``run(until=...)`` and at the limits; anything else runs pass by pass. On one rank, a P/D decode run goes on
 while requests wait for their KV to be reserved: each row's plan first tries to reserve it, as SGLang's does
-(``SglangScheduler.reserve_preallocs``, given the running requests' tokens the run holds); a plan that
+(``SglangScheduler.reserve_preallocs``, given the running requests' tokens and needs the run holds); a plan that
 reserves is finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own. On several ranks, a finish that
 calls back into the simulation (a closed-loop client's next request) ends the run before its pass unless no
 callback can fail the run or read a worker's state (``Worker.quiet_callbacks``), as for vLLM's runs.
@@ -136,7 +136,8 @@ class DecodeRun:
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
         self.held: np.ndarray | None = None
-        """Per column, its prompt and output tokens before row 0 (for ``reserve_preallocs``), once needed."""
+        """Per column, its prompt and output tokens before row 0 (for ``reserve_preallocs``), once needed; and
+        ``needs``, its ``clipped_need``."""
         self.handed: list | None = None
         """The plans of the row whose plan reserved KV for a P/D request (``_plan``), made by the ranks: that
         row runs on its own, after the run."""
@@ -207,7 +208,7 @@ class DecodeRun:
         P/D requests waiting for it (``reserve_preallocs``, one rank); if that reserves any, the rank plans the
         rest of the pass itself and the run hands it over (``handed``), else the row's decodes."""
         for rank, sched, n, pages in zip(self.ranks, self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
-            if sched.prealloc and sched.reserve_preallocs(self._retractable(k)):
+            if sched.prealloc and sched.reserve_preallocs(*self._running_tokens(k)):
                 self._settle(k)  # (the rank plans on the requests as the run leaves them)
                 self.handed = [rank.plan(schedule=partial(sched.schedule, preallocs_reserved=True))]
                 self.worker.mark_planned()
@@ -217,13 +218,18 @@ class DecodeRun:
             if n:  # (a rank with nothing running plans an empty pass: no decode, no step of its ratio)
                 sched.plan_decode(n, pages)
 
-    def _retractable(self, k: int) -> int:
-        """The prompt and output tokens of the requests running when row k is planned (one rank): those with a
-        row from k on, each k outputs on from row 0."""
+    def _running_tokens(self, k: int) -> tuple[int, int]:
+        """The prompt and output tokens of the requests running when row k is planned (one rank: those with a
+        row from k on, each k outputs on from row 0), and the largest ``clipped_need`` among them (or those
+        tokens if none runs), for ``reserve_preallocs``."""
         if self.held is None:
+            sched = self.scheds[0]
             self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
+            self.needs = np.array([sched.clipped_need(r) for r in self.requests], np.int64)
         running = self.left > k
-        return int(self.held[running].sum()) + k * int(running.sum())
+        n = int(running.sum())
+        tokens = int(self.held[running].sum()) + k * n
+        return tokens, int(self.needs[running].max()) if n else tokens
 
     def waiting(self) -> bool:
         """Whether the plan just made must be handed over (``handed``): nothing else waits while a run goes on."""

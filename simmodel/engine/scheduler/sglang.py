@@ -285,23 +285,29 @@ class SglangScheduler:
         self.cache.release(st.allocated)
         self.cache.unlock(st.node)
 
-    def reserve_preallocs(self, retractable: int | None = None) -> int:
+    def clipped_need(self, request: Request) -> int:
+        """A running request's prompt and clipped output tokens (``reserve_preallocs``' largest need)."""
+        return request.num_prompt_tokens + min(self._max_new(request), self.config.clip_max_new_tokens)
+
+    def reserve_preallocs(self, retractable: int | None = None, largest_need: int | None = None) -> int:
         """SGLang's ``DecodePreallocQueue.pop_preallocated``, in queue order: a prompt's KV is reserved when
         ``max(prompt + R, prompt + clipped output − retractable) <= allocatable``, where R is
         ``num_reserved_decode_tokens`` (512), retractable the tokens of the running requests, and
         allocatable = free + evictable − max(R × (running + incoming), the largest clipped need of one
         running request − retractable); each reservation then takes prompt + R off allocatable (the prompt
         in whole pages, as the allocator takes it). So every running request can still finish with all
-        others retracted. ``retractable`` (prompt and output tokens of the running requests): given by a run
-        of decode passes, whose requests' fields lag behind (``engine.planner.sglang_run``); else counted
+        others retracted. ``retractable`` (prompt and output tokens of the running requests) and
+        ``largest_need`` (the largest ``clipped_need`` among them, or ``retractable`` if none runs): given by a
+        run of decode passes, whose requests' fields lag behind (``engine.planner.sglang_run``); else counted
         here. Returns how many were reserved."""
         cfg, cache = self.config, self.cache
         reserve = cfg.num_reserved_decode_tokens
         running = self.running
         if retractable is None:
             retractable = sum(q.num_prompt_tokens + q.num_output_tokens for q in running)
-        single = max((q.num_prompt_tokens + min(self._max_new(q), cfg.clip_max_new_tokens) for q in running),
-                     default=retractable) - retractable
+        if largest_need is None:
+            largest_need = max(map(self.clipped_need, running), default=retractable)
+        single = largest_need - retractable
         incoming = len(self.transferring) + len(self.handoffs)
         allocatable = (self.num_free_tokens + self.num_evictable_tokens
                        - max(reserve * (len(running) + incoming), single))
