@@ -222,6 +222,7 @@ class DecodeRun:
         """The prompt and output tokens of the requests running when row k is planned (one rank: those with a
         row from k on, each k outputs on from row 0), and the largest ``clipped_need`` among them (or those
         tokens if none runs), for ``reserve_preallocs``."""
+        assert self.num_ranks == 1, "a run plans reservations on one rank only (plan_decode_run)"
         if self.held is None:
             sched = self.scheds[0]
             self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
@@ -238,8 +239,10 @@ class DecodeRun:
     def admit_placed(self, k: int, at: int) -> list:
         """Row k was planned now (``_plan``) seeing what was placed on the worker: the plans it hands over, if
         any (``handed``)."""
-        self.worker.mark_planned()
-        return self.handed or []
+        if self.handed is None:  # (else its plan saw them: ``_plan``)
+            self.worker.mark_planned()
+            return []
+        return self.handed
 
     def take(self, k: int, outs: list, admitted_at: int) -> bool:
         """Whether the run goes on with row k as the run planned it (False: it hands it over)."""
