@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -118,7 +118,8 @@ class Rank:
         while True:
             yield self.worker.submit(self.rank_id, self.plan())
 
-    def plan(self, at: int | None = None, schedule=None) -> SchedulerOutput:
+    def plan(self, at: int | None = None,
+             schedule: Callable[..., SchedulerOutput] | None = None) -> SchedulerOutput:
         """Plan this rank's next pass now (or as at ``at``, for a pass a worker plans at the end of a run of
         passes it applied ahead; no time passes) and record its admissions and preemptions. ``schedule``: how
         the scheduler plans it (default its ``schedule``; a run whose plan began it passes the rest)."""

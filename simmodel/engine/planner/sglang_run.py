@@ -13,14 +13,15 @@ pass, through the scheduler's own rules (``SglangScheduler.plan_decode``, ``fini
 A run starts only where every rank's scheduler says the passes from now on are plain decodes
 (``decode_run``; an idle rank decodes nothing and waits for the others), on a synchronous worker, and ends
 before a pass whose new pages may not fit a rank's free and evictable pages (SGLang would retract there; its
-plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker that its
-next plan takes into the batch (a prompt to prefill, a P/D request whose KV arrived), at the end of
+plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker that
+its next plan takes into the batch (a prompt to prefill, a P/D request whose KV arrived), at the end of
 ``run(until=...)`` and at the limits; anything else runs pass by pass. On one rank, a P/D decode run goes on
 while requests wait for their KV to be reserved: each row's plan first tries to reserve it, as SGLang's does
-(``SglangScheduler.reserve_preallocs``, given the running requests' tokens and needs the run holds); a plan that
-reserves is finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own. On several ranks, a finish that
-calls back into the simulation (a closed-loop client's next request) ends the run before its pass unless no
-callback can fail the run or read a worker's state (``Worker.quiet_callbacks``), as for vLLM's runs.
+(``SglangScheduler.reserve_preallocs``, given the running requests' tokens and needs the run holds); a plan
+that reserves is finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own.
+On several ranks, a finish that calls back into the simulation (a closed-loop client's next request) ends the
+run before its pass unless no callback can fail the run or read a worker's state (``Worker.quiet_callbacks``),
+as for vLLM's runs.
 Passes, events, inter-token intervals, the radix trees and every request's fields are those of the
 pass-by-pass run (``tests/scenarios/test_sglang_runs.py``).
 """
@@ -136,8 +137,9 @@ class DecodeRun:
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
         self.held: np.ndarray | None = None
-        """Per column, its prompt and output tokens before row 0 (for ``reserve_preallocs``), once needed; and
-        ``needs``, its ``clipped_need``."""
+        """Per column, its prompt and output tokens before row 0 (for ``reserve_preallocs``), once needed."""
+        self.needs: np.ndarray | None = None
+        """Per column, its ``SglangScheduler.clipped_need``, with ``held``."""
         self.handed: list | None = None
         """The plans of the row whose plan reserved KV for a P/D request (``_plan``), made by the ranks: that
         row runs on its own, after the run."""
