@@ -258,6 +258,86 @@ def fitted(row: dict) -> bool:
     return row["stat"] not in ("std", "min", "max") and row["measured"] > 0
 
 
+DIFF_STEPS = (0.1, 0.03, 0.01)
+"""The relative steps of the differences that estimate how the figures move, largest first, each fit starting
+where the one before it ended (the best one found is kept). A simulated figure is not smooth in the
+parameters: a pass that ends a little sooner admits a request one pass earlier, and the figure steps. Under
+an open-loop load such steps come every few hundredths of a percent of a parameter (constant-rate arrivals
+line up with passes), so a derivative taken over a small step measures a step, not the trend, and the fit
+stops far from the values (a prefill host time of 10–19 ms for a true 1.5). Central differences over a tenth
+of each value see the trend across many steps; the smaller ones then refine it where the figures are smooth
+(closed loops)."""
+STEP_FLOOR = {"efficiency": 0.1, "ms": 1.0, "us": 10.0}
+"""By a parameter's unit (its name's last part): the value its steps are taken relative to when it is smaller
+(an overhead near zero still moves the passes by a measurable amount)."""
+EVALUATIONS_PER_PARAMETER = 80
+"""About this many simulations of the fit runs per fitted parameter, all steps together (a fit of four
+parameters typically takes 150–300); then the fit stops where it is."""
+
+
+def _staged_fit(fun, x0: np.ndarray, first: np.ndarray, lo: np.ndarray, hi: np.ndarray, names: list[str]):
+    """``least_squares`` once per step of ``DIFF_STEPS``, each from the best point so far, within the budget of
+    simulations (``first``: the residuals at ``x0``, simulated already). Returns the best fit, the last
+    Jacobian measured in full, and whether the budget ran out."""
+    from scipy.optimize import least_squares
+
+    floors = np.array([STEP_FLOOR.get(n.rsplit("_", 1)[1], STEP_FLOOR["efficiency"]) for n in names])
+    fit = _Differences(fun, x0, first, floors, lo, hi, EVALUATIONS_PER_PARAMETER * len(names) - 1)
+    result = None
+    for step in DIFF_STEPS:
+        fit.step = step
+        found = least_squares(fit.residuals, x0 if result is None else result.x, jac=fit.jacobian, bounds=(lo, hi),
+                              x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=30 * len(names))
+        if result is None or found.cost <= result.cost:
+            result = found
+        if fit.spent:
+            break
+    return result, fit.last, fit.spent
+
+
+class _Differences:
+    """The residuals, each point simulated once, and their Jacobian by central differences of ``step`` ×
+    max(|x|, floor) each way (one-sided at a bound). Once ``budget`` simulations are spent the Jacobian is
+    zero, which ends the fit where it is."""
+
+    def __init__(self, fun, x0: np.ndarray, f0: np.ndarray, floors: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 budget: int) -> None:
+        self.fun, self.floors, self.lo, self.hi = fun, floors, lo, hi
+        self.step = DIFF_STEPS[0]
+        self.left = budget
+        self.spent = False
+        self.last = np.zeros((0, len(floors)))
+        """The last Jacobian measured in full."""
+        self._at, self._value = x0.copy(), f0
+        """The last point simulated and its residuals (the fit's start, simulated already)."""
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        if not np.array_equal(x, self._at):  # (a Jacobian starts where the fit just was)
+            self.left -= 1
+            self._at, self._value = x.copy(), self.fun(x)
+        return self._value
+
+    def jacobian(self, x: np.ndarray) -> np.ndarray:
+        f0 = self.residuals(x)
+        if self.left < 2 * len(x):
+            self.spent = True
+            return np.zeros((len(f0), len(x)))
+        columns = []
+        for i in range(len(x)):
+            h = self.step * max(abs(x[i]), self.floors[i])
+            up, down = x.copy(), x.copy()
+            up[i], down[i] = min(x[i] + h, self.hi[i]), max(x[i] - h, self.lo[i])
+            f_up = f0 if up[i] == x[i] else self._other(up)
+            f_down = f0 if down[i] == x[i] else self._other(down)
+            columns.append((f_up - f_down) / (up[i] - down[i]))
+        self.last = np.column_stack(columns)
+        return self.last
+
+    def _other(self, x: np.ndarray) -> np.ndarray:
+        self.left -= 1
+        return self.fun(x)
+
+
 MISSING = 5.0
 """The residual of a fitted figure the simulation has no value of (a factor of e⁵ off)."""
 
@@ -270,8 +350,6 @@ def residuals(rows: list[dict]) -> list[float]:
 
 def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     """The fitted values of ``plan.parameters`` (and each run's rows before and after)."""
-    from scipy.optimize import least_squares
-
     names = plan.parameters
     x0 = np.array([START.get(n, PARAMETERS[n][0]) for n in names], dtype=np.float64)
     lo = np.array([PARAMETERS[n][1] for n in names], dtype=np.float64)
@@ -295,16 +373,18 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     if len(first) < len(names):
         raise ScenarioError(f"the fit runs give {len(first)} measured figures for {len(names)} parameters; "
                             f"add runs or fit fewer parameters")
-    result = least_squares(fun, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4, xtol=1e-12, ftol=1e-12,
-                           gtol=1e-12, max_nfev=60 * len(names))
-    if result.status <= 0:
+    result, jacobian, spent = _staged_fit(fun, x0, first, lo, hi, names)
+    if spent:
+        plan.notes.append(f"the fit used its {EVALUATIONS_PER_PARAMETER * len(names)} simulations of the fit runs "
+                          f"({EVALUATIONS_PER_PARAMETER} a parameter); the values are the best found")
+    elif result.status <= 0:
         plan.notes.append(f"the fit did not converge ({result.message}); the values are the best found")
     elif result.cost > 1e-8 and result.optimality > 1e-3:
         plan.notes.append(f"the fit stopped where the figures still pull (first-order optimality "
                           f"{result.optimality:.3g}): simulated figures may step as the parameters move (events "
                           f"crossing pass boundaries); weigh the held-out error, or fit fewer parameters")
     # a parameter no fit run depends on is not calibrated: its Jacobian column is zero
-    influence = np.abs(result.jac).max(axis=0) if result.jac.size else np.zeros(len(names))
+    influence = np.abs(jacobian).max(axis=0) if jacobian.size else np.zeros(len(names))
     unused = [n for n, v in zip(names, influence) if v < 1e-9]
     for n in unused:
         plan.notes.append(f"{n}: no fit run depends on it (left out of the calibration)")
