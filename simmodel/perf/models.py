@@ -6,7 +6,7 @@ byte counts take the serving dtype as an argument, so one shape serves BF16 and 
 
 Parameter counts cover every matrix (embeddings, LM head unless tied, attention, MLPs, experts,
 routers) and the RMSNorm weights. Small extras a few families add are left out: Qwen3's per-head q/k
-norms (2 × head_dim per layer), MLA's two latent norms and DeepSeek's router bias, and OPT's biases,
+norms (2 × head_dim per layer), Qwen2.5's q/k/v biases, MLA's two latent norms and DeepSeek's router bias, and OPT's biases,
 LayerNorm biases and learned position table (1.3% of OPT-125m, far less elsewhere).
 """
 
@@ -199,6 +199,14 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     # meta-llama/Llama-2-70b-hf config.json (torch_dtype float16; GQA: 8 KV heads)
     (("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf"),
      (80, 8192, 64, 8, 128, 28672, 32000, False, 4096, 2), {}),
+    # mistralai/Mistral-Nemo-Instruct-2407 config.json (a copy: inference-sim/inference-sim
+    # model_configs/mistral-nemo-instruct-2407/config.json); head_dim 128 is set, not hidden / heads
+    (("mistralai/Mistral-Nemo-Instruct-2407",), (40, 5120, 32, 8, 128, 14336, 131072, False, 131072, 2), {}),
+    # Qwen/Qwen2.5-7B-Instruct config.json (a copy: inference-sim/inference-sim
+    # model_configs/qwen2.5-7b-instruct/config.json); q, k and v projections carry biases (left out)
+    (("Qwen/Qwen2.5-7B-Instruct",), (28, 3584, 28, 4, 128, 18944, 152064, False, 32768, 2), {}),
+    # 01-ai/Yi-34B config.json (a copy: inference-sim/inference-sim model_configs/yi-34b/config.json)
+    (("01-ai/Yi-34B",), (60, 7168, 56, 8, 128, 20480, 64000, False, 4096, 2), {}),
     # Qwen/Qwen3-8B config.json (aic Qwen--Qwen3-8B)
     (("Qwen/Qwen3-8B",), (36, 4096, 32, 8, 128, 12288, 151936, False, 40960, 2), {}),
     # Qwen/Qwen3-8B-Base config.json: the same shape, max_position_embeddings 32768

@@ -119,6 +119,25 @@ def test_published_sizes(key, published_total, published_active):
         assert MODELS[key].num_active_parameters == pytest.approx(published_active, rel=0.02)
 
 
+def test_the_accuracy_runs_dense_models():
+    """The dense models of the measured vLLM runs (shared/accuracy), each a sum over its config.json by hand:
+    Mistral-Nemo-Instruct-2407 (head_dim 128, so q is 5120·4096): per layer 2·5120·4096 + 2·5120·1024
+    attention + 3·5120·14336 MLP = 272,629,760; 40 layers + 2·131072·5120 + 2·5120·40 + 5120 = 12,247,782,400
+    (the card's 12 B). Qwen2.5-7B-Instruct: per layer 2·3584² + 2·3584·512 + 3·3584·18944 = 233,046,016;
+    28 layers + 2·152064·3584 + 2·3584·28 + 3584 = 7,615,487,488, and with the q/k/v biases left out
+    (28·(3584 + 2·512) = 129,024) the card's 7.61 B total, 6.53 B without the embedding and LM head. Yi-34B: per layer
+    2·7168² + 2·7168·1024 + 3·7168·20480 = 557,842,432; 60 layers + 2·64000·7168 + 2·7168·60 + 7168
+    = 34,388,917,248 (34.4 B). KV a token: 2·layers·KV heads·128·2 bytes = 163,840, 57,344 and 245,760."""
+    nemo, qwen, yi = (MODELS[k] for k in ("mistralai/Mistral-Nemo-Instruct-2407", "Qwen/Qwen2.5-7B-Instruct",
+                                          "01-ai/Yi-34B"))
+    assert nemo.num_parameters == 12_247_782_400
+    assert qwen.num_parameters == 7_615_487_488
+    assert qwen.num_parameters + 129_024 == pytest.approx(7.61e9, rel=1e-3)  # (7,615,616,512)
+    assert qwen.num_parameters + 129_024 - 2 * qwen.embedding_params == pytest.approx(6.53e9, rel=1e-3)
+    assert yi.num_parameters == 34_388_917_248
+    assert [m.kv_bytes_per_token() for m in (nemo, qwen, yi)] == [163_840, 57_344, 245_760]
+
+
 def test_kv_bytes_per_token_mla_and_gqa():
     """MLA caches one latent per token and layer: 61·(512 + 64)·2 = 70,272 B in BF16, 35,136 in FP8 (the
     checkpoint's own dtype). GQA caches K and V per KV head: Llama-3.1-70B 2·80·8·128·2 = 327,680; Llama-2-7B
