@@ -31,10 +31,15 @@ from simmodel.perf.models import ModelSpec
 
 def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
     """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces."""
-    value = node.int("context_length", limit if default is None else default, minimum=2)
+    chunk = model.attention_chunk_size
+    value = node.int("context_length", min(limit, chunk or limit) if default is None else default, minimum=2)
     if value > limit:
         raise ScenarioError(f"{node.at('context_length')}: {model.model_id} supports at most {limit} tokens "
                             f"(max_position_embeddings), got {value}")
+    if chunk and value > chunk:
+        raise ScenarioError(f"{node.at('context_length')}: {model.model_id} attends within chunks of {chunk} "
+                            f"tokens on 3 of every 4 layers, which simmodel does not model; it serves at most "
+                            f"{chunk} tokens of context (one chunk: full attention), got {value}")
     return value
 
 
@@ -139,6 +144,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
                             p.prefill_context, p.decode_context,
                             weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
+                            expert_weight_bytes=model.expert_dtype_bytes or None if dtype == "auto" else None,
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel)
     if timing.calibration is not None:

@@ -30,6 +30,9 @@ class Deployment:
     decode_context: int = 1
     weight_bytes: float = 2
     """Bytes per weight (``engine.dtype``): 2 for BF16, 1 for FP8."""
+    expert_weight_bytes: float | None = None
+    """Bytes per weight of the experts when they differ (a checkpoint that quantizes only its experts);
+    None: ``weight_bytes``."""
     kv_bytes: float = 2
     """Bytes per cached K/V value (``kv_cache.dtype``)."""
     activation_bytes: float = 2
@@ -40,6 +43,11 @@ class Deployment:
     def embedding_bytes(self) -> float:
         """Bytes per embedding / LM-head weight: FP8 checkpoints keep these in 16 bits."""
         return max(self.weight_bytes, self.activation_bytes)
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes per weight of the routed and shared experts."""
+        return self.weight_bytes if self.expert_weight_bytes is None else self.expert_weight_bytes
 
     @property
     def gpus_per_worker(self) -> int:
@@ -65,7 +73,9 @@ class Deployment:
         sharded over the tensor-parallel group, or whole on every GPU with ``encoder_parallel: dp``)."""
         m = self.model
         embeddings = (1 if m.tie_word_embeddings else 2) * m.embedding_params / self.tensor
-        body = self.dense_params_per_gpu - embeddings + self.expert_params_per_gpu
+        # (the experts' share scaled to the other weights' bytes: ×1.0, exactly, when they are alike)
+        body = self.dense_params_per_gpu - embeddings + self.expert_params_per_gpu * (self.expert_bytes
+                                                                                      / self.weight_bytes)
         total = body * self.weight_bytes + embeddings * self.embedding_bytes
         if m.vision is not None:
             from simmodel.perf.vision import tower_weight_bytes

@@ -71,6 +71,12 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
     first_dense_layers: int = 0
+    expert_dtype_bytes: int = 0
+    """Bytes per weight of the routed and shared experts when the checkpoint quantizes only those (RedHatAI's
+    FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16); 0: ``dtype_bytes``."""
+    attention_chunk_size: int = 0
+    """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
+    modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""
     # Multi-head latent attention
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -207,6 +213,22 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     (("Qwen/Qwen2.5-7B-Instruct",), (28, 3584, 28, 4, 128, 18944, 152064, False, 32768, 2), {}),
     # 01-ai/Yi-34B config.json (a copy: inference-sim/inference-sim model_configs/yi-34b/config.json)
     (("01-ai/Yi-34B",), (60, 7168, 56, 8, 128, 20480, 64000, False, 4096, 2), {}),
+    # meta-llama/Llama-4-Scout-17B-16E-Instruct text_config (aic meta-llama--Llama-4-Scout-17B-16E-Instruct;
+    # the same in inference-sim/inference-sim model_configs/llama-4-scout-17b-16e-instruct-fp8-dynamic):
+    # interleave_moe_layer_step 1, so all 48 layers are MoE (intermediate_size_mlp 16384 serves dense layers,
+    # of which Scout has none); 16 experts of intermediate_size 8192, top 1, plus one shared expert of the
+    # same size per layer (transformers' Llama4TextMoe); qk norms carry no weights. The vision tower is left out.
+    (("meta-llama/Llama-4-Scout-17B-16E-Instruct",),
+     (48, 5120, 40, 8, 128, 16384, 202048, False, 10485760, 2), dict(
+         num_experts=16, num_experts_per_token=1, moe_intermediate_size=8192, num_shared_experts=1,
+         attention_chunk_size=8192)),
+    # RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic: the same config; its quantization_config
+    # (compressed-tensors, FP8 weights per channel, FP8 activations per token) ignores every attention
+    # projection, the routers and the LM head, so only the experts' MLPs are FP8
+    (("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",),
+     (48, 5120, 40, 8, 128, 16384, 202048, False, 10485760, 2), dict(
+         num_experts=16, num_experts_per_token=1, moe_intermediate_size=8192, num_shared_experts=1,
+         attention_chunk_size=8192, expert_dtype_bytes=1)),
     # Qwen/Qwen3-8B config.json (aic Qwen--Qwen3-8B)
     (("Qwen/Qwen3-8B",), (36, 4096, 32, 8, 128, 12288, 151936, False, 40960, 2), {}),
     # Qwen/Qwen3-8B-Base config.json: the same shape, max_position_embeddings 32768

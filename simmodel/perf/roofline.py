@@ -115,13 +115,16 @@ class RooflineTiming(SumsTiming):
         self.activation_bytes_per_token = LINEAR_ACTIVATION_PASSES * layers * h * act
         # Mixture of experts: each token runs top-k routed experts and the shared ones, spread over the
         # worker's moe_tensor × moe_expert GPUs (the small router GEMM is spread with them).
+        # Experts quantized apart from the rest run at their own dtype's peak: their FLOPs are counted at the
+        # other linear layers' peak scaled by the ratio of the two peaks (1.0 when the dtypes agree).
+        expert_peak_ratio = hw.peak_flops(d.weight_bytes) / hw.peak_flops(d.expert_bytes)
         self.moe_flops_per_token = 2 * m.num_moe_layers * (
-            (m.num_experts_per_token + m.num_shared_experts) * m.expert_params + h * m.num_experts)
+            (m.num_experts_per_token + m.num_shared_experts) * m.expert_params + h * m.num_experts) * expert_peak_ratio
         self.moe_gpus = d.moe_tensor * d.moe_expert
         self.experts_per_gpu = m.num_experts / d.moe_expert if m.is_moe else 0.0
-        self.expert_bytes_per_gpu = m.num_moe_layers * m.expert_params / d.moe_tensor * d.weight_bytes
+        self.expert_bytes_per_gpu = m.num_moe_layers * m.expert_params / d.moe_tensor * d.expert_bytes
         self.shared_bytes_per_gpu = (m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)
-                                     / self.moe_gpus * d.weight_bytes)
+                                     / self.moe_gpus * d.expert_bytes)
         self.route_fraction = m.num_experts_per_token / m.num_experts if m.is_moe else 0.0
         # Attention: per query·key pair and layer, QKᵀ and AV over the GPU's heads. MLA decodes in the
         # absorbed form (vLLM): QKᵀ over the latent and rotary part, AV over the latent.

@@ -81,6 +81,21 @@ def test_seventy_b_on_one_h100_has_no_room_for_kv():
     assert "needs 141.1 GB of weights per GPU at tensor 1" in message
 
 
+def test_llama_4_scout_serves_at_most_one_attention_chunk():
+    """Llama 4 attends within 8192-token chunks on 3 of every 4 layers, which is not modelled: up to one chunk
+    every layer attends to the whole context, so 8192 is the longest context served, and the default."""
+    scout = {"model": "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "context_length": 16384,
+             "workers": {"aggregated": {"parallelism": {"tensor": 2}}}}
+    assert ("engine.context_length: RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic attends within chunks of "
+            "8192 tokens on 3 of every 4 layers") in error_of(make_scenario(engine=scout))
+    data = make_scenario(engine=scout)
+    del data["engine"]["context_length"]
+    scenario = parse_scenario(data, Path("."))
+    assert scenario.engine.context_length == 8192
+    deployment = scenario.engine.workers["aggregated"].deployment
+    assert (deployment.weight_bytes, deployment.expert_bytes) == (2, 1)  # dtype auto: the checkpoint's own
+
+
 def test_defaults_are_the_documented_ones():
     data = make_scenario()
     del data["engine"]["context_length"]

@@ -51,6 +51,38 @@ def test_kv_heads_replicate_beyond_tensor_and_decode_context_spreads_them():
     assert plain == int(free // (16 * 40_960)) and dcp == int(free // (16 * 20_480))
 
 
+SCOUT = MODELS["meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+SCOUT_FP8 = MODELS["RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"]
+
+
+def test_scout_fp8_dynamic_quantizes_only_its_experts():
+    """Tensor 2 (experts sharded over both GPUs) on H100. Per GPU: attention 48·62,914,560 / 2 params × 2 B
+    = 3,019,898,880; norms 2·5120·48 + 5120 = 496,640 × 2 B = 993,280 (replicated); experts and routers
+    48·2,139,176,960 / 2 = 51,340,247,040 params × 1 B (FP8); embedding and LM head 2·202048·5120 / 2 ×
+    2 B = 2,068,971,520. Total 56,430,110,720 B. In BF16 the experts take twice that: 107,770,357,760 B,
+    over the 80 GB of an H100 (the reason the FP8 checkpoint is served on two)."""
+    h100 = HARDWARE["h100_sxm"]
+    fp8 = Deployment(SCOUT_FP8, h100, tensor=2, moe_tensor=2, weight_bytes=2, expert_weight_bytes=1)
+    bf16 = Deployment(SCOUT, h100, tensor=2, moe_tensor=2, weight_bytes=2)
+    assert fp8.weight_bytes_per_gpu == 56_430_110_720
+    assert bf16.weight_bytes_per_gpu == 56_430_110_720 + 51_340_247_040 > 80e9
+
+
+def test_scout_fp8_experts_run_at_the_fp8_peak_and_read_half_the_bytes():
+    """The FP8-dynamic experts (FP8 weights and activations) run at H100's FP8 peak, 1979 TFLOPS, twice the
+    BF16 989 the attention projections run at; a routed or shared expert reads 3·5120·8192 = 125,829,120
+    B per layer instead of twice that. Attention stays BF16: its weight bytes do not change."""
+    from simmodel.perf.roofline import RooflineTiming
+
+    h100 = HARDWARE["h100_sxm"]
+    fp8 = RooflineTiming(Deployment(SCOUT_FP8, h100, tensor=2, moe_tensor=2, weight_bytes=2, expert_weight_bytes=1))
+    bf16 = RooflineTiming(Deployment(SCOUT, h100, tensor=2, moe_tensor=2, weight_bytes=2))
+    assert fp8.dense_weight_bytes == bf16.dense_weight_bytes == 48 * 62_914_560 / 2 * 2
+    assert fp8.expert_bytes_per_gpu == 48 * 125_829_120 / 2 == bf16.expert_bytes_per_gpu / 2
+    # (FLOPs are counted at the BF16 peak the other linear layers run at: FP8 work counts 989 / 1979 of itself)
+    assert fp8.moe_flops_per_token == pytest.approx(bf16.moe_flops_per_token * 989 / 1979, rel=1e-12)
+
+
 def batch(rank, new, ctx, decode, num_ranks=1, capacity=1600.0) -> PassBatch:
     return PassBatch(num_ranks, np.array(rank), np.array(new), np.array(ctx), np.array(decode, dtype=bool),
                      np.ones(len(rank), dtype=bool), np.full(num_ranks, capacity))

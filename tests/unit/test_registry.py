@@ -138,6 +138,21 @@ def test_the_accuracy_runs_dense_models():
     assert [m.kv_bytes_per_token() for m in (nemo, qwen, yi)] == [163_840, 57_344, 245_760]
 
 
+def test_llama_4_scout_total_and_active():
+    """48 layers, each attention 2·5120·5120 + 2·5120·1024 = 62,914,560 and MoE 17 experts (16 routed + 1
+    shared) of 3·5120·8192 = 125,829,120 plus the router 5120·16 → 2,139,176,960. Total: 48·2,202,091,520 +
+    2·202048·5120 + 2·5120·48 + 5120 = 107,769,861,120 (the card's 109 B also counts the vision tower, left
+    out). Active (one routed expert and the shared one): 48·(62,914,560 + 2·125,829,120 + 81,920) +
+    2,068,971,520 + 496,640 = 17,172,894,720 (the card's 17 B). KV: 2·48·8·128·2 = 196,608 B a token."""
+    for key in ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"):
+        scout = MODELS[key]
+        assert (scout.num_dense_layers, scout.num_moe_layers) == (0, 48)
+        assert scout.num_parameters == 107_769_861_120
+        assert scout.num_active_parameters == 17_172_894_720
+        assert scout.kv_bytes_per_token() == 196_608
+    assert MODELS["RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"].expert_dtype_bytes == 1
+
+
 def test_kv_bytes_per_token_mla_and_gqa():
     """MLA caches one latent per token and layer: 61·(512 + 64)·2 = 70,272 B in BF16, 35,136 in FP8 (the
     checkpoint's own dtype). GQA caches K and V per KV head: Llama-3.1-70B 2·80·8·128·2 = 327,680; Llama-2-7B
