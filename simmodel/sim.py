@@ -189,8 +189,10 @@ def check_workload(scenario: Scenario) -> TraceData | None:
     trace = load_trace(scenario)
     source = scenario.traffic.source
     context = serving_context_length(scenario)
-    if trace is None and smallest_length(source.input_tokens) >= context:
-        raise ScenarioError(f"traffic.source.input_tokens: every prompt would be at or above "
+    overhead = scenario.traffic.prompt_overhead_tokens
+    if trace is None and smallest_length(source.input_tokens) + overhead >= context:
+        what = " with its prompt_overhead_tokens" if overhead else ""
+        raise ScenarioError(f"traffic.source.input_tokens: every prompt{what} would be at or above "
                             f"context_length ({context}) and rejected")
     return trace
 
@@ -255,7 +257,7 @@ class Simulation:
                                        destination_first=self.backend.destination_first)
         load = scenario.traffic.load
         stream = RequestStream(scenario, trace)
-        stream.extra_prompt_tokens = self.image_tokens
+        stream.extra_prompt_tokens = self.image_tokens + scenario.traffic.prompt_overhead_tokens
         stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
                                     serving_context_length(scenario),

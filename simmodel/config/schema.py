@@ -164,6 +164,9 @@ class Traffic:
     stop: StopSpec
     warnings: tuple[str, ...] = ()
     """What an imported benchmark workload asked for that the simulation does not reproduce."""
+    prompt_overhead_tokens: int = 0
+    """Tokens the server finds in every prompt of an imported workload beyond the lengths the tool asked for
+    (its template, and the tool's random text re-tokenized), after the prompt's own text."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,14 +97,15 @@ def _stages(ld: _Node) -> tuple[LoadStage, ...]:
 
 
 def _imported(node: _Node, base_dir: Path) -> Traffic:
-    """``source: {type: import, tool, path}``: the workload a benchmark tool's own file describes
-    (``simmodel.config.importers``); it sets the load and stop too."""
+    """``source: {type: import, tool, path, prompt_overhead_tokens}``: the workload a benchmark tool's own file
+    describes (``simmodel.config.importers``); it sets the load and stop too."""
     src = node.node("source")
     src.choice("type", ("import",))
     tool = src.choice("tool", TOOLS)
     raw_path = src.raw("path")
     if not isinstance(raw_path, str) or not raw_path:
         raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
+    overhead = src.int("prompt_overhead_tokens", 0, minimum=0)
     src.done()
     for key in ("load", "stop"):
         if node.raw(key, None) is not None:
@@ -117,7 +118,7 @@ def _imported(node: _Node, base_dir: Path) -> Traffic:
     except ScenarioError as exc:
         raise ScenarioError(f"traffic.source.path: {path.name}: the {tool} workload it describes is refused: "
                             f"{exc}") from None
-    return replace(traffic, warnings=tuple(warnings))
+    return replace(traffic, warnings=tuple(warnings), prompt_overhead_tokens=overhead)
 
 
 def _traffic(node: _Node, base_dir: Path) -> Traffic:

@@ -95,6 +95,34 @@ data:
     assert res.summary["stages"][1]["start_s"] == pytest.approx(last_finish_0 + 2.0)
 
 
+def test_prompt_overhead_tokens_join_each_prompt_and_are_cached_with_it(tmp_path):
+    """A pool of 2 groups × 2 prompts of 1000 + 100 tokens, 8 requests at 2 req/s, with 26 tokens of
+    overhead: every prompt is 1126 tokens. The first prompt of each group finds nothing cached, the second
+    its group's system prompt in whole 16-token blocks (62 · 16 = 992), and each of the 4 repeats its whole
+    prompt, overhead included, but the last partial block: 70 · 16 = 1120 (without the overhead being the
+    prompt's own it would be 68 · 16 = 1088)."""
+    path = write(tmp_path / "profile.yaml", """
+load: {type: constant, stages: [{rate: 2, duration: 4}]}
+data:
+  type: shared_prefix
+  shared_prefix: {num_groups: 2, num_prompts_per_group: 2, system_prompt_len: 1000, question_len: 100, output_len: 20}
+""")
+    data = make_scenario()
+    data["traffic"] = {"source": {"type": "import", "tool": "inference-perf", "path": str(path),
+                                  "prompt_overhead_tokens": 26}}
+    data["engine"]["workers"]["aggregated"]["kv_cache"]["capacity"]["blocks"] = 4000
+    req = run_scenario(data).requests
+    assert req.input_tokens.tolist() == [1126] * 8
+    assert sorted(req.cached_tokens[:4].tolist()) == [0, 0, 992, 992] and req.cached_tokens[4:].tolist() == [1120] * 4
+    data["traffic"]["source"]["prompt_overhead_tokens"] = -1
+    with pytest.raises(ScenarioError, match="traffic.source.prompt_overhead_tokens: must be an integer >= 0, got -1"):
+        parse_scenario(data, tmp_path)
+    data["traffic"]["source"]["prompt_overhead_tokens"] = 3000  # 1100 + 3000 tokens: over context_length 4096
+    with pytest.raises(ScenarioError, match="every prompt with its prompt_overhead_tokens would be at or above "
+                                            "context_length"):
+        run_scenario(data)
+
+
 def test_inference_perf_normal_lengths_and_concurrent_stages(tmp_path):
     path = write(tmp_path / "p.yaml", """
 load: {type: concurrent, stages: [{num_requests: 30, concurrency_level: 4}], num_workers: 2}
