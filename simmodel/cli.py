@@ -490,8 +490,12 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
 @click.option("--overwrite", is_flag=True,
               help="Replace an existing --output file, only one simmodel calibrate wrote (a YAML mapping whose "
                    "one key is calibration).")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Worker processes that simulate the fit runs side by side (the result does not depend on it). "
+                   "Default: this machine's cores.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: bool, fmt: str) -> None:
+def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: bool, jobs: int | None,
+              fmt: str) -> None:
     """Fit the default performance model's named parameters to measured runs, and report the error
     before and after on the fit runs and on held-out ones (docs/calibration.md)."""
     import importlib.util
@@ -504,7 +508,7 @@ def calibrate(runs_path: Path, output: Path, holdout: str | None, overwrite: boo
         raise ScenarioError("simmodel calibrate needs SciPy; pip install 'simmodel[calibrate]'")
     plan = load_runs(runs_path, holdout)
     probe_output(output)
-    values = fit(plan)
+    values = fit(plan, jobs=jobs or os.cpu_count() or 1)
     document = report(plan, values)
     write_calibration(output, document, overwrite)
     click.echo(json.dumps(document, indent=2) if fmt == "json" else format_report(document))

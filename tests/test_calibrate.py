@@ -140,6 +140,23 @@ def test_calibration_on_open_loop_runs_recovers_the_passes_they_are_made_of(tmp_
     assert values["compute_efficiency"] == pytest.approx(TRUTH["compute_efficiency"], rel=0.03)
 
 
+def test_worker_processes_change_nothing_but_the_time(tmp_path):
+    # every run is simulated on its own whichever process does it, and the rows come back in run order
+    truth = {"memory_efficiency": 0.7}
+    path = runs_file(tmp_path, {"answers": workload(100, 40, 8), "prompts": workload(1000, 8, 2),
+                                "mixed": workload(500, 20, 4)}, extra={"parameters": list(truth)}, truth=truth)
+    serial, parallel = load_runs(path), load_runs(path)
+    assert calibrate(serial, jobs=1) == calibrate(parallel, jobs=2)
+    assert [r.after for r in serial.runs] == [r.after for r in parallel.runs]
+
+
+def test_jobs_must_be_a_positive_count(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "calibrate", "--runs", str(tmp_path / "r.yaml"),
+                           "--output", str(tmp_path / "c.yaml"), "--jobs", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("simmodel: Invalid value for '--jobs': 0 is not in the "
+                                                            "range 1<=x<=256.")
+
+
 def test_held_out_deployments_are_reported_and_a_calibration_does_not_travel(tmp_path):
     # the held-out run's deployment is slower (other true values): if it leaked into the fit, the fitted
     # values would move off the fit runs' truth

@@ -25,7 +25,7 @@ from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import compare
 from simmodel.config.calibration import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
-from simmodel.errors import ScenarioError
+from simmodel.errors import ScenarioError, SimulationError
 from simmodel.paths import current_umask, is_file
 from simmodel.sim import Simulation
 
@@ -348,8 +348,57 @@ def residuals(rows: list[dict]) -> list[float]:
             else MISSING for r in rows if fitted(r)]
 
 
-def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
-    """The fitted values of ``plan.parameters`` (and each run's rows before and after)."""
+class RunPool:
+    """Simulates runs with a set of parameter values: one after the other, or with ``jobs`` > 1 in that many
+    worker processes (forked once, for the whole fit), each simulating one run at a time. Either way each run
+    is simulated on its own and the rows come back in the runs' order, so ``jobs`` never changes a result."""
+
+    def __init__(self, runs: list[Run], jobs: int = 1) -> None:
+        from simmodel.recommend.executor import LocalExecutor
+
+        self.runs = runs
+        self.executor = LocalExecutor(min(jobs, len(runs)), self._task) if jobs > 1 and len(runs) > 1 else None
+
+    def _task(self, task: tuple[int, dict[str, float]]) -> tuple[int, list[dict] | None, str | None]:
+        i, values = task
+        try:
+            return i, simulate(self.runs[i], values), None
+        except (ScenarioError, SimulationError) as exc:
+            return i, None, str(exc)
+
+    def rows(self, values: dict[str, float]) -> list[list[dict]]:
+        """Each run's comparison rows, simulated with these values."""
+        if self.executor is None:
+            return [simulate(run, values) for run in self.runs]
+        out: list[list[dict] | None] = [None] * len(self.runs)
+        for entry in self.executor.map([(i, values) for i in range(len(self.runs))]):
+            if isinstance(entry, dict):  # (the worker process died: killed for memory, a crash)
+                raise SimulationError(f"a calibrate worker process died ({entry['reason']}); try --jobs 1")
+            i, rows, error = entry
+            if error is not None:
+                raise SimulationError(f"run {self.runs[i].name}: {error}")
+            out[i] = rows
+        return out  # type: ignore[return-value]
+
+    def close(self, abort: bool = False) -> None:
+        if self.executor is not None:
+            self.executor.close(abort)
+
+
+def calibrate(plan: Plan, on_evaluation=None, jobs: int = 1) -> dict[str, float]:
+    """The fitted values of ``plan.parameters`` (and each run's rows before and after); ``jobs`` worker
+    processes simulate the fit runs of each evaluation side by side (``RunPool``)."""
+    pool = RunPool([r for r in plan.runs if not r.held_out], jobs)
+    try:
+        values = _calibrate(plan, pool, on_evaluation)
+    except BaseException:  # (Ctrl-C included: the workers are stopped at once, not waited for)
+        pool.close(abort=True)
+        raise
+    pool.close()
+    return values
+
+
+def _calibrate(plan: Plan, pool: RunPool, on_evaluation) -> dict[str, float]:
     names = plan.parameters
     x0 = np.array([START.get(n, PARAMETERS[n][0]) for n in names], dtype=np.float64)
     lo = np.array([PARAMETERS[n][1] for n in names], dtype=np.float64)
@@ -357,14 +406,13 @@ def calibrate(plan: Plan, on_evaluation=None) -> dict[str, float]:
     # a default on a bound (a zero overhead) starts 1 % of the range inside it: trust-region steps taken
     # from a bound can stay stuck on it while another parameter compensates
     x0 = np.where(x0 <= lo, lo + 0.01 * (hi - lo), np.where(x0 >= hi, hi - 0.01 * (hi - lo), x0))
-    fit = [r for r in plan.runs if not r.held_out]
     plan.notes = []
     for run in plan.runs:  # every run, held out or not, must match its measured file
         check_run(run, plan.notes)
 
     def fun(x: np.ndarray) -> np.ndarray:
         values = dict(zip(names, x.tolist()))
-        res = [v for run in fit for v in residuals(simulate(run, values))]
+        res = [v for rows in pool.rows(values) for v in residuals(rows)]
         if on_evaluation is not None:
             on_evaluation(values)
         return np.array(res, dtype=np.float64)
