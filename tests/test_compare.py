@@ -125,6 +125,22 @@ def test_inference_perf_chunk_timed_figures_give_way_to_the_derived_decode_step(
     assert "note: run: time_per_output_token and inter_token_latency not compared" in proc.stdout
 
 
+def test_the_derived_decode_step_divides_both_sides_by_the_tools_own_count(tmp_path):
+    """inference-perf counted 4 output tokens where the server generated 5 (it re-tokenizes the streamed text):
+    measured (62 − 22) / (4 − 1) = 13.33 ms; the simulated side divides its own E2E − TTFT by the same
+    count, (60 − 20) / (4 − 1) = 13.33 ms, not by its 5 tokens (which would give 10 ms, 25 % off for
+    a run whose E2E is within 3.2 %)."""
+    measured = write(tmp_path / "summary_lifecycle_metrics.json", {"load_summary": {"count": 4}, "successes": {
+        "latency": {"time_to_first_token": {"mean": 0.022}, "request_latency": {"mean": 0.062},
+                    "time_per_output_token": {"mean": 0.005}},
+        "output_len": {"mean": 4.0}}})
+    out = tmp_path / "out"
+    proc = simmodel("compare", "-c", str(scenario(tmp_path)), "--measured", str(measured), "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    derived = rows_of(out)["run", "derived_time_per_output_token", "mean"]
+    assert (derived["measured"], derived["simulated"]) == (pytest.approx(40 / 3), pytest.approx(40 / 3))
+
+
 def test_inference_perf_without_output_len_says_what_the_decode_step_needs(tmp_path):
     m = read_measured(write(tmp_path / "summary_lifecycle_metrics.json", {"load_summary": {"count": 4}, "successes": {
         "latency": {"request_latency": {"mean": 0.06}, "inter_token_latency": {"mean": 0.005}}}}))

@@ -25,8 +25,9 @@ DEFINITIONS = {
     "itl_pooled": "every gap between consecutive tokens of every request, pooled",
     "ntpot": "request latency / output tokens per completed request (inference-perf's normalized TPOT)",
     "decode_step_from_means": "(mean E2E − mean TTFT) / (mean output tokens − 1) over completed requests, TTFT's "
-                              "mean over those with more than one token (the decode step, from inference-perf's "
-                              "aggregate means, in place of its chunk-timed TPOT and ITL)",
+                              "mean over those with more than one token, the tokens as the measuring tool counted "
+                              "them (the decode step, from inference-perf's aggregate means, in place of its "
+                              "chunk-timed TPOT and ITL)",
     "e2e": "send → last token, per completed request",
     "request_throughput": "completed requests / (first send → last token)",
     "output_throughput": "output tokens / (first send → last token)",
@@ -45,8 +46,11 @@ class SimulatedScope:
     output_throughput: float | None
 
 
-def samples(definition: str, scope: SimulatedScope) -> tuple[np.ndarray, np.ndarray] | float | None:
-    """The definition's per-request (or pooled) values and their weights, or a single value (rates)."""
+def samples(definition: str, scope: SimulatedScope,
+            tokens: float | None = None) -> tuple[np.ndarray, np.ndarray] | float | None:
+    """The definition's per-request (or pooled) values and their weights, or a single value (rates).
+    ``tokens``: for ``decode_step_from_means``, the measuring tool's mean output count, divided by in place
+    of the simulated one (see ``measured.Figure.tokens``)."""
     if definition == "request_throughput":
         return scope.request_throughput
     if definition == "output_throughput":
@@ -57,7 +61,8 @@ def samples(definition: str, scope: SimulatedScope) -> tuple[np.ndarray, np.ndar
     n = done["output_tokens"].to_numpy(dtype=np.float64)
     if definition == "decode_step_from_means":
         return _decode_step_from_means(done["e2e_ms"].to_numpy(dtype=np.float64),
-                                       done["ttft_ms"].to_numpy(dtype=np.float64)[n > 1], n)
+                                       done["ttft_ms"].to_numpy(dtype=np.float64)[n > 1],
+                                       float(n.mean()) if tokens is None else tokens)
     if definition == "ttft":
         values = done["ttft_ms"].to_numpy(dtype=np.float64)
     elif definition == "ttft_multi_token":
@@ -81,11 +86,11 @@ def samples(definition: str, scope: SimulatedScope) -> tuple[np.ndarray, np.ndar
     return values, np.ones(len(values), dtype=np.int64)
 
 
-def _decode_step_from_means(e2e_ms: np.ndarray, ttft_ms: np.ndarray, tokens: np.ndarray) -> float | None:
+def _decode_step_from_means(e2e_ms: np.ndarray, ttft_ms: np.ndarray, tokens: float) -> float | None:
     """(mean E2E − mean TTFT) / (mean output tokens − 1), in ms; None without requests or tokens ≤ 1."""
-    if not len(e2e_ms) or not len(ttft_ms) or tokens.mean() <= 1:
+    if not len(e2e_ms) or not len(ttft_ms) or tokens <= 1:
         return None
-    return float((e2e_ms.mean() - ttft_ms.mean()) / (tokens.mean() - 1))
+    return float((e2e_ms.mean() - ttft_ms.mean()) / (tokens - 1))
 
 
 def statistic(values: np.ndarray, weights: np.ndarray, stat: str, nearest_rank: bool = False) -> float | None:

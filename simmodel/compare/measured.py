@@ -33,6 +33,11 @@ class Figure:
     value: float
     definition: str
     """Which simulated quantity it is (a key of ``definitions.DEFINITIONS``)."""
+    tokens: float | None = None
+    """``decode_step_from_means``: the mean output count the tool divided by, as it counted the streamed
+    text; the simulated side divides by the same count, so the two compare the time from first token to
+    last, whatever the tool's count (inference-perf re-tokenizes the text, which can give fewer tokens
+    than the server generated)."""
 
 
 @dataclass
@@ -177,6 +182,7 @@ def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
     chunked = [m for m in _IPERF_CHUNKED if isinstance(latency.get(m), dict)]
     if chunked:
         derived = _iperf_decode_step(latency, successes.get("output_len"))
+        counted = successes["output_len"].get("mean") if derived is not None else None
         scope.notes.append(
             f"{name}: {' and '.join(chunked)} not compared: inference-perf times them from the streamed chunks, "
             f"shorter than the decode step when the server sends several chunks per token; "
@@ -184,7 +190,7 @@ def _iperf_scope(data: dict, name: str, stage: int | None) -> Scope:
                f"(mean output_len − 1)" if derived is not None else
                f"{DERIVED_TPOT} needs the means of request_latency, time_to_first_token and output_len (> 1)"))
         if derived is not None:
-            scope.figures.append(Figure(DERIVED_TPOT, "mean", derived, "decode_step_from_means"))
+            scope.figures.append(Figure(DERIVED_TPOT, "mean", derived, "decode_step_from_means", float(counted)))
     throughput = successes.get("throughput") if isinstance(successes.get("throughput"), dict) else {}
     for metric, definition in (("requests_per_sec", "request_throughput"), ("output_tokens_per_sec", "output_throughput")):
         if _number(throughput.get(metric)) is not None:

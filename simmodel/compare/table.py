@@ -46,7 +46,7 @@ def compare(measurement: Measurement, sim: Simulation, results: Results) -> tupl
             continue
         simulated = scopes[scope.stage]
         for fig in scope.figures:
-            got = samples(fig.definition, simulated)
+            got = samples(fig.definition, simulated, fig.tokens)
             if isinstance(got, tuple):
                 value = statistic(got[0], got[1], fig.stat, nearest_rank=nearest)
             else:
