@@ -344,7 +344,7 @@ def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, ove
 @click.option("--backend", type=click.Choice(["vllm"]), default="vllm", show_default=True)
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
               help="Weight dtype; auto is the checkpoint's.")
-@click.option("--context-length", type=click.IntRange(min=2), help="max_model_len; default the model's maximum.")
+@click.option("--context-length", type=click.IntRange(min=2), help="max_model_len; default the model's maximum (Llama 4: 8192, one attention chunk).")
 @click.option("--max-batched-tokens", type=click.IntRange(min=1), default=8192, show_default=True)
 @click.option("--input-tokens", type=click.IntRange(min=1), help="Price one request alone: its prompt...")
 @click.option("--output-tokens", type=click.IntRange(min=1), help="...and its output tokens.")

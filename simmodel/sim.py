@@ -191,8 +191,10 @@ def check_workload(scenario: Scenario) -> TraceData | None:
     context = serving_context_length(scenario)
     overhead = scenario.traffic.prompt_overhead_tokens
     if trace is None and smallest_length(source.input_tokens) + overhead >= context:
-        what = " with its prompt_overhead_tokens" if overhead else ""
-        raise ScenarioError(f"traffic.source.input_tokens: every prompt{what} would be at or above "
+        if smallest_length(source.input_tokens) < context:  # (the overhead tips it over)
+            raise ScenarioError(f"traffic.source.prompt_overhead_tokens: with it every prompt would be at or above "
+                                f"context_length ({context}) and rejected; got {overhead}")
+        raise ScenarioError(f"traffic.source.input_tokens: every prompt would be at or above "
                             f"context_length ({context}) and rejected")
     return trace
 

@@ -150,6 +150,62 @@ def test_worker_processes_change_nothing_but_the_time(tmp_path):
     assert [r.after for r in serial.runs] == [r.after for r in parallel.runs]
 
 
+def test_run_pool_simulates_in_worker_processes_and_raises_their_errors_as_they_are(monkeypatch):
+    import os
+
+    from simmodel.calibrate import fit
+
+    def fake(run, values):  # (the workers are forked after this is in place)
+        if run == "bad":
+            raise ScenarioError("runs[1]: bad input")
+        return [{"pid": os.getpid(), "run": run, **values}]
+    monkeypatch.setattr(fit, "simulate", fake)
+    pool = fit.RunPool(["a", "b", "c"], jobs=2)
+    try:
+        rows = pool.rows({"x": 1.0})
+    finally:
+        pool.close()
+    assert [r[0]["run"] for r in rows] == ["a", "b", "c"] and all(r[0]["x"] == 1.0 for r in rows)
+    assert os.getpid() not in {r[0]["pid"] for r in rows}
+    pool = fit.RunPool(["a", "bad"], jobs=2)
+    try:
+        with pytest.raises(ScenarioError, match=r"^runs\[1\]: bad input$"):  # (not another class: the same exit code)
+            pool.rows({"x": 1.0})
+    finally:
+        pool.close()
+
+
+def test_differences_step_from_the_value_or_its_floor_and_stop_at_a_bound():
+    """f(x) = 2·x₀ + 3·x₁ at x = (0 ms, 0.5): x₀'s step is 0.1 × its floor of 1 ms = 0.1, one-sided since
+    0 is its bound (points 0.1 and 0 itself); x₁'s is 0.1 × 0.5 = 0.05 each way (0.55 and 0.45). The
+    Jacobian of a linear f is its coefficients, whatever the steps."""
+    import numpy as np
+
+    from simmodel.calibrate.fit import _Differences
+
+    seen = []
+
+    def f(x):
+        seen.append(tuple(round(v, 12) for v in x))
+        return np.array([2 * x[0] + 3 * x[1]])
+    x0 = np.array([0.0, 0.5])
+    diff = _Differences(f, x0, f(x0), np.array([1.0, 0.1]), np.array([0.0, 0.01]), np.array([100.0, 1.0]), 20)
+    diff.step = 0.1
+    assert diff.jacobian(x0) == pytest.approx(np.array([[2.0, 3.0]]))
+    assert seen == [(0.0, 0.5), (0.1, 0.5), (0.0, 0.55), (0.0, 0.45)]
+
+
+def test_a_fit_that_spends_its_budget_says_so(tmp_path, monkeypatch):
+    from simmodel.calibrate import fit
+
+    monkeypatch.setattr(fit, "EVALUATIONS_PER_PARAMETER", 3)  # the start, one Jacobian (2), then no more
+    path = runs_file(tmp_path, {"answers": workload(100, 40, 8), "prompts": workload(1000, 8, 2)},
+                     extra={"parameters": ["memory_efficiency"]}, truth={"memory_efficiency": 0.7})
+    plan = load_runs(path)
+    calibrate(plan)
+    assert plan.notes[0] == "the fit used its 3 simulations of the fit runs (3 a parameter); the values are the best found"
+
+
 def test_jobs_must_be_a_positive_count(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "simmodel.cli", "calibrate", "--runs", str(tmp_path / "r.yaml"),
                            "--output", str(tmp_path / "c.yaml"), "--jobs", "0"], capture_output=True, text=True)

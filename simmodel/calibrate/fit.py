@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from simmodel.compare.measured import Measurement, read_measured
-from simmodel.compare.table import compare
+from simmodel.compare.table import Mismatch, compare
 from simmodel.config.calibration import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError
@@ -232,16 +232,18 @@ def check_run(run: Run, notes: list[str]) -> None:
     scenario = scenario_with(run, {})  # no value set: the model's defaults
     sim = Simulation(scenario, keep_events=False)
     results = sim.run()
-    rows, notes = compare(run.measurement, sim, results)
-    said = {n for scope in run.measurement.scopes for n in scope.notes}  # what the file holds that is not compared
-    unmatched = [n for n in notes if n not in said]
-    if unmatched:
-        raise ScenarioError(f"run {run.name}: {unmatched[0]}")
+    rows, found = compare(run.measurement, sim, results)
+    measured, simulated = run.measurement.requests, len(results.requests)
+    counts_differ = measured is not None and measured != simulated
+    mismatches = [n for n in found if isinstance(n, Mismatch)]
+    if counts_differ:
+        mismatches = mismatches[1:]  # (the request count's comes first: a run cut by time may differ, below)
+    if mismatches:
+        raise ScenarioError(f"run {run.name}: {mismatches[0]}")
     if not any(fitted(r) for r in rows):
         raise ScenarioError(f"run {run.name}: its measured file holds no figure to fit (means, percentiles or "
                             f"throughputs)")
-    measured, simulated = run.measurement.requests, len(results.requests)
-    if measured is not None and measured != simulated:
+    if counts_differ:
         traffic = scenario.traffic
         timed = traffic.stop.max_virtual_time_seconds is not None or any(
             st.duration_s is not None and st.requests is None for st in traffic.load.stages)
@@ -250,6 +252,8 @@ def check_run(run: Run, notes: list[str]) -> None:
                                 f"{simulated}; describe the same workload")
         notes.append(f"run {run.name}: the measured run sent {measured} requests, the scenario {simulated} at the "
                      f"defaults (a run cut by time)")
+    said = {n for scope in run.measurement.scopes for n in scope.notes}  # what the file holds that is not compared
+    notes.extend(f"run {run.name}: {n}" for n in found if not isinstance(n, Mismatch) and n not in said)
 
 
 def fitted(row: dict) -> bool:
@@ -272,13 +276,14 @@ STEP_FLOOR = {"efficiency": 0.1, "ms": 1.0, "us": 10.0}
 (an overhead near zero still moves the passes by a measurable amount)."""
 EVALUATIONS_PER_PARAMETER = 80
 """About this many simulations of the fit runs per fitted parameter, all steps together (a fit of four
-parameters typically takes 150–300); then the fit stops where it is."""
+parameters typically takes 150–300); then the fit stops where it is (see ``_Differences``)."""
 
 
 def _staged_fit(fun, x0: np.ndarray, first: np.ndarray, lo: np.ndarray, hi: np.ndarray, names: list[str]):
     """``least_squares`` once per step of ``DIFF_STEPS``, each from the best point so far, within the budget of
-    simulations (``first``: the residuals at ``x0``, simulated already). Returns the best fit, the last
-    Jacobian measured in full, and whether the budget ran out."""
+    simulations (``first``: the residuals at ``x0``, simulated already). Returns the best fit, the first
+    Jacobian (over the largest steps: where a parameter moves no figure at all, it depends on nothing the runs
+    measure), and whether the budget ran out."""
     from scipy.optimize import least_squares
 
     floors = np.array([STEP_FLOOR.get(n.rsplit("_", 1)[1], STEP_FLOOR["efficiency"]) for n in names])
@@ -292,13 +297,14 @@ def _staged_fit(fun, x0: np.ndarray, first: np.ndarray, lo: np.ndarray, hi: np.n
             result = found
         if fit.spent:
             break
-    return result, fit.last, fit.spent
+    return result, fit.first, fit.spent
 
 
 class _Differences:
-    """The residuals, each point simulated once, and their Jacobian by central differences of ``step`` ×
-    max(|x|, floor) each way (one-sided at a bound). Once ``budget`` simulations are spent the Jacobian is
-    zero, which ends the fit where it is."""
+    """The residuals (the last point simulated is kept: a Jacobian starts where the fit just was) and their
+    Jacobian by central differences of ``step`` × max(|x|, floor) each way (one-sided at a bound). Once the
+    ``budget`` of simulations cannot pay for another Jacobian, the Jacobian is zero, which ends the fit where
+    it is (the trial steps after the last one may spend a few more)."""
 
     def __init__(self, fun, x0: np.ndarray, f0: np.ndarray, floors: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                  budget: int) -> None:
@@ -306,8 +312,8 @@ class _Differences:
         self.step = DIFF_STEPS[0]
         self.left = budget
         self.spent = False
-        self.last = np.zeros((0, len(floors)))
-        """The last Jacobian measured in full."""
+        self.first: np.ndarray | None = None
+        """The first Jacobian measured."""
         self._at, self._value = x0.copy(), f0
         """The last point simulated and its residuals (the fit's start, simulated already)."""
 
@@ -330,8 +336,10 @@ class _Differences:
             f_up = f0 if up[i] == x[i] else self._other(up)
             f_down = f0 if down[i] == x[i] else self._other(down)
             columns.append((f_up - f_down) / (up[i] - down[i]))
-        self.last = np.column_stack(columns)
-        return self.last
+        jacobian = np.column_stack(columns)
+        if self.first is None:
+            self.first = jacobian
+        return jacobian
 
     def _other(self, x: np.ndarray) -> np.ndarray:
         self.left -= 1
@@ -359,12 +367,12 @@ class RunPool:
         self.runs = runs
         self.executor = LocalExecutor(min(jobs, len(runs)), self._task) if jobs > 1 and len(runs) > 1 else None
 
-    def _task(self, task: tuple[int, dict[str, float]]) -> tuple[int, list[dict] | None, str | None]:
+    def _task(self, task: tuple[int, dict[str, float]]) -> tuple[int, list[dict] | None, Exception | None]:
         i, values = task
         try:
             return i, simulate(self.runs[i], values), None
-        except (ScenarioError, SimulationError) as exc:
-            return i, None, str(exc)
+        except (ScenarioError, SimulationError) as exc:  # (raised again by the caller, as with one process)
+            return i, None, exc
 
     def rows(self, values: dict[str, float]) -> list[list[dict]]:
         """Each run's comparison rows, simulated with these values."""
@@ -376,7 +384,7 @@ class RunPool:
                 raise SimulationError(f"a calibrate worker process died ({entry['reason']}); try --jobs 1")
             i, rows, error = entry
             if error is not None:
-                raise SimulationError(f"run {self.runs[i].name}: {error}")
+                raise error
             out[i] = rows
         return out  # type: ignore[return-value]
 
@@ -432,7 +440,7 @@ def _calibrate(plan: Plan, pool: RunPool, on_evaluation) -> dict[str, float]:
                           f"{result.optimality:.3g}): simulated figures may step as the parameters move (events "
                           f"crossing pass boundaries); weigh the held-out error, or fit fewer parameters")
     # a parameter no fit run depends on is not calibrated: its Jacobian column is zero
-    influence = np.abs(jacobian).max(axis=0) if jacobian.size else np.zeros(len(names))
+    influence = np.abs(jacobian).max(axis=0) if jacobian is not None and jacobian.size else np.zeros(len(names))
     unused = [n for n, v in zip(names, influence) if v < 1e-9]
     for n in unused:
         plan.notes.append(f"{n}: no fit run depends on it (left out of the calibration)")

@@ -30,7 +30,8 @@ from simmodel.perf.models import ModelSpec
 
 
 def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
-    """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces."""
+    """vLLM's ``max_model_len``: at most the model's ``max_position_embeddings``, as vLLM enforces, and at most
+    one attention chunk of a model with chunked local attention (Llama 4: 8192), which is not modelled."""
     chunk = model.attention_chunk_size
     value = node.int("context_length", min(limit, chunk or limit) if default is None else default, minimum=2)
     if value > limit:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simmodel.perf.timing import PassBatch, PassTiming
+from simmodel.perf.timing import PassBatch, PassTiming, price_passes
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,10 @@ def request_estimate(timing: PassTiming, input_tokens: int, output_tokens: int, 
     ctx = np.concatenate([starts, ctx_decode])
     decode = np.concatenate([np.zeros(len(chunks), bool), np.ones(len(ctx_decode), bool)])
     samples = np.concatenate([starts + chunks >= input_tokens, np.ones(len(ctx_decode), bool)])
-    times = pass_times_ms(timing, _batch(new, ctx, decode, samples, capacity_tokens))
+    # each pass priced on its own (as one run of passes), not as ranks of one worker: an MoE worker's ranks
+    # share their experts' load, a request's successive passes do not
+    seconds, _ = price_passes(timing, _batch(new, ctx, decode, samples, capacity_tokens), len(new))
+    times = np.rint(seconds[:, 0] * 1e9) / 1e6
     ttft = float(times[: len(chunks)].sum())
     itl = float(times[len(chunks):].mean()) if len(ctx_decode) else None
     return RequestEstimate(ttft, itl, float(times.sum()))

@@ -6,8 +6,8 @@ byte counts take the serving dtype as an argument, so one shape serves BF16 and 
 
 Parameter counts cover every matrix (embeddings, LM head unless tied, attention, MLPs, experts,
 routers) and the RMSNorm weights. Small extras a few families add are left out: Qwen3's per-head q/k
-norms (2 × head_dim per layer), Qwen2.5's q/k/v biases, MLA's two latent norms and DeepSeek's router bias, and OPT's biases,
-LayerNorm biases and learned position table (1.3% of OPT-125m, far less elsewhere).
+norms (2 × head_dim per layer), Qwen2.5's q/k/v biases, MLA's two latent norms and DeepSeek's router bias,
+and OPT's biases, LayerNorm biases and learned position table (1.3% of OPT-125m, far less elsewhere).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class ModelSpec:
     first_dense_layers: int = 0
     expert_dtype_bytes: int = 0
     """Bytes per weight of the routed and shared experts when the checkpoint quantizes only those (RedHatAI's
-    FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16); 0: ``dtype_bytes``."""
+    FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16; the routers, a few MB, are
+    counted with the experts); 0: ``dtype_bytes``."""
     attention_chunk_size: int = 0
     """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
     modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""

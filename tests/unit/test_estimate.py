@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
     ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", 1, 1000, 50),
     ("meta-llama/Llama-3.1-70B-Instruct", "h200_sxm", 4, 20000, 8),  # three prefill chunks
     ("Qwen/Qwen3-8B", "h200_sxm", 2, 7, 1),
+    # MoE: each pass of the request is priced on its own (its experts serve its own tokens), not as one
+    # attention-DP rank among the request's other passes, whose tokens the experts would then serve too
+    ("mistralai/Mixtral-8x7B-v0.1", "h100_sxm", 2, 600, 20),
 ])
 def test_single_request_through_the_simulator_agrees_with_estimate(model, hardware, tensor, isl, osl):
     est = estimate_from_options(model=model, hardware=hardware, tensor=tensor, backend="vllm", dtype="auto",

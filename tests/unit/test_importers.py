@@ -118,8 +118,8 @@ data:
     with pytest.raises(ScenarioError, match="traffic.source.prompt_overhead_tokens: must be an integer >= 0, got -1"):
         parse_scenario(data, tmp_path)
     data["traffic"]["source"]["prompt_overhead_tokens"] = 3000  # 1100 + 3000 tokens: over context_length 4096
-    with pytest.raises(ScenarioError, match="every prompt with its prompt_overhead_tokens would be at or above "
-                                            "context_length"):
+    with pytest.raises(ScenarioError, match=r"^traffic.source.prompt_overhead_tokens: with it every prompt would be "
+                                            r"at or above context_length \(4096\) and rejected; got 3000$"):
         run_scenario(data)
 
 

@@ -58,7 +58,8 @@ SCOUT_FP8 = MODELS["RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"]
 def test_scout_fp8_dynamic_quantizes_only_its_experts():
     """Tensor 2 (experts sharded over both GPUs) on H100. Per GPU: attention 48·62,914,560 / 2 params × 2 B
     = 3,019,898,880; norms 2·5120·48 + 5120 = 496,640 × 2 B = 993,280 (replicated); experts and routers
-    48·2,139,176,960 / 2 = 51,340,247,040 params × 1 B (FP8); embedding and LM head 2·202048·5120 / 2 ×
+    48·2,139,176,960 / 2 = 51,340,247,040 params × 1 B (FP8; the routers, 48·5120·16 = 3,932,160 weights, are
+    BF16 in the checkpoint but counted with the experts, as the docs say); embedding and LM head 2·202048·5120 / 2 ×
     2 B = 2,068,971,520. Total 56,430,110,720 B. In BF16 the experts take twice that: 107,770,357,760 B,
     over the 80 GB of an H100 (the reason the FP8 checkpoint is served on two)."""
     h100 = HARDWARE["h100_sxm"]

@@ -80,6 +80,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="compare with the file on disk, write nothing")
     args = ap.parse_args()
+    if not (SHARED / "runs.json").is_file():
+        print(f"record_vllm_h100_runs.py: {SHARED / 'runs.json'}: not found (the shared folder beside the "  # noqa: T201
+              f"checkout holds the runs; a clone alone does not)", file=sys.stderr)
+        return 2
     text = json.dumps(record(), indent=1) + "\n"
     if args.check:
         same = OUT.read_text() == text
