@@ -189,7 +189,7 @@ def section(results: list[StageResult], skipped: list[dict]) -> list[str]:
     if ttft and max(ttft) < 0:
         w(f"The blind TTFT is short on every stage, by {-max(ttft) * 100:.0f} to {-min(ttft) * 100:.0f} %: the")
         w("per-request costs outside the passes (HTTP, tokenization, detokenization, streaming the first token)")
-        w("are not modelled yet.")
+        w("are not in the defaults yet (`engine.request_overhead_ms` is 0 until fitted).")
     w("")
     w("Not modelled in these runs: the Llama-2-7B runs (`raw-…`) had vLLM's CPU KV offloading connector on")
     w("(8 GiB); the simulated workers have their GPU KV cache only (offload tiers: issue 24).")

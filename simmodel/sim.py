@@ -263,7 +263,8 @@ class Simulation:
         stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
                                     serving_context_length(scenario),
-                                    load.concurrency if load.type == "concurrency" else 0)
+                                    load.concurrency if load.type == "concurrency" else 0,
+                                    to_ns(engine.request_overhead_ms / 1000.0))
         self.wall_time_s = 0.0
         self.routes: ArrivalRoutes | None = None
         """Each arrival's worker, known ahead (see ``_route_ahead``), or None."""

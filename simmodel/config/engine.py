@@ -17,6 +17,9 @@ from simmodel.config.workers import _context_length, _worker
 from simmodel.errors import ScenarioError
 from simmodel.perf.deployment import DTYPE_BYTES
 
+MAX_OVERHEAD_MS = 3_600_000.0
+"""An hour: far above any real request's time outside the engine, and within what the clock holds."""
+
 
 def _engine(node: _Node, base_dir: Path) -> Engine:
     mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
@@ -29,6 +32,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     chunked = node.bool("enable_chunked_prefill", True)
     rules.check_chunked(node, chunked)
     seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
+    overhead = node.number("request_overhead_ms", 0.0, maximum=MAX_OVERHEAD_MS)
     speculation = _speculation(node, seed)
     rules.check_speculation(node, speculation)
     workers = node.node("workers", required=True)
@@ -49,7 +53,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
-                  dtype, transfer, speculation)
+                  dtype, transfer, speculation, overhead)
 
 
 def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:

@@ -384,6 +384,10 @@ class Engine:
     kv_transfer: KvTransferSpec | None = None
     """Disaggregated mode only."""
     speculation: SpeculationSpec | None = None
+    request_overhead_ms: float = 0.0
+    """Fixed time each request spends outside the engine's passes (the API server's HTTP handling and
+    tokenization, the hand-over to the engine, and streaming the tokens back), as a delay between the client
+    sending the request and the engine receiving it."""
 
     @property
     def roles(self) -> tuple[str, ...]:

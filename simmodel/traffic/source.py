@@ -167,9 +167,12 @@ class TrafficSource:
     """
 
     def __init__(self, env: simpy.Environment, stream: RequestStream, place: Callable[[Request, int], object],
-                 recorder: Recorder, context_length: int, concurrency: int = 0) -> None:
+                 recorder: Recorder, context_length: int, concurrency: int = 0, overhead_ns: int = 0) -> None:
         self.env, self.stream, self.place, self.recorder = env, stream, place, recorder
         self.context_length, self.concurrency = context_length, concurrency
+        self.overhead_ns = overhead_ns
+        """``engine.request_overhead_ms``: how long after the client sends a request the deployment receives it
+        (a request it refuses is refused at once, by the server's front)."""
         self._requests: list[Request] = []
         self._in_order = True
         """Whether ``_requests`` is in request order (workers create their own arrivals ahead, see
@@ -308,15 +311,16 @@ class TrafficSource:
         i = 0
         while self.has_index(i):
             at = to_ns(self.stream.arrival(i))
-            if at > self.env.now:
-                yield self.env.timeout(at - self.env.now)
+            if at + self.overhead_ns > self.env.now:
+                yield self.env.timeout(at + self.overhead_ns - self.env.now)
             if not self.made(i):
                 self.arrive(i, at)
             i += 1
 
     def arrive(self, i: int, at: int) -> None:
-        """Create request ``i`` as at its arrival time ``at`` and place it (routed open-loop loads). Creating
-        and placing a request schedules nothing, so every record and field is as at ``at``."""
+        """Create request ``i`` as at its arrival time ``at`` and place it as at ``at`` + ``overhead_ns``
+        (routed open-loop loads). Creating and placing a request schedules nothing, so every record and
+        field is as at those times."""
         if self.stream.limits is not None:
             self.stream.limits.check_requests(i + 1)
         if i >= len(self._created):
@@ -421,10 +425,16 @@ class TrafficSource:
         return request
 
     def _admit(self, request: Request, at: int | None = None) -> bool:
-        """Hand the request to the deployment now (or at ``at``), or refuse it; whether it was handed over."""
+        """Hand the request to the deployment ``overhead_ns`` after it was sent now (or at ``at``: a routed
+        arrival, placed as at that later time), or refuse it at once; whether it is handed over."""
+        routed = at is not None  # (made by its worker maybe ahead of the clock: placing schedules nothing)
         at = self.env.now if at is None else at
         if not self.refuses(request.num_prompt_tokens):
-            self.place(request, at)  # the rank it lands on records the placement (maybe later: frontend)
+            # the rank it lands on records the placement (maybe later: an SGLang frontend)
+            if routed or not self.overhead_ns:
+                self.place(request, at + self.overhead_ns)
+            else:
+                self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self.place(request))
             return True
         request.status = RequestStatus.REJECTED
         request.finished_at = at
@@ -513,10 +523,14 @@ class WorkerArrivals:
             self._position = p
         return None if i is None else (p, i)
 
+    def _at(self, i: int) -> int:
+        """When request ``i`` reaches the deployment (its arrival plus ``engine.request_overhead_ms``)."""
+        return to_ns(self.source.stream.arrival(i)) + self.source.overhead_ns
+
     def next_arrival_ns(self) -> int | None:
-        """When this worker's next request arrives (None: no more)."""
+        """When this worker's next request reaches it (None: no more)."""
         found = self._next_index()
-        return None if found is None else to_ns(self.source.stream.arrival(found[1]))
+        return None if found is None else self._at(found[1])
 
     def quiet_until(self, end_ns: int) -> bool:
         """Whether none of this worker's requests arriving from now to ``end_ns`` arrives exactly then: a run
@@ -525,7 +539,7 @@ class WorkerArrivals:
         found = self._next_index()
         while found is not None:
             p, i = found
-            at = to_ns(self.source.stream.arrival(i))
+            at = self._at(i)
             if at >= end_ns:
                 return at > end_ns
             found = self._next_index(p + 1)
@@ -536,13 +550,12 @@ class WorkerArrivals:
         it, or the run fail: the arrival of the first request over ``limits.max_requests`` (whichever worker
         it goes to, if any); else ``before_ns``."""
         at = self.source.refusal_ns(before_ns)
-        return before_ns if at is None else at
+        return before_ns if at is None else min(before_ns, at + self.source.overhead_ns)
 
     def arrive_early(self, before_ns: int) -> None:
         """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The
         caller checked ``quiet_until``."""
         while (found := self._next_index()) is not None:
-            at = to_ns(self.source.stream.arrival(found[1]))
-            if at >= before_ns:
+            if self._at(found[1]) >= before_ns:
                 return
-            self.source.arrive(found[1], at)
+            self.source.arrive(found[1], to_ns(self.source.stream.arrival(found[1])))

@@ -275,8 +275,8 @@ class VllmScheduler:
             if not queue:
                 break
             request = queue[0]
-            if arrived_before is not None and request.arrived_at >= arrived_before and queue is self.waiting:
-                break  # not read by the engine yet
+            if arrived_before is not None and request.queued_at >= arrived_before and queue is self.waiting:
+                break  # not read by the engine yet (it reached the engine at or after the cutoff)
             if request.num_stale_output_tokens:
                 skipped.append(queue.popleft())
                 continue

@@ -1,0 +1,83 @@
+"""``engine.request_overhead_ms``: the time a request spends outside the engine's passes, as a delay between
+the client sending it and the engine receiving it. Timelines derived by hand with the fixed timing of
+``make_scenario`` (20 ms a prefill pass, 10 ms a decode pass, synchronous scheduling)."""
+
+from __future__ import annotations
+
+import pytest
+from factories import make_scenario, run_scenario
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import ScenarioError
+
+
+def test_an_open_loop_request_reaches_the_engine_the_overhead_later():
+    """Requests at 0 and 1 s (constant rate, routed ahead), 3 tokens each, 5 ms of overhead: each reaches the
+    idle engine at 5 ms after it is sent, its prefill pass ends 20 ms later (first token at 25 ms), its two
+    decode passes at 35 and 45 ms: TTFT 25 ms, E2E 45 ms, as sent (without the overhead: 20 and 40)."""
+    for overhead, ttft, e2e in ((5.0, 25.0, 45.0), (0.0, 20.0, 40.0)):
+        data = make_scenario(engine={"request_overhead_ms": overhead},
+                             traffic={"source": {"output_tokens": 3},
+                                      "load": {"type": "constant_rate", "requests_per_second": 1},
+                                      "stop": {"requests": 2}})
+        req = run_scenario(data).requests
+        assert req.arrival_s.tolist() == [0.0, 1.0]
+        assert req.ttft_ms.tolist() == pytest.approx([ttft, ttft]) and req.e2e_ms.tolist() == pytest.approx([e2e, e2e])
+
+
+def test_a_closed_loop_client_waits_for_the_overhead_each_time():
+    """One client, 3 tokens a request, 5 ms of overhead: request 0 is sent at 0, reaches the engine at 5, has
+    its first token at 25 and its last at 45; the client then sends request 1 at 45, which reaches the
+    engine at 50, first token at 70, last at 90."""
+    data = make_scenario(engine={"request_overhead_ms": 5.0},
+                         traffic={"source": {"output_tokens": 3}, "stop": {"requests": 2}})
+    req = run_scenario(data).requests
+    assert req.arrival_s.tolist() == pytest.approx([0.0, 0.045])
+    assert req.ttft_ms.tolist() == pytest.approx([25.0, 25.0]) and req.e2e_ms.tolist() == pytest.approx([45.0, 45.0])
+
+
+def test_async_scheduling_reads_a_request_from_when_the_engine_has_it():
+    """Async, 15 ms of overhead, 4 tokens a request, requests sent at 0 and 20 ms. Request 0 reaches the idle
+    engine at 15: its prefill P0 runs 15–35 and its first decode P1, decided at once, 35–45. Request 1 reaches
+    the engine at 35, the instant P0 ends and P2 is decided: a request the engine receives at a decision's
+    instant is not read by it, so P2 is request 0's decode alone (45–55), and P3, decided when P1 ends (45),
+    admits request 1 with request 0's last decode (a mixed pass, 20 + 10 ms: 55–85). Request 1's first token
+    is at 85 (TTFT 65), then 95, 105, 115 (E2E 95). Reading it by when it was sent (20 ms, before the
+    decision) would have put its prefill in P2: first token at 75 ms."""
+    data = make_scenario(engine={"request_overhead_ms": 15.0, "workers": {"aggregated": {
+        "scheduler": {"async_scheduling": True}}}},
+        traffic={"source": {"output_tokens": 4}, "load": {"type": "constant_rate", "requests_per_second": 50},
+                 "stop": {"requests": 2}})
+    req = run_scenario(data).requests
+    assert req.first_admit_s.tolist() == pytest.approx([0.015, 0.045])
+    assert req.ttft_ms.tolist() == pytest.approx([35.0, 65.0]) and req.e2e_ms.tolist() == pytest.approx([85.0, 95.0])
+
+
+def test_under_an_open_loop_the_engine_timeline_is_the_same_only_later():
+    """A constant delay before the engine shifts every engine event by it: 200 Poisson requests on the default
+    timing with async scheduling (runs of passes planned ahead through the arrivals), with and without 7 ms
+    of overhead: every pass starts 7 ms later, every TTFT and E2E is 7 ms longer, every arrival the same."""
+    runs = {}
+    for overhead in (0.0, 7.0):
+        data = make_scenario(engine={"request_overhead_ms": overhead, "workers": {"aggregated": {
+            "scheduler": {"async_scheduling": True}, "timing": {"type": "default"}}}},
+            traffic={"source": {"input_tokens": 500, "output_tokens": 60},
+                     "load": {"type": "poisson", "requests_per_second": 20}, "stop": {"requests": 200}})
+        runs[overhead] = run_scenario(data)
+    base, late = runs[0.0], runs[7.0]
+    assert (late.requests.arrival_s == base.requests.arrival_s).all()
+    assert (late.requests.ttft_ms - base.requests.ttft_ms).tolist() == pytest.approx([7.0] * 200)
+    assert (late.requests.e2e_ms - base.requests.e2e_ms).tolist() == pytest.approx([7.0] * 200)
+    assert len(late.passes) == len(base.passes) > 200
+    assert (late.passes.start_s - base.passes.start_s).tolist() == pytest.approx([0.007] * len(base.passes))
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "engine.request_overhead_ms: must be a non-negative number at most 3.6e+06, got -1"),
+    ("5", "engine.request_overhead_ms: must be a non-negative number at most 3.6e+06, got '5'"),
+    (1e7, "engine.request_overhead_ms: must be a non-negative number at most 3.6e+06, got 10000000.0"),
+])
+def test_bad_overheads_are_refused_by_name(value, message):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(make_scenario(engine={"request_overhead_ms": value}), None)
+    assert str(err.value) == message
