@@ -533,7 +533,8 @@ class Simulation:
                                        sum(w.num_passes for w in self.pools[name]), role.num_kv_blocks,
                                        role.kv_cache.block_size)
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
-                            end_s=self.end_time(), provenance_counts=self._provenance_counts())
+                            end_s=self.end_time(), provenance_counts=self._provenance_counts(),
+                            request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)
         if self.scenario.engine.speculation is not None:
             scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
             verified = sum(s.num_drafts_verified for s in scheds)

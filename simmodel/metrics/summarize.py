@@ -395,7 +395,8 @@ def waiting_requests(arrival_s: np.ndarray, first_admit_s: np.ndarray, status: n
     never wait). Its peak, and its time average over the run, from the first arrival to ``end_s`` (the
     sum of every request's wait, to ``end_s`` for one never admitted, over that window: Little's law)."""
     waits = status != "rejected"
-    arrived, admitted = arrival_s[waits], np.fmin(first_admit_s[waits], end_s)  # fmin: NaN, never admitted
+    # (fmin: NaN, never admitted; a request that reaches the deployment after the end never waits in it)
+    arrived, admitted = np.minimum(arrival_s[waits], end_s), np.fmin(first_admit_s[waits], end_s)
     if not arrived.size:
         return {"num_requests_waiting_peak": 0, "num_requests_waiting_mean": None}
     # The queue just after each instant something happens: arrivals and admissions at that instant both
@@ -410,9 +411,11 @@ def waiting_requests(arrival_s: np.ndarray, first_admit_s: np.ndarray, status: n
 
 
 def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict], *, wall_time_s: float,
-              end_s: float, provenance_counts: dict[str, int]) -> dict:
+              end_s: float, provenance_counts: dict[str, int], request_overhead_s: float = 0.0) -> dict:
     """The summary.json mapping. GPU totals sum the roles; with several roles the KV figures at the
-    top level are the last role's (decode) and ``roles`` has each one."""
+    top level are the last role's (decode) and ``roles`` has each one. ``request_overhead_s``: how long
+    after it is sent a request reaches the deployment (``engine.request_overhead_ms``), from when it
+    counts as waiting."""
     f = request_figures(requests, np.frombuffer(recorder.itl_values, dtype=np.int64),
                         np.frombuffer(recorder.itl_counts, dtype=np.int64))
     for name, usage in kv_usage(recorder.passes, roles).items():
@@ -435,7 +438,7 @@ def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict]
         "kv_capacity_tokens_per_rank": last_role["kv_capacity_tokens_per_rank"],
         "kv_cache_usage_peak": last_role["kv_cache_usage_peak"],
         "kv_cache_usage_mean": last_role["kv_cache_usage_mean"],
-        **waiting_requests(requests.column("arrival_s"), requests.column("first_admit_s"),
+        **waiting_requests(requests.column("arrival_s") + request_overhead_s, requests.column("first_admit_s"),
                            requests.column("status"), float(end_s)),
         "provenance_counts": dict(sorted(provenance_counts.items())),
         "roles": roles,

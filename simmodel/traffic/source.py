@@ -178,7 +178,10 @@ class TrafficSource:
         """Whether ``_requests`` is in request order (workers create their own arrivals ahead, see
         ``WorkerArrivals``, so a later request may be made before an earlier one)."""
         self._created = bytearray()
-        """Per request index, 1 once it is made (an open-loop load whose arrivals workers make ahead)."""
+        """Per request index, ``SENT`` once it is created, ``PLACED`` once it is handed to the deployment or
+        refused (an open-loop load whose arrivals workers make ahead)."""
+        self._in_transit: dict[int, Request] = {}
+        """Routed requests sent and not yet handed over (``engine.request_overhead_ms``)."""
         self.routes = None
         """``placement.ArrivalRoutes`` when each arrival's worker is known ahead (see ``routed``), else None."""
         self.sessions = stream.sessions
@@ -245,8 +248,12 @@ class TrafficSource:
         return None if at is None else to_ns(at)
 
     def made(self, i: int) -> bool:
-        """Whether request ``i`` has been created (routed open-loop loads)."""
-        return i < len(self._created) and self._created[i] == 1
+        """Whether request ``i`` has been handed to the deployment, or refused (routed open-loop loads)."""
+        return i < len(self._created) and self._created[i] == PLACED
+
+    def _sent(self, i: int) -> bool:
+        """Whether request ``i`` has been created (sent by its client; routed open-loop loads)."""
+        return i < len(self._created) and self._created[i] != 0
 
     def _has_next(self, waiting: int = 0) -> bool:
         """Whether another request may be created (``waiting`` more already promised)."""
@@ -311,28 +318,51 @@ class TrafficSource:
         i = 0
         while self.has_index(i):
             at = to_ns(self.stream.arrival(i))
-            if at + self.overhead_ns > self.env.now:
-                yield self.env.timeout(at + self.overhead_ns - self.env.now)
-            if not self.made(i):
-                self.arrive(i, at)
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            if not self._sent(i):
+                if not self.overhead_ns:
+                    self.arrive(i, at)
+                else:  # sent now, handed over the overhead later, unless its worker took it ahead by then
+                    self._send(i, at)
+                    self.env.timeout(self.overhead_ns).callbacks.append(lambda _event, i=i: self._hand_over(i))
             i += 1
 
     def arrive(self, i: int, at: int) -> None:
-        """Create request ``i`` as at its arrival time ``at`` and place it as at ``at`` + ``overhead_ns``
-        (routed open-loop loads). Creating and placing a request schedules nothing, so every record and
-        field is as at those times."""
+        """Request ``i``, sent at ``at``, reaches the deployment as at ``at`` + ``overhead_ns`` (routed open-loop
+        loads): created as at ``at`` if its client has not sent it yet, then placed. Creating and placing a
+        request schedules nothing, so every record and field is as at those times."""
+        if not self._sent(i):
+            self._send(i, at)
+        self._hand_over(i, at + self.overhead_ns)
+
+    def _send(self, i: int, at: int) -> None:
+        """Create request ``i`` as sent at ``at`` (routed open-loop loads); a prompt the server refuses is
+        refused there."""
         if self.stream.limits is not None:
             self.stream.limits.check_requests(i + 1)
         if i >= len(self._created):
             self._created.extend(bytes(i + 1 - len(self._created) + 1024))
-        self._created[i] = 1
         if self._requests and self._requests[-1].request_id > i:
             self._in_order = False
         self.units += 1
         isl, osl, hint, hashes = self.stream.request(i)
         request = self._create(i, isl, osl, self.stage, hint, hashes, at)
-        if self._admit(request, at):
-            self.in_flight += 1
+        if self.refuses(request.num_prompt_tokens):
+            self._admit(request, at)  # (refused: recorded as at ``at``)
+            self._created[i] = PLACED
+        else:
+            self._created[i] = SENT
+            self._in_transit[i] = request
+
+    def _hand_over(self, i: int, at: int | None = None) -> None:
+        """Place sent request ``i`` now (or as at ``at``), unless it was placed already."""
+        request = self._in_transit.pop(i, None)
+        if request is None:
+            return
+        self._created[i] = PLACED
+        self.place(request, self.env.now if at is None else at)
+        self.in_flight += 1
 
     def _run_stages(self) -> Generator[simpy.Event, Any, None]:
         """A staged load: the stages one after the other. A stage sends for its duration and/or until it
@@ -425,14 +455,13 @@ class TrafficSource:
         return request
 
     def _admit(self, request: Request, at: int | None = None) -> bool:
-        """Hand the request to the deployment ``overhead_ns`` after it was sent now (or at ``at``: a routed
-        arrival, placed as at that later time), or refuse it at once; whether it is handed over."""
-        routed = at is not None  # (made by its worker maybe ahead of the clock: placing schedules nothing)
+        """Hand the request sent now to the deployment ``overhead_ns`` later, or refuse it at once (a routed
+        request refused as at ``at``); whether it is handed over."""
         at = self.env.now if at is None else at
         if not self.refuses(request.num_prompt_tokens):
             # the rank it lands on records the placement (maybe later: an SGLang frontend)
-            if routed or not self.overhead_ns:
-                self.place(request, at + self.overhead_ns)
+            if not self.overhead_ns:
+                self.place(request, at)
             else:
                 self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self.place(request))
             return True
@@ -492,6 +521,10 @@ class TrafficSource:
                 self._start_unit()
 
 
+SENT, PLACED = 1, 2
+"""A routed request's states in ``TrafficSource._created`` (0: not sent yet)."""
+
+
 def _request_id(request: Request) -> int:
     return request.request_id
 
@@ -549,8 +582,8 @@ class WorkerArrivals:
         """The first instant before ``before_ns`` at which something but this worker's own arrivals may change
         it, or the run fail: the arrival of the first request over ``limits.max_requests`` (whichever worker
         it goes to, if any); else ``before_ns``."""
-        at = self.source.refusal_ns(before_ns)
-        return before_ns if at is None else min(before_ns, at + self.source.overhead_ns)
+        at = self.source.refusal_ns(before_ns)  # (sent then: the run fails as its client sends it)
+        return before_ns if at is None else at
 
     def arrive_early(self, before_ns: int) -> None:
         """Make this worker's requests arriving before ``before_ns``, each as at its own arrival time. The

@@ -72,6 +72,38 @@ def test_under_an_open_loop_the_engine_timeline_is_the_same_only_later():
     assert (late.passes.start_s - base.passes.start_s).tolist() == pytest.approx([0.007] * len(base.passes))
 
 
+def test_a_cutoff_counts_requests_sent_whether_or_not_the_engine_has_them_yet():
+    """10 req/s at a constant rate, 500 ms of overhead, a cutoff at 0.95 s: the clients sent 10 requests (at
+    0, 0.1, …, 0.9 s). The 5 sent from 0.5 s on reach the engine after the cutoff. The 5 sent before reach
+    it at 0.5, 0.6, …, 0.9 s, each alone, and take 60 ms for their 5 tokens (a 20 ms prefill, four 10 ms
+    decodes): the first four finish, the one received at 0.9 s would at 0.96. The routed open loop (each
+    worker takes its own arrivals ahead) and the same load through the client's cap (not routed) both count
+    10 requests, 4 completed."""
+    counts = []
+    for cap in (None, 1000):
+        load = {"type": "constant_rate", "requests_per_second": 10}
+        if cap is not None:
+            load["max_concurrency"] = cap
+        data = make_scenario(engine={"request_overhead_ms": 500.0},
+                             traffic={"load": load, "stop": {"requests": None, "max_virtual_time_seconds": 0.95}})
+        req = run_scenario(data).requests
+        counts.append((len(req), int((req.status == "completed").sum())))
+    assert counts == [(10, 4), (10, 4)]
+
+
+def test_the_waiting_queue_counts_a_request_from_when_the_engine_has_it():
+    """An open loop shifted by the overhead queues the same requests for as long: the waiting figures do
+    not count requests in transit."""
+    figures = []
+    for overhead in (0.0, 500.0):
+        data = make_scenario(engine={"request_overhead_ms": overhead},
+                             traffic={"load": {"type": "poisson", "requests_per_second": 40}, "stop": {"requests": 200}})
+        summary = run_scenario(data).summary
+        figures.append((summary["num_requests_waiting_peak"], summary["num_requests_waiting_mean"]))
+    (peak0, mean0), (peak1, mean1) = figures
+    assert peak1 == peak0 > 0 and mean1 == pytest.approx(mean0, rel=0.05)
+
+
 @pytest.mark.parametrize("value, message", [
     (-1, "engine.request_overhead_ms: must be a non-negative number at most 3.6e+06, got -1"),
     ("5", "engine.request_overhead_ms: must be a non-negative number at most 3.6e+06, got '5'"),
