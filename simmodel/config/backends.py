@@ -172,7 +172,7 @@ class SglangRules(BackendRules):
         dec = roles["decode"]
         longest = min(role.context_length for role in roles.values()) - 1
         page = dec.kv_cache.block_size
-        needed = -(-longest // page) * page + 512
+        needed = cdiv(longest, page) * page + 512
         if dec.kv_tokens_per_rank < needed:
             raise ScenarioError(f"{workers.at('decode')}.kv_cache.capacity: an SGLang decode rank reserves a prompt's "
                                 f"KV (in whole pages) plus 512 tokens for its decoding "

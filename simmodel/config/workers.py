@@ -145,7 +145,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
                             p.prefill_context, p.decode_context,
                             weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
-                            expert_weight_bytes=model.expert_dtype_bytes or None if dtype == "auto" else None,
+                            expert_weight_bytes=(model.expert_dtype_bytes or None) if dtype == "auto" else None,
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel)
     if timing.calibration is not None:

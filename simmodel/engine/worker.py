@@ -333,13 +333,13 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
-            if self._placed_since_plan and not (run.takes_placements or lag):  # (its plan may prefill)
+            if self._placement_ends(run):  # (its plan may prefill)
                 break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
                 # Placed by what the callbacks set going, within the hop the barrier's release takes: the ranks
                 # plan now, as they would once released, and the loop runs that pass.
-                plan_now = self._placed_since_plan and not (run.takes_placements or lag)
+                plan_now = self._placement_ends(run)
                 if plan_now:
                     break
             placed = self._placed_since_plan
@@ -367,6 +367,11 @@ class Worker:
         self._size_next_run(d + 1, length)
         in_flight = run.close(d + 1)
         return in_flight, (self._plan_ranks() if plan_now else None)
+
+    def _placement_ends(self, run: Run | AsyncRun) -> bool:
+        """Whether something placed on the worker since its ranks last planned ends a synchronous run that does
+        not take placements (asked again after each hop: what a run takes can change as it goes)."""
+        return self._placed_since_plan and not (run.takes_placements or run.lag)
 
     def _start_row(self, run: Run | AsyncRun, row: int, delivered: int) -> None:
         """Start a row of a run applied as its passes end, ``delivered`` rows having been delivered."""

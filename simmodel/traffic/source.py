@@ -349,7 +349,7 @@ class TrafficSource:
         isl, osl, hint, hashes = self.stream.request(i)
         request = self._create(i, isl, osl, self.stage, hint, hashes, at)
         if self.refuses(request.num_prompt_tokens):
-            self._admit(request, at)  # (refused: recorded as at ``at``)
+            self._refuse(request, at)
             self._created[i] = PLACED
         else:
             self._created[i] = SENT
@@ -454,22 +454,25 @@ class TrafficSource:
         self.recorder.event(at, EventKind.ARRIVAL, -1, -1, i, isl, "client")
         return request
 
-    def _admit(self, request: Request, at: int | None = None) -> bool:
-        """Hand the request sent now to the deployment ``overhead_ns`` later, or refuse it at once (a routed
-        request refused as at ``at``); whether it is handed over."""
-        at = self.env.now if at is None else at
-        if not self.refuses(request.num_prompt_tokens):
-            # the rank it lands on records the placement (maybe later: an SGLang frontend)
-            if not self.overhead_ns:
-                self.place(request, at)
-            else:
-                self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self.place(request))
-            return True
+    def _admit(self, request: Request) -> bool:
+        """Hand the request sent now to the deployment ``overhead_ns`` later, or refuse it at once; whether it
+        is handed over."""
+        if self.refuses(request.num_prompt_tokens):
+            self._refuse(request, self.env.now)
+            return False
+        # the rank it lands on records the placement (maybe later: an SGLang frontend)
+        if not self.overhead_ns:
+            self.place(request, self.env.now)
+        else:
+            self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self.place(request))
+        return True
+
+    def _refuse(self, request: Request, at: int) -> None:
+        """The server refuses the request as it is sent, at ``at``."""
         request.status = RequestStatus.REJECTED
         request.finished_at = at
         self.recorder.event(at, EventKind.REJECTION, -1, -1, request.request_id,
                             request.num_prompt_tokens, "client")
-        return False
 
     def _on_finish(self, request: Request) -> None:
         self._unit_done(request.stage)

@@ -326,14 +326,15 @@ def hashed_token_ids(hash_ids: list[int], num_tokens: int, block: int) -> list[i
 
 def run_oracle(name: str, cmd: list[str], inputs: dict[str, object], env: dict | None = None) -> list[dict]:
     """Run an oracle script in its own process on JSON ``inputs`` (written to ``<key>.json`` in a temporary
-    folder; ``{key}`` in ``cmd`` is that file's path, ``{out}`` the trace's); the records it writes."""
+    folder; an argument ``{key}`` of ``cmd`` is that file's path, ``{out}`` the trace's; any other is passed as it
+    is); the records it writes."""
     with tempfile.TemporaryDirectory() as tmp:
         paths = {key: Path(tmp, f"{key}.json") for key in inputs}
         for key, value in inputs.items():
             paths[key].write_text(json.dumps(value))
         out_path = Path(tmp, "trace.jsonl")
-        done = subprocess.run([arg.format(**paths, out=out_path) for arg in cmd], capture_output=True, text=True,
-                              env=env)
+        named = {f"{{{key}}}": str(path) for key, path in {**paths, "out": out_path}.items()}
+        done = subprocess.run([named.get(arg, arg) for arg in cmd], capture_output=True, text=True, env=env)
         if done.returncode != 0 or not out_path.exists():
             raise RuntimeError(f"{name}: the oracle failed:\n{done.stderr[-3000:]}")
         return [json.loads(line) for line in out_path.read_text().splitlines()]

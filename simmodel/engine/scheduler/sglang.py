@@ -780,7 +780,7 @@ class SglangScheduler:
         if request.bootstrap:
             return  # the prefill side keeps the prompt's KV until the transfer is over
         cache = self.cache
-        tail = -(-computed // self.page) - st.protected  # (a last partial page)
+        tail = self._ceil_pages(computed) - st.protected  # (a last partial page)
         cache.release(tail)
         st.allocated -= tail
         cache.unlock(st.node)
@@ -843,7 +843,7 @@ class SglangScheduler:
         it."""
         cache, page = self.cache, self.page
         full = computed // page
-        pages = -(-computed // page)
+        pages = self._ceil_pages(computed)
         owned = pages - st.protected + st.held
         cache.release(owned)
         st.allocated -= owned
