@@ -1,4 +1,4 @@
-"""Write docs/accuracy.md: real end-to-end vLLM runs simulated blind (``e2e_accuracy.py``, the first part),
+"""Write docs/accuracy.md: real end-to-end vLLM runs, each model predicted blind (``e2e_accuracy.py``, the first part),
 then AIConfigurator's measured-kernel grid priced with our default (roofline) model (the second part).
 
     python3 benchmarks/accuracy_report.py [--csv benchmarks/data/aic_grid.csv] [--out docs/accuracy.md]
@@ -39,6 +39,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
+from e2e_accuracy import fitted as e2e_fitted
 from e2e_accuracy import run_all as e2e_runs
 from e2e_accuracy import section as e2e_section
 
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
     w("")
     if not args.no_e2e:
         e2e_results, e2e_skipped, seconds = e2e_runs()
-        lines.extend(e2e_section(e2e_results, e2e_skipped))
+        lines.extend(e2e_section(e2e_results, e2e_skipped, e2e_fitted()))
         print(f"simulated the end-to-end runs in {seconds:.0f} s")
     w("## Kernel tables: passes against AIConfigurator's measured kernels")
     w("")

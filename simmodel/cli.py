@@ -57,6 +57,7 @@ def format_table(summary: dict) -> str:
         ("kv_cache_usage_mean", "KV cache usage, mean over pass time"),
         ("num_requests_waiting_peak", "Waiting requests, peak"),
         ("num_requests_waiting_mean", "Waiting requests, time average"),
+        ("request_overhead_ms", "Time per request outside the passes (ms)"),
         ("duration_s", "Duration (s)"), ("gpu_count", "GPUs"), ("gpu_hours", "GPU-hours"),
         ("num_passes", "Passes"), ("wall_time_s", "Wall time (s)"),
     ):

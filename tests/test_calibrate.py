@@ -12,7 +12,7 @@ import pytest
 import yaml
 from factories import make_scenario
 
-from simmodel.calibrate.fit import calibrate, load_runs, report, scenario_with
+from simmodel.calibrate.fit import Run, calibrate, load_runs, report, scenario_with
 from simmodel.compare.definitions import samples, statistic
 from simmodel.compare.table import simulated_scopes
 from simmodel.config.load import parse_scenario
@@ -43,7 +43,7 @@ def workload(prompt: int, output: int, clients: int, tensor: int = 1) -> dict:
 # each parameter's field in a scenario's timing, written out here by hand (not with the code under test)
 FIELDS = {"compute_efficiency": ("compute_efficiency",), "memory_efficiency": ("memory_efficiency",),
           "host_prefill_ms": ("host_overhead_ms", "prefill"), "host_decode_ms": ("host_overhead_ms", "decode"),
-          "collective_latency_us": ("collective_latency_us",)}
+          "collective_latency_us": ("collective_latency_us",), "request_overhead_ms": ("request_overhead_ms",)}
 
 
 def measure(scenario: Path, values: dict, out: Path) -> Path:
@@ -271,6 +271,15 @@ def test_calibration_values_cannot_be_overridden_silently(tmp_path):
     data["engine"]["workers"]["aggregated"]["timing"]["compute_efficiency"] = 0.5  # not calibrated: allowed
     role = parse_scenario(data, tmp_path).engine.workers["aggregated"]
     assert role.timing.efficiency.memory == 0.5 and role.timing.efficiency.compute == 0.5
+    # a calibrated frontend time per request is the engine's, and is not set again engine-wide
+    cal.write_text(yaml.safe_dump({"calibration": {"parameters": {"request_overhead_ms": 6.5}, "fitted_on": [
+        IDENTITY]}}))
+    assert parse_scenario(data, tmp_path).engine.request_overhead_ms == 6.5
+    data["engine"]["request_overhead_ms"] = 2.0
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, tmp_path)
+    assert str(err.value) == ("engine.request_overhead_ms: also set by engine.workers.aggregated.timing.calibration "
+                              "(cal.yaml); set it in one place")
     cal.write_text("calibration: {parameters: {memory_efficiency: 7}, fitted_on: []}")
     with pytest.raises(ScenarioError, match="not a calibration file"):
         parse_scenario(data, tmp_path)
@@ -315,6 +324,36 @@ def test_calibration_recovers_a_collective_latency(tmp_path):
     values = calibrate(load_runs(path))
     for name, value in truth.items():
         assert values[name] == pytest.approx(value, rel=0.01), name
+
+
+def test_calibration_recovers_the_frontend_time_per_request(tmp_path):
+    # open loop, a frontend time per request delays each request's arrival at the engine: every TTFT and E2E
+    # is that much longer and nothing else moves, so the fit finds it whatever the passes
+    truth = {"request_overhead_ms": 6.0}
+    path = runs_file(tmp_path, {"mixed": open_loop(1000, 50, 4), "answers": open_loop(100, 120, 8)},
+                     extra={"parameters": list(truth)}, truth=truth)
+    plan = load_runs(path)
+    values = calibrate(plan)
+    assert values["request_overhead_ms"] == pytest.approx(6.0, rel=0.01)
+    run = plan.runs[0]
+    assert scenario_with(run, values).engine.request_overhead_ms == values["request_overhead_ms"]
+
+
+def test_the_frontend_time_is_fitted_on_the_role_requests_reach_first(tmp_path):
+    """P/D: the fitted value goes to the prefill role's timing (the decode role never receives a request),
+    and an engine-wide value in the run's scenario gives way to it."""
+    data = workload(100, 5, 1)
+    data["engine"].update({"mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 50},
+                           "request_overhead_ms": 9.0,
+                           "workers": {"prefill": {"timing": {"type": "default"}},
+                                       "decode": {"timing": {"type": "default"}}}})
+    scenario = tmp_path / "pd.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    run = Run("pd", scenario, [], None, ["prefill", "decode"], [])
+    engine = scenario_with(run, {"request_overhead_ms": 4.0, "memory_efficiency": 0.7}).engine
+    assert engine.request_overhead_ms == 4.0
+    assert engine.workers["decode"].timing.efficiency.memory == 0.7 == engine.workers["prefill"].timing.efficiency.memory
+    assert scenario_with(run, {"memory_efficiency": 0.7}).engine.request_overhead_ms == 9.0  # not fitted: its own
 
 
 def test_another_role_or_dtype_is_another_deployment(tmp_path):

@@ -23,7 +23,15 @@ import yaml
 
 from simmodel.compare.measured import Measurement, read_measured
 from simmodel.compare.table import Mismatch, compare
-from simmodel.config.calibration import FIELD_PATHS, IDENTITY, PARAMETERS, START, identity_of, timing_fields
+from simmodel.config.calibration import (
+    ENTRY_ONLY,
+    FIELD_PATHS,
+    IDENTITY,
+    PARAMETERS,
+    START,
+    identity_of,
+    timing_fields,
+)
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.paths import current_umask, is_file
@@ -144,8 +152,9 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
 
 
 def _explicit_timing(data: dict, roles: list[str]) -> list[str]:
-    """The calibration parameters a run's default-timing roles set explicitly."""
-    found = set()
+    """The calibration parameters a run's default-timing roles set explicitly (the frontend cost also as
+    ``engine.request_overhead_ms``)."""
+    found = {"request_overhead_ms"} if (data.get("engine") or {}).get("request_overhead_ms") is not None else set()
     for role in roles:
         timing = ((data.get("engine") or {}).get("workers") or {}).get(role, {}).get("timing") or {}
         for name, path in FIELD_PATHS.items():
@@ -207,10 +216,14 @@ def _key(run: Run) -> tuple:
 def scenario_with(run: Run, values: dict[str, float]):
     """The run's scenario with its default-timing roles priced by these parameter values."""
     data = apply_overrides(read_yaml(run.scenario), run.overrides)
+    entry = "prefill" if data["engine"].get("mode") == "disaggregated" else "aggregated"
+    if any(n in values for n in ENTRY_ONLY):  # the engine-wide value gives way to the one fitted
+        data["engine"].pop("request_overhead_ms", None)
     for role in run.roles:
         timing = data["engine"]["workers"][role].setdefault("timing", None) or {}
         data["engine"]["workers"][role]["timing"] = timing
-        for key, value in timing_fields(values).items():
+        own = {n: v for n, v in values.items() if role == entry or n not in ENTRY_ONLY}
+        for key, value in timing_fields(own).items():
             if isinstance(value, dict):
                 timing[key] = {**(timing.get(key) or {}), **value}
             else:

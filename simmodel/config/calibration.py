@@ -17,7 +17,10 @@ import yaml
 from simmodel.config.files import read_text_file
 from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.perf.roofline import REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
+
+MAX_REQUEST_OVERHEAD_MS = 1000.0
+"""A calibration's bound: a second per request is far above any real frontend's cost."""
 
 # name: (default, lower bound, upper bound, unit)
 PARAMETERS = {
@@ -30,7 +33,12 @@ PARAMETERS = {
     "per_layer_us": (HostOverhead().per_layer_us, 0.0, 1000.0, "µs each layer adds to a pass"),
     "collective_latency_us": (None, 0.0, 1000.0, "µs each collective (two tensor-parallel all-reduces a layer, "
                                                  "each MoE exchange) costs; default: the link's own"),
+    "request_overhead_ms": (REQUEST_OVERHEAD_MS, 0.0, MAX_REQUEST_OVERHEAD_MS,
+                            "ms the frontend adds to each request outside the passes (HTTP, tokenization, "
+                            "detokenization, streaming); priced by the role requests reach first"),
 }
+ENTRY_ONLY = ("request_overhead_ms",)
+"""Parameters of the role requests reach first (aggregated, or prefill): a decode role has none."""
 START = {"collective_latency_us": 5.0}
 """Where a fit starts for a parameter whose default is the hardware's own value."""
 IDENTITY = ("role", "model", "hardware", "backend", "weight_bytes", "kv_bytes", "tensor", "attention_data",

@@ -32,7 +32,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     chunked = node.bool("enable_chunked_prefill", True)
     rules.check_chunked(node, chunked)
     seed = node.int("seed", 0, minimum=0, maximum=2**32 - 1)
-    overhead = node.number("request_overhead_ms", 0.0, maximum=MAX_OVERHEAD_MS)
+    explicit_overhead = node.number("request_overhead_ms", None, maximum=MAX_OVERHEAD_MS)
     speculation = _speculation(node, seed)
     rules.check_speculation(node, speculation)
     workers = node.node("workers", required=True)
@@ -45,6 +45,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, base_dir)
+    overhead = _request_overhead(workers, roles, names, explicit_overhead, node.at("request_overhead_ms"))
     _check_gpu_count(workers, roles)
     rules.check_roles(workers, roles, mode)
     workers.done()
@@ -54,6 +55,28 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
                   dtype, transfer, speculation, overhead)
+
+
+def _request_overhead(workers: _Node, roles: dict[str, WorkerRole], names: tuple[str, ...],
+                      explicit: float | None, at: str) -> float:
+    """Each request's time outside the passes: ``engine.request_overhead_ms`` where set, else the timing's of
+    the role requests reach first (the default timing's frontend cost; 0 for the others, which price passes
+    only). A decode role is reached through a handoff, never by a request's arrival: it sets none."""
+    for name in names[1:]:
+        timing = workers.node(name).node("timing")
+        if timing.data.get("request_overhead_ms") is not None:
+            raise ScenarioError(f"{timing.at('request_overhead_ms')}: only the role requests reach first "
+                                f"({names[0]}) sets it; set it there or as engine.request_overhead_ms")
+    entry = roles[names[0]].timing
+    if explicit is None:
+        return entry.request_overhead_ms
+    timing = workers.node(names[0]).node("timing")
+    if timing.data.get("request_overhead_ms") is not None:
+        raise ScenarioError(f"{at}: also set by {timing.at('request_overhead_ms')}; set it in one place")
+    if entry.request_overhead_calibrated:
+        raise ScenarioError(f"{at}: also set by {timing.at('calibration')} ({entry.calibration.name}); set it in "
+                            f"one place")
+    return explicit
 
 
 def _check_gpu_count(workers: _Node, roles: dict[str, WorkerRole]) -> None:

@@ -270,6 +270,13 @@ class TimingSpec:
     """The calibration was fitted on another deployment and used anyway (``allow_transfer``)."""
     host_assumed: bool = True
     """Some fixed per-pass time is still the model's assumption (not every host parameter calibrated)."""
+    request_overhead_ms: float = 0.0
+    """``default`` only: the frontend's time per request outside the passes that the model adds
+    (``simmodel.perf.roofline.REQUEST_OVERHEAD_MS``, the role's ``timing.request_overhead_ms`` or its
+    calibration's); the engine's when the role is the one requests reach first and
+    ``engine.request_overhead_ms`` is not set."""
+    request_overhead_calibrated: bool = False
+    """``request_overhead_ms`` comes from the calibration file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +394,8 @@ class Engine:
     request_overhead_ms: float = 0.0
     """Fixed time each request spends outside the engine's passes (the API server's HTTP handling and
     tokenization, the hand-over to the engine, and streaming the tokens back), as a delay between the client
-    sending the request and the engine receiving it."""
+    sending the request and the engine receiving it: ``engine.request_overhead_ms`` where set, else the
+    timing's of the role requests reach first (``TimingSpec.request_overhead_ms``)."""
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """``engine.workers.<role>.timing``: how a pass is priced. Fixed times, the fitted polynomial, measured
-tables, or the default roofline with its efficiencies and host overhead, optionally taken from a
-calibration file (``simmodel.config.calibration``) fitted on this deployment.
+tables, or the default roofline with its efficiencies, host overhead and frontend time per request,
+optionally taken from a calibration file (``simmodel.config.calibration``) fitted on this deployment.
 """
 
 from __future__ import annotations
@@ -8,11 +8,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from simmodel.config.calibration import HOST, apply, describe, read_calibration, timing_fields
+from simmodel.config.calibration import (
+    HOST,
+    MAX_REQUEST_OVERHEAD_MS,
+    apply,
+    describe,
+    read_calibration,
+    timing_fields,
+)
 from simmodel.config.node import _Node, _show
 from simmodel.config.schema import TimingSpec
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.perf.roofline import REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
 from simmodel.perf.timings import TIMINGS
 
 
@@ -31,7 +38,8 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
                                 _fraction(node, "memory_efficiency", eff.memory),
                                 _fraction(node, "link_efficiency", eff.link))
-        calibration, transfer, host_assumed = None, node.bool("allow_transfer", False), True
+        request = node.number("request_overhead_ms", REQUEST_OVERHEAD_MS, maximum=MAX_REQUEST_OVERHEAD_MS)
+        calibration, transfer, host_assumed, calibrated = None, node.bool("allow_transfer", False), True, False
         if node.raw("calibration", None) is not None:
             raw = node.raw("calibration")
             if not isinstance(raw, str) or not raw:
@@ -46,10 +54,12 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                     raise ScenarioError(f"{node.at(clash[0])}: set by the calibration {calibration.name}; remove it")
             efficiency, overhead = apply(cal.values, efficiency, overhead)
             host_assumed = not all(name in cal.values for name in HOST)
+            calibrated = "request_overhead_ms" in cal.values
+            request = cal.values.get("request_overhead_ms", request)
         elif transfer:
             raise ScenarioError(f"{node.at('allow_transfer')}: only applies with a calibration")
         spec = TimingSpec(kind, efficiency=efficiency, host=overhead, calibration=calibration, transferred=transfer,
-                          host_assumed=host_assumed)
+                          host_assumed=host_assumed, request_overhead_ms=request, request_overhead_calibrated=calibrated)
     elif kind == "measured":
         version = node.raw("backend_version", None)
         if version is not None and not isinstance(version, str):

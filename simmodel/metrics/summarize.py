@@ -440,6 +440,7 @@ def summarize(requests: RequestTable, recorder: Recorder, roles: dict[str, dict]
         "kv_cache_usage_mean": last_role["kv_cache_usage_mean"],
         **waiting_requests(requests.column("arrival_s") + request_overhead_s, requests.column("first_admit_s"),
                            requests.column("status"), float(end_s)),
+        "request_overhead_ms": request_overhead_s * 1000.0,
         "provenance_counts": dict(sorted(provenance_counts.items())),
         "roles": roles,
     })

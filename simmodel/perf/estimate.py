@@ -2,7 +2,9 @@
 
 These are the numbers ``simmodel estimate`` prints. ``request_estimate`` reproduces exactly the passes
 the simulator runs for a single request arriving at an idle worker: prefill chunks of at most the
-token budget (the last one samples the first token), then one decode pass per further output token.
+token budget (the last one samples the first token), then one decode pass per further output token, and
+the engine's time per request outside the passes (``engine.request_overhead_ms``, the default timing's
+frontend cost) on top of TTFT and E2E.
 All passes are priced in one vectorized call, each as its own "rank" of a batch.
 """
 
@@ -35,8 +37,9 @@ def pass_times_ms(timing: PassTiming, batch: PassBatch) -> np.ndarray:
 
 
 def request_estimate(timing: PassTiming, input_tokens: int, output_tokens: int, *, max_batched_tokens: int,
-                     max_model_len: int, capacity_tokens: float) -> RequestEstimate:
-    """TTFT, mean inter-token latency and E2E of one request served alone (vLLM chunking and limits)."""
+                     max_model_len: int, capacity_tokens: float, request_overhead_ms: float = 0.0) -> RequestEstimate:
+    """TTFT, mean inter-token latency and E2E of one request served alone (vLLM chunking and limits);
+    ``request_overhead_ms`` (the engine's time per request outside the passes) adds to TTFT and E2E."""
     starts = np.arange(0, input_tokens, max_batched_tokens)
     chunks = np.minimum(max_batched_tokens, input_tokens - starts)
     num_out = min(output_tokens, max_model_len - input_tokens)
@@ -49,9 +52,9 @@ def request_estimate(timing: PassTiming, input_tokens: int, output_tokens: int, 
     # share their experts' load, a request's successive passes do not
     seconds, _ = price_passes(timing, _batch(new, ctx, decode, samples, capacity_tokens), len(new))
     times = np.rint(seconds[:, 0] * 1e9) / 1e6
-    ttft = float(times[: len(chunks)].sum())
+    ttft = float(times[: len(chunks)].sum()) + request_overhead_ms
     itl = float(times[len(chunks):].mean()) if len(ctx_decode) else None
-    return RequestEstimate(ttft, itl, float(times.sum()))
+    return RequestEstimate(ttft, itl, float(times.sum()) + request_overhead_ms)
 
 
 def decode_pass_ms(timing: PassTiming, batch_size: int, context: int, capacity_tokens: float) -> float:
@@ -88,7 +91,8 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
         engine["context_length"] = context_length
     data = {"engine": engine, "traffic": {"source": {"type": "synthetic", "input_tokens": 1, "output_tokens": 1},
                                           "load": {"type": "concurrency", "concurrency": 1}, "stop": {"requests": 1}}}
-    role = parse_scenario(data, Path.cwd()).engine.workers["aggregated"]
+    scenario = parse_scenario(data, Path.cwd())
+    role = scenario.engine.workers["aggregated"]
     timing = make_timing(role)
     capacity = float(role.kv_tokens_per_rank)
     limit = role.context_length
@@ -97,7 +101,8 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
             raise ScenarioError(f"--input-tokens: {input_tokens} is at or above context_length {limit}; "
                                 f"vLLM would reject the request")
         est = request_estimate(timing, input_tokens, output_tokens, max_batched_tokens=max_batched_tokens,
-                               max_model_len=limit, capacity_tokens=capacity)
+                               max_model_len=limit, capacity_tokens=capacity,
+                               request_overhead_ms=scenario.engine.request_overhead_ms)
         return {"ttft_ms": est.ttft_ms, "mean_itl_ms": est.mean_itl_ms, "e2e_ms": est.e2e_ms}
     if decode_batch is not None and context is not None:
         max_seqs = role.scheduler.max_sequences

@@ -18,6 +18,9 @@ query·key pairs come from its own new and context tokens), never from token tot
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing;
 - ``host``: a per-pass overhead by pass kind (prefill, decode, mixed), an assumed constant.
 
+Outside the passes, the default timing also sets the frontend's time per request (``REQUEST_OVERHEAD_MS``),
+which the engine adds between a client sending a request and the deployment receiving it.
+
 Pure and vectorized: arrays in, arrays out, no Python loop over sequences or ranks.
 """
 
@@ -79,6 +82,14 @@ class HostOverhead:
     collective_us: float | None = None
     """The latency of one collective (each tensor-parallel all-reduce, two per layer, and each MoE
     exchange): None takes the link's own from the hardware registry (5 µs over NVLink)."""
+
+
+REQUEST_OVERHEAD_MS = 8.5
+"""The frontend's time per request outside the passes (the API server's HTTP handling, tokenization and the
+hand-over to the engine, detokenization and streaming the tokens back to the client), in ms, which the
+default timing adds to every request's TTFT and E2E (``engine.request_overhead_ms``). Fitted with
+``simmodel calibrate`` on the real vLLM 0.15.1 H100 runs of ``benchmarks/data/vllm_h100_e2e.json``
+(``benchmarks/e2e_fit.py``; leave-one-model-out error in docs/accuracy.md)."""
 
 
 INTER_NODE_LATENCY_S = 10e-6  # assumed: one collective step over the NIC (RDMA)

@@ -9,6 +9,7 @@ from factories import make_scenario, run_scenario
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
+from simmodel.perf.roofline import REQUEST_OVERHEAD_MS
 
 
 def test_an_open_loop_request_reaches_the_engine_the_overhead_later():
@@ -113,3 +114,59 @@ def test_bad_overheads_are_refused_by_name(value, message):
     with pytest.raises(ScenarioError) as err:
         parse_scenario(make_scenario(engine={"request_overhead_ms": value}), None)
     assert str(err.value) == message
+
+
+def _engine(data: dict):
+    return parse_scenario(data, None).engine
+
+
+DEFAULT = {"type": "default"}
+
+
+def test_the_default_timing_brings_its_frontend_cost_and_pass_only_timings_none():
+    """Nothing set: the engine's overhead is the default timing's frontend cost (REQUEST_OVERHEAD_MS); the
+    fixed timing prices passes only (0). The role's ``timing.request_overhead_ms`` replaces the default,
+    and ``engine.request_overhead_ms`` replaces either default."""
+    aggregated = {"engine": {"workers": {"aggregated": {"timing": DEFAULT}}}}
+    assert _engine(make_scenario(**aggregated)).request_overhead_ms == REQUEST_OVERHEAD_MS
+    assert _engine(make_scenario()).request_overhead_ms == 0.0
+    own = {"engine": {"workers": {"aggregated": {"timing": {**DEFAULT, "request_overhead_ms": 7.5}}}}}
+    assert _engine(make_scenario(**own)).request_overhead_ms == 7.5
+    assert _engine(make_scenario(engine={"request_overhead_ms": 3, **aggregated["engine"]})).request_overhead_ms == 3.0
+    assert _engine(make_scenario(engine={"request_overhead_ms": 3})).request_overhead_ms == 3.0
+
+
+def _disaggregated(prefill: dict, decode: dict, **engine) -> dict:
+    data = make_scenario()
+    data["engine"].update({"mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 50},
+                           "workers": {"prefill": {"timing": prefill}, "decode": {"timing": decode}}, **engine})
+    return data
+
+
+def test_requests_reach_the_prefill_role_first_so_its_timing_sets_the_cost():
+    """P/D: a request arrives at a prefill worker; the decode role only ever receives handoffs."""
+    assert _engine(_disaggregated({**DEFAULT, "request_overhead_ms": 4}, DEFAULT)).request_overhead_ms == 4.0
+    fixed = {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}
+    assert _engine(_disaggregated(fixed, DEFAULT)).request_overhead_ms == 0.0  # (a pass-only timing first)
+    with pytest.raises(ScenarioError) as err:
+        _engine(_disaggregated(DEFAULT, {**DEFAULT, "request_overhead_ms": 4}))
+    assert str(err.value) == ("engine.workers.decode.timing.request_overhead_ms: only the role requests reach "
+                              "first (prefill) sets it; set it there or as engine.request_overhead_ms")
+
+
+def test_the_cost_is_set_in_one_place():
+    own = {"workers": {"aggregated": {"timing": {**DEFAULT, "request_overhead_ms": 7}}}}
+    with pytest.raises(ScenarioError) as err:
+        _engine(make_scenario(engine={"request_overhead_ms": 3, **own}))
+    assert str(err.value) == ("engine.request_overhead_ms: also set by "
+                              "engine.workers.aggregated.timing.request_overhead_ms; set it in one place")
+    for bad, message in ((-1, "must be a non-negative number at most 1000, got -1"),
+                         (2000, "must be a non-negative number at most 1000, got 2000")):
+        with pytest.raises(ScenarioError) as err:
+            _engine(make_scenario(engine={"workers": {"aggregated": {"timing": {**DEFAULT, "request_overhead_ms": bad}}}}))
+        assert str(err.value) == f"engine.workers.aggregated.timing.request_overhead_ms: {message}"
+    with pytest.raises(ScenarioError) as err:  # a timing that prices passes only has no such field
+        _engine(make_scenario(engine={"workers": {"aggregated": {"timing": {
+            "type": "fixed", "prefill_ms": 20, "decode_ms": 10, "request_overhead_ms": 3}}}}))
+    assert str(err.value) == ("engine.workers.aggregated.timing.request_overhead_ms: unknown field (allowed here: "
+                              "decode_ms, prefill_ms, type)")

@@ -41,6 +41,21 @@ def test_single_request_through_the_simulator_agrees_with_estimate(model, hardwa
         assert est["mean_itl_ms"] is None
 
 
+def test_the_frontend_time_per_request_adds_once_to_ttft_and_e2e():
+    """One 1000-token prompt (one chunk), 3 output tokens: TTFT = the prefill pass + the default timing's
+    frontend time per request; E2E = TTFT + the two decode passes (their mean is the ITL)."""
+    from simmodel.perf.roofline import REQUEST_OVERHEAD_MS
+
+    est = estimate_from_options(model="Qwen/Qwen3-8B", hardware="h100_sxm", tensor=1, backend="vllm", dtype="auto",
+                                context_length=None, max_batched_tokens=8192, input_tokens=1000, output_tokens=3,
+                                decode_batch=None, context=None, prefill_tokens=None)
+    prefill = estimate_from_options(model="Qwen/Qwen3-8B", hardware="h100_sxm", tensor=1, backend="vllm",
+                                    dtype="auto", context_length=None, max_batched_tokens=8192, input_tokens=None,
+                                    output_tokens=None, decode_batch=None, context=None, prefill_tokens=1000)
+    assert est["ttft_ms"] == pytest.approx(prefill["pass_ms"] + REQUEST_OVERHEAD_MS, abs=1e-6)
+    assert est["e2e_ms"] == pytest.approx(est["ttft_ms"] + 2 * est["mean_itl_ms"], abs=1e-6)
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "simmodel.cli", "estimate", *args], cwd=ROOT,
                           capture_output=True, text=True)

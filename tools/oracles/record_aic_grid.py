@@ -6,14 +6,21 @@ Regenerate (from the repo root, /work/main), with a Python that has ``aiconfigur
 
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py          # writes benchmarks/data/aic_grid.csv
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --out /tmp/x.csv --systems h200_sxm
+    /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --grid moe   # writes benchmarks/data/aic_grid_moe.csv
 
-It takes about 15 seconds, is deterministic (two runs give byte-identical files) and needs no GPU: AIC
-composes a forward pass from per-operator latencies (GEMM, context/generation attention, custom
-all-reduce, ...) interpolated from tables that NVIDIA measured on real H100/H200 GPUs under vLLM (per-op
-source "silicon"), plus empirical formulas for the small elementwise ops (norms, activation, embedding;
-source "empirical"). For every point of this grid ``EngineHandle.last_provenance()`` is None, i.e. no
-op fell back to a coarser estimate tier. ``benchmarks/accuracy_report.py`` reads the CSV with
-the ordinary python and needs no AIC.
+(/work/venv-aic was made as ../shared/oracles/install_peers.sh makes its AIC venv: ``python3 -m venv``,
+then ``pip install`` of the two 0.12.0 wheels, aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl
+and aiconfigurator-0.12.0-py3-none-any.whl, which pull numpy, pandas, pyarrow, ...)
+
+The dense grid (the default, ``--grid dense``) takes about 15 seconds, is deterministic (two runs give
+byte-identical files) and needs no GPU: AIC composes a forward pass from per-operator latencies (GEMM,
+context/generation attention, custom all-reduce, ...) interpolated from tables that NVIDIA measured on
+real H100/H200 GPUs under vLLM (per-op source "silicon"), plus empirical formulas for the small
+elementwise ops (norms, activation, embedding; source "empirical"). For every point of this grid
+``EngineHandle.last_provenance()`` is None, i.e. no op fell back to a coarser estimate tier.
+``benchmarks/accuracy_report.py`` reads the CSV with the ordinary python and needs no AIC. ``--grid moe``
+(about 25 seconds, deterministic too) records the same kinds of points for the mixture-of-experts / MLA
+models below into their own file (extra columns, see the end).
 
 What is queried (backend ``vllm``, AIC's "current" database slot, BF16 weights/KV/activations,
 no prefix, pp = attention-DP = 1), through ``aiconfigurator.sdk.inference_session.InferenceSession.
@@ -48,6 +55,37 @@ activations + KV for batch × (ISL + OSL) + NCCL + AIC's 3.5 GiB "others") reach
     aic_ms          AIC latency of the pass, ms (empty when skipped)
     aic_version     aiconfigurator-core version / backend database version, e.g. aic0.12.0/vllm0.24.0
     skip_reason     empty, or why AIC gave no usable number
+
+``--grid moe`` (benchmarks/data/aic_grid_moe.csv): the same prefill ISLs, decode batches and contexts,
+queried the same way (SDK session cross-checked against ``EngineHandle``, which is compiled with the
+same MoE layout and KV dtype), for the MoE models that both AIC (a bundled config, i.e. in
+``aiconfigurator_core.sdk.common.DefaultHFModels``, and vLLM tables) and our registry know, on h100_sxm
+and h200_sxm (``MOE_MODELS`` below; ``--systems`` applies):
+
+* Qwen/Qwen3-30B-A3B (BF16): tp 1, 2, 4 with the experts tensor-sharded (moe_tp = tp) and tp 2, 4 with
+  them expert-parallel (moe_ep = tp);
+* Qwen/Qwen3-235B-A22B (BF16): tp 4, 8, each with moe_tp = tp and with moe_ep = tp;
+* deepseek-ai/DeepSeek-V3 (MLA + MoE; AIC's default for this checkpoint is FP8 block-scaled weights
+  and experts, ``fp8_block``, and an FP8 KV cache; attention math stays BF16): tp 8 with moe_tp 8 and
+  with moe_ep 8, each with AIC's default FP8 KV and with a BF16 KV cache (vLLM's ``kv_cache_dtype
+  auto``; AIC has MLA tables for both). On h100_sxm every point is ``aic-oom`` (AIC's estimate is
+  at least 88.6 GiB per GPU, most of it the ~78 GiB of FP8 weights each of the 8 GPUs holds);
+* meta-llama/Llama-4-Scout-17B-16E-Instruct (BF16, text only; AIC prices every other layer's attention
+  as an 8192-token sliding window and the rest as full attention, where the model chunks 3 layers of 4
+  in 8192-token chunks): tp 2, 4, 8 with moe_tp = tp and tp 4, 8 with moe_ep = tp.
+
+Mixed layouts (1 < moe_tp < tp) raise "MoE data missing" in AIC 0.12's vLLM tables and are not
+recorded. Not recorded either: mistralai/Mixtral-8x7B-v0.1 (AIC ships its config.json but it is not
+in DefaultHFModels, so AIC tries to download it from HuggingFace) and deepseek-ai/DeepSeek-R1 (the
+same shapes as DeepSeek-V3). pp = attention-DP = 1 throughout (moe_tp × moe_ep = tp). Every priced
+point of this grid is also pure measured data (``EngineHandle.last_provenance()`` is None; the
+script stops otherwise). Its columns are the ones above, with four more after ``tp``:
+
+    moe_tp          tensor-parallel size of the routed experts (1 or tp)
+    moe_ep          expert-parallel size (1 or tp); moe_tp × moe_ep = tp
+    weight_dtype    AIC quant mode of the linear layers and experts: bfloat16 | fp8_block (FP8 weights,
+                    128 × 128 block scales); AIC keeps the embedding and LM head in BF16
+    kv_dtype        AIC quant mode of the KV cache: bfloat16 | fp8
 """
 
 from __future__ import annotations
@@ -63,6 +101,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "aic_grid.csv"
+MOE_OUT = REPO / "benchmarks" / "data" / "aic_grid_moe.csv"
 
 BACKEND = "vllm"
 SYSTEMS = ("h100_sxm", "h200_sxm")
@@ -77,13 +116,28 @@ PREFILL_ISL = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 DECODE_BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DECODE_CONTEXT = (128, 512, 1024, 2048, 4096, 8192)
 COLUMNS = ("model", "system", "tp", "kind", "batch", "context_or_isl", "aic_ms", "aic_version", "skip_reason")
+# MoE grid: (our registry id, AIC's bundled model id, layouts (tp, moe_tp, moe_ep), KV dtypes: None is AIC's
+# default for the checkpoint, else an AIC KVCacheQuantMode name)
+MOE_MODELS = (
+    ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", ((1, 1, 1), (2, 2, 1), (2, 1, 2), (4, 4, 1), (4, 1, 4)), (None,)),
+    ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B", ((4, 4, 1), (4, 1, 4), (8, 8, 1), (8, 1, 8)), (None,)),
+    ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3", ((8, 8, 1), (8, 1, 8)), (None, "bfloat16")),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+     ((2, 2, 1), (4, 4, 1), (4, 1, 4), (8, 8, 1), (8, 1, 8)), (None,)),
+)
+MOE_COLUMNS = ("model", "system", "tp", "moe_tp", "moe_ep", "weight_dtype", "kv_dtype", "kind", "batch",
+               "context_or_isl", "aic_ms", "aic_version", "skip_reason")
 FAST_PATH_RTOL = 1e-9
 
 
 class Config:
-    """One (model, system, TP): the SDK session (latency + OOM) and the compiled fast-path handle."""
+    """One (model, system, TP[, MoE layout, KV dtype]): the SDK session (latency + OOM) and the compiled
+    fast-path handle. ``moe`` False (the dense grid) insists on BF16 everywhere; True takes the
+    checkpoint's quant modes as AIC resolves them (``kv_dtype`` overrides the KV cache's) and
+    records them in ``weight_dtype`` / ``kv_dtype``."""
 
-    def __init__(self, aic_model: str, system: str, tp: int) -> None:
+    def __init__(self, aic_model: str, system: str, tp: int, moe_tp: int = 1, moe_ep: int = 1,
+                 kv_dtype: str | None = None, moe: bool = False) -> None:
         from aiconfigurator.sdk.backends.factory import get_backend
         from aiconfigurator.sdk.config_builders import build_model_config
         from aiconfigurator.sdk.inference_session import InferenceSession
@@ -96,16 +150,27 @@ class Config:
         database = get_database_view(system, BACKEND, self.db_version, allow_missing_data=True,
                                      database_mode=None, transfer_policy=None)
         model_config = build_model_config(
-            tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=1, moe_ep_size=1,
-            gemm_quant_mode=None, kvcache_quant_mode=None, fmha_quant_mode=None, moe_quant_mode=None,
+            tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=moe_tp, moe_ep_size=moe_ep,
+            gemm_quant_mode=None, kvcache_quant_mode=kv_dtype, fmha_quant_mode=None, moe_quant_mode=None,
             comm_quant_mode=None)
         model = get_model(aic_model, model_config, BACKEND)  # infers the quant modes from the model config
-        for field in ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode"):
-            name = getattr(getattr(model_config, field), "name", None)
-            if name != "bfloat16":
-                raise SystemExit(f"{aic_model} on {system}: AIC resolved {field}={name}, expected bfloat16")
+        quant = {field: getattr(getattr(model_config, field), "name", None)
+                 for field in ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode", "moe_quant_mode")}
+        expect = {"fmha_quant_mode": "bfloat16"} if moe else dict.fromkeys(
+            ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode"), "bfloat16")
+        if moe:
+            expect["moe_quant_mode"] = quant["gemm_quant_mode"]  # one weight_dtype column holds both
+            if kv_dtype is not None:
+                expect["kvcache_quant_mode"] = kv_dtype
+        for field, want in expect.items():
+            if quant[field] != want:
+                raise SystemExit(f"{aic_model} on {system}: AIC resolved {field}={quant[field]}, expected {want}")
+        self.weight_dtype, self.kv_dtype = quant["gemm_quant_mode"], quant["kvcache_quant_mode"]
+        self.moe = moe
         self.session = InferenceSession(model, database, get_backend(BACKEND))
-        self.handle = EngineHandle.compile(aic_model, system, BACKEND, tp_size=tp, backend_version=self.db_version)
+        layout = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_dtype} if moe else {}
+        self.handle = EngineHandle.compile(aic_model, system, BACKEND, tp_size=tp, backend_version=self.db_version,
+                                           **layout)
 
     def _run(self, mode: str, batch: int, isl: int) -> tuple[float | None, str]:
         from aiconfigurator.sdk.config import RuntimeConfig
@@ -129,13 +194,20 @@ class Config:
         ms, why = self._run("static_ctx", 1, isl)
         if ms is not None:
             _same(ms, self.handle.predict_prefill_latency(1, isl, 0), "prefill", isl)
+            self._measured("prefill", isl)
         return ms, why
 
     def decode(self, batch: int, context: int) -> tuple[float | None, str]:
         ms, why = self._run("static_gen", batch, context)
         if ms is not None:
             _same(ms, self.handle.decode_step_latency(batch, context, 1), "decode", batch, context)
+            self._measured("decode", batch, context)
         return ms, why
+
+    def _measured(self, *where) -> None:
+        """MoE grid: the handle's last answer came from measured tables only (no coarser estimate tier)."""
+        if self.moe and (tier := self.handle.last_provenance()) is not None:
+            raise SystemExit(f"AIC fell back to estimate tier {tier!r} at {where}")
 
 
 def _same(a: float, b: float, *where) -> None:
@@ -167,9 +239,37 @@ def record(systems: tuple[str, ...]) -> tuple[list[dict], str]:
     return rows, aic
 
 
-def to_csv(rows: list[dict]) -> str:
+def record_moe(systems: tuple[str, ...]) -> list[dict]:
+    aic = pkg_version("aiconfigurator-core")
+    rows = []
+    for ours, aic_model, layouts, kv_dtypes in MOE_MODELS:
+        for system in systems:
+            for tp, moe_tp, moe_ep in layouts:
+                for kv_dtype in kv_dtypes:
+                    cfg = Config(aic_model, system, tp, moe_tp, moe_ep, kv_dtype, moe=True)
+                    base = {"model": ours, "system": system, "tp": tp, "moe_tp": moe_tp, "moe_ep": moe_ep,
+                            "weight_dtype": cfg.weight_dtype, "kv_dtype": cfg.kv_dtype,
+                            "aic_version": f"aic{aic}/{BACKEND}{cfg.db_version}"}
+                    done = []
+                    for isl in PREFILL_ISL:
+                        ms, why = cfg.prefill(isl)
+                        done.append({**base, "kind": "prefill", "batch": 1, "context_or_isl": isl, "aic_ms": ms,
+                                     "skip_reason": why})
+                    for context in DECODE_CONTEXT:
+                        for batch in DECODE_BATCH:
+                            ms, why = cfg.decode(batch, context)
+                            done.append({**base, "kind": "decode", "batch": batch, "context_or_isl": context,
+                                         "aic_ms": ms, "skip_reason": why})
+                    rows += done
+                    print(f"{ours:42s} {system} tp{tp} moe_tp{moe_tp} moe_ep{moe_ep} {cfg.weight_dtype}/"
+                          f"kv {cfg.kv_dtype}: {sum(r['aic_ms'] is not None for r in done)}/{len(done)} priced",
+                          file=sys.stderr)
+    return rows
+
+
+def to_csv(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({**r, "aic_ms": "" if r["aic_ms"] is None else f"{r['aic_ms']:.6g}"})
@@ -178,15 +278,21 @@ def to_csv(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--grid", choices=("dense", "moe"), default="dense",
+                   help="dense: benchmarks/data/aic_grid.csv (default); moe: benchmarks/data/aic_grid_moe.csv")
+    p.add_argument("--out", type=Path, default=None, help="default: the grid's file under benchmarks/data")
     p.add_argument("--systems", default=",".join(SYSTEMS))
     args = p.parse_args(argv)
     logging.disable(logging.WARNING)  # AIC logs data-fallback notes at WARNING
-    rows, _ = record(tuple(s for s in args.systems.split(",") if s))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(to_csv(rows))
+    systems = tuple(s for s in args.systems.split(",") if s)
+    if args.grid == "moe":
+        rows, columns, out = record_moe(systems), MOE_COLUMNS, args.out or MOE_OUT
+    else:
+        (rows, _), columns, out = record(systems), COLUMNS, args.out or DEFAULT_OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_csv(rows, columns))
     priced = sum(r["aic_ms"] is not None for r in rows)
-    print(f"wrote {args.out}: {len(rows)} points, {priced} priced, {len(rows) - priced} skipped", file=sys.stderr)
+    print(f"wrote {out}: {len(rows)} points, {priced} priced, {len(rows) - priced} skipped", file=sys.stderr)
     return 0
 
 
