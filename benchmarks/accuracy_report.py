@@ -1,5 +1,6 @@
 """Write docs/accuracy.md: real end-to-end vLLM runs, each model predicted blind (``e2e_accuracy.py``, the first part),
-then AIConfigurator's measured-kernel grid priced with our default (roofline) model (the second part).
+then AIConfigurator's measured-kernel grid priced with our default (roofline) model (the second part; its
+mixture-of-experts and MLA models by ``moe_accuracy.py``, at its end).
 
     python3 benchmarks/accuracy_report.py [--csv benchmarks/data/aic_grid.csv] [--out docs/accuracy.md]
                                           [--no-write] [--no-stability] [--no-e2e]
@@ -42,6 +43,8 @@ import numpy as np
 from e2e_accuracy import fitted as e2e_fitted
 from e2e_accuracy import run_all as e2e_runs
 from e2e_accuracy import section as e2e_section
+from moe_accuracy import load as moe_load
+from moe_accuracy import section as moe_section
 
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.estimate import decode_pass_ms, prefill_pass_ms
@@ -641,6 +644,10 @@ def main(argv=None) -> int:
         w("")
         w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * 9))
         w("")
+    moe_points, moe_skipped = moe_load()
+    moe_lines, moe_constants = moe_section(moe_points, moe_skipped, err[D][held], leave_out=not args.no_stability)
+    lines.extend(moe_lines)
+    print("MoE constants: current", moe_constants["current"].tolist(), "fitted", moe_constants["fitted"].tolist())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")

@@ -17,7 +17,8 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
     tp, act, wb = d.tensor, d.activation_bytes, d.weight_bytes
     L, h, V = m.num_layers, m.hidden_size, m.vocab_size
     hbm = eff.memory * hw.hbm_bytes_per_s
-    peak_lin = eff.compute * (hw.fp8_flops if wb <= 1 else hw.bf16_flops)
+    block = wb <= 1 and m.weight_block_size > 0  # block-scaled FP8: the BF16 rate, a floor per GEMM
+    peak_lin = eff.compute * (hw.fp8_flops if wb <= 1 and not block else hw.bf16_flops)
     peak_att = eff.compute * hw.bf16_flops
     eb = max(wb, act)  # embeddings and LM head stay 16-bit under FP8 weights
     peak_head = eff.compute * (hw.fp8_flops if eb <= 1 else hw.bf16_flops)
@@ -37,16 +38,27 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
         dense_params = L * m.attention_params + m.num_dense_layers * m.dense_mlp_params
         lin_flops = 2 * dense_params / tp * T
         lin_bytes = (dense_params / tp * wb if T else 0.0) + T * 8 * L * h * act
+        total = max(lin_flops / peak_lin, lin_bytes / hbm)
         if m.is_moe and worker_tokens:
             per_token = m.num_moe_layers * ((m.num_experts_per_token + m.num_shared_experts) * m.expert_params
                                             + h * m.num_experts)
             gpus = d.moe_tensor * d.moe_expert
-            lin_flops += 2 * per_token * worker_tokens / gpus
-            miss = (1 - m.num_experts_per_token / m.num_experts) ** worker_tokens
-            touched = m.num_experts / d.moe_expert * (1 - miss)
-            lin_bytes += touched * m.num_moe_layers * m.expert_params / d.moe_tensor * wb
-            lin_bytes += m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts) / gpus * wb
-        total = max(lin_flops / peak_lin, lin_bytes / hbm)
+            xb = d.expert_bytes
+            routed = m.num_moe_layers * m.num_experts_per_token * m.expert_params
+            moe_flops = 2 * per_token * worker_tokens / gpus
+            hit = 1 - (1 - m.num_experts_per_token / m.num_experts) ** worker_tokens
+            n = m.num_experts // d.moe_expert
+            # the busiest of the expert-parallel GPUs: E[max] = sum over x of P(max > x) = 1 − P(every GPU ≤ x)
+            cdf, touched = 0.0, 0.0
+            for x in range(n):
+                cdf += math.comb(n, x) * hit ** x * (1 - hit) ** (n - x)
+                touched += 1 - min(cdf, 1.0) ** d.moe_expert
+            moe_bytes = touched * m.num_moe_layers * m.expert_params / d.moe_tensor * xb
+            moe_bytes += m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts) / gpus * xb
+            dtype_peak = hw.fp8_flops if xb <= 1 and not block else hw.bf16_flops
+            routed_flops = 2 * routed * worker_tokens / gpus  # grouped GEMMs; the shared experts and router dense
+            compute = routed_flops / (eff.expert * dtype_peak) + (moe_flops - routed_flops) / (eff.compute * dtype_peak)
+            total += max(compute, moe_bytes / hbm) + m.num_moe_layers * host.moe_layer_us * 1e-6
         heads = m.num_attention_heads / tp
         width = m.qk_head_dim + m.value_head_dim
         att_flops = att_bytes = 0.0
@@ -66,7 +78,7 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
             for _ in range(2 * L):
                 total += lat + T * h * act * 2 * (tp - 1) / tp / bw
         ep, dp = d.moe_expert, d.attention_data
-        if m.is_moe and worker_tokens and (ep > 1 or dp > 1):
+        if m.is_moe and worker_tokens and dp > 1:  # without attention DP every GPU holds every token
             bw, lat = link(tp * dp)
             for _ in range(2 * m.num_moe_layers):
                 if ep > 1:
@@ -77,6 +89,14 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
             kinds = {bool(s[2]) for s in seqs}
             ms = host.mixed_ms if kinds == {True, False} else (host.decode_ms if kinds == {True} else host.prefill_ms)
             total += ms / 1000 + L * host.per_layer_us * 1e-6
+            if block:
+                for layer in range(L):
+                    gemms = 3 if m.is_mla else 2
+                    if layer < m.first_dense_layers or not m.is_moe:
+                        gemms += 2
+                    else:
+                        gemms += 2 + (2 if m.num_shared_experts else 0)
+                    total += gemms * host.block_fp8_gemm_us * 1e-6
         out.append(total)
     assert all(math.isfinite(x) for x in out)
     return out

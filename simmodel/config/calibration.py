@@ -1,7 +1,8 @@
 """The performance model's named parameters a calibration fits, and the calibration file.
 
 The parameters are the roofline's own assumptions (``simmodel.perf.roofline``): the fractions of the
-datasheet's peaks that kernels reach, and the fixed time each pass adds by kind and per layer. A
+datasheet's peaks that kernels reach (the MoE experts' grouped GEMMs apart), the fixed time each pass adds by
+kind, per layer and per MoE layer, and the frontend's time per request outside the passes. A
 calibration file records the values fitted and the deployments (model, hardware, backend, parallelism)
 whose runs they were fitted on; a scenario uses it with ``timing: {type: default, calibration: FILE}``
 (``allow_transfer: true`` to use it on another deployment, marked ``transferred`` in provenance).
@@ -33,6 +34,11 @@ PARAMETERS = {
     "per_layer_us": (HostOverhead().per_layer_us, 0.0, 1000.0, "µs each layer adds to a pass"),
     "collective_latency_us": (None, 0.0, 1000.0, "µs each collective (two tensor-parallel all-reduces a layer, "
                                                  "each MoE exchange) costs; default: the link's own"),
+    "expert_efficiency": (Efficiency().expert, 0.01, 1.0, "fraction of the experts' dtype peak their grouped GEMMs "
+                                                        "reach (MoE models)"),
+    "moe_layer_us": (HostOverhead().moe_layer_us, 0.0, 1000.0, "µs each MoE layer adds to a pass (MoE models)"),
+    "block_fp8_gemm_us": (HostOverhead().block_fp8_gemm_us, 0.0, 1000.0,
+                          "µs each block-scaled FP8 GEMM adds to a pass (DeepSeek-V3's checkpoint)"),
     "request_overhead_ms": (REQUEST_OVERHEAD_MS, 0.0, MAX_REQUEST_OVERHEAD_MS,
                             "ms the frontend adds to each request outside the passes (HTTP, tokenization, "
                             "detokenization, streaming); priced by the role requests reach first"),
@@ -66,13 +72,14 @@ def timing_fields(values: dict[str, float]) -> dict:
 def apply(values: dict[str, float], efficiency: Efficiency, host: HostOverhead) -> tuple[Efficiency, HostOverhead]:
     """Efficiency and host overhead with the calibrated values in place of the given ones."""
     v = {**{"compute_efficiency": efficiency.compute, "memory_efficiency": efficiency.memory,
-            "link_efficiency": efficiency.link, "host_prefill_ms": host.prefill_ms,
-            "host_decode_ms": host.decode_ms, "host_mixed_ms": host.mixed_ms, "per_layer_us": host.per_layer_us,
-            "collective_latency_us": host.collective_us},
+            "link_efficiency": efficiency.link, "expert_efficiency": efficiency.expert,
+            "host_prefill_ms": host.prefill_ms, "host_decode_ms": host.decode_ms, "host_mixed_ms": host.mixed_ms,
+            "per_layer_us": host.per_layer_us, "collective_latency_us": host.collective_us,
+            "moe_layer_us": host.moe_layer_us, "block_fp8_gemm_us": host.block_fp8_gemm_us},
          **values}
-    return (Efficiency(v["compute_efficiency"], v["memory_efficiency"], v["link_efficiency"]),
+    return (Efficiency(v["compute_efficiency"], v["memory_efficiency"], v["link_efficiency"], v["expert_efficiency"]),
             HostOverhead(v["host_prefill_ms"], v["host_decode_ms"], v["host_mixed_ms"], v["per_layer_us"],
-                         v["collective_latency_us"]))
+                         v["collective_latency_us"], v["moe_layer_us"], v["block_fp8_gemm_us"]))
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,15 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         base = HostOverhead()
         overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
                                 host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us),
-                                node.number("collective_latency_us", None, maximum=1000.0))
+                                node.number("collective_latency_us", None, maximum=1000.0),
+                                node.number("moe_layer_us", base.moe_layer_us, maximum=1000.0),
+                                node.number("block_fp8_gemm_us", base.block_fp8_gemm_us, maximum=1000.0))
         host.done()
         eff = Efficiency()
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
                                 _fraction(node, "memory_efficiency", eff.memory),
-                                _fraction(node, "link_efficiency", eff.link))
+                                _fraction(node, "link_efficiency", eff.link),
+                                _fraction(node, "expert_efficiency", eff.expert))
         request = node.number("request_overhead_ms", REQUEST_OVERHEAD_MS, maximum=MAX_REQUEST_OVERHEAD_MS)
         calibration, transfer, host_assumed, calibrated = None, node.bool("allow_transfer", False), True, False
         if node.raw("calibration", None) is not None:

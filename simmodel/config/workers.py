@@ -148,6 +148,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             expert_weight_bytes=(model.expert_dtype_bytes or None) if dtype == "auto" else None,
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel)
+    _check_model_terms(node, deployment)
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
@@ -161,6 +162,20 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                       host_loop, frontend, profile, vision)
 
 
+
+
+def _check_model_terms(node: _Node, deployment: Deployment) -> None:
+    """The default timing's fields for parts a model does not have would change nothing: refused."""
+    timing = node.node("timing").data
+    model = deployment.model
+    for key, applies, what in (
+            ("expert_efficiency", model.is_moe, "mixture-of-experts models"),
+            ("moe_layer_us", model.is_moe, "mixture-of-experts models"),
+            ("block_fp8_gemm_us", deployment.block_scaled, "block-scaled FP8 weights (DeepSeek-V3's checkpoint at "
+                                                           "engine.dtype auto or fp8)")):
+        if timing.get(key) is not None and not applies:
+            raise ScenarioError(f"{node.at('timing.' + key)}: only applies to {what}; {model.model_id} "
+                                f"has none")
 def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: int, ranks: int,
                               host_loop: bool) -> None:
     """SGLang cuts a prompt at the last whole page that fits a rank's chunk budget (the prefill budget

@@ -45,6 +45,12 @@ class Deployment:
         return max(self.weight_bytes, self.activation_bytes)
 
     @property
+    def block_scaled(self) -> bool:
+        """The GEMMs run on the checkpoint's block-scaled FP8 weights (DeepSeek-V3 at ``dtype: auto`` or
+        ``fp8``); FP8 cast from a 16-bit checkpoint is scaled per tensor or channel."""
+        return self.weight_bytes <= 1 and self.model.weight_block_size > 0
+
+    @property
     def expert_bytes(self) -> float:
         """Bytes per weight of the routed and shared experts."""
         return self.weight_bytes if self.expert_weight_bytes is None else self.expert_weight_bytes

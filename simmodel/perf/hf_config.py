@@ -77,7 +77,7 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
         vocab_size=cfg.int("vocab_size"),
         tie_word_embeddings=cfg.bool("tie_word_embeddings", family in _TIED_BY_DEFAULT),
         max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
-        gated_mlp=family not in _UNGATED, **_moe(cfg, intermediate), **_mla(cfg))
+        gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), **_moe(cfg, intermediate), **_mla(cfg))
 
 
 class _Config:
@@ -165,6 +165,19 @@ def _dtype_bytes(cfg: _Config) -> int:
     if name not in _DTYPE_BYTES:
         cfg.fail(f"{key} must be one of {', '.join(_DTYPE_BYTES)}, got {json.dumps(name)}")
     return _DTYPE_BYTES[name]
+
+
+def _block_size(cfg: _Config) -> int:
+    """The side of the FP8 weights' scale blocks (``quantization_config.weight_block_size``, [128, 128] in
+    DeepSeek-V3), 0 without block scales."""
+    quant = cfg.get("quantization_config")
+    block = quant.get("weight_block_size") if isinstance(quant, dict) and _is_fp8(quant) else None
+    if block is None:
+        return 0
+    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool)
+                                                                and b > 0 for b in block) and block[0] == block[1]):
+        cfg.fail(f"quantization_config.weight_block_size must be two equal positive integers, got {json.dumps(block)}")
+    return block[0]
 
 
 def _is_fp8(quant: Any) -> bool:

@@ -75,6 +75,9 @@ class ModelSpec:
     """Bytes per weight of the routed and shared experts when the checkpoint quantizes only those (RedHatAI's
     FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16; the routers, a few MB, are
     counted with the experts); 0: ``dtype_bytes``."""
+    weight_block_size: int = 0
+    """FP8 weights scaled per square block of this many weights a side (DeepSeek-V3's
+    ``quantization_config.weight_block_size`` [128, 128]); 0: no block scales (per tensor or channel)."""
     attention_chunk_size: int = 0
     """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
     modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""
@@ -251,12 +254,13 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
      (32, 4096, 32, 8, 128, 14336, 32000, False, 32768, 2),
      dict(num_experts=8, num_experts_per_token=2, moe_intermediate_size=14336)),
     # deepseek-ai/DeepSeek-V3 config.json (aic deepseek-ai--DeepSeek-V3; -R1 identical): weights ship as
-    # block-scaled FP8 e4m3 (quantization_config), so 1 byte; head_dim 7168/128 = 56 is unused under MLA
+    # block-scaled FP8 e4m3 (quantization_config, weight_block_size [128, 128]), so 1 byte; head_dim 7168/128
+    # = 56 is unused under MLA
     (("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base", "deepseek-ai/DeepSeek-V3-0324",
       "deepseek-ai/DeepSeek-R1"), (61, 7168, 128, 128, 56, 18432, 129280, False, 163840, 1),
      dict(num_experts=256, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
           first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-          v_head_dim=128)),
+          v_head_dim=128, weight_block_size=128)),
     # facebook/opt-125m config.json (torch_dtype float16): ffn_dim 3072, ReLU two-projection MLP, lm_head
     # tied to the token embedding
     (("facebook/opt-125m",), (12, 768, 12, 12, 64, 3072, 50272, True, 2048, 2), dict(gated_mlp=False)),

@@ -4,18 +4,23 @@ Each group of kernels costs max(FLOPs / (compute efficiency × peak FLOP/s), byt
 × HBM bandwidth)), from per-rank totals of per-sequence work (``PassSums``: each sequence's
 query·key pairs come from its own new and context tokens), never from token totals alone. Groups (as in the reference's "Kernel groups and roofline floors"):
 
-- ``linear``: every GEMM a token runs through — q/k/v/o (or MLA's projections), the gated MLP's three
-  projections or the active experts' — 2 FLOPs per weight per token; bytes are the weights the GPU
-  reads (for MoE, the experts the batch is expected to touch) plus 8 activation passes per layer;
+- ``linear``: the dense GEMMs a token runs through — q/k/v/o (or MLA's projections), the gated MLP's three
+  projections — 2 FLOPs per weight per token; bytes are the weights the GPU reads plus 8 activation
+  passes per layer;
+- ``experts`` (MoE models): the routed experts' grouped GEMMs at their own efficiency, the shared experts
+  and the router at the dense one; bytes are the experts the batch is expected to touch on the busiest
+  GPU (expert parallelism) plus the shared ones; a fixed time per MoE layer;
 - ``attention``: QKᵀ and AV over each sequence's causal span, 2·heads·(qk + v head dims) FLOPs per
   query·key pair per layer (MLA decodes in the absorbed form: 2·heads·(2·kv_lora_rank + rope dim));
   bytes are the KV the sequence reads plus its queries and outputs;
 - ``kv_write``: the new tokens' K and V; ``lm_head`` and ``sampler``: only sequences that sample this
   pass; ``elementwise``: norms, rotary, activations, residuals, 16 passes over the hidden state a layer;
-- ``communication``: tensor parallelism's two all-reduces per layer and the MoE token exchange (two per
-  MoE layer), priced on the GPU link inside a node and on the NIC for groups larger than a node;
+- ``communication``: tensor parallelism's two all-reduces per layer and, under attention DP, the MoE token
+  exchange (two per MoE layer), priced on the GPU link inside a node and on the NIC for groups larger than
+  a node;
 - ``layer_overhead``: a fixed GPU time per layer and pass: the latency floors of a layer's many small
-  kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing;
+  kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing,
+  and each block-scaled FP8 GEMM's floor (whose GEMMs run at the BF16 rate);
 - ``host``: a per-pass overhead by pass kind (prefill, decode, mixed), an assumed constant.
 
 Outside the passes, the default timing also sets the frontend's time per request (``REQUEST_OVERHEAD_MS``),
@@ -45,7 +50,7 @@ from simmodel.perf.timing import (
     pass_sums,
 )
 
-GROUPS = ("linear", "attention", "kv_write", "lm_head", "sampler", "elementwise", "communication", "layer_overhead",
+GROUPS = ("linear", "experts", "attention", "kv_write", "lm_head", "sampler", "elementwise", "communication", "layer_overhead",
           "host")
 PROVENANCE = ("extrapolated:roofline", "assumed-host")
 
@@ -63,6 +68,9 @@ class Efficiency:
     compute: float = 0.76
     memory: float = 0.86
     link: float = 0.72
+    expert: float = 0.22
+    """Fraction of the experts' dtype peak that the grouped GEMMs of MoE experts reach (many small GEMMs, one
+    per expert, each as thin as the expert's slice on the GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,12 @@ class HostOverhead:
     collective_us: float | None = None
     """The latency of one collective (each tensor-parallel all-reduce, two per layer, and each MoE
     exchange): None takes the link's own from the hardware registry (5 µs over NVLink)."""
+    moe_layer_us: float = 20.5
+    """Fixed GPU time each MoE layer adds to a pass on top of ``per_layer_us`` (routing, top-k, the tokens'
+    permutation to their experts and back, the grouped GEMMs' launch and tile floors)."""
+    block_fp8_gemm_us: float = 20.0
+    """Fixed GPU time each block-scaled FP8 GEMM adds to a pass (the per-group quantization of its
+    activations and the kernel's floor): only checkpoints with block scales (DeepSeek-V3)."""
 
 
 REQUEST_OVERHEAD_MS = 8.5
@@ -102,6 +116,24 @@ def _link(hw: HardwareSpec, efficiency: Efficiency, group: int) -> tuple[float, 
     return efficiency.link * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
 
 
+def busiest_touched(experts: float, hit: float, groups: int) -> float:
+    """Expected experts the busiest of ``groups`` expert-parallel GPUs touches, each GPU holding ``experts``
+    of them and each expert hit with probability ``hit``, independently: the pass waits for that GPU.
+
+    One GPU (or tensor-sharded experts, ``groups`` 1): the mean, experts × hit. Else the expected maximum of
+    ``groups`` binomials B(experts, hit), Σ_{x<experts} (1 − F(x)^groups). One decode token routed to one
+    expert of 16 on 8 GPUs touches 1/16 of an expert on average, but the GPU holding it reads a whole one.
+    """
+    if groups <= 1 or hit >= 1.0 or hit <= 0.0:
+        return experts * min(max(hit, 0.0), 1.0)
+    n = int(round(experts))
+    x = np.arange(n + 1, dtype=np.float64)
+    log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(v + 1) + math.lgamma(n - v + 1) for v in range(n + 1)])
+               + x * math.log(hit) + (n - x) * math.log1p(-hit))
+    cdf = np.cumsum(np.exp(log_pmf))[:-1]
+    return float(np.sum(1.0 - np.minimum(cdf, 1.0) ** groups))
+
+
 class RooflineTiming(SumsTiming):
     """Prices one pass of every rank of a worker from its ``PassSums`` (see the module docstring)."""
 
@@ -112,10 +144,19 @@ class RooflineTiming(SumsTiming):
         d, m, hw = deployment, deployment.model, deployment.hardware
         self.deployment, self.efficiency, self.host = d, efficiency, host
         self.num_ranks = d.attention_data
-        self.layer_overhead_s = m.num_layers * host.per_layer_us * 1e-6
+        # Block-scaled FP8 GEMMs (DeepSeek-V3's 128 × 128 weight scales) dequantize inside the kernel and run at
+        # the BF16 tensor-core rate, not FP8's; each also quantizes its activations per group of 128 first, a
+        # fixed time per GEMM: MLA's three (the fused q/kv down-projection, q up, output; the absorbed kv up
+        # stays BF16) or the two of other attention (qkv, output), two per dense MLP (gate-up, down), two
+        # for the routed experts and two for the shared ones.
+        attention_gemms = 3 if m.is_mla else 2
+        block_gemms = (m.num_layers * attention_gemms + m.num_dense_layers * 2
+                       + m.num_moe_layers * (2 + (2 if m.num_shared_experts else 0))) if d.block_scaled else 0
+        self.layer_overhead_s = m.num_layers * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
         self.host_s_by_kind = np.array([host.decode_ms, host.decode_ms, host.prefill_ms, host.mixed_ms]) / 1000.0
         """Seconds a pass adds on the host, indexed by 2 × (it prefills) + (it decodes)."""
-        self.linear_peak = efficiency.compute * hw.peak_flops(d.weight_bytes)
+        gemm_bytes = 2 if d.block_scaled else d.weight_bytes  # (the tensor-core rate the GEMMs reach)
+        self.linear_peak = efficiency.compute * hw.peak_flops(gemm_bytes)
         self.attention_peak = efficiency.compute * hw.bf16_flops
         self.hbm = efficiency.memory * hw.hbm_bytes_per_s
         tp, act = d.tensor, d.activation_bytes
@@ -126,13 +167,20 @@ class RooflineTiming(SumsTiming):
         self.activation_bytes_per_token = LINEAR_ACTIVATION_PASSES * layers * h * act
         # Mixture of experts: each token runs top-k routed experts and the shared ones, spread over the
         # worker's moe_tensor × moe_expert GPUs (the small router GEMM is spread with them).
-        # Experts quantized apart from the rest run at their own dtype's peak: their FLOPs are counted at the
-        # other linear layers' peak scaled by the ratio of the two peaks (1.0 when the dtypes agree).
-        expert_peak_ratio = hw.peak_flops(d.weight_bytes) / hw.peak_flops(d.expert_bytes)
-        self.moe_flops_per_token = 2 * m.num_moe_layers * (
-            (m.num_experts_per_token + m.num_shared_experts) * m.expert_params + h * m.num_experts) * expert_peak_ratio
+        # Each token runs its top-k routed experts as grouped GEMMs (one small GEMM per expert), at the experts'
+        # dtype peak and their own efficiency; the shared experts and the router are ordinary dense GEMMs
+        # over every token, at the dense efficiency (same dtype peak).
+        expert_rate = hw.peak_flops(2 if d.block_scaled else d.expert_bytes)
+        expert_peak, shared_peak = efficiency.expert * expert_rate, efficiency.compute * expert_rate
+        routed_flops = 2 * m.num_moe_layers * m.num_experts_per_token * m.expert_params
+        shared_flops = 2 * m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)
+        self.moe_flops_per_token = routed_flops + shared_flops
+        self.moe_seconds_per_token = routed_flops / expert_peak + shared_flops / shared_peak
+        """Compute time of one token's MoE work on one GPU if it held every expert whole."""
+        self.moe_layer_s = m.num_moe_layers * host.moe_layer_us * 1e-6
         self.moe_gpus = d.moe_tensor * d.moe_expert
         self.experts_per_gpu = m.num_experts / d.moe_expert if m.is_moe else 0.0
+        self.moe_expert = d.moe_expert
         self.expert_bytes_per_gpu = m.num_moe_layers * m.expert_params / d.moe_tensor * d.expert_bytes
         self.shared_bytes_per_gpu = (m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)
                                      / self.moe_gpus * d.expert_bytes)
@@ -162,11 +210,14 @@ class RooflineTiming(SumsTiming):
         self.all_reduce_link, self.all_reduce_latency_s = _link(hw, efficiency, tp)
         if host.collective_us is not None:
             self.all_reduce_latency_s = host.collective_us * 1e-6
-        # MoE token exchange, two per MoE layer: expert parallelism sends each token's hidden state to its
-        # top-k experts' GPUs and back (all-to-all); with tensor-sharded experts under attention DP, every
-        # GPU gathers the other ranks' tokens and scatters the results (all-gather, reduce-scatter).
+        # MoE token exchange, two per MoE layer, under attention DP only (the ranks hold different tokens):
+        # expert parallelism sends each token's hidden state to its top-k experts' GPUs and back (all-to-all);
+        # with tensor-sharded experts every GPU gathers the other ranks' tokens and scatters the results
+        # (all-gather, reduce-scatter). Without attention DP every GPU of the worker already holds every
+        # token (tensor parallelism replicates them), so each runs its experts on them and the layer's
+        # all-reduce, counted above, sums the experts' outputs: vLLM exchanges nothing more.
         ep, dp = d.moe_expert, d.attention_data
-        self.num_exchanges = 2 * m.num_moe_layers if m.is_moe and (ep > 1 or dp > 1) else 0
+        self.num_exchanges = 2 * m.num_moe_layers if m.is_moe and dp > 1 else 0
         self.exchange_is_gather = ep == 1
         group = dp if ep == 1 else ep
         self.exchange_bytes_per_token = (1 if ep == 1 else m.num_experts_per_token) * h * act * (group - 1) / max(group, 1)
@@ -191,6 +242,7 @@ class RooflineTiming(SumsTiming):
         span = pre[:, NEW_TOKENS] + pre[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS] + dec[:, CONTEXT_TOKENS]
         hbm, lin_peak = self.hbm, self.linear_peak
         busy = tokens > 0
+        experts = np.zeros(len(tokens))
         sampling = samples > 0
         linear_flops = tokens * self.dense_flops_per_token
         # (a boolean times a non-negative constant: the constant or 0.0, as np.where would give, but cheaper)
@@ -199,7 +251,7 @@ class RooflineTiming(SumsTiming):
         if self.moe_flops_per_token or self.num_exchanges:  # (a dense model without exchanges adds nothing)
             per_pass = tokens.reshape(num_passes, -1)
             worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
-            moe_flops = np.zeros(num_passes)
+            moe_compute = np.zeros(num_passes)
             moe_bytes = np.zeros(num_passes)
             if self.moe_flops_per_token:
                 for k, total in enumerate(worker_tokens.tolist()):
@@ -207,16 +259,16 @@ class RooflineTiming(SumsTiming):
                         # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so
                         # even a rank with no sequences of its own runs its share; expected distinct experts
                         # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
-                        moe_flops[k] = total * self.moe_flops_per_token / self.moe_gpus
+                        moe_compute[k] = total * self.moe_seconds_per_token / self.moe_gpus
                         if self.route_fraction >= 1.0:  # every token to every expert (log1p(-1) is undefined)
-                            touched = self.experts_per_gpu
+                            hit = 1.0
                         else:
-                            touched = self.experts_per_gpu * -math.expm1(total * math.log1p(-self.route_fraction))
+                            hit = -math.expm1(total * math.log1p(-self.route_fraction))
+                        touched = busiest_touched(self.experts_per_gpu, hit, self.moe_expert)
                         moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
             ranks = per_pass.shape[1]
-            worker_tokens, moe_flops, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_flops, moe_bytes))
-            linear_flops = linear_flops + moe_flops
-            linear_bytes = linear_bytes + moe_bytes
+            worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_compute, moe_bytes))
+            experts = np.maximum(moe_compute, moe_bytes / hbm) + (moe_compute > 0) * self.moe_layer_s
         linear = np.maximum(linear_flops / lin_peak, linear_bytes / hbm)
         attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
         attention = np.maximum(attention_flops / self.attention_peak,
@@ -236,7 +288,7 @@ class RooflineTiming(SumsTiming):
         # The host overhead by pass kind: decode only (or idle), prefill only, mixed.
         host_s = self.host_s_by_kind.take((prefills > 0) * 2 + (decodes > 0))
         table = np.empty((len(tokens), len(GROUPS)))  # C order: a row's groups are summed in the same order
-        for i, column in enumerate((linear, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
+        for i, column in enumerate((linear, experts, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
                                     samples * self.sampler_bytes_per_seq / hbm,
                                     tokens * self.elementwise_bytes_per_token / hbm, comm,
                                     busy * self.layer_overhead_s, busy * host_s)):

@@ -225,6 +225,8 @@ def test_config_json_default_model_id_is_the_path(tmp_path):
     ({"model_type": "gpt2"}, "config.json: model_type 'gpt2' is not modeled; the families read here are llama"),
     ({"architectures": ["BertForMaskedLM"]}, "config.json: architectures ['BertForMaskedLM'] has no *ForCausalLM"),
     ({"quantization_config": {"quant_method": "awq"}}, 'config.json: quantization_config "awq" is not modeled'),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 64]}},
+     "config.json: quantization_config.weight_block_size must be two equal positive integers, got [128, 64]"),
 ])
 def test_bad_config_json_is_one_line_naming_file_and_key(tmp_path, change, message):
     config = {k: v for k, v in {**LLAMA_31_8B, **change}.items() if v is not None}

@@ -96,8 +96,8 @@ def test_moe_touches_the_experts_the_batch_routes_to():
     t = RooflineTiming(Deployment(mixtral, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
     expert_bytes = mixtral.num_moe_layers * mixtral.expert_params / 2 * 2
     assert t.experts_per_gpu * -np.expm1(1 * np.log1p(-t.route_fraction)) == pytest.approx(2.0)
-    one = t.breakdown(make_batch([[(1, 100, True, True)]]))["linear"][0]
-    many = t.breakdown(make_batch([[(1, 100, True, True)] * 64]))["linear"][0]
+    one = t.breakdown(make_batch([[(1, 100, True, True)]]))["experts"][0]
+    many = t.breakdown(make_batch([[(1, 100, True, True)] * 64]))["experts"][0]
     assert many - one == pytest.approx(6 * expert_bytes / t.hbm, rel=0.02)
 
 
@@ -125,7 +125,8 @@ def test_vectorized_equals_loop_reference(seed, case):
     model_id, deploy = case
     d = Deployment(MODELS[model_id], HARDWARE["h200_sxm"], **deploy)
     ranks = random_ranks(np.random.default_rng(seed), d.attention_data)
-    eff, host = Efficiency(0.6, 0.75, 0.7), HostOverhead(2.0, 1.0, 3.0, per_layer_us=7.0)
+    eff, host = Efficiency(0.6, 0.75, 0.7, 0.4), HostOverhead(2.0, 1.0, 3.0, per_layer_us=7.0, moe_layer_us=12.0,
+                                                                          block_fp8_gemm_us=9.0)
     got = RooflineTiming(d, eff, host).price(make_batch(ranks)).total_s
     assert got.tolist() == pytest.approx(price_pass_reference(d, eff, host, ranks), rel=1e-9, abs=1e-15)
 
@@ -146,7 +147,93 @@ def test_moe_routing_every_token_to_every_expert_touches_them_all():
     base = MODELS["mistralai/Mixtral-8x7B-v0.1"]
     every = replace(base, num_experts_per_token=8)
     seconds = [RooflineTiming(Deployment(m, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
-               .breakdown(make_batch([[(1, 100, True, True)]]))["linear"][0] for m in (base, every)]
+               .breakdown(make_batch([[(1, 100, True, True)]]))["experts"][0] for m in (base, every)]
     t = RooflineTiming(Deployment(base, HARDWARE["h100_sxm"], tensor=2, moe_tensor=2))
     expert_bytes = base.num_moe_layers * base.expert_params / 2 * 2
     assert seconds[1] - seconds[0] == pytest.approx(6 * expert_bytes / t.hbm, rel=1e-9)
+
+
+# The toy model with 4 experts of intermediate 32 in both layers, one per token, no shared expert: an expert is
+# 3·64·32 = 6,144 weights a layer, the router 64·4 = 256.
+TOY_MOE = ModelSpec("toy-moe", num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, head_dim=16,
+                    intermediate_size=128, vocab_size=1000, tie_word_embeddings=False, max_position_embeddings=4096,
+                    num_experts=4, num_experts_per_token=1, moe_intermediate_size=32)
+
+
+def test_experts_are_grouped_gemms_at_their_own_efficiency_with_a_floor_per_moe_layer():
+    """Tensor 1, the routed experts' grouped GEMMs at half the BF16 peak (the router, a dense GEMM, at the full
+    dense efficiency 1), 3 µs a MoE layer.
+
+    One decode token: routed FLOPs 2·2 layers·6,144 = 24,576 → 49.152 ns at 0.5e12, router 2·2·256 = 1,024 →
+    1.024 ns at 1e12: 50.176 ns; bytes: it hits 1 − 3/4 = 1/4 of each expert, 4·1/4 = 1 expert: 2·6,144·2 B =
+    24,576 B, plus the router's 2·256·2 B = 1,024 → 25.6 ns; max 50.176 ns, plus 2 · 3 µs = 6.050176 µs.
+    A 100-token prefill: 100 × 50.176 ns = 5.0176 µs (bytes: all 4 experts, 99,328 B → 99.3 ns), plus 6 µs."""
+    timing = RooflineTiming(Deployment(TOY_MOE, GPU), Efficiency(1.0, 1.0, 1.0, expert=0.5),
+                            HostOverhead(0.0, 0.0, 0.0, per_layer_us=0.0, moe_layer_us=3.0))
+    decode = timing.breakdown(make_batch([[(1, 100, True, True)]]))
+    assert decode["experts"][0] == pytest.approx(6.050176e-6)
+    prefill = timing.breakdown(make_batch([[(100, 0, False, True)]]))
+    assert prefill["experts"][0] == pytest.approx(11.0176e-6)
+    assert decode["communication"][0] == 0.0
+
+
+def test_expert_parallelism_without_attention_dp_waits_for_the_busiest_gpu_and_exchanges_nothing():
+    """Tensor 2 with the experts expert-parallel (2 a GPU), no attention DP, one decode token, efficiencies 1.
+
+    Each expert is hit with probability 1/4; a GPU's count is B(2, 1/4): F(0) = 0.5625, F(1) = 0.9375. The busiest
+    of the two: E[max] = (1 − 0.5625²) + (1 − 0.9375²) = 0.68359375 + 0.12109375 = 0.8046875 experts (the mean
+    would be 0.5). Bytes 0.8046875 · 2 layers · 6,144 · 2 B = 19,776, plus the router's 2·256 / 2 GPUs · 2 B = 512:
+    20,288 B → 20.288 ns, above the FLOPs' 25,600 / 2 GPUs → 12.8 ns.
+    Communication: the two all-reduces a layer only (every GPU holds the token; the second all-reduce sums the
+    experts' outputs): 4 · (1 µs + 64·2 B·(2·1/2) / 1e11) = 4 · 1.00128 µs; no token exchange."""
+    timing = RooflineTiming(Deployment(TOY_MOE, GPU, tensor=2, moe_expert=2), Efficiency(1.0, 1.0, 1.0, 1.0),
+                            HostOverhead(0.0, 0.0, 0.0, per_layer_us=0.0, moe_layer_us=0.0))
+    g = timing.breakdown(make_batch([[(1, 100, True, True)]]))
+    assert g["experts"][0] == pytest.approx(20.288e-9)
+    assert g["communication"][0] == pytest.approx(4 * 1.00128e-6)
+
+
+def test_the_busiest_gpu_reads_what_the_mean_does_once_every_expert_is_hit():
+    from simmodel.perf.roofline import busiest_touched
+
+    assert busiest_touched(16, 1.0, 8) == 16.0  # every expert hit: every GPU reads all of its own
+    assert busiest_touched(2, 0.25, 1) == 0.5  # one group (tensor-sharded experts): the mean
+    assert busiest_touched(2, 0.25, 2) == pytest.approx(0.8046875)  # (above)
+    assert busiest_touched(2, 0.0, 8) == 0.0
+
+
+def test_block_scaled_fp8_runs_at_the_bf16_rate_with_a_floor_per_gemm():
+    """The toy model's FP8 weights with 128 × 128 block scales, one decode token, efficiencies 1, 5 µs a GEMM.
+
+    linear: FLOPs 2·73,728 = 147,456 at the BF16 rate 1e12 → 147.456 ns; bytes 73,728·1 B + 8·2·64·2 B = 75,776 →
+    75.776 ns: 147.456 ns (with per-channel FP8 scales the FP8 rate 2e12 makes the FLOPs 73.728 ns, and the
+    bytes' 75.776 ns set it). layer_overhead: 2 layers × (qkv, output, gate-up, down) = 8 GEMMs × 5 µs = 40 µs."""
+    from dataclasses import replace
+
+    host = HostOverhead(0.0, 0.0, 0.0, per_layer_us=0.0, block_fp8_gemm_us=5.0)
+    block = RooflineTiming(Deployment(replace(TOY, weight_block_size=128), GPU, weight_bytes=1), ONE, host)
+    g = block.breakdown(make_batch([[(1, 100, True, True)]]))
+    assert g["linear"][0] == pytest.approx(147.456e-9)
+    assert g["layer_overhead"][0] == pytest.approx(40e-6)
+    channel = RooflineTiming(Deployment(TOY, GPU, weight_bytes=1), ONE, host).breakdown(make_batch([[(1, 100, True, True)]]))
+    assert channel["linear"][0] == pytest.approx(75.776e-9) and channel["layer_overhead"][0] == 0.0
+
+
+def test_timing_fields_for_parts_the_model_lacks_are_refused():
+    from factories import make_scenario
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.errors import ScenarioError
+
+    for key, message in (("moe_layer_us", "only applies to mixture-of-experts models"),
+                         ("expert_efficiency", "only applies to mixture-of-experts models"),
+                         ("block_fp8_gemm_us", "only applies to block-scaled FP8 weights")):
+        data = make_scenario(engine={"workers": {"aggregated": {"timing": {"type": "default", key: 0.5}}}})
+        with pytest.raises(ScenarioError) as err:
+            parse_scenario(data, None)
+        assert str(err.value).startswith(f"engine.workers.aggregated.timing.{key}: {message}")
+        assert str(err.value).endswith("meta-llama/Llama-3.1-8B-Instruct has none")
+    moe = make_scenario(engine={"model": "Qwen/Qwen3-30B-A3B", "workers": {"aggregated": {
+        "timing": {"type": "default", "moe_layer_us": 7.0, "expert_efficiency": 0.3}}}})
+    timing = parse_scenario(moe, None).engine.workers["aggregated"].timing
+    assert (timing.host.moe_layer_us, timing.efficiency.expert) == (7.0, 0.3)
