@@ -1,6 +1,7 @@
 """Write docs/accuracy.md: real end-to-end vLLM runs, each model predicted blind (``e2e_accuracy.py``, the first part),
-then AIConfigurator's measured-kernel grid priced with our default (roofline) model (the second part; its
-mixture-of-experts and MLA models by ``moe_accuracy.py``, at its end).
+then AIConfigurator's measured-kernel grid priced with our default (roofline) model (the second part; the
+other GPUs' achieved fractions by ``gpu_accuracy.py`` and the mixture-of-experts and MLA models by
+``moe_accuracy.py``, at its end).
 
     python3 benchmarks/accuracy_report.py [--csv benchmarks/data/aic_grid.csv] [--out docs/accuracy.md]
                                           [--no-write] [--no-stability] [--no-e2e]
@@ -54,6 +55,7 @@ from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "aic_grid.csv"
+GPUS_CSV = REPO / "benchmarks" / "data" / "aic_grid_gpus.csv"
 DEFAULT_OUT = REPO / "docs" / "accuracy.md"
 CAPACITY_TOKENS = 1e9  # only the polynomial model reads KV capacity
 WITHIN = 0.25
@@ -644,8 +646,14 @@ def main(argv=None) -> int:
         w("")
         w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * 9))
         w("")
+    from gpu_accuracy import section as gpu_section  # (it reuses this module's loader and pricing)
+
+    gpu_lines, gpu_held, gpu_fitted = gpu_section(GPUS_CSV)
+    lines.extend(gpu_lines)
+    print("per-GPU fractions fitted:", gpu_fitted)
     moe_points, moe_skipped = moe_load()
-    moe_lines, moe_constants = moe_section(moe_points, moe_skipped, err[D][held], leave_out=not args.no_stability)
+    moe_lines, moe_constants = moe_section(moe_points, moe_skipped, np.concatenate([err[D][held], gpu_held]),
+                                           leave_out=not args.no_stability)
     lines.extend(moe_lines)
     print("MoE constants: current", moe_constants["current"].tolist(), "fitted", moe_constants["fitted"].tolist())
     args.out.parent.mkdir(parents=True, exist_ok=True)

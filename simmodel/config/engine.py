@@ -73,7 +73,7 @@ def _request_overhead(workers: _Node, roles: dict[str, WorkerRole], names: tuple
     timing = workers.node(names[0]).node("timing")
     if timing.data.get("request_overhead_ms") is not None:
         raise ScenarioError(f"{at}: also set by {timing.at('request_overhead_ms')}; set it in one place")
-    if entry.request_overhead_calibrated:
+    if "request_overhead_ms" in entry.calibrated:
         raise ScenarioError(f"{at}: also set by {timing.at('calibration')} ({entry.calibration.name}); set it in "
                             f"one place")
     return explicit

@@ -275,8 +275,8 @@ class TimingSpec:
     (``simmodel.perf.roofline.REQUEST_OVERHEAD_MS``, the role's ``timing.request_overhead_ms`` or its
     calibration's); the engine's when the role is the one requests reach first and
     ``engine.request_overhead_ms`` is not set."""
-    request_overhead_calibrated: bool = False
-    """``request_overhead_ms`` comes from the calibration file."""
+    calibrated: tuple[str, ...] = ()
+    """The parameters whose values come from the calibration file."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from simmodel.config.calibration import (
 from simmodel.config.node import _Node, _show
 from simmodel.config.schema import TimingSpec
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
+from simmodel.perf.roofline import ACHIEVED, REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
 from simmodel.perf.timings import TIMINGS
 
 
@@ -42,7 +42,7 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                                 _fraction(node, "link_efficiency", eff.link),
                                 _fraction(node, "expert_efficiency", eff.expert))
         request = node.number("request_overhead_ms", REQUEST_OVERHEAD_MS, maximum=MAX_REQUEST_OVERHEAD_MS)
-        calibration, transfer, host_assumed, calibrated = None, node.bool("allow_transfer", False), True, False
+        calibration, transfer, host_assumed, calibrated = None, node.bool("allow_transfer", False), True, ()
         if node.raw("calibration", None) is not None:
             raw = node.raw("calibration")
             if not isinstance(raw, str) or not raw:
@@ -57,12 +57,12 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                     raise ScenarioError(f"{node.at(clash[0])}: set by the calibration {calibration.name}; remove it")
             efficiency, overhead = apply(cal.values, efficiency, overhead)
             host_assumed = not all(name in cal.values for name in HOST)
-            calibrated = "request_overhead_ms" in cal.values
+            calibrated = tuple(sorted(cal.values))
             request = cal.values.get("request_overhead_ms", request)
         elif transfer:
             raise ScenarioError(f"{node.at('allow_transfer')}: only applies with a calibration")
         spec = TimingSpec(kind, efficiency=efficiency, host=overhead, calibration=calibration, transferred=transfer,
-                          host_assumed=host_assumed, request_overhead_ms=request, request_overhead_calibrated=calibrated)
+                          host_assumed=host_assumed, request_overhead_ms=request, calibrated=calibrated)
     elif kind == "measured":
         version = node.raw("backend_version", None)
         if version is not None and not isinstance(version, str):
@@ -73,6 +73,19 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         spec = TimingSpec(kind)
     node.done()
     return spec
+
+
+def _gpu_fractions(node: _Node, timing: TimingSpec, system_id: str) -> TimingSpec:
+    """The default timing on a GPU whose achieved fractions were measured (``ACHIEVED``): those in place of the
+    H100-fitted ones, unless the scenario or its calibration sets them."""
+    if timing.type != "default" or system_id not in ACHIEVED:
+        return timing
+    compute, memory = ACHIEVED[system_id]
+    own = {key for key in ("compute_efficiency", "memory_efficiency")
+           if node.data.get(key) is not None or key in timing.calibrated}
+    eff = timing.efficiency
+    return replace(timing, efficiency=replace(eff, compute=eff.compute if "compute_efficiency" in own else compute,
+                                              memory=eff.memory if "memory_efficiency" in own else memory))
 
 
 def _fraction(node: _Node, key: str, default: float) -> float:

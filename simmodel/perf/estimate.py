@@ -51,10 +51,11 @@ def request_estimate(timing: PassTiming, input_tokens: int, output_tokens: int, 
     # each pass priced on its own (as one run of passes), not as ranks of one worker: an MoE worker's ranks
     # share their experts' load, a request's successive passes do not
     seconds, _ = price_passes(timing, _batch(new, ctx, decode, samples, capacity_tokens), len(new))
-    times = np.rint(seconds[:, 0] * 1e9) / 1e6
-    ttft = float(times[: len(chunks)].sum()) + request_overhead_ms
-    itl = float(times[len(chunks):].mean()) if len(ctx_decode) else None
-    return RequestEstimate(ttft, itl, float(times.sum()) + request_overhead_ms)
+    ns = np.rint(seconds[:, 0] * 1e9).astype(np.int64)  # (the simulator's clock: whole nanoseconds)
+    overhead_ns = round(request_overhead_ms * 1e6)
+    ttft = int(ns[: len(chunks)].sum() + overhead_ns) / 1e6
+    itl = float(ns[len(chunks):].mean()) / 1e6 if len(ctx_decode) else None
+    return RequestEstimate(ttft, itl, int(ns.sum() + overhead_ns) / 1e6)
 
 
 def decode_pass_ms(timing: PassTiming, batch_size: int, context: int, capacity_tokens: float) -> float:

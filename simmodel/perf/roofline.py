@@ -31,6 +31,7 @@ Pure and vectorized: arrays in, arrays out, no Python loop over sequences or ran
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -73,6 +74,18 @@ class Efficiency:
     per expert, each as thin as the expert's slice on the GPU)."""
 
 
+ACHIEVED: dict[str, tuple[float, float]] = {
+    "a100_sxm": (0.78, 0.71),
+    "b200_sxm": (0.65, 0.85),
+    "gb200": (0.57, 0.85),
+    "l40s": (0.61, 0.80),
+}
+"""Per GPU system: the compute and memory fractions of its datasheet peaks that its kernels reach, fitted on
+AIConfigurator's measured vLLM kernels of that GPU (``benchmarks/gpu_accuracy.py``, docs/accuracy.md);
+the default ``Efficiency`` (fitted on H100) for the others. A scenario's own ``compute_efficiency`` /
+``memory_efficiency`` (or its calibration's) replace them."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostOverhead:
     """Fixed time per pass, by pass kind, and per layer; marked ``assumed-host`` in provenance.
@@ -98,7 +111,7 @@ class HostOverhead:
     activations and the kernel's floor): only checkpoints with block scales (DeepSeek-V3)."""
 
 
-REQUEST_OVERHEAD_MS = 8.5
+REQUEST_OVERHEAD_MS = 8.3
 """The frontend's time per request outside the passes (the API server's HTTP handling, tokenization and the
 hand-over to the engine, detokenization and streaming the tokens back to the client), in ms, which the
 default timing adds to every request's TTFT and E2E (``engine.request_overhead_ms``). Fitted with
@@ -116,22 +129,33 @@ def _link(hw: HardwareSpec, efficiency: Efficiency, group: int) -> tuple[float, 
     return efficiency.link * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
 
 
-def busiest_touched(experts: float, hit: float, groups: int) -> float:
+def busiest_touched(experts: float, hit, groups: int):
     """Expected experts the busiest of ``groups`` expert-parallel GPUs touches, each GPU holding ``experts``
-    of them and each expert hit with probability ``hit``, independently: the pass waits for that GPU.
+    of them and each expert hit with probability ``hit`` (a number, or an array: one per pass),
+    independently: the pass waits for that GPU.
 
     One GPU (or tensor-sharded experts, ``groups`` 1): the mean, experts × hit. Else the expected maximum of
     ``groups`` binomials B(experts, hit), Σ_{x<experts} (1 − F(x)^groups). One decode token routed to one
     expert of 16 on 8 GPUs touches 1/16 of an expert on average, but the GPU holding it reads a whole one.
     """
-    if groups <= 1 or hit >= 1.0 or hit <= 0.0:
-        return experts * min(max(hit, 0.0), 1.0)
-    n = int(round(experts))
-    x = np.arange(n + 1, dtype=np.float64)
-    log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(v + 1) + math.lgamma(n - v + 1) for v in range(n + 1)])
-               + x * math.log(hit) + (n - x) * math.log1p(-hit))
-    cdf = np.cumsum(np.exp(log_pmf))[:-1]
-    return float(np.sum(1.0 - np.minimum(cdf, 1.0) ** groups))
+    hit = np.clip(np.asarray(hit, dtype=np.float64), 0.0, 1.0)
+    if groups <= 1:
+        out = experts * hit
+    else:
+        n = int(round(experts))
+        x = np.arange(n + 1, dtype=np.float64)
+        inside = (hit > 0.0) & (hit < 1.0)
+        p = np.where(inside, hit, 0.5)[..., None]  # (the ends are set below; their logs would be infinite)
+        cdf = np.cumsum(np.exp(_log_binomial(n) + x * np.log(p) + (n - x) * np.log1p(-p)), axis=-1)[..., :-1]
+        most = np.sum(1.0 - np.minimum(cdf, 1.0) ** groups, axis=-1)
+        out = np.where(hit >= 1.0, float(n), np.where(inside, most, 0.0))
+    return float(out) if out.ndim == 0 else out
+
+
+@functools.lru_cache(maxsize=64)
+def _log_binomial(n: int) -> np.ndarray:
+    """log C(n, x) for x = 0..n (computed once per expert count: a pass only adds the probabilities)."""
+    return np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in range(n + 1)])
 
 
 class RooflineTiming(SumsTiming):
@@ -254,18 +278,17 @@ class RooflineTiming(SumsTiming):
             moe_compute = np.zeros(num_passes)
             moe_bytes = np.zeros(num_passes)
             if self.moe_flops_per_token:
-                for k, total in enumerate(worker_tokens.tolist()):
-                    if total > 0:
-                        # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so
-                        # even a rank with no sequences of its own runs its share; expected distinct experts
-                        # hit among this GPU's: E_gpu · (1 − (1 − k/E)^tokens).
-                        moe_compute[k] = total * self.moe_seconds_per_token / self.moe_gpus
-                        if self.route_fraction >= 1.0:  # every token to every expert (log1p(-1) is undefined)
-                            hit = 1.0
-                        else:
-                            hit = -math.expm1(total * math.log1p(-self.route_fraction))
-                        touched = busiest_touched(self.experts_per_gpu, hit, self.moe_expert)
-                        moe_bytes[k] = touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu
+                # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so even a
+                # rank with no sequences of its own runs its share; each expert is hit with probability
+                # 1 − (1 − k/E)^tokens, and the busiest expert-parallel GPU sets the pass.
+                busy_pass = worker_tokens > 0
+                moe_compute = worker_tokens * (self.moe_seconds_per_token / self.moe_gpus)
+                if self.route_fraction >= 1.0:  # every token to every expert (log1p(-1) is undefined)
+                    hit = busy_pass * 1.0
+                else:
+                    hit = -np.expm1(worker_tokens * math.log1p(-self.route_fraction))
+                touched = busiest_touched(self.experts_per_gpu, hit, self.moe_expert)
+                moe_bytes = busy_pass * (touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu)
             ranks = per_pass.shape[1]
             worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_compute, moe_bytes))
             experts = np.maximum(moe_compute, moe_bytes / hbm) + (moe_compute > 0) * self.moe_layer_s

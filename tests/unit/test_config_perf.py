@@ -74,6 +74,28 @@ def test_timing_knobs_reach_the_model():
         role_of(bad)
 
 
+def test_a_gpu_with_measured_fractions_brings_its_own_unless_the_scenario_sets_them(tmp_path):
+    """A100: the fractions its measured kernels reach (ACHIEVED: compute 0.78, memory 0.71) replace H100's
+    0.76 / 0.86; a scenario's own compute fraction wins and the memory one stays the GPU's; a calibration's
+    too; H100 and a system file keep the defaults."""
+    def efficiency(hardware, **timing):
+        return role_of(make_scenario(engine={"hardware": hardware, "workers": {"aggregated": {
+            "timing": {"type": "default", **timing}}}}), tmp_path).timing.efficiency
+
+    assert (efficiency("a100_sxm").compute, efficiency("a100_sxm").memory) == (0.78, 0.71)
+    assert (efficiency("a100_sxm", compute_efficiency=0.5).compute, efficiency("a100_sxm", compute_efficiency=0.5)
+            .memory) == (0.5, 0.71)
+    assert (efficiency("h100_sxm").compute, efficiency("h100_sxm").memory) == (Efficiency().compute,
+                                                                               Efficiency().memory)
+    identity = {"role": "aggregated", "model": "meta-llama/Llama-3.1-8B-Instruct", "hardware": "a100_sxm",
+                "backend": "vllm", "weight_bytes": 2.0, "kv_bytes": 2.0, "tensor": 1, "attention_data": 1,
+                "moe_tensor": 1, "moe_expert": 1, "pipeline": 1}
+    (tmp_path / "cal.yaml").write_text(json.dumps({"calibration": {"parameters": {"memory_efficiency": 0.6},
+                                                                   "fitted_on": [identity]}}))
+    calibrated = efficiency("a100_sxm", calibration="cal.yaml")
+    assert (calibrated.compute, calibrated.memory) == (0.78, 0.6)
+
+
 def test_model_from_a_local_config_and_system_from_a_yaml_file(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({

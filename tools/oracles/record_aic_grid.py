@@ -7,6 +7,8 @@ Regenerate (from the repo root, /work/main), with a Python that has ``aiconfigur
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py          # writes benchmarks/data/aic_grid.csv
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --out /tmp/x.csv --systems h200_sxm
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --grid moe   # writes benchmarks/data/aic_grid_moe.csv
+    /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --systems a100_sxm,l40s,b200_sxm,gb200 \
+        --out benchmarks/data/aic_grid_gpus.csv                          # the dense grid on the other GPUs
 
 (/work/venv-aic was made as ../shared/oracles/install_peers.sh makes its AIC venv: ``python3 -m venv``,
 then ``pip install`` of the two 0.12.0 wheels, aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl
@@ -17,7 +19,8 @@ byte-identical files) and needs no GPU: AIC composes a forward pass from per-ope
 context/generation attention, custom all-reduce, ...) interpolated from tables that NVIDIA measured on
 real H100/H200 GPUs under vLLM (per-op source "silicon"), plus empirical formulas for the small
 elementwise ops (norms, activation, embedding; source "empirical"). For every point of this grid
-``EngineHandle.last_provenance()`` is None, i.e. no op fell back to a coarser estimate tier.
+``EngineHandle.last_provenance()`` is None, i.e. no op fell back to a coarser estimate tier (the script
+stops otherwise).
 ``benchmarks/accuracy_report.py`` reads the CSV with the ordinary python and needs no AIC. ``--grid moe``
 (about 25 seconds, deterministic too) records the same kinds of points for the mixture-of-experts / MLA
 models below into their own file (extra columns, see the end).
@@ -40,20 +43,35 @@ and cross-checked against the compiled fast path ``aiconfigurator_core.sdk.engin
 * All latencies are GPU time in ms from AIC's kernel tables; AIC's vLLM decode/prefill step has no
   host/scheduler overhead term.
 
+Other GPUs (benchmarks/data/aic_grid_gpus.csv, the fourth command above): the same dense grid on every
+other system that both AIC 0.12 (vLLM kernel tables) and our registry (simmodel.perf.hardware.HARDWARE)
+know — a100_sxm, l40s, b200_sxm, gb200 (AIC has vLLM tables for b300_sxm, gb300, rtx_pro_6000_server and
+b60 too, which our registry lacks; our mi300x is not in AIC). Its "current" vLLM database is 0.24.0 on
+l40s, b200_sxm and gb200, and 0.14.0 on a100_sxm (AIC's per-system override; its only A100 vLLM data),
+as the ``aic_version`` column says. Each op's table is the system's own silicon (the parquet ``device``
+column names that GPU); l40s has no 0.24.0 all-reduce table, so AIC backward-fills it from its 0.22.0
+directory (rows collected with vLLM 0.14.0 on L40S). Every priced point has ``last_provenance()`` None.
+On gb200, AIC's custom all-reduce table (and its NCCL table) holds 2 and 4 GPUs only (AIC models a gb200
+"node" as 4 GPUs); at tp 8 AIC silently scales the 4-GPU curve by the ring factor (7/8)/(3/4) and still
+reports it as silicon, so those points are kept as skipped rows (``aic-extrapolated``, below).
+
 Points AIC flags are kept as rows with an empty ``aic_ms`` and a ``skip_reason``:
 ``aic-oom: <total> GiB >= <capacity> GiB`` when AIC's memory estimate for the point (weights +
 activations + KV for batch × (ISL + OSL) + NCCL + AIC's 3.5 GiB "others") reaches the GPU's memory
 (``InferenceSummary.check_oom()``, the flag behind cli_estimate's "OOM" warning), or
-``aic-error: <message>`` when AIC raises. Columns:
+``aic-error: <message>`` when AIC raises, or (dense grid, tp > 1) ``aic-extrapolated: ...`` when the system's
+vLLM custom all-reduce table (with the older version directories AIC backward-fills from) has no row at
+tp GPUs, so AIC's number is not measured data; the reason quotes the number AIC gave. Columns:
 
     model           our registry id (simmodel.perf.models.MODELS), e.g. meta-llama/Llama-3.1-8B
-    system          AIC / our hardware id: h100_sxm, h200_sxm
+    system          AIC / our hardware id: h100_sxm, h200_sxm (aic_grid_gpus.csv: a100_sxm, l40s, b200_sxm, gb200)
     tp              tensor-parallel size
     kind            prefill | decode
     batch           sequences in the pass
     context_or_isl  prefill: prompt tokens; decode: tokens already in KV per sequence
     aic_ms          AIC latency of the pass, ms (empty when skipped)
     aic_version     aiconfigurator-core version / backend database version, e.g. aic0.12.0/vllm0.24.0
+                    (aic0.12.0/vllm0.14.0 on a100_sxm)
     skip_reason     empty, or why AIC gave no usable number
 
 ``--grid moe`` (benchmarks/data/aic_grid_moe.csv): the same prefill ISLs, decode batches and contexts,
@@ -167,6 +185,8 @@ class Config:
                 raise SystemExit(f"{aic_model} on {system}: AIC resolved {field}={quant[field]}, expected {want}")
         self.weight_dtype, self.kv_dtype = quant["gemm_quant_mode"], quant["kvcache_quant_mode"]
         self.moe = moe
+        self.allreduce_gpus = _allreduce_gpus(Path(database.systems_root) / database.system_spec["data_dir"],
+                                              self.db_version)
         self.session = InferenceSession(model, database, get_backend(BACKEND))
         layout = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_dtype} if moe else {}
         self.handle = EngineHandle.compile(aic_model, system, BACKEND, tp_size=tp, backend_version=self.db_version,
@@ -205,14 +225,42 @@ class Config:
         return ms, why
 
     def _measured(self, *where) -> None:
-        """MoE grid: the handle's last answer came from measured tables only (no coarser estimate tier)."""
-        if self.moe and (tier := self.handle.last_provenance()) is not None:
+        """The handle's last answer came from measured tables only (no coarser estimate tier)."""
+        if (tier := self.handle.last_provenance()) is not None:
             raise SystemExit(f"AIC fell back to estimate tier {tier!r} at {where}")
+
+
+def _version_key(version: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return None
+
+
+def _allreduce_gpus(data_dir: Path, db_version: str) -> frozenset[int]:
+    """GPU counts in the system's vLLM custom all-reduce table at ``db_version`` or the older version
+    directories AIC backward-fills it from (AIC prices other counts by scaling a measured curve)."""
+    import pandas as pd
+
+    top = _version_key(db_version)
+    gpus: set[int] = set()
+    for table in data_dir.glob(f"**/{BACKEND}/*/custom_allreduce_perf.parquet"):
+        key = _version_key(table.parent.name)
+        if key is not None and top is not None and key <= top:
+            gpus.update(int(n) for n in pd.read_parquet(table, columns=["num_gpus"])["num_gpus"])
+    return frozenset(gpus)
 
 
 def _same(a: float, b: float, *where) -> None:
     if abs(a - b) > FAST_PATH_RTOL * max(abs(a), abs(b)):
         raise SystemExit(f"SDK session and EngineHandle disagree at {where}: {a!r} vs {b!r}")
+
+
+def grid_passes(cfg: Config) -> list[tuple]:
+    """(kind, batch, context_or_isl, ms, skip_reason) of every grid point, prefills first."""
+    passes = [("prefill", 1, isl, *cfg.prefill(isl)) for isl in PREFILL_ISL]
+    return passes + [("decode", batch, context, *cfg.decode(batch, context))
+                     for context in DECODE_CONTEXT for batch in DECODE_BATCH]
 
 
 def record(systems: tuple[str, ...]) -> tuple[list[dict], str]:
@@ -224,15 +272,15 @@ def record(systems: tuple[str, ...]) -> tuple[list[dict], str]:
                 cfg = Config(aic_model, system, tp)
                 tag = f"aic{aic}/{BACKEND}{cfg.db_version}"
                 base = {"model": ours, "system": system, "tp": tp, "aic_version": tag}
-                for isl in PREFILL_ISL:
-                    ms, why = cfg.prefill(isl)
-                    rows.append({**base, "kind": "prefill", "batch": 1, "context_or_isl": isl, "aic_ms": ms,
+                passes = grid_passes(cfg)
+                measured = tp == 1 or tp in cfg.allreduce_gpus
+                for kind, batch, context, ms, why in passes:
+                    if ms is not None and not measured:
+                        ms, why = None, (f"aic-extrapolated: {system} {BACKEND} custom all-reduce measured at "
+                                         f"{'/'.join(map(str, sorted(cfg.allreduce_gpus)))} GPUs only; "
+                                         f"AIC gave {ms:.6g} ms")
+                    rows.append({**base, "kind": kind, "batch": batch, "context_or_isl": context, "aic_ms": ms,
                                  "skip_reason": why})
-                for context in DECODE_CONTEXT:
-                    for batch in DECODE_BATCH:
-                        ms, why = cfg.decode(batch, context)
-                        rows.append({**base, "kind": "decode", "batch": batch, "context_or_isl": context,
-                                     "aic_ms": ms, "skip_reason": why})
                 done = [r for r in rows if r["model"] == ours and r["system"] == system and r["tp"] == tp]
                 print(f"{ours:28s} {system} tp{tp}: {sum(r['aic_ms'] is not None for r in done)}/{len(done)} priced",
                       file=sys.stderr)
@@ -250,16 +298,8 @@ def record_moe(systems: tuple[str, ...]) -> list[dict]:
                     base = {"model": ours, "system": system, "tp": tp, "moe_tp": moe_tp, "moe_ep": moe_ep,
                             "weight_dtype": cfg.weight_dtype, "kv_dtype": cfg.kv_dtype,
                             "aic_version": f"aic{aic}/{BACKEND}{cfg.db_version}"}
-                    done = []
-                    for isl in PREFILL_ISL:
-                        ms, why = cfg.prefill(isl)
-                        done.append({**base, "kind": "prefill", "batch": 1, "context_or_isl": isl, "aic_ms": ms,
-                                     "skip_reason": why})
-                    for context in DECODE_CONTEXT:
-                        for batch in DECODE_BATCH:
-                            ms, why = cfg.decode(batch, context)
-                            done.append({**base, "kind": "decode", "batch": batch, "context_or_isl": context,
-                                         "aic_ms": ms, "skip_reason": why})
+                    done = [{**base, "kind": kind, "batch": batch, "context_or_isl": context, "aic_ms": ms,
+                             "skip_reason": why} for kind, batch, context, ms, why in grid_passes(cfg)]
                     rows += done
                     print(f"{ours:42s} {system} tp{tp} moe_tp{moe_tp} moe_ep{moe_ep} {cfg.weight_dtype}/"
                           f"kv {cfg.kv_dtype}: {sum(r['aic_ms'] is not None for r in done)}/{len(done)} priced",
