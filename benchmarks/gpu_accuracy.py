@@ -7,10 +7,10 @@ part of ``docs/accuracy.md``.
     python3 benchmarks/gpu_accuracy.py        # print the section
 
 The dense grid's points (``accuracy_report.load``), priced as there, with the code's defaults for every
-other constant. Per GPU, only the compute and memory fractions are fitted (robust least squares on
-log(ours / AIC), soft-L1, scale 0.05; rounded to 0.01), on the FIT points: tensor parallelism 1 (no link
-in the pass, so the fractions are the GPU's own) at even grid positions. HELD-OUT: every other point (odd
-positions at TP 1, and every TP > 1 point, whose all-reduces the fit never saw).
+other constant. Per GPU, only the compute, memory and link fractions are fitted (robust least squares on
+log(ours / AIC), soft-L1, scale 0.05; rounded to 0.01), on the FIT points at even grid positions: compute
+and memory on the TP-1 points (no link in the pass, so the fractions are the GPU's own), then the link
+with those fixed on the TP > 1 points. HELD-OUT: the points at odd positions.
 """
 
 # ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
@@ -29,19 +29,25 @@ SOFT_L1_SCALE = 0.05
 WITHIN = 0.25
 
 
-def fit_fractions(points) -> tuple[float, float]:
-    """Compute and memory fractions fitted on ``points`` (the other constants the defaults), rounded."""
+def fit_fractions(one_gpu, linked) -> tuple[float, float, float]:
+    """The compute and memory fractions fitted on the one-GPU points ``one_gpu``, then the link fraction on
+    the tensor-parallel points ``linked`` with those two fixed (the other constants the defaults); rounded
+    to 0.01."""
     from scipy.optimize import least_squares
 
     base = current_defaults()
-    aic = np.log([p.aic_ms for p in points])
 
-    def residual(x):
-        return np.log(price(points, replace(base, compute=float(x[0]), memory=float(x[1])))) - aic
+    def fitted(points, start, make):
+        aic = np.log([p.aic_ms for p in points])
+        res = least_squares(lambda x: np.log(price(points, make(x))) - aic, start, bounds=(0.01, 1.0),
+                            loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale=0.1, diff_step=1e-3)
+        return [round(float(v), 2) for v in res.x]
 
-    res = least_squares(residual, np.array([base.compute, base.memory]), bounds=([0.01, 0.01], [1.0, 1.0]),
-                        loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale=np.array([0.1, 0.1]), diff_step=1e-3)
-    return round(float(res.x[0]), 2), round(float(res.x[1]), 2)
+    compute, memory = fitted(one_gpu, np.array([base.compute, base.memory]),
+                             lambda x: replace(base, compute=float(x[0]), memory=float(x[1])))
+    (link,) = fitted(linked, np.array([base.link]),
+                     lambda x: replace(base, compute=compute, memory=memory, link=float(x[0])))
+    return compute, memory, link
 
 
 def stats(err: np.ndarray) -> dict:
@@ -64,27 +70,29 @@ def section(path) -> tuple[list[str], np.ndarray, dict]:
     w("")
     w(f"`{REPO_DATA}`: the same dense grid on {', '.join(sorted({p.system for p in points}))} ({len(points)} points")
     w(f"priced, {len(skipped)} flagged by AIC: out of memory, or a TP its all-reduce tables do not measure).")
-    w("Kernels reach a different fraction of each GPU's datasheet peaks: one pair fitted on H100 leaves A100's")
-    w("decode 18 % short and Blackwell's prefill 14–24 % short. Each GPU's compute and memory fractions")
+    w("Kernels reach a different fraction of each GPU's datasheet peaks: the constants fitted on H100 leave")
+    w("A100's decode 18 % short and Blackwell's prefill 14–24 % short. Each GPU's compute and memory fractions")
     w("(`ACHIEVED` in `simmodel/perf/roofline.py`, used when the scenario sets none) are fitted on its own")
-    w("TP-1 points at even grid positions (`benchmarks/gpu_accuracy.py`); every other point is held out.")
+    w("TP-1 points at even grid positions, then its link fraction on its TP > 1 points at even positions")
+    w("(`benchmarks/gpu_accuracy.py`); the points at odd positions are held out.")
     w("")
-    w("| GPU | fitted compute / memory | in the code | held-out n | held-out median abs err | within ±25% | "
-      "median signed | with H100's 0.76 / 0.86: median abs err | within ±25% |")
+    w("| GPU | fitted compute / memory / link | in the code | held-out n | held-out median abs err | within ±25% | "
+      "median signed | with H100's 0.76 / 0.86 / 0.72: median abs err | within ±25% |")
     w("|---|---|---|---:|---:|---:|---:|---:|---:|")
     held_err, fitted = [], {}
     for system in sorted({p.system for p in points}):
         mine = [p for p in points if p.system == system]
-        fit_pts = [p for p in mine if p.tp == 1 and _even(p, grid)]
-        held = [p for p in mine if not (p.tp == 1 and _even(p, grid))]
-        fitted[system] = fit_fractions(fit_pts)
-        code = ACHIEVED.get(system, (base.compute, base.memory))
+        held = [p for p in mine if not _even(p, grid)]
+        fitted[system] = fit_fractions([p for p in mine if p.tp == 1 and _even(p, grid)],
+                                       [p for p in mine if p.tp > 1 and _even(p, grid)])
+        code = ACHIEVED.get(system, (base.compute, base.memory, base.link))
         aic = np.array([p.aic_ms for p in held])
-        err = price(held, replace(base, compute=code[0], memory=code[1])) / aic - 1
+        err = price(held, replace(base, compute=code[0], memory=code[1], link=code[2])) / aic - 1
         h100 = price(held, base) / aic - 1
         held_err.append(err)
         s, g = stats(err), stats(h100)
-        w(f"| {system} | {fitted[system][0]:g} / {fitted[system][1]:g} | {code[0]:g} / {code[1]:g} | {s['n']} | "
+        w(f"| {system} | {' / '.join(f'{v:g}' for v in fitted[system])} | {' / '.join(f'{v:g}' for v in code)} | "
+          f"{s['n']} | "
           f"{pct(s['median'])} | {pct(s['within'])} | {pct(s['bias'], True)} | {pct(g['median'])} | "
           f"{pct(g['within'])} |")
     w("")
@@ -93,9 +101,10 @@ def section(path) -> tuple[list[str], np.ndarray, dict]:
       "The code's fractions are the fitted ones.")
     w("")
     w("The A100 tables are AIC's vLLM 0.14.0 database (its only one for A100); the others vLLM 0.24.0. L40S's")
-    w("held-out points at TP > 1 stay far off: AIC's measured L40S all-reduce is 10–30× slower than")
-    w("PCIe Gen4 at our link efficiency (13.6 ms at TP 4 for a 32 MB message), which its fractions do not")
-    w("model. GB200's TP-8 points are not in the file: AIC's GB200 all-reduce tables stop at 4 GPUs.")
+    w("measured all-reduce is far slower than PCIe Gen4 (13.6 ms at TP 4 for a 32 MB message): its link")
+    w("fraction is small, and its TP > 1 prefills stay the worst points, the all-reduce's latency and")
+    w("bandwidth not being one fraction of the link's. GB200's TP-8 points are not in the file: AIC's GB200")
+    w("all-reduce tables stop at 4 GPUs.")
     w("")
     return lines, np.concatenate(held_err), fitted
 

@@ -28,7 +28,8 @@ PARAMETERS = {
     "compute_efficiency": (None, 0.01, 1.0, "fraction of the dense BF16/FP8 peak; default: the GPU's own "
                                             "(ACHIEVED), else 0.76"),
     "memory_efficiency": (None, 0.01, 1.0, "fraction of HBM bandwidth; default: the GPU's own (ACHIEVED), else 0.86"),
-    "link_efficiency": (Efficiency().link, 0.01, 1.0, "fraction of the GPU link's bandwidth"),
+    "link_efficiency": (None, 0.01, 1.0, "fraction of the GPU link's bandwidth; default: the GPU's own (ACHIEVED), "
+                                         "else 0.72"),
     "host_prefill_ms": (HostOverhead().prefill_ms, 0.0, 100.0, "ms a prefill pass adds"),
     "host_decode_ms": (HostOverhead().decode_ms, 0.0, 100.0, "ms a decode pass adds"),
     "host_mixed_ms": (HostOverhead().mixed_ms, 0.0, 100.0, "ms a mixed pass adds"),
@@ -46,7 +47,8 @@ PARAMETERS = {
 }
 ENTRY_ONLY = ("request_overhead_ms",)
 """Parameters of the role requests reach first (aggregated, or prefill): a decode role has none."""
-START = {"collective_latency_us": 5.0, "compute_efficiency": Efficiency().compute, "memory_efficiency": Efficiency().memory}
+START = {"collective_latency_us": 5.0, "compute_efficiency": Efficiency().compute, "memory_efficiency": Efficiency().memory,
+         "link_efficiency": Efficiency().link}
 """Where a fit starts for a parameter whose default is the hardware's own value."""
 IDENTITY = ("role", "model", "hardware", "backend", "weight_bytes", "kv_bytes", "tensor", "attention_data",
             "moe_tensor", "moe_expert", "pipeline")

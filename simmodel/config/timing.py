@@ -80,12 +80,11 @@ def _gpu_fractions(node: _Node, timing: TimingSpec, system_id: str) -> TimingSpe
     H100-fitted ones, unless the scenario or its calibration sets them."""
     if timing.type != "default" or system_id not in ACHIEVED:
         return timing
-    compute, memory = ACHIEVED[system_id]
-    own = {key for key in ("compute_efficiency", "memory_efficiency")
-           if node.data.get(key) is not None or key in timing.calibrated}
     eff = timing.efficiency
-    return replace(timing, efficiency=replace(eff, compute=eff.compute if "compute_efficiency" in own else compute,
-                                              memory=eff.memory if "memory_efficiency" in own else memory))
+    measured = dict(zip(("compute", "memory", "link"), ACHIEVED[system_id], strict=True))
+    own = {name: getattr(eff, name) for name in measured
+           if node.data.get(f"{name}_efficiency") is not None or f"{name}_efficiency" in timing.calibrated}
+    return replace(timing, efficiency=replace(eff, **{**measured, **own}))
 
 
 def _fraction(node: _Node, key: str, default: float) -> float:

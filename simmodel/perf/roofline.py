@@ -74,16 +74,16 @@ class Efficiency:
     per expert, each as thin as the expert's slice on the GPU)."""
 
 
-ACHIEVED: dict[str, tuple[float, float]] = {
-    "a100_sxm": (0.78, 0.71),
-    "b200_sxm": (0.65, 0.85),
-    "gb200": (0.57, 0.85),
-    "l40s": (0.61, 0.80),
+ACHIEVED: dict[str, tuple[float, float, float]] = {
+    "a100_sxm": (0.78, 0.71, 0.34),
+    "b200_sxm": (0.65, 0.85, 0.31),
+    "gb200": (0.57, 0.85, 0.34),
+    "l40s": (0.61, 0.80, 0.12),
 }
-"""Per GPU system: the compute and memory fractions of its datasheet peaks that its kernels reach, fitted on
-AIConfigurator's measured vLLM kernels of that GPU (``benchmarks/gpu_accuracy.py``, docs/accuracy.md);
-the default ``Efficiency`` (fitted on H100) for the others. A scenario's own ``compute_efficiency`` /
-``memory_efficiency`` (or its calibration's) replace them."""
+"""Per GPU system: the compute, memory and link fractions of its datasheet peaks that its kernels and
+all-reduces reach, fitted on AIConfigurator's measured vLLM kernels of that GPU (``benchmarks/gpu_accuracy.py``,
+docs/accuracy.md); the default ``Efficiency`` (fitted on H100) for the others. A scenario's own
+``compute_efficiency`` / ``memory_efficiency`` / ``link_efficiency`` (or its calibration's) replace them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,14 +75,15 @@ def test_timing_knobs_reach_the_model():
 
 
 def test_a_gpu_with_measured_fractions_brings_its_own_unless_the_scenario_sets_them(tmp_path):
-    """A100: the fractions its measured kernels reach (ACHIEVED: compute 0.78, memory 0.71) replace H100's
-    0.76 / 0.86; a scenario's own compute fraction wins and the memory one stays the GPU's; a calibration's
-    too; H100 and a system file keep the defaults."""
+    """A100: the fractions its measured kernels and all-reduces reach (ACHIEVED: compute 0.78, memory 0.71,
+    link 0.34) replace H100's 0.76 / 0.86 / 0.72; a scenario's own compute fraction wins and the others stay
+    the GPU's; a calibration's too; H100 keeps the defaults."""
     def efficiency(hardware, **timing):
         return role_of(make_scenario(engine={"hardware": hardware, "workers": {"aggregated": {
             "timing": {"type": "default", **timing}}}}), tmp_path).timing.efficiency
 
-    assert (efficiency("a100_sxm").compute, efficiency("a100_sxm").memory) == (0.78, 0.71)
+    assert (efficiency("a100_sxm").compute, efficiency("a100_sxm").memory, efficiency("a100_sxm").link) == (
+        0.78, 0.71, 0.34)
     assert (efficiency("a100_sxm", compute_efficiency=0.5).compute, efficiency("a100_sxm", compute_efficiency=0.5)
             .memory) == (0.5, 0.71)
     assert (efficiency("h100_sxm").compute, efficiency("h100_sxm").memory) == (Efficiency().compute,
