@@ -356,6 +356,38 @@ def test_the_frontend_time_is_fitted_on_the_role_requests_reach_first(tmp_path):
     assert scenario_with(run, {"memory_efficiency": 0.7}).engine.request_overhead_ms == 9.0  # not fitted: its own
 
 
+def test_a_prefill_role_priced_otherwise_keeps_the_runs_own_frontend_time(tmp_path):
+    """P/D with the prefill role on fixed timing: the frontend time is the engine's own (9 ms) and no fitted
+    value can replace it, so the run need not fit it and the fit leaves it in place."""
+    from simmodel.calibrate.fit import _explicit_timing
+
+    data = workload(100, 5, 1)
+    data["engine"].update({"mode": "disaggregated", "kv_transfer": {"bandwidth_gb_per_second": 50},
+                           "request_overhead_ms": 9.0,
+                           "workers": {"prefill": {"timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}},
+                                       "decode": {"timing": {"type": "default"}}}})
+    scenario = tmp_path / "pd.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    assert _explicit_timing(data, ["decode"]) == []
+    run = Run("pd", scenario, [], None, ["decode"], [])
+    assert scenario_with(run, {"request_overhead_ms": 4.0, "memory_efficiency": 0.7}).engine.request_overhead_ms == 9.0
+
+
+def test_parameters_of_parts_a_model_lacks_are_left_out_of_its_runs(tmp_path):
+    """A dense run in a fit of moe_layer_us: its timing never gets the value (it would be refused there), and
+    the fit says no run depends on it."""
+    path = runs_file(tmp_path, {"dense": workload(100, 5, 1)},
+                     extra={"parameters": ["memory_efficiency", "moe_layer_us"]}, truth={"memory_efficiency": 0.7})
+    plan = load_runs(path)
+    run = plan.runs[0]
+    assert run.inapplicable == {"aggregated": ("expert_efficiency", "moe_layer_us", "block_fp8_gemm_us")}
+    timing = scenario_with(run, {"memory_efficiency": 0.7, "moe_layer_us": 30.0}).engine.workers["aggregated"].timing
+    assert timing.efficiency.memory == 0.7 and timing.host.moe_layer_us == 20.5  # (the default, not 30)
+    values = calibrate(plan)
+    assert "moe_layer_us" not in values and values["memory_efficiency"] == pytest.approx(0.7, rel=0.01)
+    assert "moe_layer_us: no fit run depends on it (left out of the calibration)" in plan.notes
+
+
 def test_another_role_or_dtype_is_another_deployment(tmp_path):
     cal = tmp_path / "cal.yaml"
     cal.write_text(yaml.safe_dump({"calibration": {"parameters": {"memory_efficiency": 0.5}, "fitted_on": [IDENTITY]}}))

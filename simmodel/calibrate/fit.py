@@ -30,6 +30,7 @@ from simmodel.config.calibration import (
     PARAMETERS,
     START,
     identity_of,
+    inapplicable,
     timing_fields,
 )
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
@@ -54,6 +55,9 @@ class Run:
     deployments: list[dict]
     held_out: bool = False
     explicit: list[str] = field(default_factory=list)
+    inapplicable: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per role, the parameters its deployment has no part for (the MoE ones on a dense model, the block-FP8
+    one without block scales): the fit leaves them out of that role's timing."""
     before: list[dict] = field(default_factory=list)
     after: list[dict] = field(default_factory=list)
 
@@ -125,6 +129,7 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
             raise ScenarioError(f"{path.name}: runs[{i}] ({name}): {exc}") from None
         run = Run(name, scenario, list(overrides), measurement, roles, deployments, held)
         run.explicit = explicit
+        run.inapplicable = {r: inapplicable(loaded.engine.workers[r].deployment) for r in roles}
         runs.append(run)
     if len({r.name for r in runs}) != len(runs):
         raise ScenarioError(f"{path.name}: runs: names must be distinct")
@@ -151,10 +156,16 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
     return Plan(runs, parameters)
 
 
+def _entry(data: dict) -> str:
+    """The role requests reach first."""
+    return "prefill" if (data.get("engine") or {}).get("mode") == "disaggregated" else "aggregated"
+
+
 def _explicit_timing(data: dict, roles: list[str]) -> list[str]:
     """The calibration parameters a run's default-timing roles set explicitly (the frontend cost also as
-    ``engine.request_overhead_ms``)."""
-    found = {"request_overhead_ms"} if (data.get("engine") or {}).get("request_overhead_ms") is not None else set()
+    ``engine.request_overhead_ms``, when the role requests reach first is one of them)."""
+    engine_wide = (data.get("engine") or {}).get("request_overhead_ms") is not None and _entry(data) in roles
+    found = {"request_overhead_ms"} if engine_wide else set()
     for role in roles:
         timing = ((data.get("engine") or {}).get("workers") or {}).get(role, {}).get("timing") or {}
         for name, path in FIELD_PATHS.items():
@@ -216,13 +227,14 @@ def _key(run: Run) -> tuple:
 def scenario_with(run: Run, values: dict[str, float]):
     """The run's scenario with its default-timing roles priced by these parameter values."""
     data = apply_overrides(read_yaml(run.scenario), run.overrides)
-    entry = "prefill" if data["engine"].get("mode") == "disaggregated" else "aggregated"
-    if any(n in values for n in ENTRY_ONLY):  # the engine-wide value gives way to the one fitted
+    entry = _entry(data)
+    if entry in run.roles and any(n in values for n in ENTRY_ONLY):  # the engine-wide value gives way to the fit
         data["engine"].pop("request_overhead_ms", None)
     for role in run.roles:
         timing = data["engine"]["workers"][role].setdefault("timing", None) or {}
         data["engine"]["workers"][role]["timing"] = timing
-        own = {n: v for n, v in values.items() if role == entry or n not in ENTRY_ONLY}
+        own = {n: v for n, v in values.items()
+               if (role == entry or n not in ENTRY_ONLY) and n not in run.inapplicable.get(role, ())}
         for key, value in timing_fields(own).items():
             if isinstance(value, dict):
                 timing[key] = {**(timing.get(key) or {}), **value}

@@ -64,6 +64,9 @@ class BackendRules:
     """Worker fields only this engine reads."""
     encodes_images = False
     """Whether its workers encode a request's images themselves (``traffic.source.images``)."""
+    frontend_measured = False
+    """Whether the default timing's frontend time per request (``REQUEST_OVERHEAD_MS``) was measured on this
+    engine's API server; where not, a request's time outside the passes is 0 unless the scenario sets it."""
 
     def scheduler(self, node: _Node, context_length: int, chunked: bool, max_sequences: int,
                   speculation: SpeculationSpec | None) -> SchedulerSpec:
@@ -104,6 +107,7 @@ class VllmRules(BackendRules):
 
     name, label, default_block_size = "vllm", "vLLM", 16
     scheduler_keys = VLLM_SCHEDULER
+    frontend_measured = True  # (fitted on vLLM 0.15.1's OpenAI server: benchmarks/e2e_fit.py)
 
     def scheduler(self, node: _Node, context_length: int, chunked: bool, max_sequences: int,
                   speculation: SpeculationSpec | None) -> SchedulerSpec:

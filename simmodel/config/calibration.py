@@ -60,6 +60,19 @@ FIELD_PATHS = {name: ("host_overhead_ms", name[5:-3]) if name.startswith("host_"
 """Each parameter's place in a scenario's ``timing`` mapping (``host_prefill_ms``: ``host_overhead_ms.prefill``)."""
 
 
+MODEL_PARTS = {"expert_efficiency": "mixture-of-experts models", "moe_layer_us": "mixture-of-experts models",
+               "block_fp8_gemm_us": "block-scaled FP8 weights (DeepSeek-V3's checkpoint at engine.dtype auto or fp8)"}
+"""The parameters of a part only some models have, and what has it."""
+
+
+def inapplicable(deployment) -> tuple[str, ...]:
+    """The parameters of ``MODEL_PARTS`` a deployment has no part for: the MoE ones on a dense model, the
+    block-FP8 one on weights without block scales."""
+    return tuple(name for name, applies in (("expert_efficiency", deployment.model.is_moe),
+                                            ("moe_layer_us", deployment.model.is_moe),
+                                            ("block_fp8_gemm_us", deployment.block_scaled)) if not applies)
+
+
 def timing_fields(values: dict[str, float]) -> dict:
     """The ``timing`` mapping fields (``type: default``) that set these parameter values."""
     fields: dict = {}

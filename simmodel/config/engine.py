@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simmodel.config.backends import BACKEND_RULES
+from simmodel.config.backends import BACKEND_RULES, BackendRules
 from simmodel.config.bounds import MAX_GPUS, deployment_total
 from simmodel.config.node import _Node
 from simmodel.config.registries import _hardware, _model, _role_hardware
@@ -45,7 +45,7 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
             role_hardware = _role_hardware(role_node, base_dir)
         roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, base_dir)
-    overhead = _request_overhead(workers, roles, names, explicit_overhead, node.at("request_overhead_ms"))
+    overhead = _request_overhead(workers, roles, names, explicit_overhead, node.at("request_overhead_ms"), rules)
     _check_gpu_count(workers, roles)
     rules.check_roles(workers, roles, mode)
     workers.done()
@@ -58,19 +58,22 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
 
 
 def _request_overhead(workers: _Node, roles: dict[str, WorkerRole], names: tuple[str, ...],
-                      explicit: float | None, at: str) -> float:
+                      explicit: float | None, at: str, rules: BackendRules) -> float:
     """Each request's time outside the passes: ``engine.request_overhead_ms`` where set, else the timing's of
-    the role requests reach first (the default timing's frontend cost; 0 for the others, which price passes
-    only). A decode role is reached through a handoff, never by a request's arrival: it sets none."""
+    the role requests reach first: its own ``timing.request_overhead_ms`` or its calibration's, else the
+    default timing's frontend cost where it was measured on this backend's API server (vLLM's; SGLang models
+    its frontend with ``frontend`` stages), else 0 (the other timings price passes only). A decode role is
+    reached through a handoff, never by a request's arrival: it sets none."""
     for name in names[1:]:
         timing = workers.node(name).node("timing")
         if timing.data.get("request_overhead_ms") is not None:
             raise ScenarioError(f"{timing.at('request_overhead_ms')}: only the role requests reach first "
                                 f"({names[0]}) sets it; set it there or as engine.request_overhead_ms")
     entry = roles[names[0]].timing
-    if explicit is None:
-        return entry.request_overhead_ms
     timing = workers.node(names[0]).node("timing")
+    if explicit is None:
+        own = timing.data.get("request_overhead_ms") is not None or "request_overhead_ms" in entry.calibrated
+        return entry.request_overhead_ms if own or rules.frontend_measured else 0.0
     if timing.data.get("request_overhead_ms") is not None:
         raise ScenarioError(f"{at}: also set by {timing.at('request_overhead_ms')}; set it in one place")
     if "request_overhead_ms" in entry.calibrated:

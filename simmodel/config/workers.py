@@ -10,7 +10,7 @@ from pathlib import Path
 
 from simmodel.config.backends import BACKEND_RULES, BackendRules
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
-from simmodel.config.calibration import identity_of
+from simmodel.config.calibration import MODEL_PARTS, identity_of, inapplicable
 from simmodel.config.node import _Node
 from simmodel.config.schema import (
     CapacitySpec,
@@ -162,20 +162,16 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                       host_loop, frontend, profile, vision)
 
 
-
-
 def _check_model_terms(node: _Node, deployment: Deployment) -> None:
-    """The default timing's fields for parts a model does not have would change nothing: refused."""
+    """The default timing's fields for parts a deployment does not have would change nothing: refused."""
     timing = node.node("timing").data
-    model = deployment.model
-    for key, applies, what in (
-            ("expert_efficiency", model.is_moe, "mixture-of-experts models"),
-            ("moe_layer_us", model.is_moe, "mixture-of-experts models"),
-            ("block_fp8_gemm_us", deployment.block_scaled, "block-scaled FP8 weights (DeepSeek-V3's checkpoint at "
-                                                           "engine.dtype auto or fp8)")):
-        if timing.get(key) is not None and not applies:
-            raise ScenarioError(f"{node.at('timing.' + key)}: only applies to {what}; {model.model_id} "
-                                f"has none")
+    for key in inapplicable(deployment):
+        if timing.get(key) is not None:
+            has = (f"{deployment.model.model_id} has no experts" if key in ("expert_efficiency", "moe_layer_us")
+                   else f"{deployment.model.model_id} at {deployment.weight_bytes:g}-byte weights has none")
+            raise ScenarioError(f"{node.at('timing.' + key)}: only applies to {MODEL_PARTS[key]}; {has}")
+
+
 def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: int, ranks: int,
                               host_loop: bool) -> None:
     """SGLang cuts a prompt at the last whole page that fits a rank's chunk budget (the prefill budget

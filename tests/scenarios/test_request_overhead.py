@@ -170,3 +170,16 @@ def test_the_cost_is_set_in_one_place():
             "type": "fixed", "prefill_ms": 20, "decode_ms": 10, "request_overhead_ms": 3}}}}))
     assert str(err.value) == ("engine.workers.aggregated.timing.request_overhead_ms: unknown field (allowed here: "
                               "decode_ms, prefill_ms, type)")
+
+
+def test_sglang_has_no_measured_frontend_time_unless_the_scenario_gives_one():
+    """The default frontend time was fitted on vLLM's API server; SGLang's frontend stages model its own."""
+    def sglang(timing: dict):
+        data = make_scenario()
+        data["engine"]["backend"] = "sglang"
+        data["engine"]["workers"] = {"aggregated": {"kv_cache": {"capacity": {"type": "fixed", "blocks": 100_000}},
+                                                    "timing": timing}}
+        return _engine(data)
+
+    assert sglang(DEFAULT).request_overhead_ms == 0.0
+    assert sglang({**DEFAULT, "request_overhead_ms": 6}).request_overhead_ms == 6.0

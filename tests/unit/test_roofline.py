@@ -232,7 +232,8 @@ def test_timing_fields_for_parts_the_model_lacks_are_refused():
         with pytest.raises(ScenarioError) as err:
             parse_scenario(data, None)
         assert str(err.value).startswith(f"engine.workers.aggregated.timing.{key}: {message}")
-        assert str(err.value).endswith("meta-llama/Llama-3.1-8B-Instruct has none")
+        assert str(err.value).endswith(("meta-llama/Llama-3.1-8B-Instruct has no experts",
+                                        "meta-llama/Llama-3.1-8B-Instruct at 2-byte weights has none"))
     moe = make_scenario(engine={"model": "Qwen/Qwen3-30B-A3B", "workers": {"aggregated": {
         "timing": {"type": "default", "moe_layer_us": 7.0, "expert_efficiency": 0.3}}}})
     timing = parse_scenario(moe, None).engine.workers["aggregated"].timing
