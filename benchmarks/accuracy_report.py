@@ -44,8 +44,6 @@ import numpy as np
 from e2e_accuracy import fitted as e2e_fitted
 from e2e_accuracy import run_all as e2e_runs
 from e2e_accuracy import section as e2e_section
-from moe_accuracy import load as moe_load
-from moe_accuracy import section as moe_section
 
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.estimate import decode_pass_ms, prefill_pass_ms
@@ -646,11 +644,14 @@ def main(argv=None) -> int:
         w("")
         w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * 9))
         w("")
-    from gpu_accuracy import section as gpu_section  # (it reuses this module's loader and pricing)
+    from gpu_accuracy import section as gpu_section  # (it reuses this module's loader, pricing and statistics)
 
     gpu_lines, gpu_held, gpu_fitted = gpu_section(GPUS_CSV)
     lines.extend(gpu_lines)
     print("per-GPU fractions fitted:", gpu_fitted)
+    from moe_accuracy import load as moe_load  # (both reuse this module's statistics)
+    from moe_accuracy import section as moe_section
+
     moe_points, moe_skipped = moe_load()
     moe_lines, moe_constants = moe_section(moe_points, moe_skipped, np.concatenate([err[D][held], gpu_held]),
                                            leave_out=not args.no_stability)

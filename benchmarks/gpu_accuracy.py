@@ -20,13 +20,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from accuracy_report import _even, current_defaults, load, price
+from accuracy_report import SOFT_L1_SCALE, _even, current_defaults, load, pct, price, stats
 
 from simmodel.perf.roofline import ACHIEVED
 
 REPO_DATA = "benchmarks/data/aic_grid_gpus.csv"
-SOFT_L1_SCALE = 0.05
-WITHIN = 0.25
 
 
 def fit_fractions(one_gpu, linked) -> tuple[float, float, float]:
@@ -48,16 +46,6 @@ def fit_fractions(one_gpu, linked) -> tuple[float, float, float]:
     (link,) = fitted(linked, np.array([base.link]),
                      lambda x: replace(base, compute=compute, memory=memory, link=float(x[0])))
     return compute, memory, link
-
-
-def stats(err: np.ndarray) -> dict:
-    a = np.abs(err)
-    return {"n": len(a), "median": float(np.median(a)), "within": float(np.mean(a <= WITHIN)),
-            "bias": float(np.median(err))}
-
-
-def pct(x: float, signed: bool = False) -> str:
-    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
 
 
 def section(path) -> tuple[list[str], np.ndarray, dict]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from accuracy_report import SOFT_L1_SCALE, _even, pct, stats
 
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.estimate import decode_pass_ms, prefill_pass_ms
@@ -43,8 +44,6 @@ LOWER, UPPER = np.array([0.01, 0.0, 0.0]), np.array([1.0, 1000.0, 1000.0])
 DECIMALS = (2, 1, 1)
 OFF = np.array([Efficiency().compute, 0.0, 0.0])
 """The MoE terms switched off: the routed experts at the dense efficiency, no MoE-layer or block-FP8 floor."""
-SOFT_L1_SCALE = 0.05
-WITHIN = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +71,13 @@ def load(path: Path = DATA) -> tuple[list[Point], int]:
     """The priced points (FIT marked) and the number AIC skipped."""
     with path.open() as fh:
         rows = list(csv.DictReader(fh))
-    isl = sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "prefill"})
-    batches = sorted({int(r["batch"]) for r in rows if r["kind"] == "decode"})
-    contexts = sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "decode"})
-    points = []
-    for r in rows:
-        if not r["aic_ms"]:
-            continue
-        b, c = int(r["batch"]), int(r["context_or_isl"])
-        even = (isl.index(c) % 2 == 0) if r["kind"] == "prefill" else (batches.index(b) + contexts.index(c)) % 2 == 0
-        points.append(Point(r["model"], r["system"], int(r["tp"]), int(r["moe_tp"]), int(r["moe_ep"]),
-                            BYTES[r["weight_dtype"]], BYTES[r["kv_dtype"]], r["kind"], b, c, float(r["aic_ms"]), even))
-    return points, len(rows) - len(points)
+    grid = {"prefill_isl": sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "prefill"}),
+            "decode_batch": sorted({int(r["batch"]) for r in rows if r["kind"] == "decode"}),
+            "decode_context": sorted({int(r["context_or_isl"]) for r in rows if r["kind"] == "decode"})}
+    points = [Point(r["model"], r["system"], int(r["tp"]), int(r["moe_tp"]), int(r["moe_ep"]), BYTES[r["weight_dtype"]],
+                    BYTES[r["kv_dtype"]], r["kind"], int(r["batch"]), int(r["context_or_isl"]), float(r["aic_ms"]))
+              for r in rows if r["aic_ms"]]
+    return [replace(p, fit=_even(p, grid)) for p in points], len(rows) - len(points)
 
 
 def defaults() -> np.ndarray:
@@ -118,16 +112,6 @@ def fit(points: list[Point], start: np.ndarray) -> np.ndarray:
                         bounds=(LOWER, UPPER), loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale=np.array([0.1, 10, 10]),
                         diff_step=1e-3)
     return np.array([round(float(v), d) for v, d in zip(res.x, DECIMALS, strict=True)])
-
-
-def stats(err: np.ndarray) -> dict:
-    a = np.abs(err)
-    return {"n": len(a), "median": float(np.median(a)), "within": float(np.mean(a <= WITHIN)),
-            "bias": float(np.median(err)), "worst": float(err[np.argmax(a)])}
-
-
-def pct(x: float, signed: bool = False) -> str:
-    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
 
 
 def short(model: str) -> str:

@@ -129,7 +129,7 @@ def load_runs(path: Path, holdout: str | None = None) -> Plan:
             raise ScenarioError(f"{path.name}: runs[{i}] ({name}): {exc}") from None
         run = Run(name, scenario, list(overrides), measurement, roles, deployments, held)
         run.explicit = explicit
-        run.inapplicable = {r: inapplicable(loaded.engine.workers[r].deployment) for r in roles}
+        run.inapplicable = {r: tuple(inapplicable(loaded.engine.workers[r].deployment)) for r in roles}
         runs.append(run)
     if len({r.name for r in runs}) != len(runs):
         raise ScenarioError(f"{path.name}: runs: names must be distinct")

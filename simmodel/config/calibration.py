@@ -65,12 +65,14 @@ MODEL_PARTS = {"expert_efficiency": "mixture-of-experts models", "moe_layer_us":
 """The parameters of a part only some models have, and what has it."""
 
 
-def inapplicable(deployment) -> tuple[str, ...]:
-    """The parameters of ``MODEL_PARTS`` a deployment has no part for: the MoE ones on a dense model, the
-    block-FP8 one on weights without block scales."""
-    return tuple(name for name, applies in (("expert_efficiency", deployment.model.is_moe),
-                                            ("moe_layer_us", deployment.model.is_moe),
-                                            ("block_fp8_gemm_us", deployment.block_scaled)) if not applies)
+def inapplicable(deployment) -> dict[str, str]:
+    """The parameters of ``MODEL_PARTS`` a deployment has no part for, each with why: the MoE ones on a dense
+    model, the block-FP8 one on weights without block scales."""
+    model = deployment.model.model_id
+    moe = None if deployment.model.is_moe else f"{model} has no experts"
+    block = None if deployment.block_scaled else f"{model} at {deployment.weight_bytes:g}-byte weights has none"
+    return {name: why for name, why in (("expert_efficiency", moe), ("moe_layer_us", moe),
+                                        ("block_fp8_gemm_us", block)) if why is not None}
 
 
 def timing_fields(values: dict[str, float]) -> dict:

@@ -71,10 +71,11 @@ def _request_overhead(workers: _Node, roles: dict[str, WorkerRole], names: tuple
                                 f"({names[0]}) sets it; set it there or as engine.request_overhead_ms")
     entry = roles[names[0]].timing
     timing = workers.node(names[0]).node("timing")
+    in_timing = timing.data.get("request_overhead_ms") is not None
     if explicit is None:
-        own = timing.data.get("request_overhead_ms") is not None or "request_overhead_ms" in entry.calibrated
+        own = in_timing or "request_overhead_ms" in entry.calibrated
         return entry.request_overhead_ms if own or rules.frontend_measured else 0.0
-    if timing.data.get("request_overhead_ms") is not None:
+    if in_timing:
         raise ScenarioError(f"{at}: also set by {timing.at('request_overhead_ms')}; set it in one place")
     if "request_overhead_ms" in entry.calibrated:
         raise ScenarioError(f"{at}: also set by {timing.at('calibration')} ({entry.calibration.name}); set it in "

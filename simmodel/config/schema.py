@@ -274,7 +274,8 @@ class TimingSpec:
     """``default`` only: the frontend's time per request outside the passes that the model adds
     (``simmodel.perf.roofline.REQUEST_OVERHEAD_MS``, the role's ``timing.request_overhead_ms`` or its
     calibration's); the engine's when the role is the one requests reach first and
-    ``engine.request_overhead_ms`` is not set."""
+    ``engine.request_overhead_ms`` is not set (the default value only on a backend whose API server it was
+    measured on: ``BackendRules.frontend_measured``)."""
     calibrated: tuple[str, ...] = ()
     """The parameters whose values come from the calibration file."""
 

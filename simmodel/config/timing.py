@@ -23,7 +23,9 @@ from simmodel.perf.roofline import ACHIEVED, REQUEST_OVERHEAD_MS, Efficiency, Ho
 from simmodel.perf.timings import TIMINGS
 
 
-def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
+def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = None) -> TimingSpec:
+    """The role's timing; the default one starts from the fractions of its GPU's peaks that its kernels were
+    measured to reach (``ACHIEVED``, by ``system_id``), else the H100-fitted ``Efficiency``."""
     kind = node.choice("type", tuple(TIMINGS), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
@@ -37,6 +39,8 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
                                 node.number("block_fp8_gemm_us", base.block_fp8_gemm_us, maximum=1000.0))
         host.done()
         eff = Efficiency()
+        if system_id in ACHIEVED:
+            eff = replace(eff, **dict(zip(("compute", "memory", "link"), ACHIEVED[system_id], strict=True)))
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
                                 _fraction(node, "memory_efficiency", eff.memory),
                                 _fraction(node, "link_efficiency", eff.link),
@@ -73,18 +77,6 @@ def _timing(node: _Node, base_dir: Path | None = None) -> TimingSpec:
         spec = TimingSpec(kind)
     node.done()
     return spec
-
-
-def _gpu_fractions(node: _Node, timing: TimingSpec, system_id: str) -> TimingSpec:
-    """The default timing on a GPU whose achieved fractions were measured (``ACHIEVED``): those in place of the
-    H100-fitted ones, unless the scenario or its calibration sets them."""
-    if timing.type != "default" or system_id not in ACHIEVED:
-        return timing
-    eff = timing.efficiency
-    measured = dict(zip(("compute", "memory", "link"), ACHIEVED[system_id], strict=True))
-    own = {name: getattr(eff, name) for name in measured
-           if node.data.get(f"{name}_efficiency") is not None or f"{name}_efficiency" in timing.calibrated}
-    return replace(timing, efficiency=replace(eff, **{**measured, **own}))
 
 
 def _fraction(node: _Node, key: str, default: float) -> float:

@@ -21,7 +21,7 @@ from simmodel.config.schema import (
     SpeculationSpec,
     WorkerRole,
 )
-from simmodel.config.timing import _check_calibration, _gpu_fractions, _timing
+from simmodel.config.timing import _check_calibration, _timing
 from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
@@ -133,7 +133,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
-    timing = _gpu_fractions(node.node("timing"), _timing(node.node("timing"), base_dir), hardware.system_id)
+    timing = _timing(node.node("timing"), base_dir, hardware.system_id)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "
@@ -165,11 +165,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
 def _check_model_terms(node: _Node, deployment: Deployment) -> None:
     """The default timing's fields for parts a deployment does not have would change nothing: refused."""
     timing = node.node("timing").data
-    for key in inapplicable(deployment):
+    for key, why in inapplicable(deployment).items():
         if timing.get(key) is not None:
-            has = (f"{deployment.model.model_id} has no experts" if key in ("expert_efficiency", "moe_layer_us")
-                   else f"{deployment.model.model_id} at {deployment.weight_bytes:g}-byte weights has none")
-            raise ScenarioError(f"{node.at('timing.' + key)}: only applies to {MODEL_PARTS[key]}; {has}")
+            raise ScenarioError(f"{node.at('timing.' + key)}: only applies to {MODEL_PARTS[key]}; {why}")
 
 
 def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: int, ranks: int,

@@ -217,6 +217,8 @@ def test_block_scaled_fp8_runs_at_the_bf16_rate_with_a_floor_per_gemm():
     assert g["layer_overhead"][0] == pytest.approx(40e-6)
     channel = RooflineTiming(Deployment(TOY, GPU, weight_bytes=1), ONE, host).breakdown(make_batch([[(1, 100, True, True)]]))
     assert channel["linear"][0] == pytest.approx(75.776e-9) and channel["layer_overhead"][0] == 0.0
+    # the checkpoint's block scales only exist at 1-byte weights: served at 2 bytes it is a plain BF16 model
+    assert Deployment(replace(TOY, weight_block_size=128), GPU, weight_bytes=2).block_scaled is False
 
 
 def test_timing_fields_for_parts_the_model_lacks_are_refused():
