@@ -12,7 +12,7 @@ AIConfigurator's vLLM tables; this script needs no AIConfigurator), prices every
 two constant sets side by side:
 
 * **current defaults** — whatever ``Efficiency()`` and ``HostOverhead()`` hold in the code right now;
-* **fitted** — the six named constants (compute, memory and link efficiencies; prefill and decode host
+* **fitted** — the five named constants (compute and memory efficiencies; prefill and decode host
   overhead per pass; the per-layer overhead ``HostOverhead.per_layer_us``) fitted on the FIT split only,
   by robust least squares on log(ours / AIC) (soft-L1 loss, scale 0.05; scipy if present, else a
   coordinate grid search), with efficiencies in (0, 1] (numerically [0.01, 1]), host overheads ≥ 0 ms and
@@ -20,8 +20,9 @@ two constant sets side by side:
   efficiencies and ms, 0.1 µs). The rounded values are the ones evaluated, so once they are the code's
   defaults, "current defaults" reproduces "fitted".
 
-The link latency is not fitted: every tensor-parallel all-reduce pays one ``HARDWARE[system].
-intra_node_latency_s`` (a physical constant of the registry, 5 µs on NVLink systems) in both sets.
+The all-reduce is not fitted here: every tensor-parallel all-reduce is priced as its GPU system measured it
+for that group size (``roofline.ALL_REDUCE``, fitted by ``allreduce_fit.py`` on AIC's all-reduce tables) in
+both sets.
 
 The FIT / HELD-OUT split is fixed up front: FIT = h100_sxm points on even grid positions (prefill: even
 ISL index; decode: even batch index + context index, a checkerboard), every model and TP; HELD-OUT =
@@ -49,7 +50,7 @@ from simmodel.perf.deployment import Deployment
 from simmodel.perf.estimate import decode_pass_ms, prefill_pass_ms
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
-from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
+from simmodel.perf.roofline import ALL_REDUCE, Efficiency, HostOverhead, RooflineTiming
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "aic_grid.csv"
@@ -110,18 +111,17 @@ def _even(p: Point, grid: dict) -> bool:
 # Constants and pricing
 # ---------------------------------------------------------------------------------------------
 
-PARAMS = ("compute", "memory", "link", "host_prefill_ms", "host_decode_ms", "per_layer_us")
-LOWER = np.array([0.01, 0.01, 0.01, 0.0, 0.0, 0.0])
-UPPER = np.array([1.0, 1.0, 1.0, np.inf, np.inf, 100.0])
-GRID_UPPER = np.array([1.0, 1.0, 1.0, 20.0, 20.0, 100.0])  # the grid-search fallback needs a finite range
-DECIMALS = (2, 2, 2, 2, 2, 1)
+PARAMS = ("compute", "memory", "host_prefill_ms", "host_decode_ms", "per_layer_us")
+LOWER = np.array([0.01, 0.01, 0.0, 0.0, 0.0])
+UPPER = np.array([1.0, 1.0, np.inf, np.inf, 100.0])
+GRID_UPPER = np.array([1.0, 1.0, 20.0, 20.0, 100.0])  # the grid-search fallback needs a finite range
+DECIMALS = (2, 2, 2, 2, 1)
 
 
 @dataclass(frozen=True, slots=True)
 class Constants:
     compute: float
     memory: float
-    link: float
     host_prefill_ms: float
     host_decode_ms: float
     per_layer_us: float
@@ -130,14 +130,20 @@ class Constants:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=float)
 
 
-def registry_latency_us(systems) -> str:
-    """The link latency every all-reduce pays (not fitted): each system's registry value, in µs."""
-    return "/".join(f"{v:g}" for v in sorted({HARDWARE[s].intra_node_latency_s * 1e6 for s in systems}))
+def measured_all_reduce(systems) -> str:
+    """Each system's all-reduce latencies by group size (``ALL_REDUCE``, not fitted here), in words."""
+    return "; ".join(f"{s} " + ", ".join(f"{v[0]:g} µs at {n}" for n, v in sorted(ALL_REDUCE[s].items())) + " GPUs"
+                     for s in systems)
+
+
+FIT_START = Constants(0.76, 0.86, 0.86, 0.0, 35.4)
+"""Where the headline fit starts (with a second, farther start): the previous defaults, fixed here so the
+fitted constants do not move with the code's rounding of them."""
 
 
 def current_defaults() -> Constants:
     eff, host = Efficiency(), HostOverhead()
-    return Constants(eff.compute, eff.memory, eff.link, host.prefill_ms, host.decode_ms, host.per_layer_us)
+    return Constants(eff.compute, eff.memory, host.prefill_ms, host.decode_ms, host.per_layer_us)
 
 
 def from_vector(x) -> Constants:
@@ -150,7 +156,7 @@ def rounded(c: Constants) -> Constants:
 
 def price(points: list[Point], c: Constants) -> np.ndarray:
     """Our model's milliseconds for every point, with constants ``c`` (mixed passes are not in the grid)."""
-    eff = Efficiency(compute=c.compute, memory=c.memory, link=c.link)
+    eff = Efficiency(compute=c.compute, memory=c.memory)
     host = HostOverhead(prefill_ms=c.host_prefill_ms, decode_ms=c.host_decode_ms, mixed_ms=HostOverhead().mixed_ms,
                         per_layer_us=c.per_layer_us)
     timings: dict[tuple[str, str, int], RooflineTiming] = {}
@@ -188,9 +194,10 @@ def fit(points: list[Point], start: Constants) -> tuple[Constants, str]:
     except ImportError:
         return from_vector(_grid_search(residual, x0)), "coordinate grid search (scipy not installed)"
     best = None
-    for x_start in (x0, np.array([0.5, 0.7, 0.7, 1.0, 1.0, 5.0])):
+    for x_start in (x0, np.array([0.5, 0.7, 1.0, 1.0, 5.0])):
         res = least_squares(residual, x_start, bounds=(LOWER, UPPER), loss="soft_l1", f_scale=SOFT_L1_SCALE,
-                            x_scale=np.array([0.1, 0.1, 0.1, 0.5, 0.5, 1.0]), diff_step=1e-3)
+                            x_scale=np.array([0.1, 0.1, 0.5, 0.5, 1.0]), diff_step=1e-3,
+                            ftol=1e-12, xtol=1e-12, gtol=1e-12)
         if best is None or res.cost < best.cost:
             best = res
     return from_vector(best.x), "scipy.optimize.least_squares (soft_l1, two starts)"
@@ -296,7 +303,7 @@ def main(argv=None) -> int:
     fit_pts = [p for p in points if p.fit]
 
     defaults = current_defaults()
-    fitted_raw, method = fit(fit_pts, defaults)
+    fitted_raw, method = fit(fit_pts, FIT_START)  # (not the code's defaults: the fit must not depend on them)
     fitted = rounded(fitted_raw)
     same = defaults == fitted
     sets = {"current defaults": defaults, "fitted (rounded)": fitted}
@@ -311,7 +318,7 @@ def main(argv=None) -> int:
     print(f"{'':18s} " + " ".join(f"{n:>16s}" for n in PARAMS))
     for name, c in (("current defaults", defaults), ("fitted (raw)", fitted_raw), ("fitted (rounded)", fitted)):
         print(f"{name:18s} " + " ".join(f"{v:>16s}" for v in fmt_constants(c)))
-    print(f"link latency (registry, not fitted): {registry_latency_us(systems)} µs per all-reduce")
+    print(f"all-reduce (measured, not fitted here): {measured_all_reduce(systems)}")
     for (name, split), s in headline.items():
         print(f"{name:18s} {split:9s} n={s['n']:4d} within±25%={pct(s['within']):>6s} median|err|={pct(s['median']):>6s}"
               f" targets met: {met(s).strip('*')}")
@@ -394,10 +401,11 @@ def main(argv=None) -> int:
     w("(docs/calibration.md) fits to a deployment's measured runs — the efficiencies, the prefill and decode host")
     w("overheads and the per-layer overhead — fitted here, by this report's robust least squares, on the FIT")
     w("points of the tables only. The table sets them beside the uncalibrated datasheet model (kernels at 100 %")
-    w("of every peak, no fixed time per pass or layer), on the FIT points and on the HELD-OUT ones (the other half")
+    w("of the compute and HBM peaks, no fixed time per pass or layer; all-reduces as measured), on the FIT points")
+    w("and on the HELD-OUT ones (the other half")
     w("of the H100 grid, and the H200, which the fit never saw).")
     w("")
-    raw = Constants(1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+    raw = Constants(1.0, 1.0, 0.0, 0.0, 0.0)
     raw_err = price(points, raw) / aic - 1
     cal_rows = []
     for name, e in (("uncalibrated (datasheet peaks, no overheads)", raw_err), ("fitted on FIT (the defaults)", err[F])):
@@ -416,17 +424,18 @@ def main(argv=None) -> int:
     w(table(["constants", *PARAMS],
             [[n, *fmt_constants(c)] for n, c in (("current defaults", defaults),
                                                           ("fitted (raw)", fitted_raw),
-                                                          ("fitted (rounded)", fitted))], "l" + "r" * 6))
+                                                          ("fitted (rounded)", fitted))], "l" + "r" * 5))
     w("")
-    w("- `compute`, `memory`, `link`: `Efficiency` (fractions of the datasheet's dense BF16 peak, HBM bandwidth")
-    w("  and per-direction NVLink bandwidth); `host_prefill_ms`, `host_decode_ms`: `HostOverhead.prefill_ms` /")
+    w("- `compute`, `memory`: `Efficiency` (fractions of the datasheet's dense BF16 peak and HBM bandwidth);")
+    w("  `host_prefill_ms`, `host_decode_ms`: `HostOverhead.prefill_ms` /")
     w("  `decode_ms`, a fixed time per pass; `per_layer_us`: `HostOverhead.per_layer_us`, a fixed time per layer")
     w("  and pass (the `layer_overhead` group: num_layers × per_layer_us on every busy rank).")
-    w(f"- Not fitted: the link latency. Every tensor-parallel all-reduce pays ONE `HardwareSpec.intra_node_latency_s`"
-      f" ({registry_latency_us(systems)} µs")
-    w(f"  for {', '.join(systems)}, from the hardware registry) whatever the TP size, two all-reduces per layer: a")
-    w("  physical constant (AIC prices vLLM's custom all-reduce at 4.4–5.1 µs for TP 2–8), the same in both")
-    w("  constant sets.")
+    w("- Not fitted here: the all-reduce. Each of a pass's all-reduces (two per layer) is priced as its GPU")
+    w("  system measured it for the tensor-parallel group's size, one- or two-shot at a step latency and a")
+    w("  fraction of NVLink's bandwidth")
+    w("  (`ALL_REDUCE`, fitted on AIC's own all-reduce tables: \"All-reduce\" below): "
+      f"{measured_all_reduce(systems)};")
+    w("  the same in both constant sets.")
     w("- `HostOverhead.mixed_ms` is not exercised by this grid (no mixed prefill + decode passes), so it is")
     host0 = HostOverhead()
     if host0.mixed_ms == host0.prefill_ms:
@@ -489,9 +498,10 @@ def main(argv=None) -> int:
     w(f"  model and TP ({int(fit_mask.sum())} points).")
     w(f"- **HELD-OUT**: everything else ({int(held.sum())} points): every h200_sxm point (a GPU the constants")
     w("  never saw: same BF16 peak and NVLink, 1.43× the HBM bandwidth) and the h100_sxm points on odd positions.")
-    w("- **Fitted on FIT only**: all six constants of the table above (compute, memory and link efficiency,")
-    w("  prefill and decode host overhead, per-layer overhead). Nothing is fitted on HELD-OUT points. The link")
-    w("  latency is not fitted at all (registry value); `mixed_ms` is not fitted (no mixed passes in the grid).")
+    w("- **Fitted on FIT only**: all five constants of the table above (compute and memory efficiency,")
+    w("  prefill and decode host overhead, per-layer overhead). Nothing is fitted on HELD-OUT points. The")
+    w("  all-reduce is not fitted on this grid (its own tables, below); `mixed_ms` is not fitted (no mixed passes")
+    w("  in the grid).")
     w("- The split was fixed when the grid was recorded and is unchanged since; it tests transfer to another")
     w("  GPU and interpolation between grid points, not transfer to an unseen model; the leave-one-model-out")
     w("  refits at the end address that.")
@@ -587,10 +597,11 @@ def main(argv=None) -> int:
     w("Fixed since the previous version of this report (which fitted a ring all-reduce and one per-pass")
     w("constant):")
     w("")
-    w("- **All-reduce latency.** The model charged 2(tp − 1) latency steps per all-reduce while AIC's vLLM")
-    w("  custom all-reduce is nearly flat in TP (4.4, 4.8, 5.1 µs at TP 2, 4, 8), which forced the fit to an")
-    w("  unphysical sub-µs step latency. Now every all-reduce pays one registry latency"
-      f" ({registry_latency_us(systems)} µs), not fitted.")
+    w("- **All-reduce by group size.** An earlier model charged 2(tp − 1) latency steps per all-reduce, which")
+    w("  forced the fit to an unphysical sub-µs step latency; the next, one registry latency (5 µs) and one link")
+    w("  fraction for every TP, which priced the medium messages of decode passes up to 41 % short. Now each")
+    w("  all-reduce runs one- or two-shot as vLLM's custom all-reduce does, at the step latency and link")
+    w("  fraction its system measured for the group's size (\"All-reduce\" below), not fitted on this grid.")
     w("  Decode median signed error by TP (fitted): "
       + ", ".join(f"TP{t} {med(lambda p, t=t: p.kind == 'decode' and p.tp == t)}" for t in tps) + ".")
     w("- **Per-layer kernel floors, mostly.** AIC's small kernels have latency floors (decode attention")
@@ -622,9 +633,9 @@ def main(argv=None) -> int:
     w("  shared memory efficiency allows: decode at context ≥ 4096, batch ≥ 64"
       f" {med(lambda p: p.kind == 'decode' and p.context >= 4096 and p.batch >= 64)}, context 8192"
       f" {med(lambda p: p.kind == 'decode' and p.context == 8192 and p.batch >= 64)}.")
-    w("- **All-reduce bandwidth vs TP.** One link efficiency prices the bytes 2(tp − 1)/tp × message at")
-    w("  every TP; AIC's large-message all-reduce at TP 8 is faster than that, so long TP 8 prefills come")
-    w(f"  out high: ISL ≥ 1024 at TP 8 {med(lambda p: p.kind == 'prefill' and p.tp == 8 and p.context >= 1024)},"
+    w("- **Long prefills at high TP.** Their all-reduces carry large messages (two-shot, fitted over 4 KB to")
+    w("  128 MB): ISL ≥ 1024 at TP 8"
+      f" {med(lambda p: p.kind == 'prefill' and p.tp == 8 and p.context >= 1024)},"
       f" at TP 4 {med(lambda p: p.kind == 'prefill' and p.tp == 4 and p.context >= 1024)}.")
     w("- **One memory efficiency for both GPUs.** Fitted on H100 only, it transfers to H200 with a low")
     w(f"  bias on decode: h100_sxm {med(lambda p: p.kind == 'decode' and p.system == 'h100_sxm')}, h200_sxm"
@@ -642,8 +653,13 @@ def main(argv=None) -> int:
         w("models (scored on every point of the fourth, both GPUs). Similar constants mean the calibration is")
         w("not tuned to one GPU or one model.")
         w("")
-        w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * 9))
+        w(table(["refit", *PARAMS, "n", "within ±25%", "median abs err"], stability_rows, "l" + "r" * (len(PARAMS) + 3)))
         w("")
+    from allreduce_fit import section as allreduce_section  # (it reuses this module's percentages)
+
+    allreduce_lines, allreduce_fitted = allreduce_section()
+    lines.extend(allreduce_lines)
+    print("all-reduce fitted:", allreduce_fitted)
     from gpu_accuracy import section as gpu_section  # (it reuses this module's loader, pricing and statistics)
 
     gpu_lines, gpu_held, gpu_fitted = gpu_section(GPUS_CSV)

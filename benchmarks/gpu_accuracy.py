@@ -1,16 +1,16 @@
 """The default timing on GPUs other than H100/H200, against AIConfigurator's measured vLLM kernels
 (``benchmarks/data/aic_grid_gpus.csv``, recorded by ``tools/oracles/record_aic_grid.py --systems ...``):
 each GPU's achieved fractions of its datasheet peaks (``simmodel.perf.roofline.ACHIEVED``) fitted on its
-own one-GPU points and checked on the rest. ``accuracy_report.py`` writes the result into the kernel-table
+own one-GPU points and checked on the rest (tensor-parallel points included, their all-reduces priced as
+the GPU system measured them: ``roofline.ALL_REDUCE``). ``accuracy_report.py`` writes the result into the kernel-table
 part of ``docs/accuracy.md``.
 
     python3 benchmarks/gpu_accuracy.py        # print the section
 
 The dense grid's points (``accuracy_report.load``), priced as there, with the code's defaults for every
-other constant. Per GPU, only the compute, memory and link fractions are fitted (robust least squares on
-log(ours / AIC), soft-L1, scale 0.05; rounded to 0.01), on the FIT points at even grid positions: compute
-and memory on the TP-1 points (no link in the pass, so the fractions are the GPU's own), then the link
-with those fixed on the TP > 1 points. HELD-OUT: the points at odd positions.
+other constant. Per GPU, only the compute and memory fractions are fitted (robust least squares on
+log(ours / AIC), soft-L1, scale 0.05; rounded to 0.01), on the TP-1 points at even grid positions (no
+all-reduce in the pass, so the fractions are the GPU's own). HELD-OUT: the points at odd positions, every TP.
 """
 
 # ruff: noqa: T201  (a benchmark script reports on stdout; print is its interface)
@@ -27,10 +27,9 @@ from simmodel.perf.roofline import ACHIEVED
 REPO_DATA = "benchmarks/data/aic_grid_gpus.csv"
 
 
-def fit_fractions(one_gpu, linked) -> tuple[float, float, float]:
-    """The compute and memory fractions fitted on the one-GPU points ``one_gpu``, then the link fraction on
-    the tensor-parallel points ``linked`` with those two fixed (the other constants the defaults); rounded
-    to 0.01."""
+def fit_fractions(one_gpu) -> tuple[float, float]:
+    """The compute and memory fractions fitted on the one-GPU points ``one_gpu`` (the other constants the
+    defaults); rounded to 0.01."""
     from scipy.optimize import least_squares
 
     base = current_defaults()
@@ -43,9 +42,7 @@ def fit_fractions(one_gpu, linked) -> tuple[float, float, float]:
 
     compute, memory = fitted(one_gpu, np.array([base.compute, base.memory]),
                              lambda x: replace(base, compute=float(x[0]), memory=float(x[1])))
-    (link,) = fitted(linked, np.array([base.link]),
-                     lambda x: replace(base, compute=compute, memory=memory, link=float(x[0])))
-    return compute, memory, link
+    return compute, memory
 
 
 def section(path) -> tuple[list[str], np.ndarray, dict]:
@@ -61,21 +58,20 @@ def section(path) -> tuple[list[str], np.ndarray, dict]:
     w("Kernels reach a different fraction of each GPU's datasheet peaks: the constants fitted on H100 leave")
     w("A100's decode 18 % short and Blackwell's prefill 14–24 % short. Each GPU's compute and memory fractions")
     w("(`ACHIEVED` in `simmodel/perf/roofline.py`, used when the scenario sets none) are fitted on its own")
-    w("TP-1 points at even grid positions, then its link fraction on its TP > 1 points at even positions")
-    w("(`benchmarks/gpu_accuracy.py`); the points at odd positions are held out.")
+    w("TP-1 points at even grid positions (`benchmarks/gpu_accuracy.py`); the points at odd positions, every TP,")
+    w("are held out, their all-reduces priced as the GPU system measured them (\"All-reduce\" above).")
     w("")
-    w("| GPU | fitted compute / memory / link | in the code | held-out n | held-out median abs err | within ±25% | "
-      "median signed | with H100's 0.76 / 0.86 / 0.72: median abs err | within ±25% |")
+    w("| GPU | fitted compute / memory | in the code | held-out n | held-out median abs err | within ±25% | "
+      f"median signed | with H100's {base.compute:g} / {base.memory:g}: median abs err | within ±25% |")
     w("|---|---|---|---:|---:|---:|---:|---:|---:|")
     held_err, fitted = [], {}
     for system in sorted({p.system for p in points}):
         mine = [p for p in points if p.system == system]
         held = [p for p in mine if not _even(p, grid)]
-        fitted[system] = fit_fractions([p for p in mine if p.tp == 1 and _even(p, grid)],
-                                       [p for p in mine if p.tp > 1 and _even(p, grid)])
-        code = ACHIEVED.get(system, (base.compute, base.memory, base.link))
+        fitted[system] = fit_fractions([p for p in mine if p.tp == 1 and _even(p, grid)])
+        code = ACHIEVED.get(system, (base.compute, base.memory))
         aic = np.array([p.aic_ms for p in held])
-        err = price(held, replace(base, compute=code[0], memory=code[1], link=code[2])) / aic - 1
+        err = price(held, replace(base, compute=code[0], memory=code[1])) / aic - 1
         h100 = price(held, base) / aic - 1
         held_err.append(err)
         s, g = stats(err), stats(h100)
@@ -88,11 +84,8 @@ def section(path) -> tuple[list[str], np.ndarray, dict]:
     w("**The code's fractions differ from the fitted ones:** " + ", ".join(stale) + "." if stale else
       "The code's fractions are the fitted ones.")
     w("")
-    w("The A100 tables are AIC's vLLM 0.14.0 database (its only one for A100); the others vLLM 0.24.0. L40S's")
-    w("measured all-reduce is far slower than PCIe Gen4 (13.6 ms at TP 4 for a 32 MB message): its link")
-    w("fraction is small, and its TP > 1 prefills stay the worst points, the all-reduce's latency and")
-    w("bandwidth not being one fraction of the link's. GB200's TP-8 points are not in the file: AIC's GB200")
-    w("all-reduce tables stop at 4 GPUs.")
+    w("The A100 tables are AIC's vLLM 0.14.0 database (its only one for A100); the others vLLM 0.24.0. GB200's")
+    w("TP-8 points are not in the file: AIC's GB200 all-reduce tables stop at 4 GPUs.")
     w("")
     return lines, np.concatenate(held_err), fitted
 

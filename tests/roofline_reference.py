@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.roofline import ALL_REDUCE, Efficiency, HostOverhead
 
 
 def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ranks: list[list[tuple]]) -> list[float]:
@@ -24,9 +25,25 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
     peak_head = eff.compute * (hw.fp8_flops if eb <= 1 else hw.bf16_flops)
 
     def link(group):
+        fraction, latency = 0.72, 10e-6  # over the NIC
         if group <= hw.gpus_per_node:
-            return eff.link * hw.intra_node_bytes_per_s, hw.intra_node_latency_s
-        return eff.link * hw.nic_bytes_per_s, 10e-6
+            fraction, latency = 0.72, hw.intra_node_latency_s
+            measured = ALL_REDUCE.get(hw.system_id, {}) if HARDWARE.get(hw.system_id) == hw else {}
+            sizes = sorted(measured)
+            for lo, hi in zip(sizes, sizes[1:]):  # between two measured group sizes: the straight line
+                if lo <= group <= hi:
+                    share = (group - lo) / (hi - lo)
+                    latency = (measured[lo][0] + share * (measured[hi][0] - measured[lo][0])) * 1e-6
+                    fraction = measured[lo][1] + share * (measured[hi][1] - measured[lo][1])
+            if sizes and group >= sizes[-1]:
+                latency, fraction = measured[sizes[-1]][0] * 1e-6, measured[sizes[-1]][1]
+            if sizes and group <= sizes[0]:
+                latency, fraction = measured[sizes[0]][0] * 1e-6, measured[sizes[0]][1]
+        if eff.link is not None:
+            fraction = eff.link
+        if host.collective_us is not None:
+            latency = host.collective_us * 1e-6
+        return fraction * (hw.intra_node_bytes_per_s if group <= hw.gpus_per_node else hw.nic_bytes_per_s), latency
     worker_tokens = sum(q for seqs in ranks for q, *_ in seqs)
     out = []
     for seqs in ranks:
@@ -75,8 +92,14 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
         total += T * 16 * L * h * act / hbm
         if tp > 1 and T:
             bw, lat = link(tp)
+            message = T * h * act
             for _ in range(2 * L):
-                total += lat + T * h * act * 2 * (tp - 1) / tp / bw
+                if tp > hw.gpus_per_node:  # a ring over the NIC
+                    total += lat + message * 2 * (tp - 1) / tp / bw
+                else:  # vLLM's custom all-reduce: one-shot or two-shot, the faster
+                    one_shot = lat + message * (tp - 1) / bw
+                    two_shot = 2 * lat + message * 2 * (tp - 1) / tp / bw
+                    total += one_shot if one_shot <= two_shot else two_shot
         ep, dp = d.moe_expert, d.attention_data
         if m.is_moe and worker_tokens and dp > 1:  # without attention DP every GPU holds every token
             bw, lat = link(tp * dp)

@@ -18,7 +18,7 @@ import yaml
 from simmodel.config.files import read_text_file
 from simmodel.config.yaml_safe import problem_line, safe_load
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
+from simmodel.perf.roofline import LINK_EFFICIENCY, REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
 
 MAX_REQUEST_OVERHEAD_MS = 1000.0
 """A calibration's bound: a second per request is far above any real frontend's cost."""
@@ -26,16 +26,19 @@ MAX_REQUEST_OVERHEAD_MS = 1000.0
 # name: (default, lower bound, upper bound, unit)
 PARAMETERS = {
     "compute_efficiency": (None, 0.01, 1.0, "fraction of the dense BF16/FP8 peak; default: the GPU's own "
-                                            "(ACHIEVED), else 0.76"),
-    "memory_efficiency": (None, 0.01, 1.0, "fraction of HBM bandwidth; default: the GPU's own (ACHIEVED), else 0.86"),
-    "link_efficiency": (None, 0.01, 1.0, "fraction of the GPU link's bandwidth; default: the GPU's own (ACHIEVED), "
-                                         "else 0.72"),
+                                            "(ACHIEVED), else 0.78"),
+    "memory_efficiency": (None, 0.01, 1.0, "fraction of HBM bandwidth; default: the GPU's own (ACHIEVED), else 0.85"),
+    "link_efficiency": (None, 0.01, 1.0, "fraction of the GPU link's bandwidth a collective's bytes reach; "
+                                         "default: the GPU system's measured all-reduce's for the group size "
+                                         "(ALL_REDUCE), else 0.72"),
     "host_prefill_ms": (HostOverhead().prefill_ms, 0.0, 100.0, "ms a prefill pass adds"),
     "host_decode_ms": (HostOverhead().decode_ms, 0.0, 100.0, "ms a decode pass adds"),
     "host_mixed_ms": (HostOverhead().mixed_ms, 0.0, 100.0, "ms a mixed pass adds"),
     "per_layer_us": (HostOverhead().per_layer_us, 0.0, 1000.0, "µs each layer adds to a pass"),
-    "collective_latency_us": (None, 0.0, 1000.0, "µs each collective (two tensor-parallel all-reduces a layer, "
-                                                 "each MoE exchange) costs; default: the link's own"),
+    "collective_latency_us": (None, 0.0, 1000.0, "µs each step of a collective takes (two tensor-parallel all-reduces "
+                                                 "a layer, one step one-shot or two two-shot, and each MoE exchange, "
+                                                 "one step); default: the GPU system's measured all-reduce's for the "
+                                                 "group size (ALL_REDUCE), else the link's"),
     "expert_efficiency": (Efficiency().expert, 0.01, 1.0, "fraction of the experts' dtype peak their grouped GEMMs "
                                                         "reach (MoE models)"),
     "moe_layer_us": (HostOverhead().moe_layer_us, 0.0, 1000.0, "µs each MoE layer adds to a pass (MoE models)"),
@@ -48,7 +51,7 @@ PARAMETERS = {
 ENTRY_ONLY = ("request_overhead_ms",)
 """Parameters of the role requests reach first (aggregated, or prefill): a decode role has none."""
 START = {"collective_latency_us": 5.0, "compute_efficiency": Efficiency().compute, "memory_efficiency": Efficiency().memory,
-         "link_efficiency": Efficiency().link}
+         "link_efficiency": LINK_EFFICIENCY}
 """Where a fit starts for a parameter whose default is the hardware's own value."""
 IDENTITY = ("role", "model", "hardware", "backend", "weight_bytes", "kv_bytes", "tensor", "attention_data",
             "moe_tensor", "moe_expert", "pipeline")

@@ -25,7 +25,8 @@ from simmodel.perf.timings import TIMINGS
 
 def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = None) -> TimingSpec:
     """The role's timing; the default one starts from the fractions of its GPU's peaks that its kernels were
-    measured to reach (``ACHIEVED``, by ``system_id``), else the H100-fitted ``Efficiency``."""
+    measured to reach (``ACHIEVED``, by ``system_id``), else the H100-fitted ``Efficiency``; its link fraction,
+    unset, is the GPU system's measured all-reduce's (``roofline.collective``)."""
     kind = node.choice("type", tuple(TIMINGS), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
@@ -40,7 +41,7 @@ def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = N
         host.done()
         eff = Efficiency()
         if system_id in ACHIEVED:
-            eff = replace(eff, **dict(zip(("compute", "memory", "link"), ACHIEVED[system_id], strict=True)))
+            eff = replace(eff, **dict(zip(("compute", "memory"), ACHIEVED[system_id], strict=True)))
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),
                                 _fraction(node, "memory_efficiency", eff.memory),
                                 _fraction(node, "link_efficiency", eff.link),

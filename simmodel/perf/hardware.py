@@ -62,8 +62,9 @@ HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec))
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
 # Not datasheet values: an all-reduce over NVLink / xGMI costs about 5 µs whatever its size up to a few
-# hundred kB (vLLM's custom all-reduce, 4.4–5.1 µs at TP 2–8 in aiconfigurator's H100/H200 kernel
-# tables); PCIe peer-to-peer more (assumed).
+# hundred kB (vLLM's custom all-reduce, 4.2–6.1 µs at TP 2–8 in aiconfigurator's H100/H200 tables); PCIe
+# peer-to-peer more (assumed). The default timing uses them only for systems whose all-reduce was not
+# measured (``roofline.ALL_REDUCE`` has the measured ones, by group size).
 _LINK_S, _PCIE_S = 5e-6, 10e-6
 
 HARDWARE: dict[str, HardwareSpec] = {h.system_id: h for h in (

@@ -16,8 +16,9 @@ query·key pairs come from its own new and context tokens), never from token tot
 - ``kv_write``: the new tokens' K and V; ``lm_head`` and ``sampler``: only sequences that sample this
   pass; ``elementwise``: norms, rotary, activations, residuals, 16 passes over the hidden state a layer;
 - ``communication``: tensor parallelism's two all-reduces per layer and, under attention DP, the MoE token
-  exchange (two per MoE layer), priced on the GPU link inside a node and on the NIC for groups larger than
-  a node;
+  exchange (two per MoE layer), each a latency plus its bytes over the achieved bandwidth, as the GPU
+  system's all-reduce was measured for that group size (``ALL_REDUCE``) inside a node, and on the NIC for
+  groups larger than a node;
 - ``layer_overhead``: a fixed GPU time per layer and pass: the latency floors of a layer's many small
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing,
   and each block-scaled FP8 GEMM's floor (whose GEMMs run at the BF16 rate);
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.hardware import HARDWARE, HardwareSpec
 from simmodel.perf.timing import (
     CONTEXT_TOKENS,
     NEW_TOKENS,
@@ -66,24 +67,48 @@ class Efficiency:
     """Fractions of datasheet peaks that kernels reach. Named assumptions, overridable in the scenario
     (``timing: {type: default, compute_efficiency, memory_efficiency, ...}``)."""
 
-    compute: float = 0.76
-    memory: float = 0.86
-    link: float = 0.72
+    compute: float = 0.78
+    memory: float = 0.85
+    link: float | None = None
+    """Fraction of the GPU link's per-direction bandwidth a collective's bytes reach: None takes the GPU
+    system's measured all-reduce for the group's size (``ALL_REDUCE``), else ``LINK_EFFICIENCY``."""
     expert: float = 0.22
     """Fraction of the experts' dtype peak that the grouped GEMMs of MoE experts reach (many small GEMMs, one
     per expert, each as thin as the expert's slice on the GPU)."""
 
 
-ACHIEVED: dict[str, tuple[float, float, float]] = {
-    "a100_sxm": (0.78, 0.71, 0.34),
-    "b200_sxm": (0.65, 0.85, 0.31),
-    "gb200": (0.57, 0.85, 0.34),
-    "l40s": (0.61, 0.80, 0.12),
+ACHIEVED: dict[str, tuple[float, float]] = {
+    "a100_sxm": (0.78, 0.70),
+    "b200_sxm": (0.65, 0.84),
+    "gb200": (0.57, 0.84),
+    "l40s": (0.61, 0.80),
 }
-"""Per GPU system: the compute, memory and link fractions of its datasheet peaks that its kernels and
-all-reduces reach, fitted on AIConfigurator's measured vLLM kernels of that GPU (``benchmarks/gpu_accuracy.py``,
-docs/accuracy.md); the default ``Efficiency`` (fitted on H100) for the others. A scenario's own
-``compute_efficiency`` / ``memory_efficiency`` / ``link_efficiency`` (or its calibration's) replace them."""
+"""Per GPU system: the compute and memory fractions of its datasheet peaks that its kernels reach, fitted on
+AIConfigurator's measured vLLM kernels of that GPU (``benchmarks/gpu_accuracy.py``, docs/accuracy.md); the
+default ``Efficiency`` (fitted on H100) for the others. A scenario's own ``compute_efficiency`` /
+``memory_efficiency`` (or its calibration's) replace them."""
+
+LINK_EFFICIENCY = 0.72
+"""The fraction of the link's per-direction bandwidth a collective's bytes reach where its GPU system's
+all-reduce was not measured (``ALL_REDUCE``: mi300x, a system file) and over the NIC: the H100 kernel
+tables' large-message fraction (an earlier fit of docs/accuracy.md)."""
+
+ALL_REDUCE: dict[str, dict[int, tuple[float, float]]] = {
+    "a100_sxm": {2: (5.1, 0.58), 4: (5.5, 0.62), 8: (6.2, 0.63)},
+    "b200_sxm": {2: (7.1, 0.39), 4: (7.3, 0.52), 8: (7.7, 0.65)},
+    "gb200": {2: (5.1, 0.20), 4: (5.3, 0.51)},
+    "h100_sxm": {2: (4.2, 0.52), 4: (4.6, 0.66), 8: (5.0, 0.80)},
+    "h200_sxm": {2: (4.4, 0.55), 4: (4.6, 0.69), 8: (4.9, 0.85)},
+    "l40s": {2: (5.4, 0.60), 4: (7.0, 0.12), 8: (9.9, 0.06)},
+}
+"""Per GPU system and group size inside a node: (step latency in µs, fraction of the link's per-direction
+bandwidth) of vLLM's custom all-reduce, one-shot or two-shot (``all_reduce_seconds``). Fitted on the BF16
+all-reduces NVIDIA measured under vLLM (in CUDA graphs) for AIConfigurator
+(``benchmarks/data/aic_allreduce.csv``, ``benchmarks/allreduce_fit.py``) over messages of 4 KB to 128 MB:
+H100's median error 4.5 %, 3.2 % and 2.2 % at 2, 4 and 8 GPUs, where one latency (5 µs), a ring's bytes and
+one fraction (0.72) for every size were 14 %, 10 % and 10 % off, and up to 41 % short on the medium
+messages of decode passes. No single fraction fits L40S (PCIe, no NVLink): 0.60 of its link at 2 GPUs,
+0.06 at 8."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,23 +120,24 @@ class HostOverhead:
     A deployment whose CPU adds time between passes sets its own values in ``timing.host_overhead_ms``.
     """
 
-    prefill_ms: float = 0.86
-    decode_ms: float = 0.0
-    mixed_ms: float = 0.86
-    per_layer_us: float = 35.4
+    prefill_ms: float = 0.79
+    decode_ms: float = 0.09
+    mixed_ms: float = 0.79
+    per_layer_us: float = 31.5
     """Fixed GPU time each layer adds to a pass (small-kernel latency floors)."""
     collective_us: float | None = None
-    """The latency of one collective (each tensor-parallel all-reduce, two per layer, and each MoE
-    exchange): None takes the link's own from the hardware registry (5 µs over NVLink)."""
-    moe_layer_us: float = 20.5
+    """The latency of one step of a collective (each tensor-parallel all-reduce, two per layer, one step
+    one-shot and two two-shot, and each MoE exchange, one step): None takes the GPU system's measured all-reduce's for the group size (``collective``), else
+    the link's own from the hardware registry (5 µs over NVLink)."""
+    moe_layer_us: float = 21.7
     """Fixed GPU time each MoE layer adds to a pass on top of ``per_layer_us`` (routing, top-k, the tokens'
     permutation to their experts and back, the grouped GEMMs' launch and tile floors)."""
-    block_fp8_gemm_us: float = 20.0
+    block_fp8_gemm_us: float = 19.7
     """Fixed GPU time each block-scaled FP8 GEMM adds to a pass (the per-group quantization of its
     activations and the kernel's floor): only checkpoints with block scales (DeepSeek-V3)."""
 
 
-REQUEST_OVERHEAD_MS = 8.3
+REQUEST_OVERHEAD_MS = 8.2
 """The frontend's time per request outside the passes (the API server's HTTP handling, tokenization and the
 hand-over to the engine, detokenization and streaming the tokens back to the client), in ms, which the
 default timing adds to every request's TTFT and E2E (``engine.request_overhead_ms``). Fitted with
@@ -122,11 +148,51 @@ default timing adds to every request's TTFT and E2E (``engine.request_overhead_m
 INTER_NODE_LATENCY_S = 10e-6  # assumed: one collective step over the NIC (RDMA)
 
 
-def _link(hw: HardwareSpec, efficiency: Efficiency, group: int) -> tuple[float, float]:
-    """Bandwidth and latency of a collective among ``group`` GPUs: the GPU link inside a node, else the NIC."""
-    if group <= hw.gpus_per_node:
-        return efficiency.link * hw.intra_node_bytes_per_s, hw.intra_node_latency_s
-    return efficiency.link * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
+def collective(hw: HardwareSpec, efficiency: Efficiency, group: int,
+               latency_us: float | None = None) -> tuple[float, float]:
+    """Achieved bandwidth (bytes/s) and step latency (s) of one collective among ``group`` GPUs: a collective
+    moving B bytes per GPU over the link in k steps takes k × latency + B / bandwidth (an all-reduce:
+    ``all_reduce_seconds``; the MoE token exchange, one step).
+
+    Inside a node, over the GPU link: a system whose all-reduce was measured (``ALL_REDUCE``, the registry's
+    own systems only) takes its latency and fraction for ``group`` GPUs, interpolated linearly between the
+    measured group sizes (beyond the largest, the largest's); others the registry's link latency and
+    ``LINK_EFFICIENCY``. A larger group goes over the NIC. ``efficiency.link`` and ``latency_us``, where
+    set (a scenario's or a calibration's), replace the fraction and the latency."""
+    if group > hw.gpus_per_node:
+        fraction, latency_s, link = LINK_EFFICIENCY, INTER_NODE_LATENCY_S, hw.nic_bytes_per_s
+    else:
+        fraction, latency_s, link = LINK_EFFICIENCY, hw.intra_node_latency_s, hw.intra_node_bytes_per_s
+        measured = ALL_REDUCE.get(hw.system_id) if HARDWARE.get(hw.system_id) == hw else None
+        if measured:
+            sizes = sorted(measured)
+            latency_s = float(np.interp(group, sizes, [measured[n][0] for n in sizes])) * 1e-6
+            fraction = float(np.interp(group, sizes, [measured[n][1] for n in sizes]))
+    if efficiency.link is not None:
+        fraction = efficiency.link
+    if latency_us is not None:
+        latency_s = latency_us * 1e-6
+    return fraction * link, latency_s
+
+
+def all_reduce_seconds(message_bytes, group: int, bandwidth: float, latency_s: float, inside_node: bool = True):
+    """Seconds of one all-reduce of ``message_bytes`` (a number or an array) among ``group`` GPUs, whose link
+    carries ``bandwidth`` bytes/s per GPU and direction and takes ``latency_s`` a step.
+
+    Inside a node, vLLM's custom all-reduce: one-shot (one step, each GPU reads the other n − 1 GPUs' whole
+    buffers: (n − 1) × M bytes) for small messages, two-shot (a reduce-scatter and an all-gather, two steps,
+    2(n − 1)/n × M bytes) for large ones, switching where two-shot gets faster: the faster of the two. Among
+    2 GPUs both move M bytes, so one-shot always. Over the NIC, a ring's bytes, 2(n − 1)/n × M, and one
+    latency. An empty message costs nothing.
+    """
+    message = np.asarray(message_bytes, dtype=np.float64)
+    two_shot = 2 * (group - 1) / group * message / bandwidth
+    if inside_node:
+        seconds = np.minimum(latency_s + (group - 1) * message / bandwidth, 2 * latency_s + two_shot)
+    else:
+        seconds = latency_s + two_shot
+    seconds = np.where(message > 0, seconds, 0.0)
+    return float(seconds) if seconds.ndim == 0 else seconds
 
 
 def busiest_touched(experts: float, hit, groups: int):
@@ -225,15 +291,12 @@ class RooflineTiming(SumsTiming):
         self.logit_bytes_per_seq = m.vocab_size / tp * LOGIT_BYTES
         self.sampler_bytes_per_seq = SAMPLER_PASSES * m.vocab_size * LOGIT_BYTES
         self.elementwise_bytes_per_token = ELEMENTWISE_PASSES * layers * h * act
-        # Collectives: an all-reduce moves 2(n−1)/n of the message over the link; vLLM's custom
-        # all-reduce inside a node (one- or two-shot over NVLink) has a latency nearly flat in n, so
-        # each costs one link latency whatever the tensor size (measured kernels: ~4.4–5.1 µs, TP 2–8).
-        # A group larger than one node goes over the NIC instead.
+        # Collectives: an all-reduce of each token's hidden state, one- or two-shot (``all_reduce_seconds``), at
+        # the step latency and the fraction of the link its GPU system reaches for n GPUs (``collective``).
         self.num_all_reduces = 2 * layers if tp > 1 else 0
-        self.all_reduce_bytes_per_token = h * act * 2 * (tp - 1) / tp
-        self.all_reduce_link, self.all_reduce_latency_s = _link(hw, efficiency, tp)
-        if host.collective_us is not None:
-            self.all_reduce_latency_s = host.collective_us * 1e-6
+        self.all_reduce_message_per_token = h * act
+        self.all_reduce_link, self.all_reduce_latency_s = collective(hw, efficiency, tp, host.collective_us)
+        self.all_reduce_inside_node = tp <= hw.gpus_per_node
         # MoE token exchange, two per MoE layer, under attention DP only (the ranks hold different tokens):
         # expert parallelism sends each token's hidden state to its top-k experts' GPUs and back (all-to-all);
         # with tensor-sharded experts every GPU gathers the other ranks' tokens and scatters the results
@@ -245,9 +308,7 @@ class RooflineTiming(SumsTiming):
         self.exchange_is_gather = ep == 1
         group = dp if ep == 1 else ep
         self.exchange_bytes_per_token = (1 if ep == 1 else m.num_experts_per_token) * h * act * (group - 1) / max(group, 1)
-        self.exchange_link, self.exchange_latency_s = _link(hw, efficiency, d.tensor * dp)
-        if host.collective_us is not None:
-            self.exchange_latency_s = host.collective_us * 1e-6
+        self.exchange_link, self.exchange_latency_s = collective(hw, efficiency, d.tensor * dp, host.collective_us)
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
@@ -301,9 +362,9 @@ class RooflineTiming(SumsTiming):
                              / hbm)
         comm = np.zeros(len(tokens))
         if self.num_all_reduces:
-            comm = np.where(busy, self.num_all_reduces * (self.all_reduce_latency_s + tokens
-                                                          * self.all_reduce_bytes_per_token / self.all_reduce_link),
-                            0.0)
+            comm = busy * self.num_all_reduces * all_reduce_seconds(
+                tokens * self.all_reduce_message_per_token, self.deployment.tensor, self.all_reduce_link,
+                self.all_reduce_latency_s, self.all_reduce_inside_node)
         if self.num_exchanges:
             moved = worker_tokens if self.exchange_is_gather else tokens
             comm = comm + np.where(worker_tokens > 0, self.num_exchanges * (

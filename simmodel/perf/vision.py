@@ -22,8 +22,10 @@ Mirrors SGLang serving a Qwen-VL model (``models/qwen3_vl.py``; ``multimodal/pro
   SGLang's ``get_load_balance_assignment`` (largest first, each to the least-loaded GPU by patches), and
   the embeddings, padded to the largest share, are all-gathered. Time is that of the slowest GPU.
 
-Collectives are priced as ``RooflineTiming`` prices tensor parallelism's: one link latency plus the bytes
-each GPU moves over the link (``roofline._link``: NVLink inside a node, the NIC beyond).
+Collectives are priced as ``RooflineTiming`` prices tensor parallelism's: the all-reduces one- or two-shot
+(``roofline.all_reduce_seconds``), the all-gather one step plus its bytes, at the step latency and achieved
+bandwidth of ``roofline.collective`` (the GPU system's measured all-reduce for the group's size inside a
+node, the NIC beyond).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 
 from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import VisionTower
-from simmodel.perf.roofline import LINEAR_ACTIVATION_PASSES, Efficiency, _link
+from simmodel.perf.roofline import LINEAR_ACTIVATION_PASSES, Efficiency, all_reduce_seconds, collective
 
 if TYPE_CHECKING:
     from simmodel.config.schema import ImageSpec
@@ -222,19 +224,20 @@ def _all_reduce_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarra
     """TP's all-reduces: two per block over patches × h, one per merger over tokens × out_hidden."""
     if tp <= 1:
         return 0.0
-    link, latency = _link(hw, eff, tp)
+    link, latency = collective(hw, eff, tp)
+    inside = tp <= hw.gpus_per_node
     num_patches = float(patches.sum())
     num_tokens = num_patches / tower.spatial_merge_size**2
-    moved = 2 * (tp - 1) / tp  # share of the message each GPU sends (and receives) in an all-reduce
-    blocks = 2 * tower.depth * (latency + num_patches * tower.hidden_size * act * moved / link)
-    mergers = (1 + tower.num_deepstack_mergers) * (latency + num_tokens * tower.out_hidden_size * act * moved / link)
+    blocks = 2 * tower.depth * all_reduce_seconds(num_patches * tower.hidden_size * act, tp, link, latency, inside)
+    mergers = (1 + tower.num_deepstack_mergers) * all_reduce_seconds(num_tokens * tower.out_hidden_size * act, tp,
+                                                                     link, latency, inside)
     return blocks + mergers
 
 
 def _all_gather_seconds(tower: VisionTower, hw: HardwareSpec, shares: list[np.ndarray], tp: int, eff: Efficiency,
                         act: float) -> float:
     """DP's one all-gather of the embeddings, each GPU's share padded to the largest (as SGLang pads)."""
-    link, latency = _link(hw, eff, tp)
+    link, latency = collective(hw, eff, tp)
     largest = max(float(share.sum()) for share in shares) / tower.spatial_merge_size**2
     return latency + (tp - 1) * embedding_bytes(tower, largest, act) / link
 

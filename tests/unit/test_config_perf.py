@@ -10,7 +10,7 @@ from factories import make_scenario
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import Efficiency, HostOverhead
+from simmodel.perf.roofline import ACHIEVED, Efficiency, HostOverhead
 
 AGG = "engine.workers.aggregated"
 
@@ -75,17 +75,20 @@ def test_timing_knobs_reach_the_model():
 
 
 def test_a_gpu_with_measured_fractions_brings_its_own_unless_the_scenario_sets_them(tmp_path):
-    """A100: the fractions its measured kernels and all-reduces reach (ACHIEVED: compute 0.78, memory 0.71,
-    link 0.34) replace H100's 0.76 / 0.86 / 0.72; a scenario's own compute fraction wins and the others stay
+    """A100: the fractions its measured kernels reach (ACHIEVED) replace H100's, and its link fraction stays
+    unset (its measured all-reduce's, ALL_REDUCE); a scenario's own compute fraction wins and the others stay
     the GPU's; a calibration's too; H100 keeps the defaults."""
+    compute, memory = ACHIEVED["a100_sxm"]
+    assert (compute, memory) != (Efficiency().compute, Efficiency().memory)
     def efficiency(hardware, **timing):
         return role_of(make_scenario(engine={"hardware": hardware, "workers": {"aggregated": {
             "timing": {"type": "default", **timing}}}}), tmp_path).timing.efficiency
 
     assert (efficiency("a100_sxm").compute, efficiency("a100_sxm").memory, efficiency("a100_sxm").link) == (
-        0.78, 0.71, 0.34)
+        compute, memory, None)
+    assert efficiency("a100_sxm", link_efficiency=0.3).link == 0.3
     assert (efficiency("a100_sxm", compute_efficiency=0.5).compute, efficiency("a100_sxm", compute_efficiency=0.5)
-            .memory) == (0.5, 0.71)
+            .memory) == (0.5, memory)
     assert (efficiency("h100_sxm").compute, efficiency("h100_sxm").memory) == (Efficiency().compute,
                                                                                Efficiency().memory)
     identity = {"role": "aggregated", "model": "meta-llama/Llama-3.1-8B-Instruct", "hardware": "a100_sxm",
@@ -94,7 +97,7 @@ def test_a_gpu_with_measured_fractions_brings_its_own_unless_the_scenario_sets_t
     (tmp_path / "cal.yaml").write_text(json.dumps({"calibration": {"parameters": {"memory_efficiency": 0.6},
                                                                    "fitted_on": [identity]}}))
     calibrated = efficiency("a100_sxm", calibration="cal.yaml")
-    assert (calibrated.compute, calibrated.memory) == (0.78, 0.6)
+    assert (calibrated.compute, calibrated.memory) == (compute, 0.6)
 
 
 def test_model_from_a_local_config_and_system_from_a_yaml_file(tmp_path):

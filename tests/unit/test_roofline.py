@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,8 +14,17 @@ from roofline_reference import price_pass_reference
 from simmodel.perf.deployment import Deployment
 from simmodel.perf.hardware import HARDWARE, HardwareSpec
 from simmodel.perf.models import MODELS, ModelSpec
-from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
+from simmodel.perf.roofline import (
+    ALL_REDUCE,
+    Efficiency,
+    HostOverhead,
+    RooflineTiming,
+    all_reduce_seconds,
+    collective,
+)
 from simmodel.perf.timing import PassBatch
+
+REPO = Path(__file__).resolve().parents[2]
 
 # A toy model and GPU with round numbers: 2 layers, hidden 64, 4 heads of 16, 2 KV heads, MLP 128,
 # vocabulary 1000; 1e12 FLOP/s, 1e12 B/s HBM, 1e11 B/s link, 1 µs per collective step; efficiencies 1.
@@ -74,6 +86,56 @@ def test_decode_reads_weights_and_kv_and_tensor_parallel_adds_all_reduces():
     assert g["attention"] == pytest.approx(102.912e-9)
     assert g["communication"] == pytest.approx(4 * (1e-6 + 2.56e-9))
     assert g["host"] == pytest.approx(0.5e-3)
+
+
+def test_an_all_reduce_is_priced_as_its_gpu_system_measured_it_for_its_group_size():
+    """The registry's H100: ALL_REDUCE gives 4 GPUs a 4.6 µs step and 0.66 of NVLink's 450 GB/s (297 GB/s),
+    8 GPUs 5.0 µs and 0.80; 6 GPUs halfway, 4.8 µs and 0.73. 16 GPUs (two nodes): the NIC, 50 GB/s at 0.72,
+    10 µs. A scenario's link fraction and latency replace the measured ones; a system not measured (mi300x)
+    and a system file, even one named h100_sxm with other figures, take the registry latency and 0.72."""
+    h100 = HARDWARE["h100_sxm"]
+    unset = Efficiency()
+    assert collective(h100, unset, 4) == pytest.approx((0.66 * 450e9, 4.6e-6))
+    assert collective(h100, unset, 8) == pytest.approx((0.80 * 450e9, 5.0e-6))
+    assert collective(h100, unset, 6) == pytest.approx((0.73 * 450e9, 4.8e-6))
+    assert collective(h100, unset, 16) == pytest.approx((0.72 * 50e9, 10e-6))
+    assert collective(h100, Efficiency(link=0.5), 4, latency_us=3.0) == pytest.approx((0.5 * 450e9, 3e-6))
+    mi300x = HARDWARE["mi300x"]
+    assert collective(mi300x, unset, 4) == pytest.approx((0.72 * mi300x.intra_node_bytes_per_s, 5e-6))
+    own = HardwareSpec("h100_sxm", 80e9, 989e12, 1979e12, 3.35e12, 900e9, 2e-6, 64e9, 50e9, 8)
+    assert collective(own, unset, 4) == pytest.approx((0.72 * 900e9, 2e-6))
+
+
+def test_an_all_reduce_runs_one_shot_for_small_messages_and_two_shot_for_large_ones():
+    """H100, 4 GPUs (4.6 µs a step, 297 GB/s). 64 KiB: one-shot 4.6 + 3 · 65,536 / 297e9 = 4.6 + 0.66198
+    = 5.26198 µs, two-shot 9.2 + 1.5 · 65,536 / 297e9 = 9.53099 µs: one-shot (AIC measured 5.2 µs). 1 MiB:
+    one-shot 4.6 + 10.59168 = 15.19168 µs, two-shot 9.2 + 5.29584 = 14.49584 µs: two-shot (AIC 12.8 µs).
+    2 GPUs (4.2 µs, 234 GB/s), 1 MiB: both move the whole message, so one-shot, 4.2 + 4.48109 = 8.68109 µs
+    (AIC 8.3 µs). Over the NIC (16 GPUs, 10 µs, 36 GB/s): 10 + 2 · 15/16 · 1,048,576 / 36e9 = 64.6133 µs.
+    Nothing to reduce, nothing to pay."""
+    assert all_reduce_seconds(65_536, 4, 297e9, 4.6e-6) == pytest.approx(5.26198e-6, rel=1e-5)
+    assert all_reduce_seconds(1_048_576, 4, 297e9, 4.6e-6) == pytest.approx(14.49584e-6, rel=1e-5)
+    assert all_reduce_seconds(1_048_576, 2, 234e9, 4.2e-6) == pytest.approx(8.68109e-6, rel=1e-5)
+    assert all_reduce_seconds(1_048_576, 16, 36e9, 10e-6, inside_node=False) == pytest.approx(64.6133e-6, rel=1e-5)
+    assert all_reduce_seconds(np.array([0.0, 65_536.0]), 4, 297e9, 4.6e-6) == pytest.approx([0.0, 5.26198e-6],
+                                                                                               rel=1e-5)
+
+
+def test_a_decode_pass_pays_the_measured_all_reduce_of_its_tensor_parallel_group():
+    """Llama-3.1-70B (80 layers, hidden 8192) at TP 4 on H100, 32 decodes: 2·80 = 160 all-reduces of
+    32 · 8192 · 2 B = 524,288 B each, one-shot: 4.6 µs + 3 · 524,288 / 297e9 = 4.6 + 5.29584 = 9.89584 µs
+    (two-shot: 9.2 + 2.64792 = 11.84792 µs); 160 · 9.89584 µs = 1.583334 ms."""
+    llama = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
+    timing = RooflineTiming(Deployment(llama, HARDWARE["h100_sxm"], tensor=4))
+    comm = timing.breakdown(make_batch([[(1, 500, True, True)] * 32]))["communication"][0]
+    assert comm == pytest.approx(1.583334e-3, rel=1e-5)
+
+
+def test_the_all_reduce_table_is_the_fit_on_the_measured_latencies():
+    """ALL_REDUCE equals what benchmarks/allreduce_fit.py fitted on benchmarks/data/aic_allreduce.csv (its
+    JSON), so the code's constants are the fitted ones."""
+    fitted = json.loads((REPO / "benchmarks" / "data" / "aic_allreduce_fit.json").read_text())
+    assert {s: {int(n): tuple(v) for n, v in t.items()} for s, t in fitted.items()} == ALL_REDUCE
 
 
 def test_intermediate_prefill_chunk_pays_no_lm_head_or_sampler():
