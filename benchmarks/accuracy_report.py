@@ -432,10 +432,9 @@ def main(argv=None) -> int:
     w("  and pass (the `layer_overhead` group: num_layers × per_layer_us on every busy rank).")
     w("- Not fitted here: the all-reduce. Each of a pass's all-reduces (two per layer) is priced as its GPU")
     w("  system measured it for the tensor-parallel group's size, one- or two-shot at a step latency and a")
-    w("  fraction of NVLink's bandwidth")
-    w("  (`ALL_REDUCE`, fitted on AIC's own all-reduce tables: \"All-reduce\" below): "
-      f"{measured_all_reduce(systems)};")
-    w("  the same in both constant sets.")
+    w("  fraction of NVLink's bandwidth (`ALL_REDUCE`, fitted on AIC's own all-reduce tables: \"All-reduce\"")
+    w("  below), the same in both constant sets. The step latencies:")
+    w(f"  {measured_all_reduce(systems)}.")
     w("- `HostOverhead.mixed_ms` is not exercised by this grid (no mixed prefill + decode passes), so it is")
     host0 = HostOverhead()
     if host0.mixed_ms == host0.prefill_ms:

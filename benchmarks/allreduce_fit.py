@@ -118,8 +118,9 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     w("Other group sizes inside a node take the values interpolated between the measured ones (a group larger")
     w("than the largest measured, the largest's); a group larger than a node goes over the NIC. GB200's tables")
     w("stop at 4 GPUs (AIC models its node as 4). L40S has no NVLink: its GPUs reduce over PCIe, at 12 % and")
-    w("6 % of the link beyond 2 GPUs. Systems not measured (mi300x, a system file) take the registry's link latency")
-    w("as the step latency, and 0.72 of the link.")
+    w("6 % of the link beyond 2 GPUs, where vLLM's custom all-reduce declines (more than two PCIe-only GPUs) and")
+    w("NCCL runs: the same form is fitted to that measured curve. Systems not measured (mi300x, every system")
+    w("file) take the registry's or the file's link latency as the step latency, and 0.72 of the link.")
     w("")
     return lines, fitted
 

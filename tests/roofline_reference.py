@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.roofline import ALL_REDUCE, Efficiency, HostOverhead
 
 
@@ -25,25 +24,33 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
     peak_head = eff.compute * (hw.fp8_flops if eb <= 1 else hw.bf16_flops)
 
     def link(group):
-        fraction, latency = 0.72, 10e-6  # over the NIC
-        if group <= hw.gpus_per_node:
+        def inside(n):  # over the GPU link: the system's measured step latency and fraction, if any
             fraction, latency = 0.72, hw.intra_node_latency_s
-            measured = ALL_REDUCE.get(hw.system_id, {}) if HARDWARE.get(hw.system_id) == hw else {}
+            measured = ALL_REDUCE.get(hw.system_id, {}) if hw.registry else {}
             sizes = sorted(measured)
             for lo, hi in zip(sizes, sizes[1:]):  # between two measured group sizes: the straight line
-                if lo <= group <= hi:
-                    share = (group - lo) / (hi - lo)
+                if lo <= n <= hi:
+                    share = (n - lo) / (hi - lo)
                     latency = (measured[lo][0] + share * (measured[hi][0] - measured[lo][0])) * 1e-6
                     fraction = measured[lo][1] + share * (measured[hi][1] - measured[lo][1])
-            if sizes and group >= sizes[-1]:
+            if sizes and n >= sizes[-1]:
                 latency, fraction = measured[sizes[-1]][0] * 1e-6, measured[sizes[-1]][1]
-            if sizes and group <= sizes[0]:
+            if sizes and n <= sizes[0]:
                 latency, fraction = measured[sizes[0]][0] * 1e-6, measured[sizes[0]][1]
-        if eff.link is not None:
-            fraction = eff.link
+            if eff.link is not None:
+                fraction = eff.link
+            return fraction * hw.intra_node_bytes_per_s, latency
+
+        if group <= hw.gpus_per_node:
+            bw, lat = inside(group)
+        else:  # a ring across nodes, as slow as its slowest hop: the NIC or a whole node's link
+            bw, lat = (0.72 if eff.link is None else eff.link) * hw.nic_bytes_per_s, 10e-6
+            if hw.gpus_per_node > 1:
+                node_bw, node_lat = inside(hw.gpus_per_node)
+                bw, lat = min(bw, node_bw), max(lat, node_lat)
         if host.collective_us is not None:
-            latency = host.collective_us * 1e-6
-        return fraction * (hw.intra_node_bytes_per_s if group <= hw.gpus_per_node else hw.nic_bytes_per_s), latency
+            lat = host.collective_us * 1e-6
+        return bw, lat
     worker_tokens = sum(q for seqs in ranks for q, *_ in seqs)
     out = []
     for seqs in ranks:

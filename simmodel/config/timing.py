@@ -25,8 +25,9 @@ from simmodel.perf.timings import TIMINGS
 
 def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = None) -> TimingSpec:
     """The role's timing; the default one starts from the fractions of its GPU's peaks that its kernels were
-    measured to reach (``ACHIEVED``, by ``system_id``), else the H100-fitted ``Efficiency``; its link fraction,
-    unset, is the GPU system's measured all-reduce's (``roofline.collective``)."""
+    measured to reach (``ACHIEVED``, by ``system_id``: given for the registry's own systems only, never for a
+    system file), else the H100-fitted ``Efficiency``; its link fraction, unset, is the GPU system's measured
+    all-reduce's (``roofline.collective``)."""
     kind = node.choice("type", tuple(TIMINGS), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))

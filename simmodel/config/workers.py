@@ -133,7 +133,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
-    timing = _timing(node.node("timing"), base_dir, hardware.system_id)
+    timing = _timing(node.node("timing"), base_dir, hardware.system_id if hardware.registry else None)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "

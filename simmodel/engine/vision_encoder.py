@@ -26,11 +26,13 @@ class RankVision:
     """One rank's vision encoder and embedding cache."""
 
     def __init__(self, deployment: Deployment, images: ImageSpec, vision: VisionSpec | None,
-                 efficiency: Efficiency) -> None:
+                 efficiency: Efficiency, collective_us: float | None = None) -> None:
         tower = deployment.model.vision
         assert tower is not None
         vision = vision or VisionSpec()
         self.deployment, self.images, self.vision, self.efficiency = deployment, images, vision, efficiency
+        self.collective_us = collective_us
+        """The scenario's step latency of each collective (``timing.collective_latency_us``), else None."""
         self.tokens_per_image = int(visual_tokens(tower, images.height, images.width))
         self.patches_per_image = int(image_patches(tower, images.height, images.width))
         self.entry_bytes = int(embedding_bytes(tower, self.tokens_per_image))
@@ -61,7 +63,7 @@ class RankVision:
         assert d.model.vision is not None
         seconds = encode_seconds(d.model.vision, d.hardware, np.full(encode, self.patches_per_image),
                                  tensor=d.tensor, encoder_parallel=self.vision.encoder_parallel,
-                                 efficiency=self.efficiency)
+                                 efficiency=self.efficiency, collective_us=self.collective_us)
         self.num_images_encoded += encode
         self.encode_s += seconds
         return seconds

@@ -26,7 +26,7 @@ A system file (``engine.hardware: ./my_gpu.yaml``) gives the same fields; see ``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +52,27 @@ class HardwareSpec:
     pcie_bytes_per_s: float
     nic_bytes_per_s: float
     gpus_per_node: int
+    registry: bool = False
+    """One of the registry's own systems (``HARDWARE``), whose measured figures the default timing uses where
+    it has them (``roofline.ACHIEVED``, ``roofline.ALL_REDUCE``); a system file's is not, whatever its
+    ``system_id`` and figures."""
 
     def peak_flops(self, dtype_bytes: float) -> float:
         """Dense tensor-core peak for a GEMM whose operands are ``dtype_bytes`` wide."""
         return self.fp8_flops if dtype_bytes <= 1 else self.bf16_flops
 
 
-HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec))
+HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec) if f.name != "registry")
+"""The fields of a system file."""
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
-# Not datasheet values: an all-reduce over NVLink / xGMI costs about 5 µs whatever its size up to a few
-# hundred kB (vLLM's custom all-reduce, 4.2–6.1 µs at TP 2–8 in aiconfigurator's H100/H200 tables); PCIe
-# peer-to-peer more (assumed). The default timing uses them only for systems whose all-reduce was not
-# measured (``roofline.ALL_REDUCE`` has the measured ones, by group size).
+# Not datasheet values: a small all-reduce over NVLink / xGMI costs about 5 µs (vLLM's custom all-reduce,
+# 4.2–6.6 µs up to 64 KB at TP 2–8 in aiconfigurator's H100/H200 tables); PCIe peer-to-peer more (assumed).
+# The default timing uses them only for systems whose all-reduce was not measured (``roofline.ALL_REDUCE``
+# has the measured ones, a step latency and a link fraction by group size).
 _LINK_S, _PCIE_S = 5e-6, 10e-6
 
-HARDWARE: dict[str, HardwareSpec] = {h.system_id: h for h in (
+HARDWARE: dict[str, HardwareSpec] = {h.system_id: replace(h, registry=True) for h in (
     #            id          memory     BF16        FP8         HBM          GPU link   latency  PCIe      NIC      GPUs
     HardwareSpec("a100_sxm", 80 * _GB,  312 * _TF,  312 * _TF,  2.039 * _TB, 300 * _GB, _LINK_S, 32 * _GB, 25 * _GB, 8),
     HardwareSpec("h100_sxm", 80 * _GB,  989 * _TF,  1979 * _TF, 3.35 * _TB,  450 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simmodel.perf.deployment import Deployment
-from simmodel.perf.hardware import HARDWARE, HardwareSpec
+from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.timing import (
     CONTEXT_TOKENS,
     NEW_TOKENS,
@@ -157,22 +157,29 @@ def collective(hw: HardwareSpec, efficiency: Efficiency, group: int,
     Inside a node, over the GPU link: a system whose all-reduce was measured (``ALL_REDUCE``, the registry's
     own systems only) takes its latency and fraction for ``group`` GPUs, interpolated linearly between the
     measured group sizes (beyond the largest, the largest's); others the registry's link latency and
-    ``LINK_EFFICIENCY``. A larger group goes over the NIC. ``efficiency.link`` and ``latency_us``, where
-    set (a scenario's or a calibration's), replace the fraction and the latency."""
+    ``LINK_EFFICIENCY``. A larger group runs a ring across nodes: over the NIC at ``LINK_EFFICIENCY`` of its
+    bandwidth and 10 µs a step, but never faster than a whole node's own link (L40S's PCIe reduces slower
+    than its NIC). ``efficiency.link`` and ``latency_us``, where set (a scenario's or a calibration's),
+    replace the fractions and the latency."""
     if group > hw.gpus_per_node:
-        fraction, latency_s, link = LINK_EFFICIENCY, INTER_NODE_LATENCY_S, hw.nic_bytes_per_s
+        fraction = efficiency.link if efficiency.link is not None else LINK_EFFICIENCY
+        bandwidth, latency_s = fraction * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
+        if hw.gpus_per_node > 1:  # the ring also runs through each node's own GPU link: its slower hop sets the pace
+            inside_bandwidth, inside_latency_s = collective(hw, efficiency, hw.gpus_per_node)
+            bandwidth, latency_s = min(bandwidth, inside_bandwidth), max(latency_s, inside_latency_s)
     else:
-        fraction, latency_s, link = LINK_EFFICIENCY, hw.intra_node_latency_s, hw.intra_node_bytes_per_s
-        measured = ALL_REDUCE.get(hw.system_id) if HARDWARE.get(hw.system_id) == hw else None
+        fraction, latency_s = LINK_EFFICIENCY, hw.intra_node_latency_s
+        measured = ALL_REDUCE.get(hw.system_id) if hw.registry else None
         if measured:
             sizes = sorted(measured)
             latency_s = float(np.interp(group, sizes, [measured[n][0] for n in sizes])) * 1e-6
             fraction = float(np.interp(group, sizes, [measured[n][1] for n in sizes]))
-    if efficiency.link is not None:
-        fraction = efficiency.link
+        if efficiency.link is not None:
+            fraction = efficiency.link
+        bandwidth = fraction * hw.intra_node_bytes_per_s
     if latency_us is not None:
         latency_s = latency_us * 1e-6
-    return fraction * link, latency_s
+    return bandwidth, latency_s
 
 
 def all_reduce_seconds(message_bytes, group: int, bandwidth: float, latency_s: float, inside_node: bool = True):

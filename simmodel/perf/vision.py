@@ -165,7 +165,7 @@ def tower_weight_bytes(tower: VisionTower, tensor: int = 1, encoder_parallel: En
 
 def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image: np.ndarray | int, *, tensor: int = 1,
                    encoder_parallel: EncoderParallel = "tp", efficiency: Efficiency = _EFFICIENCY,
-                   dtype_bytes: float = 2, activation_bytes: float = 2) -> float:
+                   dtype_bytes: float = 2, activation_bytes: float = 2, collective_us: float | None = None) -> float:
     """Seconds one rank's GPUs take to encode a pass's images (see the module docstring).
 
     Args:
@@ -177,6 +177,8 @@ def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image
         encoder_parallel: ``"tp"`` (sharded tower) or ``"dp"`` (whole tower per GPU, images split).
         efficiency: fractions of peak FLOP/s, HBM and link bandwidth reached.
         dtype_bytes: bytes per weight; activation_bytes: bytes per activation value.
+        collective_us: the step latency of each collective (the scenario's ``timing.collective_latency_us``);
+            None takes the GPU system's (``roofline.collective``).
 
     Returns:
         Seconds of the slowest GPU, 0.0 for no images.
@@ -191,9 +193,10 @@ def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image
         shares = _load_balance(patches, tensor)
         compute = max(_gpu_seconds(tower, hardware, share, 1, efficiency, dtype_bytes, activation_bytes)
                       for share in shares if share.size)
-        return compute + _all_gather_seconds(tower, hardware, shares, tensor, efficiency, activation_bytes)
+        return compute + _all_gather_seconds(tower, hardware, shares, tensor, efficiency, activation_bytes,
+                                             collective_us)
     return (_gpu_seconds(tower, hardware, patches, tensor, efficiency, dtype_bytes, activation_bytes)
-            + _all_reduce_seconds(tower, hardware, patches, tensor, efficiency, activation_bytes))
+            + _all_reduce_seconds(tower, hardware, patches, tensor, efficiency, activation_bytes, collective_us))
 
 
 def _gpu_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: int, eff: Efficiency,
@@ -220,11 +223,11 @@ def _gpu_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: 
 
 
 def _all_reduce_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: int, eff: Efficiency,
-                        act: float) -> float:
+                        act: float, collective_us: float | None) -> float:
     """TP's all-reduces: two per block over patches × h, one per merger over tokens × out_hidden."""
     if tp <= 1:
         return 0.0
-    link, latency = collective(hw, eff, tp)
+    link, latency = collective(hw, eff, tp, collective_us)
     inside = tp <= hw.gpus_per_node
     num_patches = float(patches.sum())
     num_tokens = num_patches / tower.spatial_merge_size**2
@@ -235,9 +238,9 @@ def _all_reduce_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarra
 
 
 def _all_gather_seconds(tower: VisionTower, hw: HardwareSpec, shares: list[np.ndarray], tp: int, eff: Efficiency,
-                        act: float) -> float:
+                        act: float, collective_us: float | None) -> float:
     """DP's one all-gather of the embeddings, each GPU's share padded to the largest (as SGLang pads)."""
-    link, latency = collective(hw, eff, tp)
+    link, latency = collective(hw, eff, tp, collective_us)
     largest = max(float(share.sum()) for share in shares) / tower.spatial_merge_size**2
     return latency + (tp - 1) * embedding_bytes(tower, largest, act) / link
 

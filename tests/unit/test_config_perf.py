@@ -10,7 +10,7 @@ from factories import make_scenario
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import ACHIEVED, Efficiency, HostOverhead
+from simmodel.perf.roofline import ACHIEVED, Efficiency, HostOverhead, collective
 
 AGG = "engine.workers.aggregated"
 
@@ -98,6 +98,21 @@ def test_a_gpu_with_measured_fractions_brings_its_own_unless_the_scenario_sets_t
                                                                    "fitted_on": [identity]}}))
     calibrated = efficiency("a100_sxm", calibration="cal.yaml")
     assert (calibrated.compute, calibrated.memory) == (compute, 0.6)
+
+
+def test_a_system_file_named_like_a_measured_gpu_takes_the_defaults(tmp_path):
+    """A system file l40s.yaml (its system_id is the file's stem, l40s) is not the registry's L40S, whose
+    kernels were measured: it takes the H100-fitted fractions, not ACHIEVED["l40s"], and its collectives the
+    file's own latency and 0.72 of its link, not L40S's measured all-reduce."""
+    (tmp_path / "l40s.yaml").write_text(
+        "memory_bytes: 48e9\nbf16_flops: 362e12\nfp8_flops: 733e12\nhbm_bytes_per_s: 0.864e12\n"
+        "intra_node_bytes_per_s: 32e9\nintra_node_latency_s: 1e-5\npcie_bytes_per_s: 32e9\n"
+        "nic_bytes_per_s: 25e9\ngpus_per_node: 8\n")
+    role = role_of(make_scenario(engine={"hardware": "l40s.yaml"}), tmp_path)
+    assert role.deployment.hardware.system_id == "l40s" and not role.deployment.hardware.registry
+    assert (role.timing.efficiency.compute, role.timing.efficiency.memory) == (Efficiency().compute,
+                                                                               Efficiency().memory)
+    assert collective(role.deployment.hardware, role.timing.efficiency, 4) == pytest.approx((0.72 * 32e9, 1e-5))
 
 
 def test_model_from_a_local_config_and_system_from_a_yaml_file(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +92,10 @@ def test_decode_reads_weights_and_kv_and_tensor_parallel_adds_all_reduces():
 def test_an_all_reduce_is_priced_as_its_gpu_system_measured_it_for_its_group_size():
     """The registry's H100: ALL_REDUCE gives 4 GPUs a 4.6 µs step and 0.66 of NVLink's 450 GB/s (297 GB/s),
     8 GPUs 5.0 µs and 0.80; 6 GPUs halfway, 4.8 µs and 0.73. 16 GPUs (two nodes): the NIC, 50 GB/s at 0.72,
-    10 µs. A scenario's link fraction and latency replace the measured ones; a system not measured (mi300x)
-    and a system file, even one named h100_sxm with other figures, take the registry latency and 0.72."""
+    10 µs. L40S across two nodes: its NIC would give 0.72 · 25 GB/s = 18 GB/s, but the ring also crosses each
+    node's PCIe, whose 8 GPUs reduce at 0.06 · 32 GB/s = 1.92 GB/s (9.9 µs a step): 1.92 GB/s and 10 µs. A
+    scenario's link fraction and latency replace the measured ones; a system not measured (mi300x) and a
+    system file, even one named h100_sxm with H100's very figures, take the registry latency and 0.72."""
     h100 = HARDWARE["h100_sxm"]
     unset = Efficiency()
     assert collective(h100, unset, 4) == pytest.approx((0.66 * 450e9, 4.6e-6))
@@ -102,8 +105,11 @@ def test_an_all_reduce_is_priced_as_its_gpu_system_measured_it_for_its_group_siz
     assert collective(h100, Efficiency(link=0.5), 4, latency_us=3.0) == pytest.approx((0.5 * 450e9, 3e-6))
     mi300x = HARDWARE["mi300x"]
     assert collective(mi300x, unset, 4) == pytest.approx((0.72 * mi300x.intra_node_bytes_per_s, 5e-6))
+    assert collective(HARDWARE["l40s"], unset, 16) == pytest.approx((1.92e9, 10e-6))
     own = HardwareSpec("h100_sxm", 80e9, 989e12, 1979e12, 3.35e12, 900e9, 2e-6, 64e9, 50e9, 8)
     assert collective(own, unset, 4) == pytest.approx((0.72 * 900e9, 2e-6))
+    copy = replace(h100, registry=False)  # a system file with the registry's figures
+    assert collective(copy, unset, 4) == pytest.approx((0.72 * 450e9, 5e-6))
 
 
 def test_an_all_reduce_runs_one_shot_for_small_messages_and_two_shot_for_large_ones():

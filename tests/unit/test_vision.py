@@ -117,6 +117,13 @@ def test_tp_halves_sharded_flops_and_adds_all_reduces():
     assert toy_seconds(16, tensor=2, encoder_parallel="tp") == pytest.approx(7.168e-8 + 5.01088e-6, rel=1e-9)
 
 
+def test_a_scenario_collective_latency_replaces_the_encoder_step_latency():
+    """As above with timing.collective_latency_us 3: each of the 5 all-reduces pays 3 µs instead of the toy
+    GPU's 1 µs (one-shot between 2 GPUs, one step): 4 × (3 µs + 2.56 ns) + (3 µs + 0.64 ns) = 15.01088e-6 s."""
+    assert toy_seconds(16, tensor=2, encoder_parallel="tp", collective_us=3.0) == pytest.approx(
+        7.168e-8 + 15.01088e-6, rel=1e-9)
+
+
 def test_dp_splits_images_over_gpus_and_all_gathers_embeddings():
     """DP 2, two images of 16: each GPU encodes one (half the 2.62144e-7 s of both on one GPU), then one
     all-gather of 4 tokens × 8 × 2 B per GPU: 1 µs + 64 / 1e11."""

@@ -64,7 +64,8 @@ class SglangBackend:
                 scheduler = SglangScheduler(cfg, kv_tokens)
                 worker.add_rank(Rank(sim.env, worker, r, scheduler, sim.recorder))
             if sim.images is not None and role.name == sim.front_role:
-                worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency)
+                worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency,
+                                            role.timing.host.collective_us)
                                  for _ in worker.ranks]
             if role.frontend is not None:
                 sim.frontends[w] = Frontend(sim.env, role.frontend.stages)
