@@ -16,8 +16,9 @@ query·key pairs come from its own new and context tokens), never from token tot
 - ``kv_write``: the new tokens' K and V; ``lm_head`` and ``sampler``: only sequences that sample this
   pass; ``elementwise``: norms, rotary, activations, residuals, 16 passes over the hidden state a layer;
 - ``communication``: tensor parallelism's two all-reduces per layer and, under attention DP, the MoE token
-  exchange (two per MoE layer), each a latency plus its bytes over the achieved bandwidth, as the GPU
-  system's all-reduce was measured for that group size (``ALL_REDUCE``) inside a node, and on the NIC for
+  exchange (two per MoE layer): the all-reduces one- or two-shot, as vLLM's custom all-reduce runs them
+  (``all_reduce_seconds``), an exchange one step, at the step latency and link fraction the GPU system's
+  all-reduce was measured to reach for that group size (``ALL_REDUCE``) inside a node, and over the NIC for
   groups larger than a node;
 - ``layer_overhead``: a fixed GPU time per layer and pass: the latency floors of a layer's many small
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing,
@@ -127,8 +128,9 @@ class HostOverhead:
     """Fixed GPU time each layer adds to a pass (small-kernel latency floors)."""
     collective_us: float | None = None
     """The latency of one step of a collective (each tensor-parallel all-reduce, two per layer, one step
-    one-shot and two two-shot, and each MoE exchange, one step): None takes the GPU system's measured all-reduce's for the group size (``collective``), else
-    the link's own from the hardware registry (5 µs over NVLink)."""
+    one-shot and two two-shot, and each MoE exchange, one step): None takes the GPU system's measured
+    all-reduce's for the group size (``collective``), else the link's own from the hardware registry (5 µs
+    over NVLink)."""
     moe_layer_us: float = 21.7
     """Fixed GPU time each MoE layer adds to a pass on top of ``per_layer_us`` (routing, top-k, the tokens'
     permutation to their experts and back, the grouped GEMMs' launch and tile floors)."""
