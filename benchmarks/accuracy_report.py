@@ -131,9 +131,9 @@ class Constants:
 
 
 def measured_all_reduce(systems) -> str:
-    """Each system's all-reduce latencies by group size (``ALL_REDUCE``, not fitted here), in words."""
-    return "; ".join(f"{s} " + ", ".join(f"{v[0]:g} µs at {n}" for n, v in sorted(ALL_REDUCE[s].items())) + " GPUs"
-                     for s in systems)
+    """Each system's vLLM all-reduce step latencies by group size (``ALL_REDUCE``, not fitted here), in words."""
+    return "; ".join(f"{s} " + ", ".join(f"{v[0]:g} µs at {n}" for n, v in sorted(ALL_REDUCE["vllm"][s].items()))
+                     + " GPUs" for s in systems)
 
 
 FIT_START = Constants(0.76, 0.86, 0.86, 0.0, 35.4)

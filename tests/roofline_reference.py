@@ -11,7 +11,8 @@ from simmodel.perf.deployment import Deployment
 from simmodel.perf.roofline import ALL_REDUCE, Efficiency, HostOverhead
 
 
-def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ranks: list[list[tuple]]) -> list[float]:
+def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ranks: list[list[tuple]],
+                         engine: str = "vllm") -> list[float]:
     """Seconds per rank. ``ranks[r]`` lists ``(new_tokens, context_tokens, is_decode, samples)``."""
     m, hw = d.model, d.hardware
     tp, act, wb = d.tensor, d.activation_bytes, d.weight_bytes
@@ -26,7 +27,7 @@ def price_pass_reference(d: Deployment, eff: Efficiency, host: HostOverhead, ran
     def link(group):
         def inside(n):  # over the GPU link: the system's measured step latency and fraction, if any
             fraction, latency = 0.72, hw.intra_node_latency_s
-            measured = ALL_REDUCE.get(hw.system_id, {}) if hw.registry else {}
+            measured = ALL_REDUCE[engine].get(hw.system_id, {}) if hw.registry else {}
             sizes = sorted(measured)
             for lo, hi in zip(sizes, sizes[1:]):  # between two measured group sizes: the straight line
                 if lo <= n <= hi:

@@ -94,22 +94,32 @@ LINK_EFFICIENCY = 0.72
 all-reduce was not measured (``ALL_REDUCE``: mi300x, a system file) and over the NIC: the H100 kernel
 tables' large-message fraction (an earlier fit of docs/accuracy.md)."""
 
-ALL_REDUCE: dict[str, dict[int, tuple[float, float]]] = {
-    "a100_sxm": {2: (5.1, 0.58), 4: (5.5, 0.62), 8: (6.2, 0.63)},
-    "b200_sxm": {2: (7.1, 0.39), 4: (7.3, 0.52), 8: (7.7, 0.65)},
-    "gb200": {2: (5.1, 0.20), 4: (5.3, 0.51)},
-    "h100_sxm": {2: (4.2, 0.52), 4: (4.6, 0.66), 8: (5.0, 0.80)},
-    "h200_sxm": {2: (4.4, 0.55), 4: (4.6, 0.69), 8: (4.9, 0.85)},
-    "l40s": {2: (5.4, 0.60), 4: (7.0, 0.12), 8: (9.9, 0.06)},
+ALL_REDUCE: dict[str, dict[str, dict[int, tuple[float, float]]]] = {
+    "vllm": {
+        "a100_sxm": {2: (5.1, 0.58), 4: (5.5, 0.62), 8: (6.2, 0.63)},
+        "b200_sxm": {2: (7.1, 0.39), 4: (7.3, 0.52), 8: (7.7, 0.65)},
+        "gb200": {2: (5.1, 0.20), 4: (5.3, 0.51)},
+        "h100_sxm": {2: (4.2, 0.52), 4: (4.6, 0.66), 8: (5.0, 0.80)},
+        "h200_sxm": {2: (4.4, 0.55), 4: (4.6, 0.69), 8: (4.9, 0.85)},
+        "l40s": {2: (5.4, 0.60), 4: (7.0, 0.12), 8: (9.9, 0.06)},
+    },
+    "sglang": {
+        "a100_sxm": {2: (5.3, 0.60), 4: (5.6, 0.64), 8: (6.2, 0.66)},
+        "b200_sxm": {2: (4.3, 0.53), 4: (4.8, 0.62), 8: (5.1, 0.58)},
+        "gb200": {2: (4.1, 0.53), 4: (4.4, 0.62)},
+        "h100_sxm": {2: (2.6, 0.66), 4: (2.8, 0.69), 8: (3.4, 0.66)},
+        "h200_sxm": {2: (2.6, 0.66), 4: (2.8, 0.72), 8: (3.4, 0.67)},
+        "l40s": {2: (5.4, 0.59), 4: (7.7, 0.12), 8: (11.0, 0.06)},
+    },
 }
-"""Per GPU system and group size inside a node: (step latency in µs, fraction of the link's per-direction
-bandwidth) of vLLM's custom all-reduce, one-shot or two-shot (``all_reduce_seconds``). Fitted on the BF16
-all-reduces NVIDIA measured under vLLM (in CUDA graphs) for AIConfigurator
-(``benchmarks/data/aic_allreduce.csv``, ``benchmarks/allreduce_fit.py``) over messages of 4 KB to 128 MB:
-H100's median error 4.5 %, 3.2 % and 2.2 % at 2, 4 and 8 GPUs, where one latency (5 µs), a ring's bytes and
-one fraction (0.72) for every size were 14 %, 10 % and 10 % off, and up to 41 % short on the medium
-messages of decode passes. No single fraction fits L40S (PCIe, no NVLink): 0.60 of its link at 2 GPUs,
-0.06 at 8."""
+"""Per engine (``engine.backend``), GPU system and group size inside a node: (step latency in µs, fraction of
+the link's per-direction bandwidth) of the engine's custom all-reduce, one-shot or two-shot
+(``all_reduce_seconds``). Fitted on the BF16 all-reduces NVIDIA measured under vLLM and SGLang (in CUDA
+graphs) for AIConfigurator (``benchmarks/data/aic_allreduce.csv``, ``benchmarks/allreduce_fit.py``) over
+messages of 4 KB to 128 MB: vLLM on H100, median error 4.5 %, 3.2 % and 2.2 % at 2, 4 and 8 GPUs, where
+one latency (5 µs), a ring's bytes and one fraction (0.72) for every size were 14 %, 10 % and 10 % off,
+and up to 41 % short on the medium messages of decode passes. No single fraction fits L40S (PCIe, no
+NVLink): 0.60 of its link at 2 GPUs, 0.06 at 8."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +160,14 @@ default timing adds to every request's TTFT and E2E (``engine.request_overhead_m
 INTER_NODE_LATENCY_S = 10e-6  # assumed: one collective step over the NIC (RDMA)
 
 
-def collective(hw: HardwareSpec, efficiency: Efficiency, group: int,
-               latency_us: float | None = None) -> tuple[float, float]:
+def collective(hw: HardwareSpec, efficiency: Efficiency, group: int, latency_us: float | None = None,
+               engine: str = "vllm") -> tuple[float, float]:
     """Achieved bandwidth (bytes/s) and step latency (s) of one collective among ``group`` GPUs: a collective
     moving B bytes per GPU over the link in k steps takes k × latency + B / bandwidth (an all-reduce:
     ``all_reduce_seconds``; the MoE token exchange, one step).
 
-    Inside a node, over the GPU link: a system whose all-reduce was measured (``ALL_REDUCE``, the registry's
-    own systems only) takes its latency and fraction for ``group`` GPUs, interpolated linearly between the
+    Inside a node, over the GPU link: a system whose all-reduce was measured under ``engine`` (``ALL_REDUCE``,
+    the registry's own systems only) takes its latency and fraction for ``group`` GPUs, interpolated linearly between the
     measured group sizes (beyond the largest, the largest's); others the registry's link latency and
     ``LINK_EFFICIENCY``. A larger group runs a ring across nodes: over the NIC at ``LINK_EFFICIENCY`` of its
     bandwidth and 10 µs a step, but never faster than a whole node's own link (L40S's PCIe reduces slower
@@ -167,11 +177,11 @@ def collective(hw: HardwareSpec, efficiency: Efficiency, group: int,
         fraction = efficiency.link if efficiency.link is not None else LINK_EFFICIENCY
         bandwidth, latency_s = fraction * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
         if hw.gpus_per_node > 1:  # the ring also runs through each node's own GPU link: its slower hop sets the pace
-            inside_bandwidth, inside_latency_s = collective(hw, efficiency, hw.gpus_per_node)
+            inside_bandwidth, inside_latency_s = collective(hw, efficiency, hw.gpus_per_node, engine=engine)
             bandwidth, latency_s = min(bandwidth, inside_bandwidth), max(latency_s, inside_latency_s)
     else:
         fraction, latency_s = LINK_EFFICIENCY, hw.intra_node_latency_s
-        measured = ALL_REDUCE.get(hw.system_id) if hw.registry else None
+        measured = ALL_REDUCE.get(engine, {}).get(hw.system_id) if hw.registry else None
         if measured:
             sizes = sorted(measured)
             latency_s = float(np.interp(group, sizes, [measured[n][0] for n in sizes])) * 1e-6
@@ -239,7 +249,9 @@ class RooflineTiming(SumsTiming):
     provenance = PROVENANCE
 
     def __init__(self, deployment: Deployment, efficiency: Efficiency = Efficiency(),
-                 host: HostOverhead = HostOverhead()) -> None:
+                 host: HostOverhead = HostOverhead(), engine: str = "vllm") -> None:
+        """``engine``: the serving engine (``engine.backend``), whose measured all-reduce prices the collectives
+        (``ALL_REDUCE``)."""
         d, m, hw = deployment, deployment.model, deployment.hardware
         self.deployment, self.efficiency, self.host = d, efficiency, host
         self.num_ranks = d.attention_data
@@ -304,7 +316,7 @@ class RooflineTiming(SumsTiming):
         # the step latency and the fraction of the link its GPU system reaches for n GPUs (``collective``).
         self.num_all_reduces = 2 * layers if tp > 1 else 0
         self.all_reduce_message_per_token = h * act
-        self.all_reduce_link, self.all_reduce_latency_s = collective(hw, efficiency, tp, host.collective_us)
+        self.all_reduce_link, self.all_reduce_latency_s = collective(hw, efficiency, tp, host.collective_us, engine)
         self.all_reduce_inside_node = tp <= hw.gpus_per_node
         # MoE token exchange, two per MoE layer, under attention DP only (the ranks hold different tokens):
         # expert parallelism sends each token's hidden state to its top-k experts' GPUs and back (all-to-all);
@@ -317,7 +329,8 @@ class RooflineTiming(SumsTiming):
         self.exchange_is_gather = ep == 1
         group = dp if ep == 1 else ep
         self.exchange_bytes_per_token = (1 if ep == 1 else m.num_experts_per_token) * h * act * (group - 1) / max(group, 1)
-        self.exchange_link, self.exchange_latency_s = collective(hw, efficiency, d.tensor * dp, host.collective_us)
+        self.exchange_link, self.exchange_latency_s = collective(hw, efficiency, d.tensor * dp, host.collective_us,
+                                                                engine)
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""

@@ -27,7 +27,7 @@ def _roofline(role: WorkerRole, backend: str) -> PassTiming:
     """The default model: the GPU roofline, with its constants fitted to measured runs where the scenario says
     so (``simmodel calibrate``)."""
     spec = role.timing
-    timing = RooflineTiming(role.deployment, spec.efficiency, spec.host)
+    timing = RooflineTiming(role.deployment, spec.efficiency, spec.host, engine=backend)
     if spec.calibration is not None:
         timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
                              *(("transferred",) if spec.transferred else ()))

@@ -165,7 +165,8 @@ def tower_weight_bytes(tower: VisionTower, tensor: int = 1, encoder_parallel: En
 
 def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image: np.ndarray | int, *, tensor: int = 1,
                    encoder_parallel: EncoderParallel = "tp", efficiency: Efficiency = _EFFICIENCY,
-                   dtype_bytes: float = 2, activation_bytes: float = 2, collective_us: float | None = None) -> float:
+                   dtype_bytes: float = 2, activation_bytes: float = 2, collective_us: float | None = None,
+                   engine: str = "sglang") -> float:
     """Seconds one rank's GPUs take to encode a pass's images (see the module docstring).
 
     Args:
@@ -179,6 +180,7 @@ def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image
         dtype_bytes: bytes per weight; activation_bytes: bytes per activation value.
         collective_us: the step latency of each collective (the scenario's ``timing.collective_latency_us``);
             None takes the GPU system's (``roofline.collective``).
+        engine: whose measured all-reduce prices the collectives (SGLang's: its encoder runs in SGLang).
 
     Returns:
         Seconds of the slowest GPU, 0.0 for no images.
@@ -194,9 +196,10 @@ def encode_seconds(tower: VisionTower, hardware: HardwareSpec, patches_per_image
         compute = max(_gpu_seconds(tower, hardware, share, 1, efficiency, dtype_bytes, activation_bytes)
                       for share in shares if share.size)
         return compute + _all_gather_seconds(tower, hardware, shares, tensor, efficiency, activation_bytes,
-                                             collective_us)
+                                             collective_us, engine)
     return (_gpu_seconds(tower, hardware, patches, tensor, efficiency, dtype_bytes, activation_bytes)
-            + _all_reduce_seconds(tower, hardware, patches, tensor, efficiency, activation_bytes, collective_us))
+            + _all_reduce_seconds(tower, hardware, patches, tensor, efficiency, activation_bytes, collective_us,
+                                  engine))
 
 
 def _gpu_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: int, eff: Efficiency,
@@ -223,11 +226,11 @@ def _gpu_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: 
 
 
 def _all_reduce_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarray, tp: int, eff: Efficiency,
-                        act: float, collective_us: float | None) -> float:
+                        act: float, collective_us: float | None, engine: str) -> float:
     """TP's all-reduces: two per block over patches × h, one per merger over tokens × out_hidden."""
     if tp <= 1:
         return 0.0
-    link, latency = collective(hw, eff, tp, collective_us)
+    link, latency = collective(hw, eff, tp, collective_us, engine)
     inside = tp <= hw.gpus_per_node
     num_patches = float(patches.sum())
     num_tokens = num_patches / tower.spatial_merge_size**2
@@ -238,9 +241,9 @@ def _all_reduce_seconds(tower: VisionTower, hw: HardwareSpec, patches: np.ndarra
 
 
 def _all_gather_seconds(tower: VisionTower, hw: HardwareSpec, shares: list[np.ndarray], tp: int, eff: Efficiency,
-                        act: float, collective_us: float | None) -> float:
+                        act: float, collective_us: float | None, engine: str) -> float:
     """DP's one all-gather of the embeddings, each GPU's share padded to the largest (as SGLang pads)."""
-    link, latency = collective(hw, eff, tp, collective_us)
+    link, latency = collective(hw, eff, tp, collective_us, engine)
     largest = max(float(share.sum()) for share in shares) / tower.spatial_merge_size**2
     return latency + (tp - 1) * embedding_bytes(tower, largest, act) / link
 
