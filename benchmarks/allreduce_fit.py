@@ -122,9 +122,9 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     w("than the largest measured, the largest's); a group larger than a node goes over the NIC. GB200's tables")
     w("stop at 4 GPUs (AIC models its node as 4). L40S has no NVLink: its GPUs reduce over PCIe, at 12 % and")
     w("6 % of the link beyond 2 GPUs, where the custom all-reduces decline (more than two PCIe-only GPUs) and")
-    w("NCCL runs: the same form is fitted to that measured curve. SGLang's (0.5.14) takes 2.6–3.4 µs a step on")
-    w("Hopper where vLLM's takes 4.2–5.0. Systems not measured (mi300x, every system")
-    w("file) take the registry's or the file's link latency as the step latency, and 0.72 of the link.")
+    w("NCCL runs: the same form is fitted to that measured curve. SGLang's (0.5.14; A100's rows 0.5.10) takes")
+    w("2.6–3.4 µs a step on Hopper where vLLM's takes 4.2–5.0. Systems not measured (mi300x, every system file)")
+    w("take the registry's or the file's link latency as the step latency, and 0.72 of the link.")
     w("")
     return lines, fitted
 

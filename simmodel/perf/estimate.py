@@ -94,7 +94,7 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
                                           "load": {"type": "concurrency", "concurrency": 1}, "stop": {"requests": 1}}}
     scenario = parse_scenario(data, Path.cwd())
     role = scenario.engine.workers["aggregated"]
-    timing = make_timing(role)
+    timing = make_timing(role, scenario.engine.backend)
     capacity = float(role.kv_tokens_per_rank)
     limit = role.context_length
     if input_tokens is not None and output_tokens is not None:

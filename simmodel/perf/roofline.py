@@ -16,10 +16,10 @@ query·key pairs come from its own new and context tokens), never from token tot
 - ``kv_write``: the new tokens' K and V; ``lm_head`` and ``sampler``: only sequences that sample this
   pass; ``elementwise``: norms, rotary, activations, residuals, 16 passes over the hidden state a layer;
 - ``communication``: tensor parallelism's two all-reduces per layer and, under attention DP, the MoE token
-  exchange (two per MoE layer): the all-reduces one- or two-shot, as vLLM's custom all-reduce runs them
-  (``all_reduce_seconds``), an exchange one step, at the step latency and link fraction the GPU system's
-  all-reduce was measured to reach for that group size (``ALL_REDUCE``) inside a node, and over the NIC for
-  groups larger than a node;
+  exchange (two per MoE layer): the all-reduces one- or two-shot, as the engines' custom all-reduces run
+  them (``all_reduce_seconds``), an exchange one step, at the step latency and link fraction the engine's
+  all-reduce was measured to reach on the GPU system for that group size (``ALL_REDUCE``) inside a node,
+  and over the NIC for groups larger than a node;
 - ``layer_overhead``: a fixed GPU time per layer and pass: the latency floors of a layer's many small
   kernels (norms, rotary, activation, attention set-up), which their rooflines price at almost nothing,
   and each block-scaled FP8 GEMM's floor (whose GEMMs run at the BF16 rate);
@@ -71,8 +71,8 @@ class Efficiency:
     compute: float = 0.78
     memory: float = 0.85
     link: float | None = None
-    """Fraction of the GPU link's per-direction bandwidth a collective's bytes reach: None takes the GPU
-    system's measured all-reduce for the group's size (``ALL_REDUCE``), else ``LINK_EFFICIENCY``."""
+    """Fraction of the GPU link's per-direction bandwidth a collective's bytes reach: None takes the engine's
+    all-reduce as measured on the GPU system for the group's size (``ALL_REDUCE``), else ``LINK_EFFICIENCY``."""
     expert: float = 0.22
     """Fraction of the experts' dtype peak that the grouped GEMMs of MoE experts reach (many small GEMMs, one
     per expert, each as thin as the expert's slice on the GPU)."""
@@ -119,7 +119,7 @@ graphs) for AIConfigurator (``benchmarks/data/aic_allreduce.csv``, ``benchmarks/
 messages of 4 KB to 128 MB: vLLM on H100, median error 4.5 %, 3.2 % and 2.2 % at 2, 4 and 8 GPUs, where
 one latency (5 µs), a ring's bytes and one fraction (0.72) for every size were 14 %, 10 % and 10 % off,
 and up to 41 % short on the medium messages of decode passes. No single fraction fits L40S (PCIe, no
-NVLink): 0.60 of its link at 2 GPUs, 0.06 at 8."""
+NVLink): vLLM's reaches 0.60 of its link at 2 GPUs, 0.06 at 8."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,10 @@ def collective(hw: HardwareSpec, efficiency: Efficiency, group: int, latency_us:
     ``LINK_EFFICIENCY``. A larger group runs a ring across nodes: over the NIC at ``LINK_EFFICIENCY`` of its
     bandwidth and 10 µs a step, but never faster than a whole node's own link (L40S's PCIe reduces slower
     than its NIC). ``efficiency.link`` and ``latency_us``, where set (a scenario's or a calibration's),
-    replace the fractions and the latency."""
+    replace the fractions and the latency. An ``engine`` not in ``ALL_REDUCE`` is refused (``ValueError``):
+    every engine simmodel serves has its table."""
+    if engine not in ALL_REDUCE:
+        raise ValueError(f"no measured all-reduce for engine {engine!r} (engines: {', '.join(sorted(ALL_REDUCE))})")
     if group > hw.gpus_per_node:
         fraction = efficiency.link if efficiency.link is not None else LINK_EFFICIENCY
         bandwidth, latency_s = fraction * hw.nic_bytes_per_s, INTER_NODE_LATENCY_S
@@ -181,7 +184,7 @@ def collective(hw: HardwareSpec, efficiency: Efficiency, group: int, latency_us:
             bandwidth, latency_s = min(bandwidth, inside_bandwidth), max(latency_s, inside_latency_s)
     else:
         fraction, latency_s = LINK_EFFICIENCY, hw.intra_node_latency_s
-        measured = ALL_REDUCE.get(engine, {}).get(hw.system_id) if hw.registry else None
+        measured = ALL_REDUCE[engine].get(hw.system_id) if hw.registry else None
         if measured:
             sizes = sorted(measured)
             latency_s = float(np.interp(group, sizes, [measured[n][0] for n in sizes])) * 1e-6
@@ -198,7 +201,7 @@ def all_reduce_seconds(message_bytes, group: int, bandwidth: float, latency_s: f
     """Seconds of one all-reduce of ``message_bytes`` (a number or an array) among ``group`` GPUs, whose link
     carries ``bandwidth`` bytes/s per GPU and direction and takes ``latency_s`` a step.
 
-    Inside a node, vLLM's custom all-reduce: one-shot (one step, each GPU reads the other n − 1 GPUs' whole
+    Inside a node, the engine's custom all-reduce (vLLM's, SGLang's): one-shot (one step, each GPU reads the other n − 1 GPUs' whole
     buffers: (n − 1) × M bytes) for small messages, two-shot (a reduce-scatter and an all-gather, two steps,
     2(n − 1)/n × M bytes) for large ones, switching where two-shot gets faster: the faster of the two. Among
     2 GPUs both move M bytes, so one-shot always. Over the NIC, a ring's bytes, 2(n − 1)/n × M, and one

@@ -24,8 +24,8 @@ Mirrors SGLang serving a Qwen-VL model (``models/qwen3_vl.py``; ``multimodal/pro
 
 Collectives are priced as ``RooflineTiming`` prices tensor parallelism's: the all-reduces one- or two-shot
 (``roofline.all_reduce_seconds``), the all-gather one step plus its bytes, at the step latency and achieved
-bandwidth of ``roofline.collective`` (the GPU system's measured all-reduce for the group's size inside a
-node, the NIC beyond).
+bandwidth of ``roofline.collective`` (SGLang's all-reduce as measured on the GPU system for the group's
+size inside a node, the NIC beyond).
 """
 
 from __future__ import annotations
