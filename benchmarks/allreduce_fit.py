@@ -64,12 +64,12 @@ def fit(message, measured, gpus: int, link_bytes_per_s: float) -> tuple[float, f
     return round(float(res.x[0]), 1), round(float(res.x[1]), 2)
 
 
-def fit_all(path: Path = DATA) -> dict[str, dict[str, dict[int, tuple[float, float]]]]:
-    """engine → system → GPUs → (step latency µs, link fraction)."""
+def fit_all(data: dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray]]) -> dict[str, dict[str, dict[int, tuple]]]:
+    """engine → system → GPUs → (step latency µs, link fraction), fitted on ``load()``'s curves."""
     from simmodel.perf.hardware import HARDWARE
 
     table: dict[str, dict[str, dict[int, tuple[float, float]]]] = {}
-    for (engine, system, gpus), (message, measured) in load(path).items():
+    for (engine, system, gpus), (message, measured) in data.items():
         table.setdefault(engine, {}).setdefault(system, {})[gpus] = fit(
             message, measured, gpus, HARDWARE[system].intra_node_bytes_per_s)
     return table
@@ -82,7 +82,8 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     from simmodel.perf.hardware import HARDWARE
     from simmodel.perf.roofline import ALL_REDUCE, LINK_EFFICIENCY
 
-    fitted = fit_all(path)
+    data = load(path)
+    fitted = fit_all(data)
     lines: list[str] = []
     w = lines.append
     w("### All-reduce: each GPU system's, by group size")
@@ -102,7 +103,7 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     w("| engine | system | GPUs | step latency µs | link fraction | in the code | median abs err | worst | "
       "one latency, ring bytes, 0.72: median abs err | worst |")
     w("|---|---|---:|---:|---:|---|---:|---:|---:|---:|")
-    for (engine, system, gpus), (message, measured) in load(path).items():
+    for (engine, system, gpus), (message, measured) in data.items():
         hw = HARDWARE[system]
         latency, fraction = fitted[engine][system][gpus]
         inside = (message >= SMALLEST) & (message <= LARGEST)

@@ -33,15 +33,11 @@ def fit_fractions(one_gpu) -> tuple[float, float]:
     from scipy.optimize import least_squares
 
     base = current_defaults()
-
-    def fitted(points, start, make):
-        aic = np.log([p.aic_ms for p in points])
-        res = least_squares(lambda x: np.log(price(points, make(x))) - aic, start, bounds=(0.01, 1.0),
-                            loss="soft_l1", f_scale=SOFT_L1_SCALE, x_scale=0.1, diff_step=1e-3)
-        return [round(float(v), 2) for v in res.x]
-
-    compute, memory = fitted(one_gpu, np.array([base.compute, base.memory]),
-                             lambda x: replace(base, compute=float(x[0]), memory=float(x[1])))
+    aic = np.log([p.aic_ms for p in one_gpu])
+    res = least_squares(lambda x: np.log(price(one_gpu, replace(base, compute=float(x[0]), memory=float(x[1])))) - aic,
+                        np.array([base.compute, base.memory]), bounds=(0.01, 1.0), loss="soft_l1",
+                        f_scale=SOFT_L1_SCALE, x_scale=0.1, diff_step=1e-3)
+    compute, memory = (round(float(v), 2) for v in res.x)
     return compute, memory
 
 

@@ -387,7 +387,7 @@ class RooflineTiming(SumsTiming):
                              / hbm)
         comm = np.zeros(len(tokens))
         if self.num_all_reduces:
-            comm = busy * self.num_all_reduces * all_reduce_seconds(
+            comm = self.num_all_reduces * all_reduce_seconds(  # (an idle rank's empty message costs nothing)
                 tokens * self.all_reduce_message_per_token, self.deployment.tensor, self.all_reduce_link,
                 self.all_reduce_latency_s, self.all_reduce_inside_node)
         if self.num_exchanges:

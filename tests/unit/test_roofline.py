@@ -146,6 +146,13 @@ def test_the_all_reduce_table_is_the_fit_on_the_measured_latencies():
     assert set(ALL_REDUCE) == {"vllm", "sglang"}
 
 
+def test_every_backend_a_scenario_can_name_has_a_measured_all_reduce():
+    """collective refuses an engine without a table, so every backend the configuration accepts needs one."""
+    from simmodel.config.backends import BACKEND_RULES
+
+    assert set(BACKEND_RULES) <= set(ALL_REDUCE)
+
+
 def test_an_sglang_worker_prices_its_all_reduces_with_sglangs_measured_figures():
     """SGLang's custom all-reduce on H100 among 4 GPUs: a 2.8 µs step and 0.69 of 450 GB/s (vLLM's: 4.6 µs,
     0.66). Llama-3.1-70B at TP 4, 32 decodes: 160 all-reduces of 524,288 B, one-shot 2.8 + 3 · 524,288 /
