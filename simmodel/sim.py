@@ -19,7 +19,7 @@ from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.environment import Environment
 from simmodel.engine.limits import RunLimits
-from simmodel.engine.placement import ROUTERS, ArrivalRoutes, Router
+from simmodel.engine.placement import ArrivalRoutes, Router
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.vision_encoder import image_tokens
@@ -41,6 +41,8 @@ from simmodel.metrics.summarize import (
     summarize,
 )
 from simmodel.perf.timings import make_timing
+from simmodel.routing import make_router, router_predicts
+from simmodel.routing.report import routing_summary
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
@@ -127,6 +129,10 @@ class Results:
             state["_passes"] = pass_columns(self._passes, self._num_passes)
         state["_events"] = self._events[:self._num_events]
         return state
+
+
+def _or_nan(value: int | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def _by_end_and_worker(data: dict) -> dict:
@@ -249,16 +255,18 @@ class Simulation:
             worker.limits = self.limits
             worker.coalesce = coalesce
             worker.horizon = self.stop_at
-        self.routers: dict[str, Router] = {name: ROUTERS["round_robin"](pool) for name, pool in self.pools.items()}
-        """Per role, the router that picks the worker of each request placed on its pool."""
+        load = scenario.traffic.load
+        stream = RequestStream(scenario, trace)
+        self.routers: dict[str, Router] = {
+            name: make_router(scenario.router(name), pool, self.env, stream.sessions, predicts=name != "decode")
+            for name, pool in self.pools.items()}
+        """Per role, the router that picks the worker of each request placed on its pool (``simmodel.routing``)."""
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
             assert engine.kv_transfer is not None
             self.transfer = KvTransfer(self.env, engine.kv_transfer, kv_transfer_bytes_per_token(scenario),
                                        self.pools["prefill"], self.pools["decode"], self.pick_decode, self.recorder,
                                        destination_first=self.backend.destination_first)
-        load = scenario.traffic.load
-        stream = RequestStream(scenario, trace)
         stream.extra_prompt_tokens = self.image_tokens + scenario.traffic.prompt_overhead_tokens
         stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
@@ -519,11 +527,15 @@ class Simulation:
         shown.prefill_worker, shown.prefill_dp_rank = leg.worker, leg.dp_rank
         shown.num_preemptions += leg.num_preemptions
         shown.num_cached_tokens = leg.num_cached_tokens
+        shown.predicted_cached_tokens = leg.predicted_cached_tokens
         return shown
 
     def results(self) -> Results:
         disaggregated = self.transfer is not None
         requests = request_table([self._reported(r) for r in self.requests], disaggregated)
+        if any(router_predicts(router) for router in self.routers.values()):
+            requests.add("predicted_cached_tokens", [_or_nan(self._reported(r).predicted_cached_tokens)
+                                                     for r in self.requests])
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
             requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
         roles = {}
@@ -546,6 +558,10 @@ class Simulation:
                 "acceptance_rate": accepted / verified if verified else None,
                 "mean_tokens_per_round": (rounds + accepted) / rounds if rounds else None,
             }
+        if self.scenario.routers:
+            reported = [self._reported(r) for r in self.requests]
+            summary["routing"] = routing_summary({name: self.scenario.router(name) for name in self.pools},
+                                                 {name: len(pool) for name, pool in self.pools.items()}, reported)
         if self.scenario.sla is not None:
             summary["sla"] = sla_summary(self.scenario.sla, requests, summary["duration_s"])
         pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]

@@ -17,6 +17,7 @@ This module ties the parts together; each part of a scenario has its own parser 
     sglang_host.py  an SGLang worker's host loop, frontend, host profile, vision; the rules joining them to images
     timing.py       ``….timing``; calibration.py: the calibration file it may name
     limits.py       ``limits``; evaluation.py: ``evaluation.sla``
+    router.py       ``router``: each pool's router and its knobs
     schema.py       the frozen dataclasses all of these build; domains.py: search domains, refused here
 """
 
@@ -33,6 +34,7 @@ from simmodel.config.files import apply_overrides, read_text_file, read_yaml
 from simmodel.config.limits import _limits
 from simmodel.config.node import _Node
 from simmodel.config.registries import _model
+from simmodel.config.router import parse_routers
 from simmodel.config.schema import Scenario
 from simmodel.config.sglang_host import _check_images
 from simmodel.config.traffic import _traffic
@@ -63,6 +65,7 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     traffic = _traffic(root.node("traffic", required=True), base_dir)
     limits = _limits(root.node("limits"), traffic)
     sla = parse_evaluation(root.node("evaluation"))
+    routers = parse_routers(root.node("router"), engine, traffic)
     root.done()
     engine = _check_images(engine, traffic, base_dir, BACKEND_RULES[engine.backend])
-    return Scenario(traffic, engine, path, limits, sla)
+    return Scenario(traffic, engine, path, limits, sla, routers)

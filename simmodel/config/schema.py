@@ -437,6 +437,42 @@ class Sla:
         return any(b is not None for b in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
 
 
+ROUTER_TYPES = ("round_robin", "random", "least_loaded", "kv_aware", "scored")
+"""``router.type``: how a pool's router picks the worker (and attention-DP rank) of each request."""
+SCORERS = ("prefix-cache", "queue-depth", "kv-utilization", "session-affinity")
+"""``router.weights`` of a ``scored`` router: llm-d's scorers, by their names."""
+DEFAULT_SCORER_WEIGHTS = (("prefix-cache", 3.0), ("queue-depth", 2.0), ("kv-utilization", 2.0))
+"""llm-d's endpoint picker with no configuration file (``pkg/epp/config/loader/defaults.go``): prefix cache 3,
+queue 2, KV-cache utilisation 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """``router`` (per pool): which router picks each request's worker, and its knobs (see
+    ``docs/routing.md``; a knob a type does not read is refused when parsed)."""
+
+    type: str = "round_robin"
+    seed: int = 0
+    """``random``, and ``kv_aware`` with ``temperature`` above 0: the seed of the router's own draws."""
+    overlap_score_weight: float = 1.0
+    """``kv_aware``: weight of the prefill blocks still to compute against the active blocks (Dynamo's)."""
+    temperature: float = 0.0
+    """``kv_aware``: 0 picks the lowest cost; above 0 samples a softmax over the costs."""
+    event_lag_ms: float = 0.0
+    """``kv_aware`` (precise) and ``scored`` with ``prefix-cache``: how late the workers' KV block events reach
+    the router."""
+    approximate: bool = False
+    """``kv_aware``: the router reads no KV events and remembers what it routed where, for ``ttl_s``."""
+    ttl_s: float = 120.0
+    weights: tuple[tuple[str, float], ...] = ()
+    """``scored``: (scorer, weight) pairs, weights above 0 only."""
+
+    @property
+    def reads_cache(self) -> bool:
+        """Whether the router reads the workers' prefix caches (and so needs prefix caching on the pool)."""
+        return self.type == "kv_aware" or any(name == "prefix-cache" for name, _ in self.weights)
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     traffic: Traffic
@@ -445,3 +481,9 @@ class Scenario:
     limits: LimitsSpec = field(default_factory=LimitsSpec)
     sla: Sla | None = None
     """``evaluation.sla``: the run reports goodput and SLA attainment against it; None: not reported."""
+    routers: dict[str, RouterSpec] = field(default_factory=dict)
+    """``router``: per pool (role name), its router; a pool not named here is routed round robin."""
+
+    def router(self, role: str) -> RouterSpec:
+        """The router of the pool of ``role``."""
+        return self.routers.get(role) or RouterSpec()

@@ -113,6 +113,9 @@ class PrefixCachingBlockPool:
         self.free_queue = FreeBlockQueue(num_blocks)
         self.num_queries = 0
         self.num_hits = 0
+        self.listener = None
+        """Called as ``listener(key, stored)`` when a key becomes cached (its first block) or is evicted (its last
+        block taken): the KV block events vLLM publishes and a KV-aware router follows; None: nobody listens."""
 
     @property
     def num_free_blocks(self) -> int:
@@ -164,6 +167,8 @@ class PrefixCachingBlockPool:
                 holders = by_key[key]
                 if len(holders) == 1:  # (b alone holds it)
                     del by_key[key]
+                    if self.listener is not None:
+                        self.listener(key, False)
                 else:
                     del holders[b]
                 key_of[b] = None
@@ -185,6 +190,8 @@ class PrefixCachingBlockPool:
             holders = self.blocks_by_key[key]
             if len(holders) == 1:  # (b alone holds it)
                 del self.blocks_by_key[key]
+                if self.listener is not None:
+                    self.listener(key, False)
             else:
                 del holders[b]
             self.key_of[b] = None
@@ -198,12 +205,19 @@ class PrefixCachingBlockPool:
             return
         keys = request.block_keys.upto(full)
         key_of, by_key, block_ids = self.key_of, self.blocks_by_key, request.block_ids
+        listener = self.listener
         for j in range(request.num_cached_blocks, full):
             b = block_ids[j]
             if key_of[b] is None:
                 key = keys[j]
                 key_of[b] = key
-                by_key.setdefault(key, {})[b] = None
+                holders = by_key.get(key)
+                if holders is None:
+                    by_key[key] = {b: None}
+                    if listener is not None:
+                        listener(key, True)
+                else:
+                    holders[b] = None
         request.num_cached_blocks = max(request.num_cached_blocks, full)
 
     def free_request(self, request) -> None:

@@ -51,10 +51,6 @@ class RoundRobin:
         return worker
 
 
-ROUTERS = {"round_robin": RoundRobin}
-"""The routers a pool can be given, by name."""
-
-
 class ArrivalRoutes:
     """The worker each request of an open-loop load goes to, asked of a router that reads no state, in
     request order, ahead of the arrivals.

@@ -32,6 +32,10 @@ class Rank:
         self._pending_releases: list = []
         self.last_delivery = 0
         """When this rank's previous pass delivered its tokens (inter-token gaps of consecutive tokens)."""
+        self.watcher = None
+        """A router's bookkeeping of this rank (``routing.loads.PoolLoads``), told of every plan recorded here
+        (``on_plan``) and every pass end (``on_pass_end``: its first tokens and finishes), at the instant the
+        pass-by-pass loop records them; None: no router watches."""
 
     @property
     def pool(self):
@@ -82,6 +86,8 @@ class Rank:
         request.status = RequestStatus.FINISHED
         rec.event(now, EventKind.FIRST_TOKEN, w, r, request.request_id, 1, self.role)
         rec.event(now, EventKind.FINISH, w, r, request.request_id, request.num_output_tokens, self.role)
+        if self.watcher is not None:
+            self.watcher.on_pass_end(self, (request,), ((request, 1),))
         if request.on_finish is not None:
             request.on_finish(request)
         self.worker.notify()
@@ -142,6 +148,8 @@ class Rank:
             rec.event(now, EventKind.ADMISSION, w, r, request.request_id, _new_tokens(plan, request), role)
         for request in plan.resumed:
             rec.event(now, EventKind.RESUME, w, r, request.request_id, _new_tokens(plan, request), role)
+        if self.watcher is not None:
+            self.watcher.on_plan(self, plan)
 
     def begin_pass(self, plan: SchedulerOutput, start_ns: int, pass_index: int) -> None:
         """Record the start of this rank's pass number ``pass_index`` (its ``finish_pass`` records the same)."""
@@ -201,6 +209,8 @@ class Rank:
         row, at, intervals, first_tokens, finished = end
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
+        if self.watcher is not None:  # (before any finish calls back: a next request routed then sees it)
+            self.watcher.on_pass_end(self, first_tokens, finished)
         keep = rec.keep_events or rec.sink is not None
         new_event = tuple.__new__
         events = [new_event(Event, (at, EventKind.FIRST_TOKEN, w, r, q.request_id, 1, role, -1))

@@ -37,6 +37,7 @@ class Request:
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
         "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
+        "predicted_cached_tokens",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
         # SGLang: what the prompt's tokens are (radix cache segments), when it reached the scheduler,
         # and the time it spent in the frontend stages.
@@ -110,6 +111,9 @@ class Request:
         self.transfer_end_at: int | None = None
         self.decode_admitted_at: int | None = None
         self.source_released_at: int | None = None
+        self.predicted_cached_tokens: int | None = None
+        """Prompt tokens the router expected cached on the rank it chose (a KV-aware or prefix-scoring router;
+        P/D: the prefill pool's), beside ``num_cached_tokens``, what the rank found; None: no such router."""
 
     @property
     def num_tokens(self) -> int:

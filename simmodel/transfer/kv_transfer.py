@@ -84,6 +84,7 @@ class KvTransfer:
         client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
         client.num_preemptions += leg.num_preemptions
         client.num_cached_tokens = leg.num_cached_tokens
+        client.predicted_cached_tokens = leg.predicted_cached_tokens
         client.source = (source, leg)
         if self.destination_first:
             target, _ = self._expected.pop(client)

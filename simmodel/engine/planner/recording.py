@@ -123,7 +123,8 @@ class Recording:
         busy = self.busy[k].tolist()
         label = "+".join(self.labels[k])
         rec = self.recorder
-        firsts = self._first_tokens() if rec.keep_events or rec.sink is not None else {}  # (for events only)
+        # (for the events, and for a router watching the ranks)
+        firsts = self._first_tokens() if rec.keep_events or rec.sink is not None or self.ranks[0].watcher else {}
         done = self.finished.get(k, ())
         requests, rank_of, outputs, left = self.requests, self.rank_of, self.outputs, self.left
         called_back = False
