@@ -44,7 +44,7 @@ from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
 from simmodel.traffic.lengths import smallest_length
-from simmodel.traffic.source import RequestStream, TrafficSource, WorkerArrivals
+from simmodel.traffic.source import RequestStream, RoutedAtArrival, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
 from simmodel.transfer.kv_transfer import KvTransfer
 
@@ -281,7 +281,7 @@ class Simulation:
                  and not any(router.reads_state for router in self.routers.values()))
         for worker in self.workers:
             worker.quiet_callbacks = quiet
-        self.order_by_worker = self.routes is not None
+        self.order_by_worker = any(worker.arrivals is not None for worker in self.workers)
         """Workers plan ahead, each on its own: the tables take the canonical order (``summarize.event_order``)."""
         if event_sink is not None:
             event_sink.by_worker = self.order_by_worker
@@ -299,6 +299,12 @@ class Simulation:
             return
         router = self.routers["aggregated"]
         if router.reads_state:
+            # Routed as each request arrives: the workers plan ahead up to the next arrival (``RoutedAtArrival``),
+            # unless the router sees the workers' KV events late, stamped as the passes that make them plan.
+            if not self.scenario.router("aggregated").event_lag_ms:
+                arrivals = RoutedAtArrival(self.source)
+                for worker in self.pools["aggregated"]:
+                    worker.arrivals = arrivals
             return
         self.routes = ArrivalRoutes(router, self.source.rejected, self.source.stream.limit)
         self.source.routed(self.routes)

@@ -114,8 +114,9 @@ class PrefixCachingBlockPool:
         self.num_queries = 0
         self.num_hits = 0
         self.listener = None
-        """Called as ``listener(key, stored)`` when a key becomes cached (its first block) or is evicted (its last
-        block taken): the KV block events vLLM publishes and a KV-aware router follows; None: nobody listens."""
+        """Called as ``listener(keys, stored)`` with the keys one call made cached (their first block) or evicted
+        (their last block taken), in order: the KV block events vLLM publishes and a KV-aware router follows;
+        None: nobody listens."""
 
     @property
     def num_free_blocks(self) -> int:
@@ -159,6 +160,7 @@ class PrefixCachingBlockPool:
         taken = []
         b = nxt[queue.head]
         key_of, ref_cnt, by_key = self.key_of, self.ref_cnt, self.blocks_by_key
+        evicted = [] if self.listener is not None else None
         for _ in range(num_blocks):
             taken.append(b)
             inside[b] = False
@@ -167,8 +169,8 @@ class PrefixCachingBlockPool:
                 holders = by_key[key]
                 if len(holders) == 1:  # (b alone holds it)
                     del by_key[key]
-                    if self.listener is not None:
-                        self.listener(key, False)
+                    if evicted is not None:
+                        evicted.append(key)
                 else:
                     del holders[b]
                 key_of[b] = None
@@ -176,6 +178,8 @@ class PrefixCachingBlockPool:
             b = nxt[b]
         nxt[queue.head], prev[b] = b, queue.head
         queue.size -= num_blocks
+        if evicted:
+            self.listener(evicted, False)
         return taken
 
     def allocate_one(self) -> int:
@@ -191,7 +195,7 @@ class PrefixCachingBlockPool:
             if len(holders) == 1:  # (b alone holds it)
                 del self.blocks_by_key[key]
                 if self.listener is not None:
-                    self.listener(key, False)
+                    self.listener((key,), False)
             else:
                 del holders[b]
             self.key_of[b] = None
@@ -205,7 +209,7 @@ class PrefixCachingBlockPool:
             return
         keys = request.block_keys.upto(full)
         key_of, by_key, block_ids = self.key_of, self.blocks_by_key, request.block_ids
-        listener = self.listener
+        stored = [] if self.listener is not None else None
         for j in range(request.num_cached_blocks, full):
             b = block_ids[j]
             if key_of[b] is None:
@@ -214,10 +218,12 @@ class PrefixCachingBlockPool:
                 holders = by_key.get(key)
                 if holders is None:
                     by_key[key] = {b: None}
-                    if listener is not None:
-                        listener(key, True)
+                    if stored is not None:
+                        stored.append(key)
                 else:
                     holders[b] = None
+        if stored:
+            self.listener(stored, True)
         request.num_cached_blocks = max(request.num_cached_blocks, full)
 
     def free_request(self, request) -> None:

@@ -34,7 +34,7 @@ class CacheView:
         self.holders: dict[object, int] = {}
         """Block key → bits of the ranks holding it."""
         self._due: deque = deque()
-        """Precise with a lag: (instant the router sees it, rank bit, key, stored) in event order. Approximate:
+        """Precise with a lag: (instant the router sees them, rank bit, keys, stored) in event order. Approximate:
         (expiry, rank bit, key) in routing order."""
         self._expiry: dict[tuple[int, object], int] = {}
         """Approximate: (rank bit, key) → its latest expiry (an older entry in ``_due`` is then stale)."""
@@ -43,23 +43,26 @@ class CacheView:
                 rank.pool.listener = self._listener(1 << c)
 
     def _listener(self, bit: int):
-        """The rank's KV event handler: applied now, or queued to be seen ``lag_ns`` later."""
+        """The rank's KV event handler (``keys`` stored or removed): applied now, or queued to be seen ``lag_ns``
+        later."""
         if self.lag_ns:
             due, env, lag = self._due, self.env, self.lag_ns
 
-            def later(key: object, stored: bool) -> None:
-                due.append((env.now + lag, bit, key, stored))
+            def later(keys: list, stored: bool) -> None:
+                due.append((env.now + lag, bit, keys, stored))
             return later
 
-        def now(key: object, stored: bool) -> None:
-            self._apply(bit, key, stored)
+        def now(keys: list, stored: bool) -> None:
+            self._apply(bit, keys, stored)
         return now
 
-    def _apply(self, bit: int, key: object, stored: bool) -> None:
+    def _apply(self, bit: int, keys: list, stored: bool) -> None:
         holders = self.holders
         if stored:
-            holders[key] = holders.get(key, 0) | bit
-        else:
+            for key in keys:
+                holders[key] = holders.get(key, 0) | bit
+            return
+        for key in keys:
             left = holders.get(key, 0) & ~bit
             if left:
                 holders[key] = left
@@ -75,7 +78,7 @@ class CacheView:
                 t, bit, key = due.popleft()
                 if expiry.get((bit, key)) == t:
                     del expiry[(bit, key)]
-                    self._apply(bit, key, False)
+                    self._apply(bit, (key,), False)
             return
         while due and due[0][0] <= now:
             _, bit, key, stored = due.popleft()

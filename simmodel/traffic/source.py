@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -182,6 +183,9 @@ class TrafficSource:
         refused (an open-loop load whose arrivals workers make ahead)."""
         self._in_transit: dict[int, Request] = {}
         """Routed requests sent and not yet handed over (``engine.request_overhead_ms``)."""
+        self._reaching: deque[int] = deque()
+        """Open loop, routed at arrival: when each request sent and not yet handed over reaches the deployment
+        (in sending order; the overhead is one constant)."""
         self.routes = None
         """``placement.ArrivalRoutes`` when each arrival's worker is known ahead (see ``routed``), else None."""
         self.sessions = stream.sessions
@@ -464,8 +468,22 @@ class TrafficSource:
         if not self.overhead_ns:
             self.place(request, self.env.now)
         else:
-            self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self.place(request))
+            self._reaching.append(self.env.now + self.overhead_ns)
+            self.env.timeout(self.overhead_ns).callbacks.append(lambda _event: self._reach(request))
         return True
+
+    def _reach(self, request: Request) -> None:
+        self._reaching.popleft()
+        self.place(request)
+
+    def next_placement_ns(self) -> int | None:
+        """Open loop, routed at arrival: when the next request reaches the deployment (one sent already, or the
+        next to send), or None if no request is left. A request the server will refuse counts too."""
+        at = self._reaching[0] if self._reaching else None
+        if self.stream.load.type == "stages" or not self._has_next():
+            return at
+        nxt = to_ns(self.stream.arrival(len(self._requests))) + self.overhead_ns
+        return nxt if at is None else min(at, nxt)
 
     def _refuse(self, request: Request, at: int) -> None:
         """The server refuses the request as it is sent, at ``at``."""
@@ -522,6 +540,31 @@ class TrafficSource:
             self._unit_done(session.stage)
             if self._closed(session.stage) and self._has_next():
                 self._start_unit()
+
+
+class RoutedAtArrival:
+    """The arrivals of an open-loop load whose router reads the workers' state (``router.type`` least_loaded,
+    kv_aware, scored): each request is routed at the instant it reaches the deployment, reading every worker
+    as it is then, so no worker's requests are known ahead; but nothing else reads or changes a worker before
+    that instant. A worker's runs of passes are then applied when they start, up to the next such instant
+    (``horizon_ns``), and admit no arrival themselves (``next_arrival_ns`` is None); the router, told of
+    their plans and pass ends as they are recorded, is asked only once they are over."""
+
+    def __init__(self, source: TrafficSource) -> None:
+        self.source = source
+
+    def next_arrival_ns(self) -> None:
+        """None: no request is known to come to this worker before the router sends it."""
+        return None
+
+    def quiet_until(self, end_ns: int) -> bool:
+        return True
+
+    def horizon_ns(self, before_ns: float) -> float:
+        """The next instant a request reaches the deployment (and is routed), or the one the request limit is
+        broken at, if before ``before_ns``."""
+        times = [t for t in (self.source.next_placement_ns(), self.source.refusal_ns(before_ns)) if t is not None]
+        return min([before_ns, *times])
 
 
 SENT, PLACED = 1, 2

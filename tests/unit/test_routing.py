@@ -20,15 +20,14 @@ def test_precise_view_matches_the_longest_leading_run_per_rank():
     env = SimpleNamespace(now=0)
     rs = ranks(2)
     view = CacheView(env, rs)
-    for key in "abc":
-        rs[0].pool.listener(key, True)
-    for key in "ab":
-        rs[1].pool.listener(key, True)
+    rs[0].pool.listener(list("abc"), True)
+    rs[1].pool.listener(["a"], True)
+    rs[1].pool.listener(["b"], True)
     assert view.overlaps(list("abcd"), 4) == [3, 2]
     assert view.overlaps(list("ax"), 2) == [1, 1]
     assert view.overlaps(list("xa"), 2) == [0, 0]
     assert view.overlaps([], 0) == [0, 0]
-    rs[0].pool.listener("b", False)
+    rs[0].pool.listener(["b"], False)
     assert view.overlaps(list("abc"), 3) == [1, 2]
     assert view.overlaps(list("ab"), 1) == [1, 1]  # (only the first n keys count)
 
@@ -38,13 +37,13 @@ def test_lagged_events_are_seen_late():
     env = SimpleNamespace(now=0)
     rs = ranks(1)
     view = CacheView(env, rs, lag_ns=100)
-    rs[0].pool.listener("a", True)
+    rs[0].pool.listener(["a"], True)
     env.now = 99
     assert view.overlaps(["a"], 1) == [0]
     env.now = 100
     assert view.overlaps(["a"], 1) == [1]
     env.now = 150
-    rs[0].pool.listener("a", False)
+    rs[0].pool.listener(["a"], False)
     env.now = 249
     assert view.overlaps(["a"], 1) == [1]
     env.now = 250
@@ -76,7 +75,7 @@ def test_a_pool_tells_its_listener_when_a_key_is_first_cached_and_last_evicted()
     (k1's last copy: removed); taking one more evicts 2 (k0's last copy: removed)."""
     pool = PrefixCachingBlockPool(4, 16)
     events = []
-    pool.listener = lambda key, stored: events.append((key, stored))
+    pool.listener = lambda keys, stored: events.extend((key, stored) for key in keys)
     keys = BlockKeys(lambda j: ("same", j))
     for _ in range(2):
         request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=keys,

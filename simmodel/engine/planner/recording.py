@@ -83,6 +83,8 @@ class Recording:
                                decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel()),
                               int(ends[m - 1]))
         finished = self.finished
+        if self.ranks[0].watcher is not None:
+            self._tell_watchers(lo, hi)
         if not (rec.keep_events or rec.sink is not None):
             rec.num_done += sum(len(done) for k, done in finished.items() if lo <= k < hi)
             return
@@ -108,6 +110,26 @@ class Recording:
                                                  int(outputs[i] + left[i]), role, -1)))
                 add(new_event(EventRow, (t1, PASS_END, w, r, -1, per_row[x][r], role, self.base + k)))
         rec.add_events(rows)
+
+    def _tell_watchers(self, lo: int, hi: int) -> None:
+        """Tell the router watching the ranks (``Rank.watcher``) what rows lo..hi − 1 of a run applied when it
+        starts did, row by row as the pass-by-pass loop tells it: the admissions of each row's plan (async: of
+        the row planned as it starts), then per rank its first tokens and finishes. (The run ends before the
+        router is asked again, at the next arrival: ``traffic.source.RoutedAtArrival``.)"""
+        s, ranks, rank_of = self.lag, self.ranks, self.rank_of
+        firsts, requests, finished, plans_by_row = self._first_tokens(), self.requests, self.finished, self.plans_by_row
+        rows = {k - s for k in plans_by_row if lo <= k - s < hi and k not in self.recorded_rows}
+        rows.update(k for k in finished if lo <= k < hi)
+        rows.update(k for k, _ in firsts if lo <= k < hi)
+        for k in sorted(rows):
+            for rank, out in zip(ranks, () if k + s in self.recorded_rows else plans_by_row.get(k + s) or ()):
+                rank.watcher.on_plan(rank, out)
+            done = finished.get(k, ())
+            for r, rank in enumerate(ranks):
+                mine = [(requests[i], 0) for i in done if self.num_ranks == 1 or rank_of[i] == r]
+                first = firsts.get((k, r), ())
+                if mine or first:
+                    rank.watcher.on_pass_end(rank, first, mine)
 
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank
