@@ -49,8 +49,8 @@ def _router(node: _Node, engine: Engine, traffic: Traffic, roles: tuple[str, ...
     kind = node.choice("type", ROUTER_TYPES, "round_robin")
     reads = KNOBS[kind]
     every = {knob for knobs in KNOBS.values() for knob in knobs}
-    for key in node.data:
-        if key in every and key not in reads:
+    for key, value in node.data.items():
+        if key in every and key not in reads and value is not None:  # (null means absent)
             what = ", ".join(reads) if reads else "none"
             raise ScenarioError(f"{node.at(key)}: a {kind} router does not read it (its knobs: {what})")
     base = RouterSpec()

@@ -1,5 +1,5 @@
 """What each pool's router did, for ``summary.json``: per worker, the requests it was sent, their prompt and
-output tokens, the prompt tokens its prefix cache served and the hit ratio; and, where the router predicts
+output tokens (a prefill worker's: prompt tokens only), the prompt tokens its prefix cache served and the hit ratio; and, where the router predicts
 it (``kv_aware``, ``scored`` with ``prefix-cache``), the cached tokens it expected."""
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ def routing_summary(routers: dict[str, RouterSpec], pool_sizes: dict[str, int], 
     out = {}
     for role, spec in routers.items():
         decode = role == "decode"
-        rows = [{"worker": w, "requests": 0, "prompt_tokens": 0, "output_tokens": 0} for w in range(pool_sizes[role])]
+        rows = [{"worker": w, "requests": 0, "prompt_tokens": 0} for w in range(pool_sizes[role])]
+        if role != "prefill":  # (a prefill worker samples no output of the client's)
+            for row in rows:
+                row["output_tokens"] = 0
         cached = [0] * len(rows)
         predicted = [0] * len(rows)
         predicts = False
@@ -28,7 +31,8 @@ def routing_summary(routers: dict[str, RouterSpec], pool_sizes: dict[str, int], 
             row = rows[w]
             row["requests"] += 1
             row["prompt_tokens"] += r.num_prompt_tokens
-            row["output_tokens"] += r.num_output_tokens
+            if role != "prefill":
+                row["output_tokens"] += r.num_output_tokens
             cached[w] += r.num_cached_tokens
             if r.predicted_cached_tokens is not None and not decode:
                 predicted[w] += r.predicted_cached_tokens

@@ -2,7 +2,8 @@
 state also its attention-DP rank (set as the request's rank hint, which the worker then keeps).
 
 - ``RandomRouter``: a seeded uniform draw of a worker per request (reads no state, so known ahead).
-- ``LeastLoaded``: the worker with the fewest running sequences, ties by fewest queued, then lowest index.
+- ``LeastLoaded``: the worker with the fewest active sequences (running or queued), ties by fewest queued, then
+  lowest index.
 - ``KvAware``: Dynamo's KV router: per rank, cost = ``overlap_score_weight`` × prefill blocks still to compute
   (its routed prompt tokens not yet prefilled plus this prompt, in blocks, less the blocks of this prompt the
   rank caches) + active blocks (the distinct prompt blocks of the requests routed there and not finished, plus
@@ -83,15 +84,15 @@ class _RankRouter:
 
 
 class LeastLoaded(_RankRouter):
-    """The worker with the fewest running sequences (over its ranks), ties by fewest queued, then index; its
-    rank the worker's own next (round robin, or the trace's)."""
+    """The worker with the fewest active sequences (routed there and not finished, running or queued, over its
+    ranks), ties by fewest queued, then index; its rank the worker's own next (round robin, or the trace's)."""
 
     def pick(self, request: Request) -> Worker:
         loads, ranks = self.loads, self.ranks
         per_worker: dict[int, list[int]] = {}
         for c, rank in enumerate(ranks):
             totals = per_worker.setdefault(rank.worker.worker_id, [0, 0])
-            totals[0] += loads.running[c]
+            totals[0] += loads.running[c] + loads.queued[c]
             totals[1] += loads.queued[c]
         worker = min(self.workers, key=lambda w: (per_worker[w.worker_id][0], per_worker[w.worker_id][1], w.worker_id))
         rank = worker.pick_rank(request.dp_rank_hint)

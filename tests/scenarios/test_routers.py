@@ -109,9 +109,10 @@ def test_approximate_kv_aware_remembers_its_routes_for_ttl(tmp_path, ttl_s, work
     assert table.loc[1, "predicted_cached_tokens"] == (48 if worker == 0 else 0)
 
 
-def test_least_loaded_counts_running_then_queued(tmp_path):
-    """R0 → worker 0 (both idle: lowest index). R1 at 105: worker 0 runs R0, worker 1 nothing → worker 1
-    (prefilled 105–125, its last token at 135). R2 at 205: worker 0 still runs R0, worker 1 nothing → worker 1."""
+def test_least_loaded_counts_active_then_queued(tmp_path):
+    """Active sequences (running or queued), ties by queued. R0 → worker 0 (both idle: lowest index). R1 at 105:
+    worker 0 runs R0, worker 1 nothing → worker 1 (prefilled 105–125, its last token at 135). R2 at 205: worker 0
+    still runs R0, worker 1 nothing → worker 1."""
     trace = mooncake(tmp_path / "t.jsonl", ROWS)
     _, results = run(two_workers(trace, {"type": "least_loaded"}))
     assert results.requests.set_index("request_id")["worker"].tolist() == [0, 1, 1]

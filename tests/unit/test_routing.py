@@ -115,3 +115,28 @@ def test_loads_follow_plans_and_pass_ends():
     assert loads.block_refs[0] == {"a": 1}
     loads.on_pass_end(r0, [], [(q, 1)])  # finished before admission (a one-token handoff)
     assert (loads.queued[0], loads.prefill_tokens[0], loads.block_refs[0]) == (0, 0, {})
+
+
+def test_least_loaded_takes_fewest_active_then_fewest_queued_then_lowest_index():
+    """Worker 0 runs 2 (active 2, queued 0), worker 1 runs 1 and queues 1 (active 2, queued 1), worker 2 runs 1
+    and queues 2 (active 3): worker 0 (ties worker 1 on active, fewer queued). It then holds 3 active (the new
+    one queued), so the next goes to worker 1; then workers 0, 1, 2 all hold 3 active and 1, 2, 2 queued:
+    worker 0 again."""
+    from simmodel.config.schema import RouterSpec
+    from simmodel.routing.routers import LeastLoaded
+
+    def worker(w):
+        rank = SimpleNamespace(rank_id=0, watcher=None, pool=SimpleNamespace(block_size=16))
+        node = SimpleNamespace(worker_id=w, ranks=[rank], pick_rank=lambda hint: rank)
+        rank.worker = node
+        return node
+
+    workers = [worker(w) for w in range(3)]
+    router = LeastLoaded(workers, RouterSpec("least_loaded"), env=SimpleNamespace(now=0))
+    loads = router.loads
+    loads.running[:], loads.queued[:] = [2, 1, 1], [0, 1, 2]
+    class Request:
+        dp_rank_hint = None
+
+    picks = [router.pick(Request()).worker_id for _ in range(3)]
+    assert picks == [0, 1, 0]
