@@ -616,3 +616,27 @@ def test_huge_spaces_random_draws_and_grid_cap(tmp_path):
     with pytest.raises(ScenarioError, match="the grid has 400,000,000,000,000,000,000 candidates"):
         expand(space, "grid")
     assert len(expand(space, "grid", max_trials=4)) == 4
+
+
+def test_a_search_over_routers_ranks_them_as_derived_by_hand(tmp_path):
+    """Two workers of one sequence each, fixed 10 ms passes, three requests of 100 prompt tokens: R0 at 0 ms
+    (10 outputs: done at 100 ms), R1 at 5 ms and R2 at 40 ms (3 outputs each: three passes).
+
+    - round robin: R0 → 0, R1 → 1 (done at 35), R2 → 0, where it waits for R0 and runs 100–130: e2e 100, 30,
+      90, mean 73.33 ms;
+    - least_loaded: R2 at 40 finds worker 0 busy with R0 and worker 1 idle (R1 finished): 40–70, e2e 30:
+      mean 53.33 ms, ranked first."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,10\n0.005,100,3\n0.04,100,3\n")
+    data = search(router={"type": {"choices": ["round_robin", "least_loaded"]}},
+                  traffic={"source": {"type": "trace", "format": "csv", "path": str(trace)},
+                           "load": {"type": "trace_timestamps"}})
+    data["engine"]["workers"]["aggregated"]["parallelism"]["replicas"] = 2
+    data["engine"]["workers"]["aggregated"]["scheduler"]["max_sequences"] = 1
+    out = tmp_path / "out"
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    ledger = json.loads((out / "recommendation.json").read_text())
+    by_router = {e["choices"]["router.type"]: e["metrics"]["mean_e2e_ms"] for e in ledger["candidates"]}
+    assert by_router == pytest.approx({"round_robin": 220 / 3, "least_loaded": 160 / 3})
+    assert ledger["candidates"][ledger["ranked"][0] - 1]["choices"]["router.type"] == "least_loaded"

@@ -242,3 +242,50 @@ def test_router_rules_are_checked(tmp_path):
     no_cache["router"] = {"type": "kv_aware"}
     assert ("router.type: a kv_aware router reads the workers' prefix caches, but "
             "engine.workers.aggregated.kv_cache.prefix_caching is false") in scenario_error(no_cache)
+
+
+def role(**fields) -> dict:
+    return {"parallelism": {"replicas": 2}, "timing": POLY, "scheduler": {"async_scheduling": False},
+            "kv_cache": {"block_size": 16, "prefix_caching": True, "capacity": {"type": "fixed", "blocks": 64}},
+            **fields}
+
+
+def test_disaggregated_pools_each_take_their_own_router(tmp_path):
+    """P/D with a KV-aware prefill router and a least-loaded decode router: the same outputs in runs as pass by
+    pass; the routing summary has both pools (cache figures and predictions for the prefill pool only), and
+    the predicted cached tokens are the prefill router's."""
+    trace = mooncake(tmp_path / "t.jsonl", random_rows(60, seed=5))
+    data = two_workers(trace, {"prefill": {"type": "kv_aware"}, "decode": {"type": "least_loaded"}})
+    data["engine"].update(mode="disaggregated", context_length=1024,
+                          workers={"prefill": role(), "decode": role()})
+    _, a = run(data)
+    _, b = run(data, coalesce=False)
+    assert_same(a, b)
+    routing = a.summary["routing"]
+    assert (routing["prefill"]["type"], routing["decode"]["type"]) == ("kv_aware", "least_loaded")
+    assert "cached_tokens" in routing["prefill"]["workers"][0] and "output_tokens" not in routing["prefill"]["workers"][0]
+    assert "cached_tokens" not in routing["decode"]["workers"][0]
+    assert sum(w["requests"] for w in routing["decode"]["workers"]) == 60
+    table = a.requests
+    assert (table["predicted_cached_tokens"] >= 0).all() and table["cached_tokens"].sum() > 0
+    assert [w["cached_tokens"] for w in routing["prefill"]["workers"]] == [
+        int(table.loc[table["prefill_worker"] == w, "cached_tokens"].sum()) for w in (0, 1)]
+
+
+@pytest.mark.parametrize("router", [{"type": "least_loaded"}, {"type": "random", "seed": 2},
+                                    {"type": "scored", "weights": {"queue-depth": 1, "kv-utilization": 1}}],
+                         ids=lambda r: r["type"])
+def test_sglang_workers_take_routers_that_do_not_read_the_cache(tmp_path, router):
+    """SGLang workers (2 of 2 attention-DP ranks): the same outputs in runs as pass by pass, every request served
+    once; a router reading the prefix cache is refused there."""
+    trace = mooncake(tmp_path / "t.jsonl", random_rows(40, seed=9))
+    data = two_workers(trace, router, POLY, parallelism={"replicas": 2, "attention_data": 2},
+                       kv_cache={"prefix_caching": True, "block_size": 1, "capacity": {"type": "fixed", "blocks": 4096}})
+    data["engine"].update(backend="sglang", context_length=1024)
+    data["engine"]["workers"]["aggregated"]["scheduler"] = {}
+    _, a = run(data)
+    _, b = run(data, coalesce=False)
+    assert_same(a, b)
+    assert sorted(a.requests["request_id"]) == list(range(40)) and (a.requests["status"] == "completed").all()
+    data["router"] = {"type": "kv_aware"}
+    assert "a kv_aware router follows vLLM's KV block events" in scenario_error(data)
