@@ -308,6 +308,10 @@ def write_results(results: Results, path: Path, overwrite: bool, events: str = "
             write_csv(staging / "requests.csv", requests)
         write_csv(staging / "passes.csv", results.pass_columns())
         names = ["summary.json", "requests.csv", "passes.csv"]
+        replicas = results.replica_columns()
+        if replicas is not None:  # a replica planner ran: its pools over time
+            write_csv(staging / "replicas.csv", replicas)
+            names.append("replicas.csv")
         if events == "memory":
             names.append(write_events(results.event_columns(), staging))
         elif events == "stream":

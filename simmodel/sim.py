@@ -43,6 +43,7 @@ from simmodel.metrics.summarize import (
 from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
+from simmodel.scaling import Fleet, ReplicaPlanner
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, RoutedAtArrival, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
@@ -73,8 +74,10 @@ class Results:
 
     def __init__(self, summary: dict, requests: RequestTable, passes: PassLog, num_passes: int,
                  events: list, num_events: int, stage_starts: np.ndarray | None = None,
-                 by_worker: bool = False) -> None:
+                 by_worker: bool = False, replicas: dict | None = None) -> None:
         self.summary = summary
+        self._replicas = replicas
+        """A replica planner's pools over time (``replicas.csv``): columns, or None without a planner."""
         self._requests, self._passes, self._num_passes = requests, passes, num_passes
         self._events, self._num_events, self._stage_starts = events, num_events, stage_starts
         self._by_worker = by_worker
@@ -99,6 +102,18 @@ class Results:
         if "events" not in self._tables:
             self._tables["events"] = events_frame(self._events[:self._num_events], by_worker=self._by_worker)
         return self._tables["events"]
+
+    @property
+    def replicas(self) -> pd.DataFrame | None:
+        """Each scaled pool's workers serving, starting and draining from each change on (None: no planner)."""
+        if self._replicas is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(self._replicas)
+
+    def replica_columns(self) -> dict | None:
+        return self._replicas
 
     def request_columns(self) -> dict | None:
         """The requests table as plain columns (``RequestTable.plain_columns``), or None: write the frame."""
@@ -245,8 +260,12 @@ class Simulation:
         self.frontends: dict[int, Frontend] = {}
         """SGLang: each front worker's frontend stage pools, by worker id."""
         self.backend: Backend = BACKENDS[engine.backend](self)
-        self.pools: dict[str, list[Worker]] = {name: self.backend.build_pool(role, make_timing(role, engine.backend))
-                                               for name, role in engine.workers.items()}
+        planner = scenario.planner
+        scaled = {} if planner is None else planner.pools
+        self.pools: dict[str, list[Worker]] = {
+            name: self.backend.build_pool(role, make_timing(role, engine.backend),
+                                          scaled[name].max_replicas if name in scaled else None)
+            for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
         self.limits = RunLimits(scenario.limits)
         cutoff = scenario.traffic.stop.max_virtual_time_seconds
@@ -261,6 +280,16 @@ class Simulation:
             name: make_router(scenario.router(name), pool, self.env, stream.sessions, predicts=name != "decode")
             for name, pool in self.pools.items()}
         """Per role, the router that picks the worker of each request placed on its pool (``simmodel.routing``)."""
+        self.fleets: dict[str, Fleet] = {
+            name: Fleet(self.env, name, self.pools[name], self.routers[name], engine.workers[name].parallelism.replicas,
+                        to_ns(engine.workers[name].startup_seconds)) for name in scaled}
+        """Per scaled role (``planner.pools``), its workers as the replica planner runs them (``simmodel.scaling``)."""
+        self.planner: ReplicaPlanner | None = None
+        if planner is not None:
+            self.planner = ReplicaPlanner(self.env, planner, self.fleets, self._work_left)
+            for name in scaled:
+                for worker in self.pools[name]:
+                    worker.reads_at = self.planner.next_read_ns
         self.transfer: KvTransfer | None = None
         if engine.mode == "disaggregated":
             assert engine.kv_transfer is not None
@@ -290,15 +319,23 @@ class Simulation:
             for rank in worker.ranks:
                 self.env.process(rank.run())
         self.env.process(self.source.run())
+        if self.planner is not None:
+            self.env.process(self.planner.run())
+
+    def _work_left(self) -> bool:
+        """Whether any process but the replica planner has an event to come (asked as its own has fired)."""
+        return self.env.peek() != float("inf")
 
     def _route_ahead(self, engine) -> None:
         """Aggregated vLLM under an open-loop load with a router that reads no state: an arrival only creates
         a request and queues it on the worker the router names, which is known ahead. Each worker is then
-        given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one."""
+        given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one. With a
+        router that reads state, or a replica planner changing the pool, each request is routed as it arrives
+        and the workers plan ahead up to that instant (``RoutedAtArrival``)."""
         if engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop:
             return
         router = self.routers["aggregated"]
-        if router.reads_state:
+        if router.reads_state or self.planner is not None:  # (a planner changes whom the router may pick)
             # Routed as each request arrives: the workers plan ahead up to the next arrival (``RoutedAtArrival``),
             # unless the router sees the workers' KV events late, stamped as the passes that make them plan.
             if not self.scenario.router("aggregated").event_lag_ms:
@@ -545,11 +582,17 @@ class Simulation:
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
             requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
         roles = {}
+        end_ns = to_ns(self.end_time())
         for name, role in self.scenario.engine.workers.items():
             p = role.parallelism
-            roles[name] = role_summary(p.gpu_count, p.gpus_per_worker, p.replicas, self.end_time(),
+            fleet = self.fleets.get(name)
+            gpu_count, seconds = p.gpu_count, None
+            if fleet is not None:  # scaled: the most GPUs up at once, and each worker's lifetime
+                gpu_count = fleet.replica_stats(end_ns)["peak_workers_up"] * p.gpus_per_worker
+                seconds = fleet.worker_seconds(end_ns)
+            roles[name] = role_summary(gpu_count, p.gpus_per_worker, p.replicas, self.end_time(),
                                        sum(w.num_passes for w in self.pools[name]), role.num_kv_blocks,
-                                       role.kv_cache.block_size)
+                                       role.kv_cache.block_size, seconds)
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts(),
                             request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)
@@ -568,6 +611,15 @@ class Simulation:
             reported = [self._reported(r) for r in self.requests]
             summary["routing"] = routing_summary({name: self.scenario.router(name) for name in self.pools},
                                                  {name: len(pool) for name, pool in self.pools.items()}, reported)
+        replicas = None
+        if self.planner is not None:
+            summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": len(self.planner.decisions),
+                                  "pools": {name: fleet.replica_stats(end_ns) for name, fleet in self.fleets.items()}}
+            rows = sorted((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.timeline)
+            replicas = {"time_s": np.array([r[0] for r in rows], dtype=np.float64) / NS_PER_S,
+                        "role": [r[1] for r in rows], "serving": np.array([r[2] for r in rows], dtype=np.int64),
+                        "starting": np.array([r[3] for r in rows], dtype=np.int64),
+                        "draining": np.array([r[4] for r in rows], dtype=np.int64)}
         if self.scenario.sla is not None:
             summary["sla"] = sla_summary(self.scenario.sla, requests, summary["duration_s"])
         pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]
@@ -607,4 +659,4 @@ class Simulation:
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
         return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
-                       len(self.recorder.events), starts, by_worker=self.order_by_worker)
+                       len(self.recorder.events), starts, by_worker=self.order_by_worker, replicas=replicas)

@@ -17,7 +17,7 @@ This module ties the parts together; each part of a scenario has its own parser 
     sglang_host.py  an SGLang worker's host loop, frontend, host profile, vision; the rules joining them to images
     timing.py       ``….timing``; calibration.py: the calibration file it may name
     limits.py       ``limits``; evaluation.py: ``evaluation.sla``
-    router.py       ``router``: each pool's router and its knobs
+    router.py       ``router``: each pool's router and its knobs; planner.py: ``planner``, the replica planner
     schema.py       the frozen dataclasses all of these build; domains.py: search domains, refused here
 """
 
@@ -33,6 +33,7 @@ from simmodel.config.evaluation import parse_evaluation
 from simmodel.config.files import apply_overrides, read_text_file, read_yaml
 from simmodel.config.limits import _limits
 from simmodel.config.node import _Node
+from simmodel.config.planner import parse_planner
 from simmodel.config.registries import _model
 from simmodel.config.router import parse_routers
 from simmodel.config.schema import Scenario
@@ -66,6 +67,7 @@ def parse_scenario(data: dict, base_dir: Path, path: Path | None = None) -> Scen
     limits = _limits(root.node("limits"), traffic)
     sla = parse_evaluation(root.node("evaluation"))
     routers = parse_routers(root.node("router"), engine, traffic)
+    planner = parse_planner(root.node("planner"), engine)
     root.done()
     engine = _check_images(engine, traffic, base_dir, BACKEND_RULES[engine.backend])
-    return Scenario(traffic, engine, path, limits, sla, routers)
+    return Scenario(traffic, engine, path, limits, sla, routers, planner)

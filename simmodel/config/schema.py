@@ -371,6 +371,8 @@ class WorkerRole:
     host_profile: HostProfileSpec | None = None
     vision: VisionSpec | None = None
     """SGLang: images encoded on this worker's GPUs."""
+    startup_seconds: float = 0.0
+    """How long a worker the replica planner adds takes before it serves (the initial workers serve at 0)."""
 
     @property
     def kv_tokens_per_rank(self) -> int:
@@ -473,6 +475,35 @@ class RouterSpec:
         return self.type == "kv_aware" or any(name == "prefix-cache" for name, _ in self.weights)
 
 
+PLANNER_MODES = ("load",)
+"""``planner.mode``: ``load`` (queue and KV use against thresholds); Dynamo's SLA mode is still to come."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBounds:
+    """``planner.pools.<role>``: the replica counts the planner keeps a pool within."""
+
+    min_replicas: int
+    max_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSpec:
+    """``planner``: the replica planner that adds and removes workers during the run (``docs/planner.md``)."""
+
+    mode: str
+    pools: dict[str, PoolBounds]
+    """Per scaled role; a role not named keeps its ``parallelism.replicas``."""
+    adjustment_interval_s: float = 180.0
+    metric_interval_s: float = 10.0
+    """How often each pool's queue and KV use are sampled (their means over an interval decide), and drained
+    workers found empty."""
+    queue_scale_out: float = 5.0
+    queue_scale_in: float = 0.2
+    kv_scale_out: float = 0.9
+    kv_scale_in: float = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     traffic: Traffic
@@ -483,6 +514,8 @@ class Scenario:
     """``evaluation.sla``: the run reports goodput and SLA attainment against it; None: not reported."""
     routers: dict[str, RouterSpec] = field(default_factory=dict)
     """``router``: per pool (role name), its router; a pool not named here is routed round robin."""
+    planner: PlannerSpec | None = None
+    """``planner``: adds and removes workers during the run; None: worker counts are fixed."""
 
     def router(self, role: str) -> RouterSpec:
         """The router of the pool of ``role``."""

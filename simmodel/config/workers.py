@@ -85,10 +85,7 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
             chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
             backend: str = "vllm", base_dir: Path | None = None) -> WorkerRole:
-    startup = node.number("startup_seconds", 0.0)
-    if startup:
-        raise ScenarioError(f"{node.at('startup_seconds')}: only delays workers added during a run, which "
-                            f"this version does not model (worker counts are fixed); must be 0")
+    startup = node.number("startup_seconds", 0.0, maximum=1e6)  # (checked against the planner: ``planner``)
     context_length = _context_length(node, model, model.max_position_embeddings, engine_context)
     parallelism = _parallelism(node.node("parallelism"), model)
     rules = BACKEND_RULES[backend]
@@ -159,7 +156,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
                             f"rank more KV", category="kv_capacity")
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
-                      host_loop, frontend, profile, vision)
+                      host_loop, frontend, profile, vision, startup)
 
 
 def _check_model_terms(node: _Node, deployment: Deployment) -> None:

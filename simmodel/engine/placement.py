@@ -34,6 +34,10 @@ class Router(Protocol):
         """The worker for the next request placed on this pool."""
         ...
 
+    def serve(self, workers: list[Worker]) -> None:
+        """From now on pick among ``workers`` only (a replica planner added or removed some)."""
+        ...
+
 
 class RoundRobin:
     """Each request to the next worker of the pool in turn, whatever their load (vLLM's and Dynamo's
@@ -49,6 +53,11 @@ class RoundRobin:
         worker = self.workers[self._next]
         self._next = (self._next + 1) % len(self.workers)
         return worker
+
+    def serve(self, workers: list[Worker]) -> None:
+        """Take turns over ``workers`` from now on, the turn staying where it was (modulo their number)."""
+        self.workers = list(workers)
+        self._next %= len(self.workers)
 
 
 class ArrivalRoutes:

@@ -106,6 +106,9 @@ class Worker:
         (planning passes that will not run costs time, and changes nothing else)."""
         self.horizon: int | None = None
         """No pass of a run ends after this time (the end of the run being driven), or None."""
+        self.reads_at = None
+        """When something outside next reads this worker's state (a replica planner's sample: a callable giving
+        the instant), or None: no pass of a run ends at or after it."""
         self.vision: list | None = None
         """Per rank, a ``RankVision`` adding image-encoding time to its prefill passes (SGLang), or None."""
         self.hands_off = False
@@ -474,6 +477,8 @@ class Worker:
         return horizon
 
     def _limited(self, horizon: float) -> float:
+        if self.reads_at is not None:
+            horizon = min(horizon, self.reads_at())
         return horizon if self.horizon is None else min(horizon, self.horizon + 1)
 
     def _launch_end(self, plans: list[SchedulerOutput], decided: int, start: int, end: int) -> int:

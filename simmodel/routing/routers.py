@@ -47,6 +47,9 @@ class RandomRouter:
     def pick(self, request: Request | None) -> Worker:
         return self.workers[int(self._rng.integers(len(self.workers)))]
 
+    def serve(self, workers: list[Worker]) -> None:
+        self.workers = list(workers)
+
 
 class _RankRouter:
     """A router that reads the pool's state and picks a rank: ``_choose`` gives the rank's index among
@@ -62,12 +65,20 @@ class _RankRouter:
         self.loads = PoolLoads(workers)
         self.ranks = self.loads.ranks
         self.block_size = self.ranks[0].pool.block_size
+        self.serving = list(workers)
+        """The workers it may pick (a replica planner's serving ones; ``loads`` keeps every worker's)."""
+        self._candidates = list(range(len(self.ranks)))
+
+    def serve(self, workers: list[Worker]) -> None:
+        self.serving = list(workers)
+        up = {id(w) for w in workers}
+        self._candidates = [c for c, rank in enumerate(self.ranks) if id(rank.worker) in up]
 
     def candidates(self, request: Request) -> list[int]:
         hint = request.dp_rank_hint
         if hint is None:
-            return list(range(len(self.ranks)))
-        return [c for c, rank in enumerate(self.ranks) if rank.rank_id == hint]
+            return self._candidates
+        return [c for c in self._candidates if self.ranks[c].rank_id == hint]
 
     def pick(self, request: Request) -> Worker:
         rank = self.ranks[self._choose(request)]
@@ -94,7 +105,7 @@ class LeastLoaded(_RankRouter):
             totals = per_worker.setdefault(rank.worker.worker_id, [0, 0])
             totals[0] += loads.running[c] + loads.queued[c]
             totals[1] += loads.queued[c]
-        worker = min(self.workers, key=lambda w: (per_worker[w.worker_id][0], per_worker[w.worker_id][1], w.worker_id))
+        worker = min(self.serving, key=lambda w: (per_worker[w.worker_id][0], per_worker[w.worker_id][1], w.worker_id))
         rank = worker.pick_rank(request.dp_rank_hint)
         request.dp_rank_hint = rank.rank_id
         loads.routed(request, loads.index[id(rank)])

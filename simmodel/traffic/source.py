@@ -544,9 +544,10 @@ class TrafficSource:
 
 class RoutedAtArrival:
     """The arrivals of an open-loop load whose router reads the workers' state (``router.type`` least_loaded,
-    kv_aware, scored): each request is routed at the instant it reaches the deployment, reading every worker
-    as it is then, so no worker's requests are known ahead; but nothing else reads or changes a worker before
-    that instant. A worker's runs of passes are then applied when they start, up to the next such instant
+    kv_aware, scored) or picks among the workers a replica planner keeps serving: each request is routed at the
+    instant it reaches the deployment, as the pool is then, so no worker's requests are known ahead; but
+    nothing else reads or changes a worker before that instant (a planner's samples bound runs on their own,
+    ``Worker.reads_at``). A worker's runs of passes are then applied when they start, up to the next such instant
     (``horizon_ns``), and admit no arrival themselves (``next_arrival_ns`` is None); the router, told of
     their plans and pass ends as they are recorded, is asked only once they are over."""
 

@@ -35,8 +35,9 @@ class Backend(Protocol):
         """The longest prompt plus one that every role accepts."""
         ...
 
-    def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
-        """``replicas`` workers of ``attention_data`` ranks, each rank with its own scheduler and KV pool."""
+    def build_pool(self, role: WorkerRole, timing: PassTiming, count: int | None = None) -> list[Worker]:
+        """``replicas`` workers (or ``count``: a scaled pool's most) of ``attention_data`` ranks, each rank with its
+        own scheduler and KV pool."""
         ...
 
     def place(self, request: Request, at: int | None) -> Rank | None:

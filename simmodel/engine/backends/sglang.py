@@ -34,7 +34,7 @@ class SglangBackend:
         """SGLang refuses a prompt at ``max_req_len = min(context_length, KV tokens) − 1``."""
         return min(min(role.context_length, role.kv_tokens_per_rank) - 1 for role in scenario.engine.workers.values())
 
-    def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
+    def build_pool(self, role: WorkerRole, timing: PassTiming, count: int | None = None) -> list[Worker]:
         """The per-pass prefill budget is SGLang's ``chunked_prefill_size`` (8192), or the role's
         ``max_batched_tokens`` with the host loop or images encoded on the worker."""
         sim = self.sim
@@ -57,7 +57,7 @@ class SglangBackend:
             page_size=role.kv_cache.block_size, radix_cache=role.kv_cache.prefix_caching,
             mixed_chunk=spec.enable_mixed_chunk)
         workers = []
-        for w in range(role.parallelism.replicas):
+        for w in range(role.parallelism.replicas if count is None else count):
             worker = Worker(sim.env, w, timing, role.name, async_scheduling=role.host_loop,
                             prefill_decode_interval=spec.prefill_decode_interval)
             for r in range(role.parallelism.attention_data):

@@ -37,7 +37,7 @@ class VllmBackend:
         """vLLM refuses a prompt at ``max_model_len``."""
         return min(role.context_length for role in scenario.engine.workers.values())
 
-    def build_pool(self, role: WorkerRole, timing: PassTiming) -> list[Worker]:
+    def build_pool(self, role: WorkerRole, timing: PassTiming, count: int | None = None) -> list[Worker]:
         engine, sim = self.sim.scenario.engine, self.sim
         sched_cfg = VllmSchedulerConfig(
             max_num_seqs=role.scheduler.max_sequences,
@@ -52,7 +52,7 @@ class VllmBackend:
         )
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
-        for w in range(role.parallelism.replicas):
+        for w in range(role.parallelism.replicas if count is None else count):
             worker = Worker(sim.env, w, timing, role.name, role.scheduler.async_scheduling,
                             role.scheduler.prefill_schedule_interval, role.scheduler.launch)
             worker.hands_off = role.name == "prefill"  # (``place`` puts the prefill legs there, and only there)

@@ -59,6 +59,11 @@ class Scheduler(Protocol):
         """Whether any request is running or queued here."""
         ...
 
+    @property
+    def num_queued(self) -> int:
+        """Requests waiting here for the scheduler to take them (what a serving metric reports as waiting)."""
+        ...
+
     def schedule(self, arrived_before: int | None = None, throttle_prefills: bool = False) -> SchedulerOutput:
         """Plan the next pass: the requests that run and their new tokens. ``arrived_before``: requests
         arriving at or after it are not read yet (async engines); ``throttle_prefills``: this pass may not

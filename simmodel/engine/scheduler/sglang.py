@@ -259,6 +259,11 @@ class SglangScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.chunked or self.prealloc or self.handoffs)
 
+    @property
+    def num_queued(self) -> int:
+        """The waiting queue, and on a P/D decode rank the requests waiting for their KV reservation."""
+        return len(self.waiting) + len(self.prealloc)
+
     # -- disaggregated serving (destination-first) ------------------------------------------------
     def add_prealloc(self, request: Request) -> None:
         """A request routed here for decoding: its prompt's KV is reserved, in queue order, by a later

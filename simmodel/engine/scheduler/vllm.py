@@ -109,6 +109,11 @@ class VllmScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
 
+    @property
+    def num_queued(self) -> int:
+        """vLLM's ``num_requests_waiting``: the waiting queue (P/D requests waiting for their KV included)."""
+        return len(self.waiting)
+
     # -- runs of passes planned in closed form (``engine.planner``) ------------------------------
 
     def drop_finished(self) -> None:

@@ -1,0 +1,72 @@
+"""``planner``: the replica planner that adds and removes workers of a pool during the run, and the rule that
+only a scaled pool's workers may take time to start (``engine.workers.<role>.startup_seconds``)."""
+
+from __future__ import annotations
+
+from simmodel.config.node import _Node
+from simmodel.config.schema import PLANNER_MODES, Engine, PlannerSpec, PoolBounds
+from simmodel.errors import ScenarioError
+
+LOAD_KNOBS = ("queue_scale_out", "queue_scale_in", "kv_scale_out", "kv_scale_in")
+MAX_INTERVAL_S = 1e6
+
+
+def parse_planner(node: _Node, engine: Engine) -> PlannerSpec | None:
+    """``planner``, or None when the section is absent (then no worker may take time to start)."""
+    if not node.data:
+        node.done()
+        _check_startup(engine, None)
+        return None
+    if node.data.get("mode") == "sla":
+        raise ScenarioError(f"{node.at('mode')}: the SLA planner (TTFT and ITL targets) is not modelled yet; use "
+                            f"mode: load")
+    mode = node.choice("mode", PLANNER_MODES)
+    base = PlannerSpec(mode, {})
+    interval = node.number("adjustment_interval_s", base.adjustment_interval_s, positive=True, maximum=MAX_INTERVAL_S)
+    metric = node.number("metric_interval_s", base.metric_interval_s, positive=True, maximum=MAX_INTERVAL_S)
+    if metric > interval:
+        raise ScenarioError(f"{node.at('metric_interval_s')}: must be at most adjustment_interval_s ({interval:g}), "
+                            f"got {metric:g}")
+    thresholds = [node.number(k, getattr(base, k), maximum=1e9) for k in LOAD_KNOBS]
+    queue_out, queue_in, kv_out, kv_in = thresholds
+    if queue_in >= queue_out:
+        raise ScenarioError(f"{node.at('queue_scale_in')}: must be below queue_scale_out ({queue_out:g}), got "
+                            f"{queue_in:g}")
+    if kv_in >= kv_out:
+        raise ScenarioError(f"{node.at('kv_scale_in')}: must be below kv_scale_out ({kv_out:g}), got {kv_in:g}")
+    pools = _pools(node.node("pools", required=True), engine)
+    node.done()
+    spec = PlannerSpec(mode, pools, interval, metric, queue_out, queue_in, kv_out, kv_in)
+    _check_startup(engine, spec)
+    return spec
+
+
+def _pools(node: _Node, engine: Engine) -> dict[str, PoolBounds]:
+    pools = {}
+    for key in node.data:
+        if key not in engine.roles:
+            raise ScenarioError(f"{node.at(str(key))}: not a pool of this deployment (pools: {', '.join(engine.roles)})")
+    for role in engine.roles:
+        if not node.has(role):
+            continue
+        bounds = node.node(role)
+        low = bounds.int("min_replicas", 1)
+        high = bounds.int("max_replicas")
+        bounds.done()
+        if high < low:
+            raise ScenarioError(f"{bounds.at('max_replicas')}: must be at least min_replicas ({low}), got {high}")
+        replicas = engine.workers[role].parallelism.replicas
+        if not low <= replicas <= high:
+            raise ScenarioError(f"{bounds.path}: engine.workers.{role}.parallelism.replicas ({replicas}), the workers "
+                                f"the run starts with, must lie within min_replicas and max_replicas ({low}–{high})")
+        pools[role] = PoolBounds(low, high)
+    if not pools:
+        raise ScenarioError(f"{node.path}: name at least one pool to scale ({', '.join(engine.roles)})")
+    return pools
+
+
+def _check_startup(engine: Engine, planner: PlannerSpec | None) -> None:
+    for role, worker in engine.workers.items():
+        if worker.startup_seconds and (planner is None or role not in planner.pools):
+            raise ScenarioError(f"engine.workers.{role}.startup_seconds: only delays workers a planner adds "
+                                f"(planner.pools.{role}); this pool's workers are all there from the start")
