@@ -44,6 +44,7 @@ from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
 from simmodel.scaling import Fleet, ReplicaPlanner
+from simmodel.scaling.observe import observe
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, RoutedAtArrival, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
@@ -286,7 +287,7 @@ class Simulation:
         """Per scaled role (``planner.pools``), its workers as the replica planner runs them (``simmodel.scaling``)."""
         self.planner: ReplicaPlanner | None = None
         if planner is not None:
-            self.planner = ReplicaPlanner(self.env, planner, self.fleets, self._work_left)
+            self.planner = ReplicaPlanner(self.env, planner, self.fleets, self._work_left, self._observe)
             for name in scaled:
                 for worker in self.pools[name]:
                     worker.reads_at = self.planner.next_read_ns
@@ -321,6 +322,17 @@ class Simulation:
         self.env.process(self.source.run())
         if self.planner is not None:
             self.env.process(self.planner.run())
+
+    def _observe(self, role: str, t0: int, t1: int) -> tuple | None:
+        """What the SLA planner saw of ``role``'s pool from ``t0`` to ``t1`` (``scaling.observe``), the kind of
+        pool, its ranks per worker and the most sequences a rank may decode at the observed context."""
+        seen = observe(role, self.requests, self.recorder.passes, t0, t1)
+        if seen is None:
+            return None
+        spec = self.scenario.engine.workers[role]
+        context = max(1.0, seen.isl + seen.osl / 2)
+        batch = min(spec.scheduler.max_sequences, int(spec.kv_tokens_per_rank // context))
+        return seen, role, spec.parallelism.attention_data, batch
 
     def _work_left(self) -> bool:
         """Whether any process but the replica planner has an event to come (asked as its own has fired)."""
@@ -615,7 +627,8 @@ class Simulation:
         if self.planner is not None:
             summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": len(self.planner.decisions),
                                   "pools": {name: fleet.replica_stats(end_ns) for name, fleet in self.fleets.items()}}
-            rows = sorted((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.timeline)
+            rows = sorted(((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.timeline),
+                          key=lambda row: row[:2])  # (stable: a pool's changes at one instant in their order)
             replicas = {"time_s": np.array([r[0] for r in rows], dtype=np.float64) / NS_PER_S,
                         "role": [r[1] for r in rows], "serving": np.array([r[2] for r in rows], dtype=np.int64),
                         "starting": np.array([r[3] for r in rows], dtype=np.int64),

@@ -8,6 +8,8 @@ from simmodel.config.schema import PLANNER_MODES, Engine, PlannerSpec, PoolBound
 from simmodel.errors import ScenarioError
 
 LOAD_KNOBS = ("queue_scale_out", "queue_scale_in", "kv_scale_out", "kv_scale_in")
+MODE_KNOBS = {"load": LOAD_KNOBS, "sla": ("ttft_ms", "itl_ms")}
+"""The knobs each mode reads (besides ``pools`` and the intervals)."""
 MAX_INTERVAL_S = 1e6
 
 
@@ -17,10 +19,11 @@ def parse_planner(node: _Node, engine: Engine) -> PlannerSpec | None:
         node.done()
         _check_startup(engine, None)
         return None
-    if node.data.get("mode") == "sla":
-        raise ScenarioError(f"{node.at('mode')}: the SLA planner (TTFT and ITL targets) is not modelled yet; use "
-                            f"mode: load")
     mode = node.choice("mode", PLANNER_MODES)
+    for key, value in node.data.items():
+        owner = next((m for m, knobs in MODE_KNOBS.items() if key in knobs), None)
+        if owner is not None and owner != mode and value is not None:
+            raise ScenarioError(f"{node.at(key)}: read in mode {owner} only (mode is {mode})")
     base = PlannerSpec(mode, {})
     interval = node.number("adjustment_interval_s", base.adjustment_interval_s, positive=True, maximum=MAX_INTERVAL_S)
     metric = node.number("metric_interval_s", base.metric_interval_s, positive=True, maximum=MAX_INTERVAL_S)
@@ -34,9 +37,11 @@ def parse_planner(node: _Node, engine: Engine) -> PlannerSpec | None:
                             f"{queue_in:g}")
     if kv_in >= kv_out:
         raise ScenarioError(f"{node.at('kv_scale_in')}: must be below kv_scale_out ({kv_out:g}), got {kv_in:g}")
+    ttft = node.number("ttft_ms", base.ttft_ms, positive=True)
+    itl = node.number("itl_ms", base.itl_ms, positive=True)
     pools = _pools(node.node("pools", required=True), engine)
     node.done()
-    spec = PlannerSpec(mode, pools, interval, metric, queue_out, queue_in, kv_out, kv_in)
+    spec = PlannerSpec(mode, pools, interval, metric, queue_out, queue_in, kv_out, kv_in, ttft, itl)
     _check_startup(engine, spec)
     return spec
 

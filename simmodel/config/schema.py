@@ -475,8 +475,8 @@ class RouterSpec:
         return self.type == "kv_aware" or any(name == "prefix-cache" for name, _ in self.weights)
 
 
-PLANNER_MODES = ("load",)
-"""``planner.mode``: ``load`` (queue and KV use against thresholds); Dynamo's SLA mode is still to come."""
+PLANNER_MODES = ("load", "sla")
+"""``planner.mode``: ``load`` (queue and KV use against thresholds) or ``sla`` (TTFT and ITL targets)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,6 +502,9 @@ class PlannerSpec:
     queue_scale_in: float = 0.2
     kv_scale_out: float = 0.9
     kv_scale_in: float = 0.5
+    ttft_ms: float = 500.0
+    itl_ms: float = 50.0
+    """``sla``: the targets (Dynamo's SLA planner defaults)."""
 
 
 @dataclass(frozen=True, slots=True)

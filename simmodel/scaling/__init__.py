@@ -1,5 +1,6 @@
 """Pools that scale during a run: ``fleet`` (a pool's workers starting, serving, draining, and their lifetimes)
-and ``planner`` (the replica planner's process: ``planner.mode`` load). ``docs/planner.md`` describes both."""
+``planner`` (the replica planner's process: ``planner.mode`` load or sla), and the SLA mode's ``observe`` (what
+it saw of a pool's last interval) and ``sla`` (how many workers that load needs). ``docs/planner.md``."""
 
 from simmodel.scaling.fleet import Fleet
 from simmodel.scaling.planner import ReplicaPlanner

@@ -8,6 +8,11 @@ interval and, unless a worker it added is still starting, adds one worker if the
 removes one if both are below their ``scale_in`` thresholds (and the pool is above ``min_replicas``). One step a
 pool per interval.
 
+``mode: sla`` follows Dynamo's SLA planner (``sla``): at every adjustment it observes the last interval
+(``observe``: the arrival rate, prompt and output lengths, the pool's own passes fitted) and sets each pool to
+the workers that serve that load within ``ttft_ms`` and ``itl_ms``, adding or draining as many as it takes.
+Metric samples then only find drained workers empty.
+
 The planner reads the workers at its sample instants, so no worker's run of passes reaches past the next one
 (``next_read_ns``, through ``Worker.reads_at``): what it reads is what the pass-by-pass run holds then.
 """
@@ -18,6 +23,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from simmodel.engine.clock import to_ns
+from simmodel.scaling.sla import replicas_needed, seconds_per_request
 
 if TYPE_CHECKING:
     import simpy
@@ -30,8 +36,11 @@ class ReplicaPlanner:
     """Samples and scales ``fleets`` (by role) while ``work_left()``."""
 
     def __init__(self, env: simpy.Environment, spec: PlannerSpec, fleets: dict[str, Fleet],
-                 work_left: Callable[[], bool]) -> None:
+                 work_left: Callable[[], bool], observe: Callable[[str, int, int], tuple] | None = None) -> None:
         self.env, self.spec, self.fleets, self.work_left = env, spec, fleets, work_left
+        self.observe = observe
+        """``sla``: per pool, what it saw from one instant to another (``observe.observe``'s ``Observation``, and
+        the ranks a worker has and the most sequences a rank may decode at that context), or None."""
         self.sample_ns = to_ns(spec.metric_interval_s)
         self.adjust_ns = to_ns(spec.adjustment_interval_s)
         self._next_sample, self._next_adjust = self.sample_ns, self.adjust_ns
@@ -68,6 +77,9 @@ class ReplicaPlanner:
             sums[2] += 1
 
     def _decide(self) -> None:
+        if self.spec.mode == "sla":
+            self._decide_sla()
+            return
         spec = self.spec
         for role, fleet in self.fleets.items():
             queue, kv, samples = self._sums[role]
@@ -84,3 +96,26 @@ class ReplicaPlanner:
                 action = "remove" if fleet.remove() else None
             self.decisions.append({"time_s": self.env.now / 1e9, "role": role, "mean_queue": queue,
                                    "mean_kv_usage": kv, "action": action})
+
+    def _decide_sla(self) -> None:
+        spec, now = self.spec, self.env.now
+        for role, fleet in self.fleets.items():
+            if fleet.scaling:
+                continue
+            seen = self.observe(role, now - self.adjust_ns, now)
+            if seen is None:
+                continue
+            obs, kind, ranks, max_batch = seen
+            seconds = seconds_per_request(kind, obs.fit, obs.isl, obs.osl, spec.ttft_ms / 1e3, spec.itl_ms / 1e3,
+                                          max_batch)
+            bounds = spec.pools[role]
+            missed = (kind != "decode" and obs.ttft_s is not None and obs.ttft_s > spec.ttft_ms / 1e3)
+            target = replicas_needed(obs.rate, seconds, ranks, (bounds.min_replicas, bounds.max_replicas),
+                                     fleet.count("serving") if missed else 0)
+            up = fleet.count("serving") + fleet.count("starting")
+            while up < target and fleet.add():
+                up += 1
+            while fleet.count("serving") > target and fleet.remove():
+                pass
+            self.decisions.append({"time_s": now / 1e9, "role": role, "rate_rps": obs.rate, "isl": obs.isl,
+                                   "osl": obs.osl, "target": target})

@@ -71,15 +71,19 @@ def test_an_added_worker_takes_requests_once_it_serves(tmp_path):
     assert table["worker"].tolist() == [0] * 6 + [0, 1, 0, 1, 0, 1, 0, 1]
 
 
-@pytest.mark.parametrize("router", [None, {"type": "kv_aware"}, {"type": "least_loaded"}])
-def test_runs_of_passes_change_nothing_under_a_planner(tmp_path, router):
+@pytest.mark.parametrize(("router", "mode"), [(None, "load"), ({"type": "kv_aware"}, "load"),
+                                             ({"type": "least_loaded"}, "load"), (None, "sla")])
+def test_runs_of_passes_change_nothing_under_a_planner(tmp_path, router, mode):
     """A burst (50 requests/s for 6 s) and a lull (2/s from 20 to 40 s) on 1–3 workers (polynomial timing, prefix caching, startup 1 s, decisions every 2 s):
     planned in runs and pass by pass, every table, the summary and the replica timeline are the same."""
     rows = [(round(0.02 * i, 3), 200 + 16 * (i % 7), 60) for i in range(300)] + [
         (round(20 + 0.5 * i, 3), 150, 20) for i in range(40)]
-    data = scenario(write_csv_trace(tmp_path / "t.csv", rows),
-                    {**PLANNER, "adjustment_interval_s": 2, "metric_interval_s": 0.5, "queue_scale_out": 2,
-                     "pools": {"aggregated": {"min_replicas": 1, "max_replicas": 3}}},
+    planner = {**PLANNER, "adjustment_interval_s": 2, "metric_interval_s": 0.5, "queue_scale_out": 2,
+               "pools": {"aggregated": {"min_replicas": 1, "max_replicas": 3}}}
+    if mode == "sla":
+        planner = {"mode": "sla", "ttft_ms": 300, "itl_ms": 30, "adjustment_interval_s": 2, "metric_interval_s": 0.5,
+                   "pools": planner["pools"]}
+    data = scenario(write_csv_trace(tmp_path / "t.csv", rows), planner,
                     startup_seconds=1, timing={"type": "polynomial"},
                     scheduler={"max_sequences": 8, "async_scheduling": False},
                     kv_cache={"prefix_caching": True, "capacity": {"type": "fixed", "blocks": 10_000}})
@@ -101,7 +105,9 @@ def test_planner_rules_are_checked(tmp_path):
         data["planner"].update(changes)
         return scenario_error(data)
 
-    assert "planner.mode: the SLA planner (TTFT and ITL targets) is not modelled yet" in error(mode="sla")
+    assert "planner.queue_scale_out: read in mode load only (mode is sla)" in error(mode="sla")
+    assert "planner.itl_ms: read in mode sla only (mode is load)" in error(itl_ms=30)
+    assert "planner.mode: must be one of load, sla" in error(mode="fast")
     assert "planner.pools.decode: not a pool of this deployment" in error(pools={"decode": {"max_replicas": 2}})
     assert "planner.pools.aggregated.max_replicas: must be at least min_replicas (3)" in error(
         pools={"aggregated": {"min_replicas": 3, "max_replicas": 2}})
@@ -133,3 +139,29 @@ def test_disaggregated_pools_scale_each_on_its_own(tmp_path):
     pools = a.summary["planner"]["pools"]
     assert pools["decode"]["scale_outs"] >= 1 and set(a.replicas["role"]) == {"prefill", "decode"}
     assert (a.requests["status"] == "completed").all()
+
+
+def test_the_sla_planner_sizes_a_decode_pool_for_the_rate_it_saw(tmp_path):
+    """P/D, one prefill worker, a decode pool of 1–3 workers of 2 sequences each (fixed 20 ms prefill and 10 ms
+    decode passes), mode sla with itl_ms 50, a decision every 10 s. 100 requests of 100 prompt tokens and 50
+    outputs arrive 0.1 s apart from 0 to 9.9 s.
+
+    At 10 s the planner saw 100 arrivals in 10 s (10 requests/s), a mean output of 50 (every finished request's),
+    and decode passes of 10 ms whatever their batch (1 or 2): fixed 10 ms, 0 per sequence, so the largest batch
+    within 50 ms is the rank's 2 sequences (its KV holds far more). A request then costs 50 × 10 ms / 2 = 0.25 s
+    of a worker: 10 × 0.25 = 2.5 → 3 workers, both added at once (startup 0)."""
+    rows = [(round(0.1 * i, 3), 100, 50) for i in range(100)]
+    data = scenario(write_csv_trace(tmp_path / "t.csv", rows), None)
+    decode = {"parallelism": {"replicas": 1}, "scheduler": {"max_sequences": 2, "async_scheduling": False},
+              "kv_cache": {"capacity": {"type": "fixed", "blocks": 10_000}},
+              "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}}
+    prefill = {**decode, "scheduler": {"async_scheduling": False}}
+    data["engine"].update(mode="disaggregated", workers={"prefill": prefill, "decode": decode})
+    data["planner"] = {"mode": "sla", "itl_ms": 50, "adjustment_interval_s": 10, "metric_interval_s": 1,
+                       "pools": {"decode": {"max_replicas": 3}}}
+    sim = Simulation(parse_scenario(data, Path(".")))
+    results = sim.run()
+    first = sim.planner.decisions[0]
+    assert (first["time_s"], first["rate_rps"], first["osl"], first["target"]) == (10.0, 10.0, 50.0, 3)
+    assert [tuple(r) for r in results.replicas[["time_s", "serving"]].itertuples(index=False)][:3] == [
+        (0.0, 1), (10.0, 2), (10.0, 3)]

@@ -140,3 +140,32 @@ def test_least_loaded_takes_fewest_active_then_fewest_queued_then_lowest_index()
 
     picks = [router.pick(Request()).worker_id for _ in range(3)]
     assert picks == [0, 1, 0]
+
+
+def test_the_sla_planners_pass_fit_and_sizing():
+    """Rows made exactly from 4 ms + 0.5 ms a decoding sequence + 0.01 ms a prefill token are fitted back. At ISL
+    1,000 and OSL 200 with itl 20 ms: a rank decodes at most floor((20 − 4) / 0.5) = 32 sequences (64 allowed),
+    a step of 20 ms: 200 × 20 / 32 = 125 ms of decode per request, plus 1,000 × 0.01 = 10 ms of prefill in an
+    aggregated pool (its first token in 4 + 10 = 14 ms, within 500). At 30 requests/s on workers of 2 ranks:
+    ceil(30 × 0.135 / 2) = ceil(2.025) = 3 workers (within 1–8). With no column varying, the whole time goes to
+    the work: 12 ms passes of 1,000 prefill tokens are 12 µs a token."""
+    import numpy as np
+    import pytest
+
+    from simmodel.scaling.sla import PassFit, fit_passes, replicas_needed, seconds_per_request
+
+    decodes = np.array([0, 4, 8, 16, 3, 0, 12])
+    tokens = np.array([1000, 0, 500, 0, 2000, 300, 0])
+    seconds = (4 + 0.5 * decodes + 0.01 * tokens) / 1e3
+    fit = fit_passes(decodes, tokens, seconds)
+    assert fit == pytest.approx(PassFit(0.004, 0.0005, 0.00001))
+    exact = PassFit(0.004, 0.0005, 0.00001)
+    assert seconds_per_request("decode", exact, 1000, 200, 0.5, 0.020, 64) == pytest.approx(0.125)
+    assert seconds_per_request("aggregated", exact, 1000, 200, 0.5, 0.020, 64) == pytest.approx(0.135)
+    assert seconds_per_request("prefill", exact, 1000, 200, 0.013, 0.020, 64) is None  # 14 ms > 13 ms TTFT
+    assert seconds_per_request("decode", exact, 1000, 200, 0.5, 0.004, 64) is None  # no room in 4 ms
+    assert replicas_needed(30, 0.135, 2, (1, 8)) == 3
+    assert replicas_needed(30, None, 2, (1, 8)) == 8
+    assert replicas_needed(1, 0.135, 2, (1, 8), ttft_missed=4) == 5
+    flat = fit_passes(np.zeros(3, dtype=np.int64), np.full(3, 1000), np.full(3, 0.012))
+    assert flat == pytest.approx(PassFit(0.0, 0.0, 0.000012))
