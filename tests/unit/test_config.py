@@ -46,7 +46,7 @@ def worker(**fields) -> dict:
     # An integer past float range (YAML reads 0x followed by 400 f's as one): refused, not an OverflowError.
     (worker(timing={"type": "fixed", "prefill_ms": 1, "decode_ms": int("f" * 400, 16)}),
      f"{AGG}.timing.decode_ms: must be a non-negative number at most 1e+09, got 4446241647709404462"),
-    (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers added during a run"),
+    (worker(startup_seconds=5), f"{AGG}.startup_seconds: only delays workers a planner adds (planner.pools.aggregated)"),
     (worker(scheduler={"max_sequences": True}), f"{AGG}.scheduler.max_sequences: must be a positive integer, got true"),
     ({"engine": {"context_length": 200000}},
      "engine.context_length: meta-llama/Llama-3.1-8B-Instruct supports at most 131072 tokens"),
