@@ -289,3 +289,24 @@ def test_sglang_workers_take_routers_that_do_not_read_the_cache(tmp_path, router
     assert sorted(a.requests["request_id"]) == list(range(40)) and (a.requests["status"] == "completed").all()
     data["router"] = {"type": "kv_aware"}
     assert "a kv_aware router follows vLLM's KV block events" in scenario_error(data)
+
+
+def test_session_affinity_keeps_a_conversation_on_its_rank():
+    """Two sessions of 4 turns (a closed loop of 2 clients, both first turns sent at 0), two workers, scored by
+    session-affinity and queue-depth (weight 1 each). Session 0's first turn finds both workers idle (a tie:
+    worker 0) and is queued there; session 1's then finds worker 0 with the most queued (score 0) and worker 1
+    with none (1): worker 1. A later turn is sent once its session's previous turn finished, so the worker of
+    that turn holds none of the session's requests: its queue is the shortest or tied (queue-depth 1), and
+    session-affinity adds 1 there: each conversation stays where it began."""
+    data = make_scenario(engine={"workers": {"aggregated": {"parallelism": {"replicas": 2},
+                                                            "kv_cache": {"prefix_caching": True}}}},
+                         traffic={"source": {"type": "sessions", "turns": 4, "new_input_tokens_per_turn": 64,
+                                             "output_tokens_per_turn": 5},
+                                  "load": {"type": "concurrency", "concurrency": 2}, "stop": {"requests": 8}})
+    data["router"] = {"type": "scored", "weights": {"session-affinity": 1, "queue-depth": 1}}
+    _, results = run(data)
+    table = results.requests
+    by_session = table.groupby("session")["worker"].agg(["nunique", "first"])
+    assert by_session["nunique"].tolist() == [1, 1]
+    assert by_session["first"].tolist() == [0, 1]
+    assert table["cached_tokens"].sum() > 0  # later turns reuse their conversation's blocks
