@@ -89,9 +89,9 @@ def format_table(summary: dict) -> str:
                          f"{st['num_requests']:>9} {shown[0]:>8} {shown[1]:>9} {shown[2]:>10} {shown[3]:>9} "
                          f"{shown[4]:>10}")
     if summary.get("planner"):
-        lines += ["", f"{'Pool (replica planner)':<24} {'min':>5} {'mean':>7} {'max':>5} {'added':>6} {'removed':>8}"]
+        lines += ["", f"{'Pool (replica planner), serving':<31} {'min':>5} {'mean':>7} {'max':>5} {'added':>6} {'removed':>8}"]
         for role, pool in summary["planner"]["pools"].items():
-            lines.append(f"{role:<24} {pool['min_replicas']:>5} {pool['mean_replicas']:>7.2f} {pool['max_replicas']:>5} "
+            lines.append(f"{role:<31} {pool['min_serving']:>5} {pool['mean_serving']:>7.2f} {pool['max_serving']:>5} "
                          f"{pool['scale_outs']:>6} {pool['scale_ins']:>8}")
     if summary.get("frontend"):
         lines += ["", f"{'Frontend stage':<24} {'workers':>8} {'requests':>9} {'wait (ms)':>10} {'service (ms)':>13}"]

@@ -147,8 +147,9 @@ class Results:
         return state
 
 
-def _or_nan(value: int | None) -> float:
-    return float("nan") if value is None else float(value)
+def _or_minus_one(value: int | None) -> int:
+    """A count, or −1 where there is none (as ``worker`` is −1 for a request never placed)."""
+    return -1 if value is None else value
 
 
 def _by_end_and_worker(data: dict) -> dict:
@@ -589,7 +590,7 @@ class Simulation:
         disaggregated = self.transfer is not None
         requests = request_table([self._reported(r) for r in self.requests], disaggregated)
         if any(router_predicts(router) for router in self.routers.values()):
-            requests.add("predicted_cached_tokens", [_or_nan(self._reported(r).predicted_cached_tokens)
+            requests.add("predicted_cached_tokens", [_or_minus_one(self._reported(r).predicted_cached_tokens)
                                                      for r in self.requests])
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
             requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
@@ -625,9 +626,10 @@ class Simulation:
                                                  {name: len(pool) for name, pool in self.pools.items()}, reported)
         replicas = None
         if self.planner is not None:
-            summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": len(self.planner.decisions),
+            decisions = sum(1 for d in self.planner.decisions if to_ns(d["time_s"]) <= end_ns)
+            summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": decisions,
                                   "pools": {name: fleet.replica_stats(end_ns) for name, fleet in self.fleets.items()}}
-            rows = sorted(((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.timeline),
+            rows = sorted(((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.until(end_ns)),
                           key=lambda row: row[:2])  # (stable: a pool's changes at one instant in their order)
             replicas = {"time_s": np.array([r[0] for r in rows], dtype=np.float64) / NS_PER_S,
                         "role": [r[1] for r in rows], "serving": np.array([r[2] for r in rows], dtype=np.int64),

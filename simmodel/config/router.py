@@ -38,6 +38,10 @@ def parse_routers(node: _Node, engine: Engine, traffic: Traffic) -> dict[str, Ro
         return {}
     roles = engine.roles
     if engine.mode == "disaggregated" and any(key in node.data for key in roles):
+        mixed = [key for key in node.data if key not in roles]
+        if mixed:
+            raise ScenarioError(f"{node.at(str(mixed[0]))}: give one router for every pool (type, …) or one per pool "
+                                f"({', '.join(roles)}), not both")
         specs = {role: _router(node.node(role), engine, traffic, (role,)) for role in roles if node.has(role)}
         node.done()
         return specs
@@ -55,18 +59,18 @@ def _router(node: _Node, engine: Engine, traffic: Traffic, roles: tuple[str, ...
             raise ScenarioError(f"{node.at(key)}: a {kind} router does not read it (its knobs: {what})")
     base = RouterSpec()
     temperature = node.number("temperature", base.temperature, maximum=1e6)
-    if node.has("seed") and kind == "kv_aware" and temperature == 0:
+    if node.raw("seed", None) is not None and kind == "kv_aware" and temperature == 0:
         raise ScenarioError(f"{node.at('seed')}: a kv_aware router draws only with temperature above 0 "
                             f"(at 0 it picks the lowest cost, ties by worker and rank)")
     approximate = node.bool("approximate", base.approximate)
-    if approximate and node.has("event_lag_ms"):
+    if approximate and node.raw("event_lag_ms", None) is not None:
         raise ScenarioError(f"{node.at('event_lag_ms')}: an approximate kv_aware router reads no KV events "
                             f"(it remembers what it routed for ttl_s)")
-    if node.has("ttl_s") and not approximate:
+    if node.raw("ttl_s", None) is not None and not approximate:
         raise ScenarioError(f"{node.at('ttl_s')}: only read with approximate: true (a precise router follows "
                             f"the workers' KV block events)")
     weights = _weights(node) if kind == "scored" else ()
-    if kind == "scored" and node.has("event_lag_ms") and "prefix-cache" not in dict(weights):
+    if kind == "scored" and node.raw("event_lag_ms", None) is not None and "prefix-cache" not in dict(weights):
         raise ScenarioError(f"{node.at('event_lag_ms')}: only the prefix-cache scorer reads KV events; "
                             f"give it a weight")
     spec = RouterSpec(kind, node.int("seed", base.seed, minimum=0, maximum=2**32 - 1),
@@ -81,7 +85,7 @@ def _router(node: _Node, engine: Engine, traffic: Traffic, roles: tuple[str, ...
 
 def _weights(node: _Node) -> tuple[tuple[str, float], ...]:
     """``weights``: scorer → weight above 0; llm-d's defaults when absent."""
-    if not node.has("weights"):
+    if node.raw("weights", None) is None:
         return DEFAULT_SCORER_WEIGHTS
     table = node.node("weights")
     weights = tuple((name, table.number(name, positive=True, maximum=1e6)) for name in SCORERS if table.has(name))

@@ -226,6 +226,17 @@ class PrefixCachingBlockPool:
             self.listener(stored, True)
         request.num_cached_blocks = max(request.num_cached_blocks, full)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached key (vLLM's ``reset_prefix_cache``), telling the listener; only with no block
+        held: a worker that left its pool comes back, if ever, with an empty cache."""
+        if self.num_used_blocks:
+            raise RuntimeError("resetting the prefix cache while blocks are in use")
+        keys = list(self.blocks_by_key)
+        self.blocks_by_key.clear()
+        self.key_of = [None] * self.num_blocks
+        if keys and self.listener is not None:
+            self.listener(keys, False)
+
     def free_request(self, request) -> None:
         """Drop the request's references; blocks reaching zero rejoin the free queue (see class doc)."""
         first, last = [], []

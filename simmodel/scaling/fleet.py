@@ -52,9 +52,15 @@ class Fleet:
         return [w for w, state in zip(self.workers, self.state) if state == DRAINING]
 
     def add(self) -> bool:
-        """Start the lowest-numbered worker that is off; False if every worker is up."""
+        """Start the lowest-numbered worker that is off, or, if none is, take back the lowest-numbered one draining
+        (it serves again at once: it never stopped); False if every worker serves or is starting."""
         if OFF not in self.state:
-            return False
+            if DRAINING not in self.state:
+                return False
+            self.state[self.state.index(DRAINING)] = SERVING
+            self.num_scale_outs += 1
+            self._changed()
+            return True
         k = self.state.index(OFF)
         self.lives[k].append([self.env.now, None])
         self.num_scale_outs += 1
@@ -95,6 +101,8 @@ class Fleet:
                     rank.pool.num_used_blocks or rank.has_pending_releases for rank in worker.ranks):
                 self.state[k] = OFF
                 self.lives[k][-1][1] = self.env.now
+                for rank in worker.ranks:  # its KV handed back: if it comes back, it starts cold
+                    rank.scheduler.reset_prefix_cache()
                 left = True
         if left:
             self._changed()
@@ -108,12 +116,19 @@ class Fleet:
         return sum(max(0, min(end_ns, end_ns if to is None else to) - since)
                    for spans in self.lives for since, to in spans) / 1e9
 
+    def until(self, end_ns: int) -> list[tuple[int, int, int, int]]:
+        """The timeline up to the run's end (a change after it, a worker ready once the last request is done,
+        is past the run)."""
+        return [row for row in self.timeline if row[0] <= end_ns] or self.timeline[:1]
+
     def replica_stats(self, end_ns: int) -> dict:
-        """Serving workers: least, time-weighted mean and most over the run; how many were added and removed."""
-        serving = [n for _, n, _, _ in self.timeline]
-        times = [t for t, *_ in self.timeline] + [max(end_ns, self.timeline[-1][0])]
+        """Serving workers over the run (to ``end_ns``): least, time-weighted mean and most; how many were added
+        and removed; the most workers up at once."""
+        timeline = self.until(end_ns)
+        serving = [n for _, n, _, _ in timeline]
+        times = [t for t, *_ in timeline] + [max(end_ns, timeline[-1][0])]
         span = times[-1] - times[0]
         mean = (sum(n * (b - a) for n, a, b in zip(serving, times, times[1:])) / span) if span else float(serving[-1])
-        return {"min_replicas": min(serving), "mean_replicas": mean, "max_replicas": max(serving),
+        return {"min_serving": min(serving), "mean_serving": mean, "max_serving": max(serving),
                 "scale_outs": self.num_scale_outs, "scale_ins": self.num_scale_ins,
-                "peak_workers_up": max(n + s + d for _, n, s, d in self.timeline)}
+                "peak_workers_up": max(n + s + d for _, n, s, d in timeline)}

@@ -54,9 +54,11 @@ class ReplicaPlanner:
         return min(self._next_sample, self._next_adjust)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
-        while self.work_left():
+        while True:
             at = self.next_read_ns()
             yield self.env.timeout(at - self.env.now)
+            if not self.work_left():  # the run is over: nothing is left to read or scale
+                return
             if at == self._next_sample:
                 self._sample()
                 self._next_sample += self.sample_ns

@@ -58,7 +58,7 @@ def test_a_step_in_load_adds_a_worker_after_its_startup_and_drains_it_when_the_l
         (0.0, 1, 0, 0), (8.0, 1, 1, 0), (10.0, 2, 0, 0), (12.0, 1, 0, 1), (13.0, 1, 0, 0)]
     assert results.summary["gpu_hours"] == pytest.approx(19.53 / 3600)
     pool = results.summary["planner"]["pools"]["aggregated"]
-    assert pool == {"min_replicas": 1, "mean_replicas": pytest.approx(16.53 / 14.53), "max_replicas": 2,
+    assert pool == {"min_serving": 1, "mean_serving": pytest.approx(16.53 / 14.53), "max_serving": 2,
                     "scale_outs": 1, "scale_ins": 1, "peak_workers_up": 2}
     assert results.summary["gpu_count"] == 2
 
@@ -116,6 +116,12 @@ def test_planner_rules_are_checked(tmp_path):
     assert "planner.metric_interval_s: must be at most adjustment_interval_s (4)" in error(metric_interval_s=5)
     assert "planner.queue_scale_in: must be below queue_scale_out (0.5)" in error(queue_scale_in=0.5)
     assert "planner.pools: name at least one pool to scale" in error(pools={})
+    assert "planner.metric_interval_s: must be at least 0.1, got 0.01" in error(metric_interval_s=0.01)
+    assert "planner.kv_scale_out: must be a non-negative number at most 1, got 2" in error(kv_scale_out=2)
+    assert "planner.pools.aggregated.max_replicas: the deployment could grow to 200,000 GPUs" in error(
+        pools={"aggregated": {"max_replicas": 200_000}})
+    assert "engine.workers.aggregated.startup_seconds: the planner can add no worker to this pool" in error(
+        pools={"aggregated": {"max_replicas": 1}})
     no_planner = json.loads(json.dumps(base))
     del no_planner["planner"]
     assert ("engine.workers.aggregated.startup_seconds: only delays workers a planner adds"
@@ -165,3 +171,24 @@ def test_the_sla_planner_sizes_a_decode_pool_for_the_rate_it_saw(tmp_path):
     assert (first["time_s"], first["rate_rps"], first["osl"], first["target"]) == (10.0, 10.0, 50.0, 3)
     assert [tuple(r) for r in results.replicas[["time_s", "serving"]].itertuples(index=False)][:3] == [
         (0.0, 1), (10.0, 2), (10.0, 3)]
+
+
+def test_a_draining_worker_serves_what_it_holds_and_takes_nothing_new(tmp_path):
+    """Two workers of one sequence (1–2, decisions every 4 s, samples every second, queue_scale_in 1), fixed
+    20/10 ms passes. Four requests of 300 outputs (3,010 ms each) at 0: R0, R2 on worker 0 and R1, R3 on
+    worker 1, round robin; R0 and R1 run 0–3.01, R2 and R3 wait and run 3.01–6.02. The samples at 1, 2, 3
+    find one waiting per worker, at 4 none: mean 0.75 < 1 at 4 s, so worker 1 drains, holding R3 (running).
+    R4 (2 outputs) at 4.5 s goes to worker 0, the only one serving, and runs after R2: 6.02–6.05. Worker 1
+    finishes R3 at 6.02 and leaves at the 7 s sample. A last request at 10 s keeps the run (and the planner)
+    going; it ends at 10.03 s. GPU-hours: 10.03 + 7 seconds."""
+    rows = [(0.0, 100, 300)] * 4 + [(4.5, 100, 2), (10.0, 100, 2)]
+    planner = {**PLANNER, "queue_scale_out": 5, "queue_scale_in": 1,
+               "pools": {"aggregated": {"min_replicas": 1, "max_replicas": 2}}}
+    results = run(scenario(write_csv_trace(tmp_path / "t.csv", rows), planner, parallelism={"replicas": 2},
+                           startup_seconds=0))
+    table = results.requests
+    assert table["worker"].tolist() == [0, 1, 0, 1, 0, 0]
+    assert table["e2e_ms"].tolist() == pytest.approx([3010, 3010, 6020, 6020, 1550, 30])
+    assert [tuple(r) for r in results.replicas[["time_s", "serving", "draining"]].itertuples(index=False)] == [
+        (0.0, 2, 0), (4.0, 1, 1), (7.0, 1, 0)]
+    assert results.summary["gpu_hours"] == pytest.approx(17.03 / 3600)

@@ -237,6 +237,8 @@ def test_router_rules_are_checked(tmp_path):
                                                                        "weights": {"session-affinity": 1}})
     assert "router.temperature: must be a non-negative number" in error({"type": "kv_aware", "temperature": -1})
     assert "router.bogus: unknown field" in error({"type": "kv_aware", "bogus": 1})
+    assert scenario_error_free(base, {"type": "kv_aware", "seed": None, "ttl_s": None})  # null is absent
+    assert scenario_error_free(base, {"type": "scored", "weights": None})  # llm-d's defaults
     no_cache = json.loads(json.dumps(base))
     no_cache["engine"]["workers"]["aggregated"]["kv_cache"]["prefix_caching"] = False
     no_cache["router"] = {"type": "kv_aware"}
@@ -310,3 +312,18 @@ def test_session_affinity_keeps_a_conversation_on_its_rank():
     assert by_session["nunique"].tolist() == [1, 1]
     assert by_session["first"].tolist() == [0, 1]
     assert table["cached_tokens"].sum() > 0  # later turns reuse their conversation's blocks
+
+
+def scenario_error_free(base: dict, router: dict) -> bool:
+    data = json.loads(json.dumps(base))
+    data["router"] = router
+    parse_scenario(data, Path("."))
+    return True
+
+
+def test_disaggregated_routers_are_one_spec_or_one_per_pool(tmp_path):
+    trace = mooncake(tmp_path / "t.jsonl", ROWS)
+    data = two_workers(trace, {"prefill": {"type": "kv_aware"}, "type": "least_loaded"})
+    data["engine"].update(mode="disaggregated", context_length=1024, workers={"prefill": role(), "decode": role()})
+    assert ("router.type: give one router for every pool (type, …) or one per pool (prefill, decode), not both"
+            in scenario_error(data))

@@ -169,3 +169,32 @@ def test_the_sla_planners_pass_fit_and_sizing():
     assert replicas_needed(1, 0.135, 2, (1, 8), ttft_missed=4) == 5
     flat = fit_passes(np.zeros(3, dtype=np.int64), np.full(3, 1000), np.full(3, 0.012))
     assert flat == pytest.approx(PassFit(0.0, 0.0, 0.000012))
+
+
+def test_round_robin_keeps_its_turn_when_the_pool_changes():
+    """Over a b, the first pick is a (the turn moves to 1); with c added, the turn stays at 1: b, c, a; with the
+    pool cut to one worker, that one."""
+    from simmodel.engine.placement import RoundRobin
+
+    router = RoundRobin(["a", "b"])
+    assert router.pick(None) == "a"
+    router.serve(["a", "b", "c"])
+    assert [router.pick(None) for _ in range(3)] == ["b", "c", "a"]
+    router.serve(["c"])
+    assert [router.pick(None) for _ in range(2)] == ["c", "c"]
+
+
+def test_a_reset_prefix_cache_forgets_every_key_and_tells_the_router():
+    """A worker that leaves its pool hands its KV back: its cached keys are forgotten (the router is told
+    they are removed), so if it comes back its first request finds nothing cached."""
+    pool = PrefixCachingBlockPool(4, 16)
+    events = []
+    pool.listener = lambda keys, stored: events.append((list(keys), stored))
+    keys = BlockKeys(lambda j: ("k", j))
+    request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=keys, num_blocks=2)
+    pool.cache_full_blocks(request, 32)
+    pool.free_request(request)
+    pool.reset_prefix_cache()
+    assert events[-1] == ([keys(0), keys(1)], False)
+    assert pool.find_hits(SimpleNamespace(num_tokens=33, block_keys=keys)) == []
+    assert pool.num_free_blocks == 4

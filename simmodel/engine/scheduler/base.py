@@ -59,6 +59,10 @@ class Scheduler(Protocol):
         """Whether any request is running or queued here."""
         ...
 
+    def reset_prefix_cache(self) -> None:
+        """Drop everything the rank's prefix cache holds (it holds no request: a worker leaving its pool)."""
+        ...
+
     @property
     def num_queued(self) -> int:
         """Requests waiting here for the scheduler to take them (what a serving metric reports as waiting)."""

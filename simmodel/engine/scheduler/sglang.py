@@ -259,6 +259,9 @@ class SglangScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.chunked or self.prealloc or self.handoffs)
 
+    def reset_prefix_cache(self) -> None:
+        self.cache.evict(self.cache.evictable_tokens)  # (nothing is locked: every node may go)
+
     @property
     def num_queued(self) -> int:
         """The waiting queue, and on a P/D decode rank the requests waiting for their KV reservation."""

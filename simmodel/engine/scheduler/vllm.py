@@ -109,6 +109,10 @@ class VllmScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.handoffs)
 
+    def reset_prefix_cache(self) -> None:
+        if self.pool.caching:
+            self.pool.reset_prefix_cache()
+
     @property
     def num_queued(self) -> int:
         """vLLM's ``num_requests_waiting``: the waiting queue (P/D requests waiting for their KV included)."""
