@@ -640,3 +640,25 @@ def test_a_search_over_routers_ranks_them_as_derived_by_hand(tmp_path):
     by_router = {e["choices"]["router.type"]: e["metrics"]["mean_e2e_ms"] for e in ledger["candidates"]}
     assert by_router == pytest.approx({"round_robin": 220 / 3, "least_loaded": 160 / 3})
     assert ledger["candidates"][ledger["ranked"][0] - 1]["choices"]["router.type"] == "least_loaded"
+
+
+def test_a_search_over_planner_bounds_counts_each_candidates_peak_gpus(tmp_path):
+    """The planner's hand-derived step (tests/scenarios/test_planner.py): one worker of one sequence, five
+    1,010 ms requests at 4.5 s after one at 0, samples every second, decisions every 4 s. With max_replicas 1 the
+    pool never grows (1 GPU); with 2 a worker is added at 8 s (2 GPUs at the peak). The searched field reaches
+    the candidate, and its GPUs are its peak."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,1\n" + "4.5,100,100\n" * 5)
+    data = search(traffic={"source": {"type": "trace", "format": "csv", "path": str(trace)},
+                           "load": {"type": "trace_timestamps"}},
+                  planner={"mode": "load", "metric_interval_s": 1, "adjustment_interval_s": 4, "queue_scale_out": 0.5,
+                           "pools": {"aggregated": {"max_replicas": {"choices": [1, 2]}}}})
+    role = data["engine"]["workers"]["aggregated"]
+    role["parallelism"]["replicas"] = 1
+    role["scheduler"]["max_sequences"] = 1
+    out = tmp_path / "out"
+    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    ledger = json.loads((out / "recommendation.json").read_text())
+    gpus = {e["choices"]["planner.pools.aggregated.max_replicas"]: e["metrics"]["gpu_count"] for e in ledger["candidates"]}
+    assert gpus == {1: 1, 2: 2}
