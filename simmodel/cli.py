@@ -262,7 +262,10 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     parts = []
     for role in loaded.engine.workers.values():
         p = role.parallelism
-        parts.append(f"{role.name}: {p.replicas} worker(s) × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
+        scaled = loaded.planner.pools.get(role.name) if loaded.planner is not None else None
+        grows = "" if scaled is None else (f" (the {loaded.planner.mode} planner keeps {scaled.min_replicas}–"
+                                           f"{scaled.max_replicas})")
+        parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
                      f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
                      f"context_length {role.context_length}")
     click.echo(f"{scenario}: ok ({'; '.join(parts)})")
