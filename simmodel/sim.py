@@ -623,7 +623,8 @@ class Simulation:
         if self.scenario.routers:
             reported = [self._reported(r) for r in self.requests]
             summary["routing"] = routing_summary({name: self.scenario.router(name) for name in self.pools},
-                                                 {name: len(pool) for name, pool in self.pools.items()}, reported)
+                                                 {name: len(pool) for name, pool in self.pools.items()}, reported,
+                                                 end_ns)
         replicas = None
         if self.planner is not None:
             decisions = sum(1 for d in self.planner.decisions if to_ns(d["time_s"]) <= end_ns)

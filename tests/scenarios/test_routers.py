@@ -76,6 +76,10 @@ def test_kv_aware_sends_a_shared_prefix_where_it_is_cached(tmp_path):
     workers = results.summary["routing"]["aggregated"]["workers"]
     assert [(w["requests"], w["cached_tokens"], w["predicted_cached_tokens"]) for w in workers] == [(2, 48, 48),
                                                                                                     (1, 0, 0)]
+    # Load over the run (0–530 ms: R0 runs 0–530, its 50th token 20 ms late for R1's mixed pass): worker 0 runs
+    # R0 for 530 ms and R1 110–150 ms, and R1 waited 105–110; worker 1 runs R2 205–235.
+    assert [v for w in workers for v in (w["mean_running"], w["mean_queued"])] == pytest.approx(
+        [570 / 530, 5 / 530, 30 / 530, 0.0])
     # round robin sends R1 to the other worker, where nothing is cached
     _, rr = run(two_workers(trace, {"type": "round_robin"}))
     rr_table = rr.requests.set_index("request_id")
@@ -267,6 +271,8 @@ def test_disaggregated_pools_each_take_their_own_router(tmp_path):
     assert (routing["prefill"]["type"], routing["decode"]["type"]) == ("kv_aware", "least_loaded")
     assert "cached_tokens" in routing["prefill"]["workers"][0] and "output_tokens" not in routing["prefill"]["workers"][0]
     assert "cached_tokens" not in routing["decode"]["workers"][0]
+    assert "mean_queued" not in routing["prefill"]["workers"][0] and "mean_queued" in routing["decode"]["workers"][0]
+    assert all(w["mean_running"] > 0 for pool in routing.values() for w in pool["workers"])
     assert sum(w["requests"] for w in routing["decode"]["workers"]) == 60
     table = a.requests
     assert (table["predicted_cached_tokens"] >= 0).all() and table["cached_tokens"].sum() > 0
