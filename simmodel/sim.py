@@ -44,6 +44,7 @@ from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
 from simmodel.scaling import Fleet, ReplicaPlanner
+from simmodel.scaling.fleet import replica_columns
 from simmodel.scaling.observe import observe
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, RoutedAtArrival, TrafficSource, WorkerArrivals
@@ -588,21 +589,21 @@ class Simulation:
 
     def results(self) -> Results:
         disaggregated = self.transfer is not None
-        requests = request_table([self._reported(r) for r in self.requests], disaggregated)
+        reported = [self._reported(r) for r in self.requests]
+        requests = request_table(reported, disaggregated)
         if any(router_predicts(router) for router in self.routers.values()):
-            requests.add("predicted_cached_tokens", [_or_minus_one(self._reported(r).predicted_cached_tokens)
-                                                     for r in self.requests])
+            requests.add("predicted_cached_tokens", [_or_minus_one(r.predicted_cached_tokens) for r in reported])
         if self.frontends:  # time in the frontend stages; the rest of queue_ms waited for the scheduler
             requests.add("frontend_ms", [r.frontend_ns / 1e6 for r in self.requests])
         roles = {}
         end_ns = to_ns(self.end_time())
+        scaled = {name: fleet.replica_stats(end_ns) for name, fleet in self.fleets.items()}
         for name, role in self.scenario.engine.workers.items():
             p = role.parallelism
-            fleet = self.fleets.get(name)
             gpu_count, seconds = p.gpu_count, None
-            if fleet is not None:  # scaled: the most GPUs up at once, and each worker's lifetime
-                gpu_count = fleet.replica_stats(end_ns)["peak_workers_up"] * p.gpus_per_worker
-                seconds = fleet.worker_seconds(end_ns)
+            if name in scaled:  # the most GPUs up at once, and each worker's lifetime
+                gpu_count = scaled[name]["peak_workers_up"] * p.gpus_per_worker
+                seconds = self.fleets[name].worker_seconds(end_ns)
             roles[name] = role_summary(gpu_count, p.gpus_per_worker, p.replicas, self.end_time(),
                                        sum(w.num_passes for w in self.pools[name]), role.num_kv_blocks,
                                        role.kv_cache.block_size, seconds)
@@ -621,21 +622,14 @@ class Simulation:
                 "mean_tokens_per_round": (rounds + accepted) / rounds if rounds else None,
             }
         if self.scenario.routers:
-            reported = [self._reported(r) for r in self.requests]
             summary["routing"] = routing_summary({name: self.scenario.router(name) for name in self.pools},
                                                  {name: len(pool) for name, pool in self.pools.items()}, reported,
                                                  end_ns)
         replicas = None
         if self.planner is not None:
             decisions = sum(1 for d in self.planner.decisions if to_ns(d["time_s"]) <= end_ns)
-            summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": decisions,
-                                  "pools": {name: fleet.replica_stats(end_ns) for name, fleet in self.fleets.items()}}
-            rows = sorted(((t, name, *counts) for name, fleet in self.fleets.items() for t, *counts in fleet.until(end_ns)),
-                          key=lambda row: row[:2])  # (stable: a pool's changes at one instant in their order)
-            replicas = {"time_s": np.array([r[0] for r in rows], dtype=np.float64) / NS_PER_S,
-                        "role": [r[1] for r in rows], "serving": np.array([r[2] for r in rows], dtype=np.int64),
-                        "starting": np.array([r[3] for r in rows], dtype=np.int64),
-                        "draining": np.array([r[4] for r in rows], dtype=np.int64)}
+            summary["planner"] = {"mode": self.scenario.planner.mode, "decisions": decisions, "pools": scaled}
+            replicas = replica_columns(self.fleets, end_ns)
         if self.scenario.sla is not None:
             summary["sla"] = sla_summary(self.scenario.sla, requests, summary["duration_s"])
         pools = [rank.pool for w in self.workers for rank in w.ranks if rank.pool.caching]

@@ -89,19 +89,16 @@ class CacheView:
         if self._due:
             self._catch_up()
         depth = [0] * self.num_ranks
-        alive = (1 << self.num_ranks) - 1
+        alive = (1 << self.num_ranks) - 1  # the ranks holding every block so far
         holders = self.holders
-        reached = n
         for j in range(n):
             held = holders.get(keys[j], 0) & alive
             if held != alive:
                 _set(depth, alive & ~held, j)
                 alive = held
                 if not alive:
-                    reached = j
-                    break
-        if alive:
-            _set(depth, alive, reached)
+                    return depth
+        _set(depth, alive, n)
         return depth
 
     def remember(self, c: int, keys: list) -> None:

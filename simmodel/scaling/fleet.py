@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from simmodel.engine.clock import NS_PER_S
+
 if TYPE_CHECKING:
     import simpy
 
@@ -114,7 +118,7 @@ class Fleet:
     def worker_seconds(self, end_ns: int) -> float:
         """Seconds the pool's workers were up, summed, the run ending at ``end_ns`` (no span counts past it)."""
         return sum(max(0, min(end_ns, end_ns if to is None else to) - since)
-                   for spans in self.lives for since, to in spans) / 1e9
+                   for spans in self.lives for since, to in spans) / NS_PER_S
 
     def until(self, end_ns: int) -> list[tuple[int, int, int, int]]:
         """The timeline up to the run's end (a change after it, a worker ready once the last request is done,
@@ -132,3 +136,14 @@ class Fleet:
         return {"min_serving": min(serving), "mean_serving": mean, "max_serving": max(serving),
                 "scale_outs": self.num_scale_outs, "scale_ins": self.num_scale_ins,
                 "peak_workers_up": max(n + s + d for _, n, s, d in timeline)}
+
+
+def replica_columns(fleets: dict[str, Fleet], end_ns: int) -> dict:
+    """``replicas.csv`` as columns: every scaled pool's changes up to the run's end, by time, then pool (a pool's
+    changes at one instant in their order)."""
+    rows = sorted(((t, name, *counts) for name, fleet in fleets.items() for t, *counts in fleet.until(end_ns)),
+                  key=lambda row: row[:2])
+    columns = list(zip(*rows))
+    return {"time_s": np.array(columns[0], dtype=np.float64) / NS_PER_S, "role": list(columns[1]),
+            **{name: np.array(column, dtype=np.int64) for name, column in zip(("serving", "starting", "draining"),
+                                                                              columns[2:])}}

@@ -69,6 +69,8 @@ class ReplicaPlanner:
     def _sample(self) -> None:
         for role, fleet in self.fleets.items():
             fleet.retire_drained()
+            if self.spec.mode != "load":  # (the SLA mode reads the last interval's requests and passes instead)
+                continue
             workers = fleet.serving()
             ranks = [rank for worker in workers for rank in worker.ranks]
             if not ranks:
