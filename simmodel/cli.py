@@ -19,6 +19,7 @@ from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
+from simmodel.offload import host_blocks
 from simmodel.perf.timings import make_timing
 from simmodel.sim import Simulation, check_workload
 
@@ -68,6 +69,12 @@ def format_table(summary: dict) -> str:
         lines += _sla_lines(summary["sla"])
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
+    for role, tier in (summary.get("kv_offload") or {}).items():
+        ratios = [tier[key] for key in ("gpu_hit_ratio", "host_hit_ratio", "hit_ratio")]
+        shown = " / ".join("-" if r is None else f"{r:.4f}" for r in ratios)
+        lines.append(f"{'Hit ratio GPU / host / both (' + role + ')':<46} {shown}")
+        lines.append(f"{'Host tier: GB loaded / stored, link busy':<46} {tier['bytes_loaded'] / 1e9:.1f} / "
+                     f"{tier['bytes_stored'] / 1e9:.1f}, {tier['link_utilization']:.2%}")
     if summary.get("vision"):
         v = summary["vision"]
         ratio = v["embedding_cache_hit_ratio"]
@@ -265,8 +272,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         scaled = loaded.planner.pools.get(role.name) if loaded.planner is not None else None
         grows = "" if scaled is None else (f" (the {loaded.planner.mode} planner keeps {scaled.min_replicas}–"
                                            f"{scaled.max_replicas})")
+        host = ""
+        if role.kv_cache.host_offload is not None:
+            host = f" and {host_blocks(role)[0]} on the host"
         parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
-                     f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank, "
+                     f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{host}, "
                      f"context_length {role.context_length}")
     click.echo(f"{scenario}: ok ({'; '.join(parts)})")
 

@@ -40,6 +40,7 @@ from simmodel.metrics.summarize import (
     stage_summaries,
     summarize,
 )
+from simmodel.offload import offload_summary
 from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
@@ -584,6 +585,8 @@ class Simulation:
         shown.prefill_worker, shown.prefill_dp_rank = leg.worker, leg.dp_rank
         shown.num_preemptions += leg.num_preemptions
         shown.num_cached_tokens = leg.num_cached_tokens
+        shown.num_host_cached_tokens = leg.num_host_cached_tokens
+        shown.host_load_start_at, shown.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
         shown.predicted_cached_tokens = leg.predicted_cached_tokens
         return shown
 
@@ -638,6 +641,12 @@ class Simulation:
         if disaggregated:
             assert self.transfer is not None
             summary["num_kv_transfers"] = self.transfer.num_transfers
+        offloads = [(w.role, rank) for w in self.workers for rank in w.ranks if rank.offload is not None]
+        if offloads:  # a host KV tier: what it held and moved, and each request's tokens loaded from it
+            summary["kv_offload"] = offload_summary(offloads, end_ns)
+            requests.add("host_cached_tokens", [r.num_host_cached_tokens for r in reported])
+            requests.add("host_load_ms", [float("nan") if r.host_load_end_at is None
+                                          else (r.host_load_end_at - r.host_load_start_at) / 1e6 for r in reported])
         summary.update(self.backend.summary())
         if self.frontends:
             spec = self.scenario.engine.workers[self.front_role].frontend

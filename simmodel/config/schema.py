@@ -246,11 +246,28 @@ class CapacitySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class HostOffloadSpec:
+    """``kv_cache.host_offload``: a host-memory (CPU) tier behind each rank's GPU KV cache, as vLLM's offloading
+    connector keeps it (``simmodel.offload``)."""
+
+    capacity_gib: float
+    """Host memory for KV per attention-DP rank, summed over its tensor-parallel GPUs (vLLM's
+    ``--kv-offloading-size``), in GiB."""
+    policy: str = "lru"
+    """How the tier evicts when full: ``lru`` (vLLM's native CPU backend)."""
+    link_gb_per_s: float | None = None
+    """Host link bandwidth per GPU and direction in GB/s; None: the hardware's ``pcie_bytes_per_s``."""
+    latency_us: float = 0.0
+    """Fixed time of each transfer (one request's blocks in one direction), before its bytes move."""
+
+
+@dataclass(frozen=True, slots=True)
 class KvCacheSpec:
     block_size: int = 16
     prefix_caching: bool = True
     capacity: CapacitySpec = field(default_factory=CapacitySpec)
     dtype: str = "auto"
+    host_offload: HostOffloadSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

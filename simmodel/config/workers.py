@@ -14,6 +14,7 @@ from simmodel.config.calibration import MODEL_PARTS, identity_of, inapplicable
 from simmodel.config.node import _Node
 from simmodel.config.schema import (
     CapacitySpec,
+    HostOffloadSpec,
     KvCacheSpec,
     Parallelism,
     SchedulerSpec,
@@ -127,6 +128,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"), rules)
+    if sg is not None and kv_cache.host_offload is not None:
+        raise ScenarioError(f"{node.at('kv_cache.host_offload')}: models vLLM's offloading connector; SGLang's "
+                            f"HiCache is not modeled yet, so remove it or use backend vllm")
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
@@ -149,6 +153,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
+    if kv_cache.host_offload is not None:
+        block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
+        if kv_cache.host_offload.capacity_gib * (1 << 30) < block_bytes:
+            raise ScenarioError(f"{node.at('kv_cache.host_offload.capacity_gib')}: holds no whole KV block (one is "
+                                f"{block_bytes / (1 << 20):g} MiB over the rank's GPUs); give it at least that")
     needed = rules.blocks_needed(context_length, kv_cache.block_size)
     if blocks < needed:
         held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
@@ -194,8 +203,23 @@ def _kv_cache(node: _Node, rules: BackendRules) -> KvCacheSpec:
     else:
         capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
     cap.done()
+    host = _host_offload(node, prefix) if node.has("host_offload") else None
     node.done()
-    return KvCacheSpec(block_size, prefix, capacity, dtype)
+    return KvCacheSpec(block_size, prefix, capacity, dtype, host)
+
+
+def _host_offload(kv: _Node, prefix_caching: bool) -> HostOffloadSpec:
+    """``kv_cache.host_offload``: a CPU tier found by the blocks' content keys, so it needs prefix caching."""
+    node = kv.node("host_offload")
+    if not prefix_caching:
+        raise ScenarioError(f"{node.path}: the host tier finds a prompt's blocks by their content keys, which "
+                            f"exist only with prefix caching; set {kv.at('prefix_caching')} to true")
+    capacity = node.number("capacity_gib", positive=True, maximum=1e6)
+    policy = node.choice("policy", ("lru",), "lru")
+    link = node.number("link_gb_per_s", None, positive=True, maximum=1e6)
+    latency = node.number("latency_us", 0.0, maximum=1e9)
+    node.done()
+    return HostOffloadSpec(capacity, policy, link, latency)
 
 
 def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:

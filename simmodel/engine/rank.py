@@ -36,6 +36,22 @@ class Rank:
         """A router's bookkeeping of this rank (``routing.loads.PoolLoads``), told of every plan recorded here
         (``on_plan``) and every pass end (``on_pass_end``: its first tokens and finishes), at the instant the
         pass-by-pass loop records them; None: no router watches."""
+        self.offload = None
+        """The host KV tier behind this rank's pool (``simmodel.offload``), which stores the blocks each pass
+        computes after it; None: none."""
+
+    def attach_offload(self, offload) -> None:
+        """Put a host KV tier behind this rank: its scheduler loads from it, its passes store to it."""
+        self.offload = self.scheduler.offload = offload
+        offload.on_loaded = self._host_loaded
+        offload.on_wake = self.worker.notify
+        offload.recorder = self.recorder
+        offload.where = (self.worker.worker_id, self.rank_id, self.role)
+
+    def _host_loaded(self, request: Request, num_computed_tokens: int) -> None:
+        """A request's blocks landed from the host tier: it joins this rank's next pass."""
+        self.scheduler.load_done(request, num_computed_tokens)
+        self.worker.notify()
 
     @property
     def pool(self):
@@ -116,6 +132,12 @@ class Rank:
         return self.scheduler.has_requests()
 
     @property
+    def expects_work(self) -> bool:
+        """Whether something outside the passes will wake this rank to plan (a request waits for a block landing
+        on its host tier)."""
+        return self.offload is not None and self.offload.waking
+
+    @property
     def has_pending_releases(self) -> bool:
         """Whether a prefill leg's KV waits to be freed at this rank's pass end (``release_when_idle``)."""
         return bool(self._pending_releases)
@@ -131,6 +153,15 @@ class Rank:
         the scheduler plans it (default its ``schedule``; a run whose plan began it passes the rest)."""
         plan = (schedule or self.scheduler.schedule)(self.worker.plan_cutoff, self.worker.throttle_prefills)
         plan.kv_blocks_used = self.pool.num_used_blocks
+        if self.offload is not None:
+            if plan.requests:
+                plan.host_stores = self.offload.offers(plan)
+            if self.offload.queued:  # host loads start as the pass planned with them ends (or now: no pass)
+                loads = self.offload.take_loads()
+                if plan.is_empty:
+                    self.offload.start_loads(loads, self.env.now if at is None else at)
+                else:
+                    plan.host_loads = loads
         if not plan.is_empty or plan.preempted:
             self.record_plan(plan, self.env.now if at is None else at)
         return plan
@@ -164,7 +195,14 @@ class Rank:
         end_ns = end_ns if delivered_ns is None else delivered_ns
         pass_index = self.num_passes
         self.num_passes += 1
+        if plan.host_stores:
+            self.offload.store(plan.host_stores, pass_end, pass_index)
+        if plan.host_loads:
+            self.offload.start_loads(plan.host_loads, pass_end)
         sampled, finished = self.scheduler.update_from_output(plan)
+        if self.offload is not None:
+            for request in finished:
+                self.offload.finished(request, pass_end, pass_index)
         staged = self.recorder.staged  # staged loads count intervals per stage
         intervals: list[tuple[int, int, int]] = []
         first_tokens = []

@@ -30,6 +30,9 @@ class EventKind(IntEnum):
     TRANSFER_START = 11
     TRANSFER_END = 12
     SOURCE_RELEASED = 13
+    HOST_LOAD_START = 14
+    HOST_LOAD_END = 15
+    HOST_STORE = 16
 
 
 

@@ -115,6 +115,9 @@ class Worker:
         """Whether every request placed on the worker is a P/D prefill leg, which hands its KV off when it
         finishes (a prefill pool's worker): its passes are never planned as runs, since each pass is done with
         its prompts, so a run would mostly be one pass long and cost more than that pass on its own."""
+        self.plans_alone = False
+        """Whether every pass is planned on its own, never in a run: its ranks store the blocks each pass
+        computes to a host KV tier as the pass ends (``Rank.finish_pass``), which a run's closed form does not."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -417,7 +420,7 @@ class Worker:
         if self.lag and (plans is not None or not in_flight):
             return None
         planner = PLANNERS.get(self.ranks[0].scheduler.planner)
-        if (planner is None or self.hands_off or self.prefill_decode_interval or self.vision is not None
+        if (planner is None or self.hands_off or self.plans_alone or self.prefill_decode_interval or self.vision is not None
                 or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
         carry, plan_ticked = planner
@@ -503,7 +506,7 @@ class Worker:
         # Queued work with no pass to run is fine only while KV blocks are held outside the ranks' running
         # requests (a prefill leg awaiting its transfer, a reservation for an incoming one): their release
         # wakes the worker. With no block held at all, nothing could ever change: fail instead of hanging.
-        if self.has_requests() and not any(rank.pool.num_used_blocks for rank in self.ranks):
+        if self.has_requests() and not any(rank.pool.num_used_blocks or rank.expects_work for rank in self.ranks):
             raise SimulationError(f"{self.role} worker {self.worker_id}: requests are queued but no rank can "
                                   f"schedule any of them, and none ever will (nothing is running to free KV): the "
                                   f"first one needs more KV or a larger pass budget than an empty rank has (SGLang "

@@ -84,6 +84,8 @@ class KvTransfer:
         client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
         client.num_preemptions += leg.num_preemptions
         client.num_cached_tokens = leg.num_cached_tokens
+        client.num_host_cached_tokens = leg.num_host_cached_tokens
+        client.host_load_start_at, client.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
         client.predicted_cached_tokens = leg.predicted_cached_tokens
         client.source = (source, leg)
         if self.destination_first:

@@ -12,6 +12,7 @@ from simmodel.engine.rank import Rank
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.worker import Worker
+from simmodel.offload import build as build_offload
 
 if TYPE_CHECKING:
     from simmodel.config.schema import Scenario, WorkerRole
@@ -60,7 +61,12 @@ class VllmBackend:
                 pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
-                worker.add_rank(Rank(sim.env, worker, r, scheduler, sim.recorder))
+                rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
+                offload = build_offload("vllm", sim.env, role)
+                if offload is not None:
+                    rank.attach_offload(offload)
+                    worker.plans_alone = True
+                worker.add_rank(rank)
             workers.append(worker)
         return workers
 

@@ -27,6 +27,10 @@ class SchedulerOutput:
     preempted: list[Request] = field(default_factory=list)
     kv_blocks_used: int = 0
     """KV blocks in use on the rank once this pass was planned."""
+    host_stores: list | None = None
+    """With a host KV tier: what each request offers it to store once the pass has run (``VllmCpuOffload.offers``)."""
+    host_loads: list | None = None
+    """With a host KV tier: the loads planned with the pass, which start when it ends (``VllmCpuOffload.take_loads``)."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:

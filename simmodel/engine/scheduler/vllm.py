@@ -60,6 +60,8 @@ class VllmScheduler:
         self.num_drafts_verified = 0
         self.num_drafts_accepted = 0
         """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
+        self.offload = None
+        """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -74,6 +76,13 @@ class VllmScheduler:
         """Queue a request whose prompt KV has arrived: all but its last prompt token count as computed,
         and the blocks reserved for it at transfer start are already its own."""
         request.num_computed_tokens = request.num_prompt_tokens - 1
+        self.handoffs.append(request)
+
+    def load_done(self, request: Request, num_computed_tokens: int) -> None:
+        """A request's blocks have landed from the host tier: they are cached here now, and it joins the rank's
+        next pass ahead of other waiting work, to compute the rest of its prompt (vLLM's finished receive)."""
+        request.num_computed_tokens = num_computed_tokens
+        self.pool.cache_full_blocks(request, num_computed_tokens)
         self.handoffs.append(request)
 
     def release(self, request: Request) -> None:
@@ -187,12 +196,19 @@ class VllmScheduler:
                 req_index += 1
                 continue
             num_needed = max(-(-(computed + num_new) // block_size) - request.num_blocks, 0)
+            stalled = False
             while num_needed > pool.num_free_blocks:
-                victim = self.running.pop()
+                victim = self.running[-1]
+                if asynchronous and self.offload is not None and victim.num_in_flight_tokens:
+                    # vLLM with a KV connector under async scheduling frees no block of a request the pass in
+                    # flight runs: no preemption now; this request and the ones after it wait a pass.
+                    stalled = True
+                    break
+                self.running.pop()
                 self._preempt(victim, out)
                 if victim is request:
                     break
-            if request.status is RequestStatus.PREEMPTED:
+            if stalled or request.status is RequestStatus.PREEMPTED:
                 break
             # Inlined _schedule(): this loop runs once per running request per pass.
             if self.caching:
@@ -309,7 +325,18 @@ class VllmScheduler:
                     self.on_kv_reserved(request)
                 continue
             # A fresh or preempted request starts from its longest cached prefix (prefix caching).
-            hits = pool.find_hits(request) if self.caching and request.num_computed_tokens == 0 else ()
+            fresh = self.caching and request.num_computed_tokens == 0
+            hits = pool.find_hits(request) if fresh else ()
+            if fresh and self.offload is not None and not request.kv_transferred:
+                found = self.offload.lookup(request, len(hits))
+                if found < 0:  # a block it needs is landing on the host or being read: it waits, skipped
+                    skipped.append(queue.popleft())
+                    continue
+                if found:
+                    if not self._load_from_host(request, hits, found):
+                        break
+                    queue.popleft()
+                    continue
             computed = len(hits) * self.block_size if hits else request.num_computed_tokens
             if defer and computed < request.num_tokens - 1:
                 break  # off-cadence pass: only prompts with at most one token left may advance
@@ -333,7 +360,7 @@ class VllmScheduler:
             self.running.append(request)
             (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
             if self.caching:
-                if request.num_preemptions == 0 and not request.kv_transferred:
+                if request.num_preemptions == 0 and not request.kv_transferred and not request.num_host_cached_tokens:
                     pool.num_queries += request.num_tokens
                     pool.num_hits += computed
                     request.num_cached_tokens = computed
@@ -348,6 +375,32 @@ class VllmScheduler:
         if skipped:
             self.waiting.extendleft(reversed(skipped))
         return len(skipped)
+
+    def _load_from_host(self, request: Request, hits: list[int], found: int) -> bool:
+        """Take GPU blocks for a request's prefix (``hits`` cached here, then ``found`` blocks on the host) and
+        start loading the host's part; False if they do not fit (it then blocks the queue, as any admission).
+        The request waits out of the queue for its KV, holding no sequence slot and no token budget."""
+        pool, bs = self.pool, self.block_size
+        evictable = pool.num_evictable(hits) if hits else 0
+        if self.config.reserve_full_isl:
+            full = cdiv(min(request.num_tokens, self.config.max_model_len), bs) - len(hits) + evictable
+            if full > pool.num_free_blocks:
+                return False
+        if found + evictable > pool.num_free_blocks:
+            return False
+        if request.num_preemptions == 0:
+            pool.num_queries += request.num_tokens
+            pool.num_hits += len(hits) * bs
+            request.num_cached_tokens = len(hits) * bs
+            request.num_host_cached_tokens = found * bs
+            self.offload.num_hit_tokens += found * bs
+        if hits:
+            pool.touch(hits)
+            request.block_ids = list(hits)
+            request.num_blocks = request.num_cached_blocks = len(hits)
+        self._take(request, found)
+        self.offload.load(request, len(hits), found)
+        return True
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""

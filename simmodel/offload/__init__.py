@@ -1,0 +1,88 @@
+"""KV offload tiers: host memory behind each rank's GPU KV cache (``kv_cache.host_offload``).
+
+A tier is attached to a rank's scheduler, which asks it at admission for the blocks of a prompt it holds
+and loads them instead of recomputing them; the rank hands it the blocks each pass computed, to store.
+``OFFLOADS`` picks the connector by backend; ``build`` sizes one rank's from its role. ``docs/kv-offload.md``
+describes the model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simmodel.offload.link import HostLink
+from simmodel.offload.tier import HostTier
+from simmodel.offload.vllm_connector import VllmCpuOffload
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simmodel.config.schema import WorkerRole
+
+GIB = 1 << 30
+
+OFFLOADS: dict[str, type] = {"vllm": VllmCpuOffload}
+"""The connector each backend offloads KV through (SGLang's HiCache is not modeled yet: refused in config)."""
+
+
+def host_blocks(role: WorkerRole) -> tuple[int, float, float]:
+    """A rank's host tier from its role's ``kv_cache.host_offload``: (blocks it holds, bytes of a block over the
+    rank's GPUs, one GPU's share of them).
+
+    A block's bytes are the block's tokens times the KV bytes one GPU holds per token, over the rank's
+    tensor-parallel GPUs; the capacity (``capacity_gib``, summed over those GPUs) holds as many whole blocks
+    as fit."""
+    spec = role.kv_cache.host_offload
+    assert spec is not None
+    d = role.deployment
+    gpu_block_bytes = role.kv_cache.block_size * d.kv_bytes_per_token_per_gpu
+    block_bytes = gpu_block_bytes * d.tensor
+    return int(spec.capacity_gib * GIB // block_bytes), block_bytes, gpu_block_bytes
+
+
+def build(backend: str, env: simpy.Environment, role: WorkerRole) -> VllmCpuOffload | None:
+    """One rank's host tier (``host_blocks``) and its links, one each way, or None if its role has none. Each
+    GPU copies its share of a block over its own link, all at once, so a transfer takes one GPU's share over one
+    link."""
+    spec = role.kv_cache.host_offload
+    if spec is None:
+        return None
+    capacity, block_bytes, gpu_block_bytes = host_blocks(role)
+    bandwidth = role.deployment.hardware.pcie_bytes_per_s if spec.link_gb_per_s is None else spec.link_gb_per_s * 1e9
+    latency_ns = int(round(spec.latency_us * 1e3))
+    return OFFLOADS[backend](env, HostTier(capacity), HostLink(bandwidth, latency_ns), HostLink(bandwidth, latency_ns),
+                             role.kv_cache.block_size, block_bytes, gpu_block_bytes)
+
+
+def offload_summary(ranks: list, duration_ns: int) -> dict:
+    """The summary's ``kv_offload``: per role with a tier, what its ranks (``(role, rank)`` pairs) looked up,
+    found and moved. Hit ratios are of the prompt tokens looked up at first admission: found in the GPU cache,
+    loaded from the host, and both. ``load_link_utilization``, ``store_link_utilization``: the fraction of the
+    run each rank's host link was busy that way, averaged over the ranks."""
+    by_role: dict[str, list] = {}
+    for role, rank in ranks:
+        by_role.setdefault(role, []).append(rank)
+    summary = {}
+    for role, members in by_role.items():
+        tiers = [rank.offload for rank in members]
+        figures = [t.figures() for t in tiers]
+        total = {key: sum(f[key] for f in figures) for key in figures[0] if key != "capacity_blocks"}
+        queried = sum(rank.pool.num_queries for rank in members)
+        gpu = sum(rank.pool.num_hits for rank in members)
+        host = sum(t.num_hit_tokens for t in tiers)
+        loads_busy, stores_busy = total.pop("load_link_busy_ns"), total.pop("store_link_busy_ns")
+        summary[role] = {
+            "ranks": len(members), "capacity_blocks_per_rank": figures[0]["capacity_blocks"],
+            "block_bytes": tiers[0].block_bytes, "queried_tokens": queried, "gpu_hit_tokens": gpu,
+            "host_hit_tokens": host,
+            "gpu_hit_ratio": gpu / queried if queried else None,
+            "host_hit_ratio": host / queried if queried else None,
+            "hit_ratio": (gpu + host) / queried if queried else None,
+            **total,
+            "load_link_utilization": loads_busy / (len(members) * duration_ns) if duration_ns else None,
+            "store_link_utilization": stores_busy / (len(members) * duration_ns) if duration_ns else None,
+        }
+    return summary
+
+
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "VllmCpuOffload", "build", "host_blocks", "offload_summary"]

@@ -1,0 +1,34 @@
+"""The host link of a rank: KV blocks between GPU and host memory, one transfer after another.
+
+Each GPU of a tensor-parallel group copies its own shard of a block over its own PCIe link, all at once, so
+a rank's transfer takes its per-GPU bytes over one link's bandwidth. Transfers queue first come, first
+served, loads and stores on the same queue (a conservative reading: PCIe is full duplex, but vLLM's
+copies also share the GPU's copy engines); each costs a fixed latency before its bytes move.
+"""
+
+from __future__ import annotations
+
+from simmodel.engine.clock import NS_PER_S
+
+
+class HostLink:
+    """One rank's queue of transfers over its host link."""
+
+    def __init__(self, bytes_per_s: float, latency_ns: int) -> None:
+        self.bytes_per_s, self.latency_ns = bytes_per_s, latency_ns
+        self.free_at = 0
+        """When the last queued transfer ends."""
+        self.busy_ns = 0
+        self.bytes_moved = 0
+
+    def duration_ns(self, num_bytes: float) -> int:
+        return self.latency_ns + int(round(num_bytes / self.bytes_per_s * NS_PER_S))
+
+    def transfer(self, now: int, num_bytes: float) -> tuple[int, int]:
+        """Queue a transfer at ``now``; returns when it starts and ends."""
+        start = max(now, self.free_at)
+        duration = self.duration_ns(num_bytes)
+        self.free_at = start + duration
+        self.busy_ns += duration
+        self.bytes_moved += int(num_bytes)
+        return start, self.free_at

@@ -1,0 +1,110 @@
+"""A host-memory KV tier: blocks kept by their content keys, evicted least recently used.
+
+Follows vLLM 0.32's ``CPUOffloadingManager`` with its LRU policy: a block takes its slot when its store is
+prepared and can be read only once the store has landed (before that a lookup that reaches it is *pending*:
+the request waits, it does not miss); a load pins the blocks it reads. Only a store evicts, and only blocks
+that have landed and that no load reads; when it cannot free room for all of a request's new blocks it
+stores none of them. Recency is set when a block is stored and again when a request that used it finishes
+(``touch_reversed``: its prefix's head becomes the most recent, so a prefix is evicted from its tail);
+lookups leave it alone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class HostTier:
+    """Up to ``capacity`` blocks, each under its content key with the instant its store lands."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.ready_at: OrderedDict[object, int] = OrderedDict()
+        """Key: when its store lands (readable from then on); least recently used first."""
+        self.readers: dict[object, int] = {}
+        """Key: loads reading it now (it cannot be evicted)."""
+        self.num_stored = 0
+        self.num_failed = 0
+        """Blocks a store could not take (no room could be freed: every block landing or being read)."""
+        self.num_evicted = 0
+
+    def __len__(self) -> int:
+        return len(self.ready_at)
+
+    def lookup(self, keys: list, now: int) -> tuple[int, int | None]:
+        """How many of ``keys``, from the first, can be loaded at ``now`` (a missing key ends the run), with None.
+        If the run reaches a block still landing, or one another load reads, the request waits instead of
+        missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
+        rank)."""
+        ready_at, readers = self.ready_at, self.readers
+        n = 0
+        for key in keys:
+            t = ready_at.get(key)
+            if t is None:
+                break
+            if t > now:
+                return -1, t
+            if key in readers:
+                return -1, None
+            n += 1
+        return n, None
+
+    def read(self, keys: list) -> None:
+        """A load starts reading ``keys``: they stay until ``done_reading``."""
+        readers = self.readers
+        for key in keys:
+            readers[key] = readers.get(key, 0) + 1
+
+    def done_reading(self, keys: list) -> None:
+        readers = self.readers
+        for key in keys:
+            if readers[key] == 1:
+                del readers[key]
+            else:
+                readers[key] -= 1
+
+    def store(self, keys: list, now: int) -> list | None:
+        """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks
+        that have landed, are not read and are not among ``keys``; returns the keys taken (``landed`` then says
+        when each can be read), or None, taking none, if not enough room can be freed."""
+        ready_at = self.ready_at
+        new = [key for key in keys if key not in ready_at]
+        over = len(ready_at) + len(new) - self.capacity
+        if over > 0:
+            victims = self._victims(over, now, keys)
+            if victims is None:
+                self.num_failed += len(new)
+                return None
+            for key in victims:
+                del ready_at[key]
+            self.num_evicted += len(victims)
+        for key in new:
+            ready_at[key] = now  # (``landed`` sets when, before anything reads it)
+        self.num_stored += len(new)
+        return new
+
+    def landed(self, keys: list, at: int) -> None:
+        """The stores of ``keys`` land at ``at``: readable from then on."""
+        ready_at = self.ready_at
+        for key in keys:
+            ready_at[key] = at
+
+    def touch_reversed(self, keys: list) -> None:
+        """A request that used ``keys`` (a prefix, in order) finished: they become the most recently used, the
+        first of them most of all."""
+        ready_at = self.ready_at
+        for key in reversed(keys):
+            if key in ready_at:
+                ready_at.move_to_end(key)
+
+    def _victims(self, count: int, now: int, protected: list) -> list | None:
+        """The ``count`` least recently used blocks that can go (landed by ``now``, no load reading them, not in
+        ``protected``), or None if there are fewer."""
+        victims = []
+        readers, keep = self.readers, set(protected)
+        for key, t in self.ready_at.items():
+            if t <= now and key not in readers and key not in keep:
+                victims.append(key)
+                if len(victims) == count:
+                    return victims
+        return None

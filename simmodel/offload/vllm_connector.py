@@ -1,0 +1,193 @@
+"""vLLM's offloading connector on one rank: a CPU tier behind the GPU prefix cache.
+
+What it does, following vLLM 0.32's ``OffloadingConnector`` with its native CPU backend (one GPU block per
+offloaded chunk, ``offload_prompt_only`` on, the LRU policy):
+
+- **stores**: when a pass is planned, each request offers the tier the full prompt blocks that pass
+  computes, from where its last successful offer ended (a request that loaded from the host starts past what
+  it loaded; one that did not offers its GPU cache hits too, which the tier stores if it lacks them). The copy
+  is queued on the rank's store link when the pass ends (it runs behind the pass on its own stream) and the
+  blocks can be found once it lands. Blocks the tier already has, landed or landing, are not copied again. An
+  offer the tier cannot make room for is dropped whole and made again at the request's next pass or finish.
+  When a request finishes, the blocks it used become the tier's most recent, its prefix's head most of all.
+- **loads**: when the scheduler admits a fresh (or preempted) request, it takes the longest cached prefix
+  on the GPU, then looks up the blocks that follow on the host (up to the whole prompt). If the run reaches a
+  block still landing, or one another load reads, the request waits in the queue (skipped, not blocking it)
+  and is looked up again at a later plan. If at least one block is found, the scheduler takes GPU blocks for
+  them, the request leaves the queue to wait for its KV (vLLM's ``WAITING_FOR_REMOTE_KVS``: no sequence slot,
+  no token budget), and the copy is queued on the rank's load link. When it lands the blocks are cached on
+  the GPU and the request is admitted at the rank's next plan, ahead of waiting work, with all but its last
+  prompt token computed at most. The copy starts when the pass planned with it ends (vLLM's load stream
+  waits for it), at once if that plan runs no pass. The load is on the request's critical path; stores never
+  are.
+
+Each direction of the link is its own queue (``link.HostLink``): vLLM copies each way on its own stream, one
+copy after another. A store or load counts as done when its copy lands (vLLM learns of it at the end of the
+pass in flight then: up to a pass later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simmodel.engine.recorder import EventKind
+from simmodel.offload.link import HostLink
+from simmodel.offload.tier import HostTier
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simmodel.engine.recorder import Recorder
+    from simmodel.engine.request import Request
+    from simmodel.engine.scheduler.base import SchedulerOutput
+
+
+class VllmCpuOffload:
+    """The host tier of one rank, its links, and the loads and stores between them and the GPU pool."""
+
+    def __init__(self, env: simpy.Environment, tier: HostTier, loads: HostLink, stores: HostLink,
+                 block_size: int, block_bytes: float, gpu_block_bytes: float) -> None:
+        self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
+        self.block_size = block_size
+        self.block_bytes = block_bytes
+        """KV bytes of one block over all of the rank's GPUs (what the tier holds)."""
+        self.gpu_block_bytes = gpu_block_bytes
+        """The share of a block one GPU copies over its own link."""
+        self.on_loaded: Callable[[Request, int], None] | None = None
+        """The rank's scheduler taking a request whose load landed, with its computed tokens."""
+        self.on_wake: Callable[[], None] | None = None
+        """The rank planning again (a request waits for a block landing on the host)."""
+        self.recorder: Recorder | None = None
+        self.where: tuple[int, int, str] = (-1, -1, "")
+        """The rank's worker, attention-DP rank and role, for its events."""
+        self.offered: dict[Request, list] = {}
+        """Per request with blocks to offer or used: [first block it used on the host, first block not offered
+        yet, its block keys]."""
+        self.queued: list = []
+        """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
+        self._wakes: set[int] = set()
+        """Instants at which the rank plans again for a request waiting on a landing block."""
+        self.num_hit_tokens = 0
+        """Prompt tokens loaded from the host at first admission (the scheduler counts them, as the GPU's hits)."""
+        self.num_loads = 0
+        self.blocks_loaded = 0
+        self.blocks_stored = 0
+
+    @property
+    def waking(self) -> bool:
+        """Whether the rank will plan again for a request waiting on a block landing on the host."""
+        return bool(self._wakes)
+
+    # -- at admission (inside the scheduler's plan) ---------------------------------------------
+
+    def lookup(self, request: Request, start: int) -> int:
+        """Blocks of the request found on the host right after its first ``start`` (found on the GPU), up to its
+        last full block; −1 if the request must wait (a block it reaches is landing or being read)."""
+        limit = request.num_tokens // self.block_size - start
+        if limit <= 0 or not len(self.tier):
+            return 0
+        now = self.env.now
+        found, wake = self.tier.lookup(request.block_keys.upto(start + limit)[start:start + limit], now)
+        if wake is not None and wake not in self._wakes:
+            self._wakes.add(wake)
+            self.env.timeout(wake - now).callbacks.append(lambda _: self._woken(wake))
+        return found
+
+    def _woken(self, at: int) -> None:
+        self._wakes.discard(at)
+        self.on_wake()
+
+    def load(self, request: Request, start: int, count: int) -> None:
+        """The scheduler gave the request GPU blocks for its blocks ``start`` … ``start + count − 1`` found on the
+        host: pin them and queue the copy (``start_loads``); the request is handed to ``on_loaded`` when it
+        lands."""
+        keys = request.block_keys.upto(start + count)[start:start + count]
+        self.tier.read(keys)
+        self.offered[request] = [start, start + count, request.block_keys]  # (what it loaded is not offered)
+        self.num_loads += 1
+        self.blocks_loaded += count
+        self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
+
+    def take_loads(self) -> list:
+        """The loads the last plan made, to start when its pass ends (``start_loads``)."""
+        loads, self.queued = self.queued, []
+        return loads
+
+    def start_loads(self, loads: list, at: int) -> None:
+        """Start the copies of ``loads`` (``take_loads``) at ``at``: the end of the pass planned with them (vLLM
+        copies on a stream that waits for that pass), or the plan's instant if it runs no pass."""
+        now = self.env.now
+        for request, keys, computed in loads:
+            _, end = self.load_link.transfer(at, len(keys) * self.gpu_block_bytes)
+            request.host_load_start_at = at
+            self._event(at, EventKind.HOST_LOAD_START, request, len(keys) * self.block_size)
+            self.env.timeout(max(end - now, 0)).callbacks.append(
+                lambda _, request=request, keys=keys, computed=computed: self._landed(request, keys, computed))
+
+    def _landed(self, request: Request, keys: list, computed: int) -> None:
+        self.tier.done_reading(keys)
+        request.host_load_end_at = self.env.now
+        self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(keys) * self.block_size)
+        self.on_loaded(request, computed)
+
+    # -- stores (as a pass is planned, copied when it ends) -------------------------------------
+
+    def offers(self, plan: SchedulerOutput) -> list[tuple[Request, list, int]]:
+        """What each request of a plan offers the tier: its entry of ``offered`` and the block its offer runs to
+        (its full prompt blocks once the pass has run)."""
+        bs, offered, offers = self.block_size, self.offered, []
+        for request, context, new in zip(plan.requests, plan.num_context_tokens, plan.num_new_tokens):
+            end = min(context + new, request.num_prompt_tokens) // bs
+            entry = offered.get(request)
+            if entry is None:
+                if end <= 0:
+                    continue
+                entry = offered[request] = [0, 0, request.block_keys]
+            if end > entry[1]:
+                offers.append((request, entry, end))
+        return offers
+
+    def store(self, offers: list[tuple[Request, list, int]], at: int, pass_index: int) -> None:
+        """Copy the blocks a pass that ended at ``at`` offered (``offers``), one copy per request."""
+        for request, entry, end in offers:
+            self._offer(request, entry, end, at, pass_index)
+
+    def _offer(self, request: Request, entry: list, end: int, at: int, pass_index: int) -> None:
+        keys = entry[2].upto(end)[entry[1]:end]
+        taken = self.tier.store(keys, at)
+        if taken is None:
+            return  # (offered again at its next pass or finish)
+        entry[1] = end
+        if taken:
+            _, landed = self.store_link.transfer(at, len(taken) * self.gpu_block_bytes)
+            self.tier.landed(taken, landed)
+            self.blocks_stored += len(taken)
+            self._event(at, EventKind.HOST_STORE, request, len(taken) * self.block_size, pass_index)
+
+    def finished(self, request: Request, at: int, pass_index: int) -> None:
+        """A request finished at ``at``: its prompt blocks not stored yet are offered once more, then the blocks
+        it used on the host become the most recently used."""
+        entry = self.offered.pop(request, None)
+        if entry is None:
+            return
+        end = request.num_prompt_tokens // self.block_size
+        if end > entry[1]:
+            self._offer(request, entry, end, at, pass_index)
+        self.tier.touch_reversed(entry[2].upto(entry[1])[entry[0]:entry[1]])
+
+    def _event(self, at: int, kind: EventKind, request: Request, tokens: int, pass_index: int = -1) -> None:
+        if self.recorder is not None:
+            worker, rank, role = self.where
+            self.recorder.event(at, kind, worker, rank, request.request_id, tokens, role, pass_index)
+
+    # -- figures --------------------------------------------------------------------------------
+
+    def figures(self) -> dict:
+        tier = self.tier
+        return {"capacity_blocks": tier.capacity, "blocks_held": len(tier), "loads": self.num_loads,
+                "blocks_loaded": self.blocks_loaded, "blocks_stored": self.blocks_stored,
+                "blocks_evicted": tier.num_evicted, "blocks_not_stored": tier.num_failed,
+                "bytes_loaded": self.blocks_loaded * self.block_bytes,
+                "bytes_stored": self.blocks_stored * self.block_bytes,
+                "load_link_busy_ns": self.load_link.busy_ns, "store_link_busy_ns": self.store_link.busy_ns}

@@ -1,0 +1,120 @@
+"""A host KV tier behind the GPU prefix cache (vLLM's offloading connector), by hand.
+
+The set-up every timeline here shares: Llama-3.1-8B-Instruct on one H100 (tensor 1), 16-token blocks. One
+token's KV on one GPU is 32 layers × 2 (K and V) × 8 KV heads × 128 × 2 bytes = 131,072 bytes, so a block is
+2,097,152 bytes (2 MiB). The host link is set to 32 GB/s with 100 µs per transfer: a block's bytes take
+2,097,152 / 32e9 s = 65.536 µs, and a transfer of n blocks 100 + 65.536·n µs. Fixed timing: 20 ms a pass
+with prefill work, 10 ms a decode pass. The GPU holds 40 blocks (context_length 640, the most 40 blocks hold).
+
+Requests are Mooncake rows whose one 512-token hash id says what the prompt holds: A and C hold the same
+content (id 1), B other content (id 2); each is 512 tokens in (32 blocks) and 2 out.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from factories import make_scenario, run_scenario
+
+BLOCK = 2_097_152
+PER_BLOCK_NS = 65_536
+LATENCY_NS = 100_000
+
+
+def _scenario(tmp_path, host: dict, rows: list[tuple[float, int]]) -> dict:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
+                            + "\n" for t, h in rows))
+    data = make_scenario(engine={"context_length": 640, "workers": {"aggregated": {"kv_cache": {
+        "capacity": {"type": "fixed", "blocks": 40},
+        "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
+    data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
+                       "load": {"type": "trace_timestamps"}}
+    return data
+
+
+def test_a_prefix_evicted_from_the_gpu_is_loaded_from_the_host(tmp_path):
+    """A (t = 0) prefills 0–20 ms; the 32 full prompt blocks it computes are stored after that pass: one copy of
+    32 blocks on the store link, 100 + 32 × 65.536 = 2,197.152 µs, landing at 22.197152 ms. A's decode (20–30 ms)
+    takes a 33rd block (its 513th token), never full and never offered (prompt blocks only). When A finishes,
+    vLLM frees its blocks tail first: the partial block to the front of the free queue, the 32 cached ones to
+    its back, block 31 first and block 0 last.
+    B (t = 100 ms, other content) takes 32 blocks: A's partial one, the 7 never used, then A's blocks 31 … 8
+    (evicting them); its decode takes one more, evicting A's block 7. A's blocks 0–6 stay cached on the GPU. B's
+    32 blocks are stored at 120 ms.
+    C (t = 200 ms, A's content) finds A's blocks 0–6 on the GPU (112 tokens) and, from block 7 on, blocks 7–31 on
+    the host: 25 blocks (the lookup runs to the prompt's last full block). The load takes 100 + 25 × 65.536 =
+    1,738.4 µs on the load link: it lands at 201.7384 ms, when C is admitted with 512 − 1 = 511 tokens computed
+    (the last prompt token is always computed), prefills that token 201.7384–221.7384 ms (a pass with prefill
+    work: 20 ms; TTFT 21.7384 ms) and decodes to 231.7384 ms. C offers nothing: what it loaded is on the host.
+    Over the 3 × 512 = 1,536 prompt tokens looked up: 112 found on the GPU, 400 loaded from the host."""
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": 1}, [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 0, 112]
+    assert req.host_cached_tokens.tolist() == [0, 0, 400]
+    assert req.host_load_ms[2] == pytest.approx(1.7384, abs=1e-9)
+    assert req.ttft_ms[2] == pytest.approx(21.7384, abs=1e-9)
+    assert req.finish_s[2] == pytest.approx(0.2317384, abs=1e-12)
+    assert req.ttft_ms[0] == pytest.approx(20.0) and req.ttft_ms[1] == pytest.approx(20.0)
+    ev = res.events
+    stores = ev[ev.kind == "host_store"]
+    assert stores.time_s.tolist() == pytest.approx([0.020, 0.120])
+    assert stores.num_tokens.tolist() == [512, 512] and stores.request_id.tolist() == [0, 1]
+    assert stores.pass_index.tolist() == [0, 2]  # (A's prefill and decode are passes 0 and 1)
+    loads = ev[ev.kind.isin(["host_load_start", "host_load_end"])]
+    assert loads.time_s.tolist() == pytest.approx([0.200, 0.2017384], abs=1e-12)
+    assert loads.num_tokens.tolist() == [400, 400]
+    admission = ev[(ev.kind == "admission") & (ev.request_id == 2)]
+    assert admission.time_s.tolist() == pytest.approx([0.2017384], abs=1e-12)
+    assert admission.num_tokens.tolist() == [1]
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert tier["capacity_blocks_per_rank"] == (1 << 30) // BLOCK == 512
+    assert (tier["queried_tokens"], tier["gpu_hit_tokens"], tier["host_hit_tokens"]) == (1536, 112, 400)
+    assert tier["hit_ratio"] == pytest.approx(512 / 1536)
+    assert (tier["loads"], tier["blocks_loaded"], tier["blocks_stored"], tier["blocks_evicted"]) == (1, 25, 64, 0)
+    assert tier["bytes_loaded"] == 25 * BLOCK and tier["bytes_stored"] == 64 * BLOCK
+    duration_ns = 231_738_400
+    assert tier["store_link_utilization"] == pytest.approx(2 * (LATENCY_NS + 32 * PER_BLOCK_NS) / duration_ns)
+    assert tier["load_link_utilization"] == pytest.approx((LATENCY_NS + 25 * PER_BLOCK_NS) / duration_ns)
+    assert res.summary["prefix_cache_hit_ratio"] == pytest.approx(112 / 1536)  # (the GPU's own, as before)
+
+
+def test_the_host_tier_evicts_a_prefix_from_its_tail(tmp_path):
+    """The same three requests with a host tier of 40 blocks (80 MiB = 0.078125 GiB). A stores its 32 blocks;
+    when it finishes they become the most recent in reverse order, so its block 0 is the most recent and block
+    31 the least. B's 32 blocks need 24 slots: A's blocks 31 … 8 go, and A's 0–7 stay. C finds A's blocks 0–6
+    on the GPU (as above) and block 7 on the host (block 8 is gone): it loads 1 block, 100 + 65.536 µs, landing
+    at 200.165536 ms, and prefills 512 − 128 = 384 tokens to 220.165536 ms (TTFT 20.165536 ms). It then offers
+    blocks 8–31 (past what it loaded), none of them on the host: storing those 24 evicts the 24 least recent,
+    A's blocks 7 … 0 (stored, then touched, before B's) and B's 31 … 16 (B finished too: its tail first).
+    Stored 32 + 32 + 24 = 88 blocks, evicted 24 + 24 = 48."""
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": 0.078125}, [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 0, 112]
+    assert req.host_cached_tokens.tolist() == [0, 0, 16]
+    assert req.ttft_ms[2] == pytest.approx(20.165536, abs=1e-9)
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert tier["capacity_blocks_per_rank"] == 40
+    assert (tier["blocks_stored"], tier["blocks_evicted"], tier["blocks_held"], tier["loads"]) == (88, 48, 40, 1)
+    stores = res.events[res.events.kind == "host_store"]
+    assert stores.num_tokens.tolist() == [512, 512, 24 * 16]
+
+
+def test_a_request_waits_for_blocks_still_landing_on_the_host(tmp_path):
+    """The link at 0.1 GB/s: a block's bytes take 2,097,152 / 1e8 s = 20.97152 ms. A's store of 32 blocks
+    runs 20 → 20 + 0.1 + 671.08864 = 691.18864 ms; B's, queued behind it on the store link, ends at 1,362.37728
+    ms. C (t = 200 ms) finds A's blocks 0–6 on the GPU, then block 7 still landing: it waits (it neither misses
+    nor blocks the queue), and the rank plans again when the block lands, at 691.18864 ms. Then blocks 7–31 are
+    there: C loads 25 blocks, 0.1 + 524.288 ms, landing at 1,215.57664 ms, and prefills its last token to
+    1,235.57664 ms: TTFT 1,035.57664 ms."""
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": 1, "link_gb_per_s": 0.1},
+                                 [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 0, 112]
+    assert req.host_cached_tokens.tolist() == [0, 0, 400]
+    assert req.ttft_ms[2] == pytest.approx(1035.57664, abs=1e-9)
+    loads = res.events[res.events.kind.isin(["host_load_start", "host_load_end"])]
+    assert loads.time_s.tolist() == pytest.approx([0.69118864, 1.21557664], abs=1e-12)
+    stores = res.events[res.events.kind == "host_store"]
+    assert stores.num_tokens.tolist() == [512, 512]
