@@ -73,8 +73,9 @@ def format_table(summary: dict) -> str:
         ratios = [tier[key] for key in ("gpu_hit_ratio", "host_hit_ratio", "hit_ratio")]
         shown = " / ".join("-" if r is None else f"{r:.4f}" for r in ratios)
         lines.append(f"{'Hit ratio GPU / host / both (' + role + ')':<46} {shown}")
-        lines.append(f"{'Host tier: GB loaded / stored, link busy':<46} {tier['bytes_loaded'] / 1e9:.1f} / "
-                     f"{tier['bytes_stored'] / 1e9:.1f}, {tier['link_utilization']:.2%}")
+        lines.append(f"{'Host tier: GB loaded / stored (link busy)':<46} {tier['bytes_loaded'] / 1e9:.1f} "
+                     f"({tier['load_link_utilization']:.2%}) / {tier['bytes_stored'] / 1e9:.1f} "
+                     f"({tier['store_link_utilization']:.2%})")
     if summary.get("vision"):
         v = summary["vision"]
         ratio = v["embedding_cache_hit_ratio"]

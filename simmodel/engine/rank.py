@@ -200,9 +200,6 @@ class Rank:
         if plan.host_loads:
             self.offload.start_loads(plan.host_loads, pass_end)
         sampled, finished = self.scheduler.update_from_output(plan)
-        if self.offload is not None:
-            for request in finished:
-                self.offload.finished(request, pass_end, pass_index)
         staged = self.recorder.staged  # staged loads count intervals per stage
         intervals: list[tuple[int, int, int]] = []
         first_tokens = []
@@ -245,6 +242,9 @@ class Rank:
         and its end. Returns whether a finish called back."""
         w, r, rec, role = self.worker.worker_id, self.rank_id, self.recorder, self.role
         row, at, intervals, first_tokens, finished = end
+        if self.offload is not None:  # (its finished requests' blocks become the tier's most recent)
+            for request, _ in finished:
+                self.offload.finished(request, row.end_ns, row.pass_index)
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
         if self.watcher is not None:  # (before any finish calls back: a next request routed then sees it)

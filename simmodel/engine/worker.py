@@ -115,9 +115,11 @@ class Worker:
         """Whether every request placed on the worker is a P/D prefill leg, which hands its KV off when it
         finishes (a prefill pool's worker): its passes are never planned as runs, since each pass is done with
         its prompts, so a run would mostly be one pass long and cost more than that pass on its own."""
-        self.plans_alone = False
-        """Whether every pass is planned on its own, never in a run: its ranks store the blocks each pass
-        computes to a host KV tier as the pass ends (``Rank.finish_pass``), which a run's closed form does not."""
+        self.offloads = False
+        """Whether its ranks keep a host KV tier (``simmodel.offload``). Its runs then never admit: an admission
+        looks the prompt up on the host at the plan's instant and offers the tier what the pass computes, so
+        every pass that admits is planned on its own (``Rank.plan``) and a run holds only the decodes between
+        them; and it is not given its arrivals ahead (``arrivals``)."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -420,10 +422,14 @@ class Worker:
         if self.lag and (plans is not None or not in_flight):
             return None
         planner = PLANNERS.get(self.ranks[0].scheduler.planner)
-        if (planner is None or self.hands_off or self.plans_alone or self.prefill_decode_interval or self.vision is not None
+        if (planner is None or self.hands_off or self.prefill_decode_interval or self.vision is not None
                 or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
         carry, plan_ticked = planner
+        if self.offloads:  # a pass whose plan stores to or loads from a host tier runs on its own (see ``offloads``)
+            first = [*(plans or ()), *(in_flight[0][0] if in_flight else ())]
+            if any(plan.host_stores or plan.host_loads for plan in first):
+                return None
         horizon = self._horizon()
         if horizon <= self.env.now:
             return None

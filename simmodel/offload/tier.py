@@ -27,6 +27,9 @@ class HostTier:
         self.num_failed = 0
         """Blocks a store could not take (no room could be freed: every block landing or being read)."""
         self.num_evicted = 0
+        self.version = 0
+        """Changes whenever a block is added or evicted (what a lookup that found no landing or read block
+        depends on)."""
 
     def __len__(self) -> int:
         return len(self.ready_at)
@@ -78,6 +81,8 @@ class HostTier:
             for key in victims:
                 del ready_at[key]
             self.num_evicted += len(victims)
+        if new:
+            self.version += 1
         for key in new:
             ready_at[key] = now  # (``landed`` sets when, before anything reads it)
         self.num_stored += len(new)

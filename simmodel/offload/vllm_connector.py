@@ -66,6 +66,9 @@ class VllmCpuOffload:
         yet, its block keys]."""
         self.queued: list = []
         """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
+        self._last_lookup: tuple = (None, 0)
+        """The last lookup that found no landing or read block, and what it found: still true while the tier
+        has neither gained nor lost a block."""
         self._wakes: set[int] = set()
         """Instants at which the rank plans again for a request waiting on a landing block."""
         self.num_hit_tokens = 0
@@ -87,8 +90,13 @@ class VllmCpuOffload:
         limit = request.num_tokens // self.block_size - start
         if limit <= 0 or not len(self.tier):
             return 0
+        seen = (request, start, limit, self.tier.version)
+        if self._last_lookup[0] == seen:  # (a request left waiting is looked up again at every plan)
+            return self._last_lookup[1]
         now = self.env.now
         found, wake = self.tier.lookup(request.block_keys.upto(start + limit)[start:start + limit], now)
+        if found >= 0:
+            self._last_lookup = (seen, found)
         if wake is not None and wake not in self._wakes:
             self._wakes.add(wake)
             self.env.timeout(wake - now).callbacks.append(lambda _: self._woken(wake))

@@ -65,7 +65,7 @@ class VllmBackend:
                 offload = build_offload("vllm", sim.env, role)
                 if offload is not None:
                     rank.attach_offload(offload)
-                    worker.plans_alone = True
+                    worker.offloads = True
                 worker.add_rank(rank)
             workers.append(worker)
         return workers

@@ -87,8 +87,10 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
 
 def _gathered(worker: Worker, plans: list | None, lag: int) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
-    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself."""
-    run = RunningRequests(worker, plans, bool(lag), may_wait=admits_arrivals(worker))
+    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself, or (a worker
+    with a host KV tier, synchronous) where it ends at its first finish (``Run.cap``)."""
+    may_wait = admits_arrivals(worker) or (worker.offloads and not lag)
+    run = RunningRequests(worker, plans, bool(lag), may_wait=may_wait)
     return run if run.gather() else None
 
 

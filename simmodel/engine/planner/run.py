@@ -36,9 +36,10 @@ besides its context (added to the context and pairs columns)."""
 
 def admits_arrivals(worker: Worker) -> bool:
     """Whether the worker's runs admit requests themselves: only where nothing but the worker's own arrivals
-    reaches it (``Worker.arrivals``), and no pass is off a prefill cadence (``prefill_schedule_interval``: such
-    a pass may defer prefills, so a run stops before the plan that sees an arrival instead)."""
-    return worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+    reaches it (``Worker.arrivals``), no pass is off a prefill cadence (``prefill_schedule_interval``: such
+    a pass may defer prefills, so a run stops before the plan that sees an arrival instead), and it keeps no
+    host KV tier (``Worker.offloads``)."""
+    return worker.arrivals is not None and worker.prefill_schedule_interval <= 1 and not worker.offloads
 
 
 class Run(Admissions, Recording):
@@ -79,7 +80,7 @@ class Run(Admissions, Recording):
         """Passes every rank has run before row 0 (all ranks run every pass)."""
         self.admits = admits_arrivals(worker)
         """Whether the run admits requests itself (``admits_arrivals``)."""
-        self.takes_placements = ticked and worker.prefill_schedule_interval <= 1
+        self.takes_placements = ticked and worker.prefill_schedule_interval <= 1 and not worker.offloads
         """Whether the run, applied as its passes end (``ticked``: ``Worker._tick``), goes on through requests
         placed on the worker meanwhile (P/D handoffs, a closed loop's next requests): the plan at the end of the
         row they come in admits them (``admit_placed``), and the run takes them if it can (``take``), else hands
@@ -155,6 +156,10 @@ class Run(Admissions, Recording):
         the clock, or a finish would call back into the simulation outside ``calls_back_inside``)."""
         if run.calls_back is not None and not self.calls_back_inside:  # the pass in which such a request finishes
             self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.lag)
+        if worker.offloads and any(s.waiting for s in self.scheds):
+            # Requests wait, and a run with a host KV tier admits none (``admits_arrivals``): it ends with the
+            # pass in which the first request finishes, after which the next plan may admit one.
+            self.cap = min(self.cap, int(run.left.min()))
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1
