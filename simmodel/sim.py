@@ -349,8 +349,6 @@ class Simulation:
         and the workers plan ahead up to that instant (``RoutedAtArrival``)."""
         if engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop:
             return
-        if any(worker.offloads for worker in self.pools["aggregated"]):
-            return  # (a host tier is looked up at each admission's instant: routed as each request arrives)
         router = self.routers["aggregated"]
         if router.reads_state or self.planner is not None:  # (a planner changes whom the router may pick)
             # Routed as each request arrives: the workers plan ahead up to the next arrival (``RoutedAtArrival``),

@@ -151,15 +151,19 @@ class Rank:
         """Plan this rank's next pass now (or as at ``at``, for a pass a worker plans at the end of a run of
         passes it applied ahead; no time passes) and record its admissions and preemptions. ``schedule``: how
         the scheduler plans it (default its ``schedule``; a run whose plan began it passes the rest)."""
+        offload = self.offload
+        if offload is not None:
+            offload.plan_at = at
         plan = (schedule or self.scheduler.schedule)(self.worker.plan_cutoff, self.worker.throttle_prefills)
         plan.kv_blocks_used = self.pool.num_used_blocks
-        if self.offload is not None:
+        if offload is not None:
+            offload.plan_at = None
             if plan.requests:
-                plan.host_stores = self.offload.offers(plan)
-            if self.offload.queued:  # host loads start as the pass planned with them ends (or now: no pass)
-                loads = self.offload.take_loads()
+                plan.host_stores = offload.offers(plan)
+            if offload.queued:  # host loads start as the pass planned with them ends (or now: no pass)
+                loads = offload.take_loads()
                 if plan.is_empty:
-                    self.offload.start_loads(loads, self.env.now if at is None else at)
+                    offload.start_loads(loads, self.env.now if at is None else at)
                 else:
                     plan.host_loads = loads
         if not plan.is_empty or plan.preempted:

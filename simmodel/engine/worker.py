@@ -119,7 +119,7 @@ class Worker:
         """Whether its ranks keep a host KV tier (``simmodel.offload``). Its runs then never admit: an admission
         looks the prompt up on the host at the plan's instant and offers the tier what the pass computes, so
         every pass that admits is planned on its own (``Rank.plan``) and a run holds only the decodes between
-        them; and it is not given its arrivals ahead (``arrivals``)."""
+        them, ending before a load lands (``_horizon``)."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -426,10 +426,6 @@ class Worker:
                 or not hasattr(self.timing, "price_sums")):
             return None  # runs are priced from per-rank totals
         carry, plan_ticked = planner
-        if self.offloads:  # a pass whose plan stores to or loads from a host tier runs on its own (see ``offloads``)
-            first = [*(plans or ()), *(in_flight[0][0] if in_flight else ())]
-            if any(plan.host_stores or plan.host_loads for plan in first):
-                return None
         horizon = self._horizon()
         if horizon <= self.env.now:
             return None
@@ -457,9 +453,11 @@ class Worker:
         source = self.arrivals
         while planned is None and (arrival := source.next_arrival_ns()) is not None and arrival < end:
             source.arrive_early(end)
-            plans = self._plan_ranks(at=end)  # planning schedules nothing
+            plans = self._plan_ranks(at=end)  # planning schedules nothing (but a host tier's load or wake)
             if all(plan.is_empty for plan in plans):
                 return end, plans
+            if self.offloads:
+                horizon = min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
             run = PLANNERS[self.ranks[0].scheduler.planner][0](self, horizon, plans, start=end)
             if run is None:
                 return end, plans
@@ -475,6 +473,8 @@ class Worker:
         horizon = self._limited(float("inf"))
         if self.limits is not None:  # a pass may start after the time limit, and another worker's pass
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
+        if self.offloads:  # a load landing from a host tier (or a request waiting for one) acts on a rank
+            horizon = min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
         return self.arrivals.horizon_ns(horizon)
 
     def _limited_run(self) -> float:

@@ -65,7 +65,7 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
     summary = {}
     for role, members in by_role.items():
         tiers = [rank.offload for rank in members]
-        figures = [t.figures() for t in tiers]
+        figures = [t.figures(duration_ns) for t in tiers]
         total = {key: sum(f[key] for f in figures) for key in figures[0] if key != "capacity_blocks"}
         queried = sum(rank.pool.num_queries for rank in members)
         gpu = sum(rank.pool.num_hits for rank in members)

@@ -20,6 +20,8 @@ class HostLink:
         """When the last queued transfer ends."""
         self.busy_ns = 0
         self.bytes_moved = 0
+        self._ends: list[int] = []
+        self._durations: list[int] = []
 
     def duration_ns(self, num_bytes: float) -> int:
         return self.latency_ns + int(round(num_bytes / self.bytes_per_s * NS_PER_S))
@@ -30,5 +32,18 @@ class HostLink:
         duration = self.duration_ns(num_bytes)
         self.free_at = start + duration
         self.busy_ns += duration
+        self._ends.append(self.free_at)
+        self._durations.append(duration)
         self.bytes_moved += int(num_bytes)
         return start, self.free_at
+
+    def busy_until(self, t: int) -> int:
+        """Nanoseconds the link was busy before ``t`` (transfers queued by then may end after it)."""
+        busy = self.busy_ns
+        ends, durations = self._ends, self._durations
+        for k in range(len(ends) - 1, -1, -1):  # (the transfers end in order: only the last ones pass t)
+            end = ends[k]
+            if end <= t:
+                break
+            busy -= min(durations[k], end - t)
+        return busy

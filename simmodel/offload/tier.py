@@ -12,6 +12,7 @@ lookups leave it alone.
 from __future__ import annotations
 
 from collections import OrderedDict
+from heapq import heappop, heappush
 
 
 class HostTier:
@@ -25,8 +26,12 @@ class HostTier:
         """Key: loads reading it now (it cannot be evicted)."""
         self.num_stored = 0
         self.num_failed = 0
-        """Blocks a store could not take (no room could be freed: every block landing or being read)."""
+        """Stores that could not take their blocks (no room could be freed: every block landing or being read)."""
         self.num_evicted = 0
+        self._landing: list[tuple[int, object]] = []
+        """(when it lands, key) of the blocks whose stores have not landed yet, as of ``_num_landed`` (a heap)."""
+        self._num_landed = 0
+        """Blocks here whose store has landed (the most a store could evict), as of the last ``_landed_by``."""
         self.version = 0
         """Changes whenever a block is added or evicted (what a lookup that found no landing or read block
         depends on)."""
@@ -74,13 +79,14 @@ class HostTier:
         new = [key for key in keys if key not in ready_at]
         over = len(ready_at) + len(new) - self.capacity
         if over > 0:
-            victims = self._victims(over, now, keys)
+            victims = self._victims(over, now, keys) if self._landed_by(now) >= over else None
             if victims is None:
-                self.num_failed += len(new)
+                self.num_failed += 1
                 return None
             for key in victims:
                 del ready_at[key]
             self.num_evicted += len(victims)
+            self._num_landed -= len(victims)
         if new:
             self.version += 1
         for key in new:
@@ -90,9 +96,18 @@ class HostTier:
 
     def landed(self, keys: list, at: int) -> None:
         """The stores of ``keys`` land at ``at``: readable from then on."""
-        ready_at = self.ready_at
+        ready_at, landing = self.ready_at, self._landing
         for key in keys:
             ready_at[key] = at
+            heappush(landing, (at, key))
+
+    def _landed_by(self, now: int) -> int:
+        """How many blocks here have landed by ``now``."""
+        landing = self._landing
+        while landing and landing[0][0] <= now:
+            heappop(landing)
+            self._num_landed += 1
+        return self._num_landed
 
     def touch_reversed(self, keys: list) -> None:
         """A request that used ``keys`` (a prefix, in order) finished: they become the most recently used, the

@@ -29,6 +29,7 @@ pass in flight then: up to a pass later).
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 from simmodel.engine.recorder import EventKind
@@ -66,6 +67,14 @@ class VllmCpuOffload:
         yet, its block keys]."""
         self.queued: list = []
         """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
+        self.retrying: set[Request] = set()
+        """Requests whose last offer the tier could not take: each of their passes offers it again (so their
+        passes are planned one by one, ``planner.drive``)."""
+        self.plan_at: int | None = None
+        """The instant of the plan being made when it is not now (a worker planning at the end of a run applied
+        ahead: ``Rank.plan``'s ``at``); None: now."""
+        self._landing: list[int] = []
+        """When the loads in flight land (a heap)."""
         self._last_lookup: tuple = (None, 0)
         """The last lookup that found no landing or read block, and what it found: still true while the tier
         has neither gained nor lost a block."""
@@ -82,6 +91,11 @@ class VllmCpuOffload:
         """Whether the rank will plan again for a request waiting on a block landing on the host."""
         return bool(self._wakes)
 
+    def next_event_ns(self) -> float:
+        """The next instant at which the tier acts on its rank (a load landing, a waiting request woken), or
+        infinity: no run of the rank's passes may be applied past it."""
+        return min(self._landing[0] if self._landing else float("inf"), min(self._wakes, default=float("inf")))
+
     # -- at admission (inside the scheduler's plan) ---------------------------------------------
 
     def lookup(self, request: Request, start: int) -> int:
@@ -93,13 +107,13 @@ class VllmCpuOffload:
         seen = (request, start, limit, self.tier.version)
         if self._last_lookup[0] == seen:  # (a request left waiting is looked up again at every plan)
             return self._last_lookup[1]
-        now = self.env.now
+        now = self.env.now if self.plan_at is None else self.plan_at
         found, wake = self.tier.lookup(request.block_keys.upto(start + limit)[start:start + limit], now)
         if found >= 0:
             self._last_lookup = (seen, found)
         if wake is not None and wake not in self._wakes:
             self._wakes.add(wake)
-            self.env.timeout(wake - now).callbacks.append(lambda _: self._woken(wake))
+            self.env.timeout(wake - self.env.now).callbacks.append(lambda _: self._woken(wake))
         return found
 
     def _woken(self, at: int) -> None:
@@ -130,10 +144,12 @@ class VllmCpuOffload:
             _, end = self.load_link.transfer(at, len(keys) * self.gpu_block_bytes)
             request.host_load_start_at = at
             self._event(at, EventKind.HOST_LOAD_START, request, len(keys) * self.block_size)
+            heappush(self._landing, end)
             self.env.timeout(max(end - now, 0)).callbacks.append(
                 lambda _, request=request, keys=keys, computed=computed: self._landed(request, keys, computed))
 
     def _landed(self, request: Request, keys: list, computed: int) -> None:
+        heappop(self._landing)  # (the earliest: loads land in the order they started, on one link)
         self.tier.done_reading(keys)
         request.host_load_end_at = self.env.now
         self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(keys) * self.block_size)
@@ -165,7 +181,9 @@ class VllmCpuOffload:
         keys = entry[2].upto(end)[entry[1]:end]
         taken = self.tier.store(keys, at)
         if taken is None:
-            return  # (offered again at its next pass or finish)
+            self.retrying.add(request)  # (offered again at its next pass or finish)
+            return
+        self.retrying.discard(request)
         entry[1] = end
         if taken:
             _, landed = self.store_link.transfer(at, len(taken) * self.gpu_block_bytes)
@@ -179,6 +197,7 @@ class VllmCpuOffload:
         entry = self.offered.pop(request, None)
         if entry is None:
             return
+        self.retrying.discard(request)
         end = request.num_prompt_tokens // self.block_size
         if end > entry[1]:
             self._offer(request, entry, end, at, pass_index)
@@ -191,11 +210,13 @@ class VllmCpuOffload:
 
     # -- figures --------------------------------------------------------------------------------
 
-    def figures(self) -> dict:
+    def figures(self, end_ns: int) -> dict:
+        """What the tier held and moved, its links' busy time counted up to ``end_ns``."""
         tier = self.tier
         return {"capacity_blocks": tier.capacity, "blocks_held": len(tier), "loads": self.num_loads,
                 "blocks_loaded": self.blocks_loaded, "blocks_stored": self.blocks_stored,
-                "blocks_evicted": tier.num_evicted, "blocks_not_stored": tier.num_failed,
+                "blocks_evicted": tier.num_evicted, "stores_failed": tier.num_failed,
                 "bytes_loaded": self.blocks_loaded * self.block_bytes,
                 "bytes_stored": self.blocks_stored * self.block_bytes,
-                "load_link_busy_ns": self.load_link.busy_ns, "store_link_busy_ns": self.store_link.busy_ns}
+                "load_link_busy_ns": self.load_link.busy_until(end_ns),
+                "store_link_busy_ns": self.store_link.busy_until(end_ns)}

@@ -13,6 +13,7 @@ content (id 1), B other content (id 2); each is 512 tokens in (32 blocks) and 2 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from factories import make_scenario, run_scenario
@@ -118,3 +119,34 @@ def test_a_request_waits_for_blocks_still_landing_on_the_host(tmp_path):
     assert loads.time_s.tolist() == pytest.approx([0.69118864, 1.21557664], abs=1e-12)
     stores = res.events[res.events.kind == "host_store"]
     assert stores.num_tokens.tolist() == [512, 512]
+
+
+MOONCAKE = {"source": {"type": "trace", "path": "builtin:mooncake/conversation_head2000.jsonl", "format": "mooncake",
+                       "block_size": 512},
+            "load": {"type": "trace_timestamps"}}
+
+
+@pytest.mark.parametrize("requests, worker", [
+    (150, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 40}}}),
+    (90, {"scheduler": {"async_scheduling": True},
+          "kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 10}}}),
+    (70, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 40,
+                                                                                       "link_gb_per_s": 0.5}}}),
+], ids=["sync", "async-small-tier", "saturated-link"])
+def test_runs_of_passes_with_a_host_tier_equal_the_pass_by_pass_run(requests, worker):
+    """Multi-turn Mooncake conversations on a GPU cache small enough to evict (and preempt) and a host tier that
+    finds the evicted prefixes (on a link so slow that stores queue for seconds, lookups wait for blocks still
+    landing and offers fail for want of landed blocks to evict): planned as runs of passes (the default) and
+    pass by pass (``coalesce=False``), every request, pass, event and tier figure is the same."""
+    from simmodel.config.load import parse_scenario
+    from simmodel.sim import Simulation
+
+    data = make_scenario(traffic={**MOONCAKE, "stop": {"requests": requests}}, engine={"context_length": 65536, "workers": {"aggregated": {
+        "kv_cache": {"block_size": 16}, "timing": {"type": "default"}, **worker}}})
+    data["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 4, **worker.get("parallelism", {})}
+    results = [Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False)]
+    runs, single = results
+    assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
+    assert runs.summary["kv_offload"] == single.summary["kv_offload"]
+    for table in ("requests", "passes", "events"):
+        assert getattr(runs, table).equals(getattr(single, table)), table

@@ -85,6 +85,8 @@ class Recording:
         finished = self.finished
         if self.ranks[0].watcher is not None:
             self._tell_watchers(lo, hi)
+        if self.ranks[0].offload is not None:
+            self._tell_offloads(lo, hi)
         if not (rec.keep_events or rec.sink is not None):
             rec.num_done += sum(len(done) for k, done in finished.items() if lo <= k < hi)
             return
@@ -130,6 +132,14 @@ class Recording:
                 first = firsts.get((k, r), ())
                 if mine or first:
                     rank.watcher.on_pass_end(rank, first, mine)
+
+    def _tell_offloads(self, lo: int, hi: int) -> None:
+        """Tell each rank's host KV tier (``Rank.offload``) of the requests rows lo..hi − 1 finish, row by row
+        as ``Rank.record_pass_end`` does (its next lookup or store comes after the run, at a plan of its own)."""
+        requests, rank_of, ranks, end = self.requests, self.rank_of, self.ranks, self.end
+        for k in sorted(k for k in self.finished if lo <= k < hi):
+            for i in self.finished[k]:
+                ranks[int(rank_of[i])].offload.finished(requests[i], int(end[k]), self.base + k)
 
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank

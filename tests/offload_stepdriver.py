@@ -1,0 +1,208 @@
+"""Drive one rank's ``VllmScheduler`` with a real ``VllmCpuOffload`` the way
+``tools/oracles/record_vllm_offload_goldens.py`` drives vLLM 0.32.0's scheduler with its offloading connector.
+
+The engine loop is ``tests/stepdriver.run_steps``'s (vLLM's ``EngineCore.step`` / ``step_with_batch_queue``): ``Sk``
+is the k-th ``schedule()``, ``Uk`` applies its outputs; sync ``S0 U0 S1 U1 ...``, async ``S0 S1 U0 S2 U1 ...``. The
+offload hooks are called as ``Rank`` calls them: after ``Sk``, ``offers(plan)`` becomes ``plan.host_stores`` and
+the loads the plan made (``take_loads``) start at once if the plan is empty, else become ``plan.host_loads``; at
+``Uk`` (``Rank.finish_pass``), ``store(plan.host_stores, pass_end)``, ``start_loads(plan.host_loads, pass_end)``,
+``update_from_output``, then ``finished(request, pass_end)`` for each request that finished.
+
+Time (the recorder's transfer rule): a step lasts ``STEP_NS``, empty or not, back to back; step k's pass ends at
+(k + 1) * STEP_NS, when ``Uk`` runs, and ``Sk`` runs at the time of the output processed last before it (or of the
+arrival an idle engine jumps to). Both host links move any transfer in 1 ns, so every copy lands long before the
+next step ends. The connector's ``env`` is ``FakeEnv``: ``now`` and ``timeout(delay)``; the driver fires the
+callbacks of each timeout (a landed load: ``load_done``; a wake) before the first ``S`` or ``U`` at or after its
+instant. The engine keeps stepping while a request is queued, running or loading, or a store has not landed (vLLM
+steps while its connector has a transfer job in flight).
+
+Each record: step, scheduled {id: n}, preempted, finished, emitted, hits (tokens computed at admission or
+resumption, host loads included), loads {id: blocks} (the loads the step's plan made), stores {id: blocks} (the
+blocks the tier took for what the step's pass computed; a store made when a request finished is counted in the
+next step's schedule, where vLLM makes it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+import zlib
+from collections import deque
+
+from simmodel.engine.kv_cache import BlockKeys, PrefixCachingBlockPool
+from simmodel.engine.recorder import EventKind
+from simmodel.engine.request import Request
+from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
+from simmodel.offload import HostLink, HostTier, VllmCpuOffload
+
+STEP_NS = 1_000_000
+"""One step (a pass, or an empty step) of the golden clock."""
+
+
+def prompt_ids(segments: list[list[int]]) -> list[int]:
+    """The recorder's ``[[seed, length], ...]`` as token ids (``record_vllm_goldens_apc.prompt_ids``)."""
+    out: list[int] = []
+    for seed, length in segments:
+        if seed < 0:
+            out.extend([-seed] * length)
+        else:
+            out.extend(100 + zlib.crc32(f"{seed}:{i}".encode()) % 30000 for i in range(length))
+    return out
+
+
+def prompt_crc(ids: list[int]) -> int:
+    return zlib.crc32(struct.pack(f"<{len(ids)}i", *ids))
+
+
+class _Timeout:
+    __slots__ = ("callbacks",)
+
+    def __init__(self) -> None:
+        self.callbacks: list = []
+
+
+class FakeEnv:
+    """What ``VllmCpuOffload`` reads of a SimPy environment: ``now`` and ``timeout(delay).callbacks``."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._queue: list = []
+        self._seq = 0
+
+    def timeout(self, delay: int = 0) -> _Timeout:
+        event = _Timeout()
+        self._seq += 1
+        heapq.heappush(self._queue, (self.now + delay, self._seq, event))
+        return event
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._queue)
+
+    def run_until(self, at: int) -> None:
+        """Fire, in time order, the callbacks of every timeout due at or before ``at``; then ``now`` is ``at``."""
+        queue = self._queue
+        while queue and queue[0][0] <= at:
+            when, _, event = heapq.heappop(queue)
+            self.now = when
+            for callback in event.callbacks:
+                callback(event)
+        self.now = max(self.now, at)
+
+
+class _StoreLog:
+    """The connector's recorder, keeping only its stores: blocks per request, into ``target``."""
+
+    def __init__(self, name) -> None:
+        self.name = name
+        self.target: dict = {}
+
+    def event(self, at, kind, worker, rank, request_id, tokens, role, pass_index=-1) -> None:
+        if kind is EventKind.HOST_STORE:
+            rid = self.name(request_id)
+            self.target[rid] = self.target.get(rid, 0) + tokens
+
+
+def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int, block_size: int,
+                      host_blocks: int, max_idle_steps: int = 200, hook=None) -> list[dict]:
+    """One record per ``schedule()`` call (empty ones included), in step order. ``hook(step, scheduler, offload,
+    plan)``, if given, is called before (plan None) and after each ``schedule()``: a debugging aid."""
+    pool = PrefixCachingBlockPool(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
+    sched = VllmScheduler(config, pool)
+    env = FakeEnv()
+    offload = VllmCpuOffload(env, HostTier(host_blocks), HostLink(1e9, 1), HostLink(1e9, 1), block_size, 0.0, 0.0)
+    sched.offload = offload
+    offload.on_loaded = sched.load_done
+    offload.on_wake = lambda: None
+    by_index: dict[int, str] = {}
+
+    def name(r) -> str:
+        return by_index[r.request_id if isinstance(r, Request) else r]
+
+    log = offload.recorder = _StoreLog(name)
+    pending = deque(sorted(requests, key=lambda r: int(r["arrival_step"])))
+    records: list[dict] = []
+    batch: deque = deque()  # (record, plan, step), newest first
+    qsize = 2 if config.async_scheduling else 1
+    finish_stores: dict = {}  # stores made as requests finished, counted in the next schedule()
+    step = idle = 0
+
+    def busy() -> bool:
+        return (sched.engine_has_requests() or env.pending or bool(offload.queued)
+                or offload.store_link.free_at > env.now)
+
+    while True:
+        if not busy() and not batch:
+            if not pending:
+                break
+            if int(pending[0]["arrival_step"]) > step:
+                step = int(pending[0]["arrival_step"])
+                env.run_until(step * STEP_NS)
+        while pending and int(pending[0]["arrival_step"]) <= step:
+            spec = pending.popleft()
+            req = Request(len(by_index), 0, int(spec["prompt_tokens"]), int(spec["output_tokens"]))
+            ids = spec["prompt_token_ids"]
+            req.block_keys = BlockKeys(_content(ids, block_size))
+            by_index[req.request_id] = str(spec["id"])
+            sched.add_request(req)
+        if busy():
+            if hook is not None:
+                hook(step, sched, offload, None)
+            plan = sched.schedule()  # (Rank.plan)
+            if hook is not None:
+                hook(step, sched, offload, plan)
+            if plan.requests:
+                plan.host_stores = offload.offers(plan)
+            loads = {}
+            if offload.queued:
+                taken = offload.take_loads()
+                loads = {name(r): len(keys) for r, keys, _ in taken}
+                if plan.is_empty:
+                    offload.start_loads(taken, env.now)
+                else:
+                    plan.host_loads = taken
+            rec = {
+                "step": step,
+                "scheduled": {name(r): n for r, n in zip(plan.requests, plan.num_new_tokens)},
+                "preempted": sorted(name(r) for r in plan.preempted),
+                "hits": {name(r): c for r, c in zip(plan.requests, plan.num_context_tokens)
+                         if r in plan.admitted or r in plan.resumed},
+                "loads": loads,
+                "stores": finish_stores,
+            }
+            finish_stores = {}
+            batch.appendleft((rec, plan, step))
+            step += 1
+            executed = not plan.is_empty
+            idle = 0 if executed or loads or rec["stores"] else idle + 1
+            if idle > max_idle_steps:
+                raise RuntimeError(f"{idle} empty steps in a row at step {step}: the stream cannot progress")
+            if len(batch) < qsize and (executed or busy()):
+                continue
+        elif not batch:
+            continue
+        rec, plan, k = batch.pop()
+        pass_end = (k + 1) * STEP_NS
+        env.run_until(pass_end)
+        if plan.host_stores:  # (Rank.finish_pass)
+            log.target = rec["stores"]
+            offload.store(plan.host_stores, pass_end, k)
+        if plan.host_loads:
+            offload.start_loads(plan.host_loads, pass_end)
+        sampled, finished = sched.update_from_output(plan)
+        log.target = finish_stores
+        for request in finished:
+            offload.finished(request, pass_end, k)
+        rec["emitted"] = {name(r): r.num_emitted for r in sampled}
+        rec["finished"] = sorted(name(r) for r in finished)
+        rec["stores"] = {rid: tokens // block_size for rid, tokens in rec["stores"].items()}
+        records.append(rec)
+    return records
+
+
+def _content(prompt: list[int], block_size: int):
+    """Block contents: the prompt's token ids, then the fake sampler's tokens (id 7)."""
+    def content(j: int) -> tuple:
+        lo, hi = j * block_size, (j + 1) * block_size
+        return tuple(prompt[i] if i < len(prompt) else 7 for i in range(lo, hi))
+    return content
