@@ -11,8 +11,9 @@ lookups leave it alone.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from heapq import heappop, heappush
+from itertools import islice, repeat
 
 
 class HostTier:
@@ -28,8 +29,8 @@ class HostTier:
         self.num_failed = 0
         """Stores that could not take their blocks (no room could be freed: every block landing or being read)."""
         self.num_evicted = 0
-        self._landing: list[tuple[int, object]] = []
-        """(when it lands, key) of the blocks whose stores have not landed yet, as of ``_num_landed`` (a heap)."""
+        self._landing: list[tuple[int, int]] = []
+        """(when it lands, how many blocks) of the stores not landed yet, as of ``_num_landed`` (a heap)."""
         self._num_landed = 0
         """Blocks here whose store has landed (the most a store could evict), as of the last ``_landed_by``."""
         self.version = 0
@@ -76,55 +77,58 @@ class HostTier:
         that have landed, are not read and are not among ``keys``; returns the keys taken (``landed`` then says
         when each can be read), or None, taking none, if not enough room can be freed."""
         ready_at = self.ready_at
-        new = [key for key in keys if key not in ready_at]
+        here = ready_at.keys() & keys
+        new = [key for key in keys if key not in here] if here else keys
         over = len(ready_at) + len(new) - self.capacity
         if over > 0:
-            victims = self._victims(over, now, keys) if self._landed_by(now) >= over else None
+            victims = self._victims(over, now, here) if self._landed_by(now) >= over else None
             if victims is None:
                 self.num_failed += 1
                 return None
-            for key in victims:
-                del ready_at[key]
+            _consume(map(ready_at.__delitem__, victims))
             self.num_evicted += len(victims)
             self._num_landed -= len(victims)
         if new:
             self.version += 1
-        for key in new:
-            ready_at[key] = now  # (``landed`` sets when, before anything reads it)
+            ready_at.update(dict.fromkeys(new, now))  # (``landed`` sets when, before anything reads it)
         self.num_stored += len(new)
         return new
 
     def landed(self, keys: list, at: int) -> None:
         """The stores of ``keys`` land at ``at``: readable from then on."""
-        ready_at, landing = self.ready_at, self._landing
-        for key in keys:
-            ready_at[key] = at
-            heappush(landing, (at, key))
+        self.ready_at.update(zip(keys, repeat(at)))
+        heappush(self._landing, (at, len(keys)))
 
     def _landed_by(self, now: int) -> int:
         """How many blocks here have landed by ``now``."""
         landing = self._landing
         while landing and landing[0][0] <= now:
-            heappop(landing)
-            self._num_landed += 1
+            self._num_landed += heappop(landing)[1]
         return self._num_landed
 
     def touch_reversed(self, keys: list) -> None:
         """A request that used ``keys`` (a prefix, in order) finished: they become the most recently used, the
         first of them most of all."""
         ready_at = self.ready_at
-        for key in reversed(keys):
-            if key in ready_at:
-                ready_at.move_to_end(key)
+        _consume(map(ready_at.move_to_end, filter(ready_at.__contains__, reversed(keys))))
 
-    def _victims(self, count: int, now: int, protected: list) -> list | None:
+    def _victims(self, count: int, now: int, protected: set) -> list | None:
         """The ``count`` least recently used blocks that can go (landed by ``now``, no load reading them, not in
         ``protected``), or None if there are fewer."""
+        ready_at, readers = self.ready_at, self.readers
+        first = list(islice(ready_at, count))
+        if max(map(ready_at.__getitem__, first)) <= now and readers.keys().isdisjoint(first) and \
+                protected.isdisjoint(first):
+            return first  # (the least recent ``count`` can all go: mostly so)
         victims = []
-        readers, keep = self.readers, set(protected)
-        for key, t in self.ready_at.items():
-            if t <= now and key not in readers and key not in keep:
+        for key, t in ready_at.items():
+            if t <= now and key not in readers and key not in protected:
                 victims.append(key)
                 if len(victims) == count:
                     return victims
         return None
+
+
+def _consume(calls) -> None:
+    """Run an iterator of calls to its end (in C: a loop of method calls without Python's per-step cost)."""
+    deque(calls, maxlen=0)

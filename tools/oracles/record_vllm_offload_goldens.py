@@ -316,7 +316,7 @@ def stream(name: str, reqs: list[dict], *, block_size: int, usable: int, host_bl
     reqs = finalize(reqs)
     mml = max_model_len or max(r["prompt_tokens"] + r["output_tokens"] for r in reqs)
     assert all(0 < r["prompt_tokens"] < mml for r in reqs), name
-    need = max(cdiv(min(r["prompt_tokens"] + r["output_tokens"], mml), block_size) for r in reqs)
+    need = max(cdiv(min(r["prompt_tokens"] + r["output_tokens"] - 1, mml), block_size) for r in reqs)  # (last: no KV)
     assert usable >= need, (name, usable, need)
     cfg = {"block_size": block_size, "num_gpu_blocks": usable + 1, "host_blocks": host_blocks,
            "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max(budget, mml if not chunked else 0),
@@ -325,9 +325,42 @@ def stream(name: str, reqs: list[dict], *, block_size: int, usable: int, host_bl
     return name, cfg, reqs
 
 
+def handmade(seed: int, spec: list[tuple[str, int, list[tuple[str, int]], int]]) -> list[dict]:
+    """Requests written out: (id, arrival step, [(content name, tokens), ...], output tokens); equal content
+    names give equal tokens."""
+    names: dict[str, int] = {}
+    return [{"id": rid, "arrival_step": arrival,
+             "segments": [[seed * 1000 + names.setdefault(c, len(names)), n] for c, n in parts], "output_tokens": out}
+            for rid, arrival, parts, out in spec]
+
+
 def streams() -> list[tuple[str, dict, list[dict]]]:
-    C, M, S = cycling_requests, multiturn_requests, shared_requests
+    C, M, S, H = cycling_requests, multiturn_requests, shared_requests, handmade
     return [
+        # The smallest streams that show where our model and vLLM differ (see tests/unit/test_vllm_offload_golden).
+        # vLLM takes a pass's host slots when it schedules the pass: the previous pass's copies are in flight then
+        # and cannot be evicted (B's blocks are not stored; ours are, at the end of B's pass).
+        stream("min_store_slots_sync", H(3901, [("a", 0, [("a", 33)], 4), ("b", 1, [("b", 33)], 2)]),
+               block_size=16, usable=8, host_blocks=2, async_scheduling=False),
+        # vLLM refreshes a finished request's blocks in the next schedule(), after that step's stores took room:
+        # R's store evicts P's block there (ours refreshes P at its finish and evicts Q's); T then re-stores it.
+        stream("min_finish_touch_sync", H(3902, [("p", 0, [("p", 16), ("p1", 1)], 3), ("q", 0, [("q", 16), ("q1", 1)], 10),
+                                                ("r", 3, [("r", 17)], 1), ("t", 5, [("p", 16), ("t1", 1)], 1)]),
+               block_size=16, usable=16, host_blocks=2, async_scheduling=False),
+        # vLLM admits a host load only if its blocks fit in the free pool less what in-flight prefills (C, waiting
+        # for its own load) still need for their whole sequence: D waits; ours loads it.
+        stream("min_reserved_sync", H(3903, [("a", 0, [("a", 32), ("a1", 1)], 1), ("b", 0, [("b", 48), ("b1", 1)], 1),
+                                            ("e", 2, [("e", 120)], 1), ("c", 4, [("a", 32), ("c1", 60)], 1),
+                                            ("d", 4, [("b", 48), ("d1", 2)], 1)]),
+               block_size=16, usable=8, host_blocks=100, async_scheduling=False),
+        # Hand-made paths both agree on: an offer the tier cannot make room for (E: everything else is protected;
+        # C: the rest is pinned by B's load) is dropped, retried at the next pass or the finish, and fails again
+        # while the pin holds; F waits (skipped) while B loads the blocks it needs, then finds them on the GPU.
+        stream("min_store_fail_pinned_sync", H(3904, [("a", 0, [("a", 32), ("a1", 1)], 1), ("e", 2, [("e", 112)], 1),
+                                                     ("b", 4, [("a", 32), ("b1", 1)], 2), ("f", 4, [("a", 32), ("f1", 5)], 1),
+                                                     ("c", 4, [("c", 16), ("c1", 1)], 1),
+                                                     ("d", 10, [("c", 16), ("d1", 1)], 1)]),
+               block_size=16, usable=7, host_blocks=2, async_scheduling=False),
         # Tight GPU KV, roomy host: prefixes leave the GPU cache and come back from the host.
         stream("sync_refind_bs16", C(3001, 40, block_size=16, num_prefixes=6, prefix_blocks=(2, 5), suffix=(1, 24),
                                     output=(1, 8), order="cycle", span=120),
@@ -338,16 +371,25 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
         stream("sync_refind_random_bs8", C(3003, 48, block_size=8, num_prefixes=8, prefix_blocks=(3, 8),
                                           suffix=(1, 20), output=(1, 10), order="random", span=100),
                block_size=8, usable=30, host_blocks=300, async_scheduling=False, max_num_seqs=8, budget=128),
-        # A tiny host tier: host evictions, a finished request's prefix refreshed head last (tail goes first).
-        stream("sync_tiny_host_bs16", C(3004, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4), suffix=(1, 20),
+        # A tiny host tier: host evictions, a finished request's prefix refreshed head last (its tail goes first),
+        # partial hits. Sparse arrivals (one request at a time) and bursts.
+        stream("sync_tiny_host_sparse_bs16", C(3004, 30, block_size=16, num_prefixes=5, prefix_blocks=(2, 4),
+                                              suffix=(1, 16), output=(1, 4), order="random", arrivals="sparse",
+                                              span=6),
+               block_size=16, usable=6, host_blocks=10, async_scheduling=False, max_num_seqs=8, budget=256),
+        stream("async_tiny_host_sparse_bs8", C(3015, 30, block_size=8, num_prefixes=5, prefix_blocks=(4, 8),
+                                              suffix=(1, 8), output=(1, 4), order="random", arrivals="sparse",
+                                              span=10),
+               block_size=8, usable=12, host_blocks=20, async_scheduling=True, max_num_seqs=8, budget=256),
+        stream("sync_tiny_host_bs16", C(3016, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4), suffix=(1, 20),
                                        output=(1, 6), order="random", span=100),
-               block_size=16, usable=16, host_blocks=8, async_scheduling=False, max_num_seqs=8, budget=256),
+               block_size=16, usable=10, host_blocks=10, async_scheduling=False, max_num_seqs=8, budget=256),
         stream("async_tiny_host_bs16", C(3005, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4),
                                         suffix=(1, 20), output=(1, 6), order="random", span=100),
-               block_size=16, usable=16, host_blocks=8, async_scheduling=True, max_num_seqs=8, budget=256),
+               block_size=16, usable=10, host_blocks=10, async_scheduling=True, max_num_seqs=8, budget=256),
         stream("sync_tiny_host_burst_bs8", S(3006, 24, block_size=8, output=(2, 12), groups=4, prefix=(16, 48),
                                             suffix=(2, 24), dup=0.2, arrivals="bursts", bursts=(0, 20, 40, 60)),
-               block_size=8, usable=24, host_blocks=12, async_scheduling=False, max_num_seqs=8, budget=96),
+               block_size=8, usable=14, host_blocks=12, async_scheduling=False, max_num_seqs=8, budget=96),
         # Multi-turn chats: a turn repeats the previous prompt and its output, plus a new message.
         stream("sync_multiturn_bs16", M(3007, 5, 4, first=(20, 70), user=(4, 30), output=(2, 20), gap=(4, 20),
                                        span=20, system=32),
