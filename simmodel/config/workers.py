@@ -131,6 +131,10 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if sg is not None and kv_cache.host_offload is not None:
         raise ScenarioError(f"{node.at('kv_cache.host_offload')}: models vLLM's offloading connector; SGLang's "
                             f"HiCache is not modeled yet, so remove it or use backend vllm")
+    if kv_cache.host_offload is not None and name == "decode":
+        raise ScenarioError(f"{node.at('kv_cache.host_offload')}: a decode worker receives its prompts' KV from the "
+                            f"prefill pool, and a host tier beside that transfer is not modeled; give the prefill "
+                            f"workers the tier instead")
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
@@ -203,7 +207,7 @@ def _kv_cache(node: _Node, rules: BackendRules) -> KvCacheSpec:
     else:
         capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
     cap.done()
-    host = _host_offload(node, prefix) if node.has("host_offload") else None
+    host = _host_offload(node, prefix) if node.raw("host_offload", None) is not None else None  # (null: none)
     node.done()
     return KvCacheSpec(block_size, prefix, capacity, dtype, host)
 

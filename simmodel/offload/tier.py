@@ -1,7 +1,7 @@
 """A host-memory KV tier: blocks kept by their content keys, evicted least recently used.
 
 Follows vLLM 0.32's ``CPUOffloadingManager`` with its LRU policy: a block takes its slot when its store is
-prepared and can be read only once the store has landed (before that a lookup that reaches it is *pending*:
+prepared and can be read only once the copy has landed (before that a lookup that reaches it is *pending*:
 the request waits, it does not miss); a load pins the blocks it reads. Only a store evicts, and only blocks
 that have landed and that no load reads; when it cannot free room for all of a request's new blocks it
 stores none of them. Recency is set when a block is stored and again when a request that used it finishes
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from heapq import heappop, heappush
-from itertools import islice, repeat
+from itertools import islice
 
 
 class HostTier:
@@ -45,17 +45,15 @@ class HostTier:
         If the run reaches a block still landing, or one another load reads, the request waits instead of
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
         rank)."""
-        ready_at, readers = self.ready_at, self.readers
-        n = 0
-        for key in keys:
-            t = ready_at.get(key)
-            if t is None:
-                break
-            if t > now:
-                return -1, t
-            if key in readers:
-                return -1, None
-            n += 1
+        times = list(map(self.ready_at.get, keys))
+        n = times.index(None) if None in times else len(times)
+        if not n:
+            return 0, None
+        run = times[:n] if n < len(times) else times
+        if max(run) > now:
+            return -1, next(t for t in run if t > now)
+        if self.readers and not self.readers.keys().isdisjoint(keys[:n]):
+            return -1, None
         return n, None
 
     def read(self, keys: list) -> None:
@@ -72,13 +70,16 @@ class HostTier:
             else:
                 readers[key] -= 1
 
-    def store(self, keys: list, now: int) -> list | None:
+    def store(self, keys: list, now: int, copy) -> list | None:
         """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks
-        that have landed, are not read and are not among ``keys``; returns the keys taken (``landed`` then says
-        when each can be read), or None, taking none, if not enough room can be freed."""
+        that have landed, are not read and are not among ``keys``, and queue their copy: ``copy(n)`` says when the
+        copy of ``n`` blocks lands, from which they can be read. Returns the keys taken, or None, taking none, if
+        not enough room can be freed."""
         ready_at = self.ready_at
         here = ready_at.keys() & keys
         new = [key for key in keys if key not in here] if here else keys
+        if not new:
+            return new
         over = len(ready_at) + len(new) - self.capacity
         if over > 0:
             victims = self._victims(over, now, here) if self._landed_by(now) >= over else None
@@ -88,16 +89,12 @@ class HostTier:
             _consume(map(ready_at.__delitem__, victims))
             self.num_evicted += len(victims)
             self._num_landed -= len(victims)
-        if new:
-            self.version += 1
-            ready_at.update(dict.fromkeys(new, now))  # (``landed`` sets when, before anything reads it)
+        self.version += 1
+        at = copy(len(new))
+        ready_at.update(dict.fromkeys(new, at))
+        heappush(self._landing, (at, len(new)))
         self.num_stored += len(new)
         return new
-
-    def landed(self, keys: list, at: int) -> None:
-        """The stores of ``keys`` land at ``at``: readable from then on."""
-        self.ready_at.update(zip(keys, repeat(at)))
-        heappush(self._landing, (at, len(keys)))
 
     def _landed_by(self, now: int) -> int:
         """How many blocks here have landed by ``now``."""
@@ -110,7 +107,8 @@ class HostTier:
         """A request that used ``keys`` (a prefix, in order) finished: they become the most recently used, the
         first of them most of all."""
         ready_at = self.ready_at
-        _consume(map(ready_at.move_to_end, filter(ready_at.__contains__, reversed(keys))))
+        here = reversed(keys) if ready_at.keys() >= set(keys) else filter(ready_at.__contains__, reversed(keys))
+        _consume(map(ready_at.move_to_end, here))
 
     def _victims(self, count: int, now: int, protected: set) -> list | None:
         """The ``count`` least recently used blocks that can go (landed by ``now``, no load reading them, not in

@@ -179,15 +179,14 @@ class VllmCpuOffload:
 
     def _offer(self, request: Request, entry: list, end: int, at: int, pass_index: int) -> None:
         keys = entry[2].upto(end)[entry[1]:end]
-        taken = self.tier.store(keys, at)
+        link, block = self.store_link, self.gpu_block_bytes
+        taken = self.tier.store(keys, at, lambda n: link.transfer(at, n * block)[1])
         if taken is None:
             self.retrying.add(request)  # (offered again at its next pass or finish)
             return
         self.retrying.discard(request)
         entry[1] = end
         if taken:
-            _, landed = self.store_link.transfer(at, len(taken) * self.gpu_block_bytes)
-            self.tier.landed(taken, landed)
             self.blocks_stored += len(taken)
             self._event(at, EventKind.HOST_STORE, request, len(taken) * self.block_size, pass_index)
 

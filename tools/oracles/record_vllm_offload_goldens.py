@@ -361,6 +361,17 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
                                                      ("c", 4, [("c", 16), ("c1", 1)], 1),
                                                      ("d", 10, [("c", 16), ("d1", 1)], 1)]),
                block_size=16, usable=7, host_blocks=2, async_scheduling=False),
+        # V's admission evicts X's blocks from the GPU in the step after X's pass stored them (X and Y finished
+        # together, X's blocks freed first): W's host lookup reaches a block whose copy is still in flight (vLLM:
+        # HIT_PENDING), so W is skipped, not blocking U behind it, and loads the block afterwards.
+        stream("min_pending_sync", H(3905, [("x", 0, [("x", 32), ("x1", 1)], 1), ("y", 0, [("y", 32), ("y1", 1)], 1),
+                                           ("v", 1, [("v", 48)], 1), ("w", 1, [("x", 32), ("w1", 1)], 1),
+                                           ("u", 1, [("y", 32), ("u1", 1)], 1)]),
+               block_size=16, usable=6, host_blocks=20, async_scheduling=False),
+        stream("min_pending_async", H(3906, [("x", 0, [("x", 32), ("x1", 1)], 1), ("y", 0, [("y", 32), ("y1", 1)], 1),
+                                            ("v", 2, [("v", 48)], 1), ("w", 2, [("x", 32), ("w1", 1)], 1),
+                                            ("u", 2, [("y", 32), ("u1", 1)], 1)]),
+               block_size=16, usable=6, host_blocks=20, async_scheduling=True),
         # Tight GPU KV, roomy host: prefixes leave the GPU cache and come back from the host.
         stream("sync_refind_bs16", C(3001, 40, block_size=16, num_prefixes=6, prefix_blocks=(2, 5), suffix=(1, 24),
                                     output=(1, 8), order="cycle", span=120),
@@ -381,7 +392,7 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
                                               suffix=(1, 8), output=(1, 4), order="random", arrivals="sparse",
                                               span=10),
                block_size=8, usable=12, host_blocks=20, async_scheduling=True, max_num_seqs=8, budget=256),
-        stream("sync_tiny_host_bs16", C(3016, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4), suffix=(1, 20),
+        stream("sync_tiny_host_bs16", C(3018, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4), suffix=(1, 20),
                                        output=(1, 6), order="random", span=100),
                block_size=16, usable=10, host_blocks=10, async_scheduling=False, max_num_seqs=8, budget=256),
         stream("async_tiny_host_bs16", C(3005, 40, block_size=16, num_prefixes=5, prefix_blocks=(2, 4),
@@ -448,5 +459,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    if "PYTHONHASHSEED" not in os.environ:  # vLLM walks sets of request ids (see the module docstring)
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.exit(main())

@@ -1,0 +1,130 @@
+"""The host KV tier's own rules (``simmodel.offload.tier.HostTier``) and its configuration, by hand."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from factories import make_scenario, make_sglang_scenario, scenario_error
+
+from simmodel.offload.tier import HostTier
+
+
+def _copy_after(delay: int, now: int):
+    """A copy of n blocks landing ``delay`` per block after ``now``."""
+    return lambda n: now + delay * n
+
+
+def test_lookup_counts_the_landed_run_and_waits_on_a_landing_or_read_block():
+    """Keys a, b stored at t = 0 landing at 2 (1 per block); c stored at 10 landing at 11. At t = 5: a, b found
+    and c missing → 2. At t = 10.5 the run a, b, c reaches c still landing → wait until 11. A load reading b
+    makes a later lookup reaching b wait with no time (that load's end wakes the rank)."""
+    tier = HostTier(10)
+    assert tier.store(["a", "b"], 0, _copy_after(1, 0)) == ["a", "b"]
+    assert tier.lookup(["a", "b", "c"], 1) == (-1, 2)  # (b lands at 2)
+    assert tier.lookup(["a", "b", "c"], 5) == (2, None)
+    assert tier.store(["a", "b", "c"], 10, _copy_after(1, 10)) == ["c"]  # (a, b are here: not copied again)
+    assert tier.lookup(["a", "b", "c"], 10) == (-1, 11)
+    assert tier.lookup(["a", "b", "c"], 11) == (3, None)
+    assert tier.lookup(["x", "a"], 11) == (0, None)  # (a run starts at the first key)
+    tier.read(["b"])
+    assert tier.lookup(["a", "b"], 12) == (-1, None)
+    tier.done_reading(["b"])
+    assert tier.lookup(["a", "b"], 12) == (2, None)
+
+
+def test_a_store_evicts_the_least_recent_landed_unread_blocks_or_takes_nothing():
+    """Capacity 4: a, b, c, d stored (landed at once). A finished request that used [c, d] makes d then c the
+    most recent: order a, b, d, c. Storing e, f (landing at 100) evicts a and b. Then g, h offered with c while a
+    load reads d: d is read, c is offered (protected), e and f have not landed: nothing can go, so the store
+    takes nothing and counts one failure. Once d is no longer read, storing g evicts it."""
+    tier = HostTier(4)
+    tier.store(["a", "b", "c", "d"], 0, lambda n: 0)
+    tier.touch_reversed(["c", "d"])
+    assert list(tier.ready_at) == ["a", "b", "d", "c"]
+    assert tier.store(["e", "f"], 1, lambda n: 100) == ["e", "f"]
+    assert list(tier.ready_at) == ["d", "c", "e", "f"] and tier.num_evicted == 2
+    tier.read(["d"])
+    assert tier.store(["g", "h", "c"], 2, lambda n: 100) is None  # (c is offered: protected; d read)
+    assert tier.num_failed == 1 and len(tier) == 4
+    tier.done_reading(["d"])
+    assert tier.store(["g"], 3, lambda n: 200) == ["g"]
+    assert "d" not in tier.ready_at and tier.num_evicted == 3
+
+
+def test_landing_blocks_are_never_evicted():
+    """Capacity 2, a and b landing at 50: storing c at 10 cannot evict them; at 60 it evicts a."""
+    tier = HostTier(2)
+    tier.store(["a", "b"], 0, lambda n: 50)
+    assert tier.store(["c"], 10, lambda n: 70) is None
+    assert tier.store(["c"], 60, lambda n: 70) == ["c"]
+    assert list(tier.ready_at) == ["b", "c"]
+
+
+def test_random_operations_keep_the_tier_within_its_capacity():
+    """Property: under random stores, reads and finishes, the tier never holds more than its capacity, never
+    evicts a block being read or still landing, and a lookup never counts a block that is not there."""
+    rng = random.Random(7)
+    tier = HostTier(50)
+    reading: list[list[int]] = []
+    for now in range(0, 4000, 3):
+        keys = [rng.randrange(120) for _ in range(rng.randrange(1, 30))]
+        keys = list(dict.fromkeys(keys))
+        op = rng.random()
+        if op < 0.5:
+            before = dict(tier.ready_at)
+            taken = tier.store(keys, now, lambda n, now=now: now + rng.randrange(0, 40))
+            gone = set(before) - set(tier.ready_at)
+            assert all(before[k] <= now for k in gone)  # (only landed blocks go)
+            assert not gone & {k for ks in reading for k in ks}
+            assert taken is None or set(taken) <= set(tier.ready_at)
+        elif op < 0.7:
+            n, _ = tier.lookup(keys, now)
+            if n > 0:
+                assert all(tier.ready_at[k] <= now for k in keys[:n])
+                tier.read(keys[:n])
+                reading.append(keys[:n])
+        elif op < 0.85 and reading:
+            tier.done_reading(reading.pop(rng.randrange(len(reading))))
+        else:
+            tier.touch_reversed(keys)
+        assert len(tier) <= tier.capacity
+
+
+def test_host_offload_configuration_rules():
+    workers = {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 8}}}}
+    assert "HiCache is not modeled yet" in scenario_error(make_sglang_scenario(engine={"workers": {
+        "aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 8}}}}}))
+    no_cache = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {
+        "prefix_caching": False, "host_offload": {"capacity_gib": 8}}}}})
+    assert "exist only with prefix caching" in scenario_error(no_cache)
+    # 16 tokens × 131,072 bytes (Llama-3.1-8B at tensor 1) = 2 MiB a block: 1 MiB holds none.
+    tiny = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 1 / 1024}}}}})
+    assert scenario_error(tiny) == ("engine.workers.aggregated.kv_cache.host_offload.capacity_gib: holds no whole KV "
+                                    "block (one is 2 MiB over the rank's GPUs); give it at least that")
+    for field, value, rule in (("capacity_gib", 0, "must be a positive number"), ("policy", "arc", "must be one of lru"),
+                               ("link_gb_per_s", -1, "must be a positive number"),
+                               ("latency_us", "x", "must be a non-negative number"), ("tier", 1, "unknown field")):
+        bad = make_scenario(engine={"workers": copy.deepcopy(workers)})
+        bad["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"][field] = value
+        assert f"kv_cache.host_offload.{field}: {rule}" in scenario_error(bad), field
+    missing = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {"policy": "lru"}}}}})
+    assert "host_offload.capacity_gib: required field is missing" in scenario_error(missing)
+
+
+def test_a_decode_worker_takes_no_host_tier():
+    role = {"kv_cache": {"host_offload": {"capacity_gib": 8}},
+            "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}}
+    data = make_scenario()
+    data["engine"]["mode"] = "disaggregated"
+    data["engine"]["workers"] = {"prefill": role, "decode": role}
+    assert "decode.kv_cache.host_offload: a decode worker receives its prompts' KV" in scenario_error(data)
+
+
+def test_host_offload_null_means_no_tier():
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+
+    data = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": None}}}})
+    assert parse_scenario(data, Path(".")).engine.workers["aggregated"].kv_cache.host_offload is None
