@@ -3,10 +3,11 @@
 
 The engine loop is ``tests/stepdriver.run_steps``'s (vLLM's ``EngineCore.step`` / ``step_with_batch_queue``): ``Sk``
 is the k-th ``schedule()``, ``Uk`` applies its outputs; sync ``S0 U0 S1 U1 ...``, async ``S0 S1 U0 S2 U1 ...``. The
-offload hooks are called as ``Rank`` calls them: after ``Sk``, ``offers(plan)`` becomes ``plan.host_stores`` and
-the loads the plan made (``take_loads``) start at once if the plan is empty, else become ``plan.host_loads``; at
-``Uk`` (``Rank.finish_pass``), ``store(plan.host_stores, pass_end)``, ``start_loads(plan.host_loads, pass_end)``,
-``update_from_output``, then ``finished(request, pass_end)`` for each request that finished.
+offload hooks are called as ``Rank`` calls them: after ``Sk``, ``planned(plan, now)`` (the tier takes the slots of
+what the pass computes, and of what requests finished before still owe it, and refreshes the finished ones;
+with no pass, the copies start at once); at ``Uk`` (``Rank.finish_pass``), ``pass_ended(plan, pass_end, k)``
+queues the copies, ``update_from_output`` runs, then ``finished(request, pass_end)`` for each request that
+finished (``Rank.record_pass_end``).
 
 Time (the recorder's transfer rule): a step lasts ``STEP_NS``, empty or not, back to back; step k's pass ends at
 (k + 1) * STEP_NS, when ``Uk`` runs, and ``Sk`` runs at the time of the output processed last before it (or of the
@@ -18,8 +19,8 @@ steps while its connector has a transfer job in flight).
 
 Each record: step, scheduled {id: n}, preempted, finished, emitted, hits (tokens computed at admission or
 resumption, host loads included), loads {id: blocks} (the loads the step's plan made), stores {id: blocks} (the
-blocks the tier took for what the step's pass computed; a store made when a request finished is counted in the
-next step's schedule, where vLLM makes it).
+blocks the tier took slots for in the step's plan: what its pass computes, and what requests that finished
+before it still owed).
 """
 
 from __future__ import annotations
@@ -125,7 +126,6 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
     records: list[dict] = []
     batch: deque = deque()  # (record, plan, step), newest first
     qsize = 2 if config.async_scheduling else 1
-    finish_stores: dict = {}  # stores made as requests finished, counted in the next schedule()
     step = idle = 0
 
     def busy() -> bool:
@@ -152,16 +152,12 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
             plan = sched.schedule()  # (Rank.plan)
             if hook is not None:
                 hook(step, sched, offload, plan)
-            if plan.requests:
-                plan.host_stores = offload.offers(plan)
-            loads = {}
-            if offload.queued:
-                taken = offload.take_loads()
-                loads = {name(r): len(keys) for r, keys, _ in taken}
-                if plan.is_empty:
-                    offload.start_loads(taken, env.now)
-                else:
-                    plan.host_loads = taken
+            loads = {name(r): len(keys) for r, keys, _ in offload.queued}
+            stores: dict = {}
+            log.target = stores  # (a plan that runs no pass copies at once)
+            offload.planned(plan, env.now)
+            for request, keys in plan.host_stores or ():
+                stores[name(request)] = stores.get(name(request), 0) + len(keys) * block_size
             rec = {
                 "step": step,
                 "scheduled": {name(r): n for r, n in zip(plan.requests, plan.num_new_tokens)},
@@ -169,9 +165,8 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
                 "hits": {name(r): c for r, c in zip(plan.requests, plan.num_context_tokens)
                          if r in plan.admitted or r in plan.resumed},
                 "loads": loads,
-                "stores": finish_stores,
+                "stores": stores,
             }
-            finish_stores = {}
             batch.appendleft((rec, plan, step))
             step += 1
             executed = not plan.is_empty
@@ -185,15 +180,12 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
         rec, plan, k = batch.pop()
         pass_end = (k + 1) * STEP_NS
         env.run_until(pass_end)
-        if plan.host_stores:  # (Rank.finish_pass)
-            log.target = rec["stores"]
-            offload.store(plan.host_stores, pass_end, k)
-        if plan.host_loads:
-            offload.start_loads(plan.host_loads, pass_end)
+        if plan.host_stores or plan.host_loads:  # (Rank.finish_pass)
+            log.target = {}  # (counted as the plan took them)
+            offload.pass_ended(plan, pass_end, k)
         sampled, finished = sched.update_from_output(plan)
-        log.target = finish_stores
-        for request in finished:
-            offload.finished(request, pass_end, k)
+        for request in finished:  # (Rank.record_pass_end)
+            offload.finished(request, pass_end)
         rec["emitted"] = {name(r): r.num_emitted for r in sampled}
         rec["finished"] = sorted(name(r) for r in finished)
         rec["stores"] = {rid: tokens // block_size for rid, tokens in rec["stores"].items()}

@@ -37,8 +37,8 @@ class Rank:
         (``on_plan``) and every pass end (``on_pass_end``: its first tokens and finishes), at the instant the
         pass-by-pass loop records them; None: no router watches."""
         self.offload = None
-        """The host KV tier behind this rank's pool (``simmodel.offload``), which stores the blocks each pass
-        computes after it; None: none."""
+        """The host KV tier behind this rank's pool (``simmodel.offload``): told of every plan (``planned``), pass
+        end (``pass_ended``) and finish here; None: none."""
 
     def attach_offload(self, offload) -> None:
         """Put a host KV tier behind this rank: its scheduler loads from it, its passes store to it."""
@@ -156,16 +156,9 @@ class Rank:
             offload.plan_at = at
         plan = (schedule or self.scheduler.schedule)(self.worker.plan_cutoff, self.worker.throttle_prefills)
         plan.kv_blocks_used = self.pool.num_used_blocks
-        if offload is not None:
+        if offload is not None:  # (what it stores and loads is copied as its pass ends, or now: no pass)
             offload.plan_at = None
-            if plan.requests:
-                plan.host_stores = offload.offers(plan)
-            if offload.queued:  # host loads start as the pass planned with them ends (or now: no pass)
-                loads = offload.take_loads()
-                if plan.is_empty:
-                    offload.start_loads(loads, self.env.now if at is None else at)
-                else:
-                    plan.host_loads = loads
+            offload.planned(plan, self.env.now if at is None else at)
         if not plan.is_empty or plan.preempted:
             self.record_plan(plan, self.env.now if at is None else at)
         return plan
@@ -199,10 +192,8 @@ class Rank:
         end_ns = end_ns if delivered_ns is None else delivered_ns
         pass_index = self.num_passes
         self.num_passes += 1
-        if plan.host_stores:
-            self.offload.store(plan.host_stores, pass_end, pass_index)
-        if plan.host_loads:
-            self.offload.start_loads(plan.host_loads, pass_end)
+        if plan.host_stores or plan.host_loads:
+            self.offload.pass_ended(plan, pass_end, pass_index)
         sampled, finished = self.scheduler.update_from_output(plan)
         staged = self.recorder.staged  # staged loads count intervals per stage
         intervals: list[tuple[int, int, int]] = []
@@ -248,7 +239,7 @@ class Rank:
         row, at, intervals, first_tokens, finished = end
         if self.offload is not None:  # (its finished requests' blocks become the tier's most recent)
             for request, _ in finished:
-                self.offload.finished(request, row.end_ns, row.pass_index)
+                self.offload.finished(request, row.end_ns)
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
         if self.watcher is not None:  # (before any finish calls back: a next request routed then sees it)

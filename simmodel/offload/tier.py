@@ -15,6 +15,9 @@ from collections import OrderedDict, deque
 from heapq import heappop, heappush
 from itertools import islice
 
+UNQUEUED = float("inf")
+"""When a block lands whose copy is not queued yet (its slot is taken as the pass that computes it is planned)."""
+
 
 class HostTier:
     """Up to ``capacity`` blocks, each under its content key with the instant its store lands."""
@@ -44,14 +47,15 @@ class HostTier:
         """How many of ``keys``, from the first, can be loaded at ``now`` (a missing key ends the run), with None.
         If the run reaches a block still landing, or one another load reads, the request waits instead of
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
-        rank)."""
+        rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
         times = list(map(self.ready_at.get, keys))
         n = times.index(None) if None in times else len(times)
         if not n:
             return 0, None
         run = times[:n] if n < len(times) else times
         if max(run) > now:
-            return -1, next(t for t in run if t > now)
+            t = next(t for t in run if t > now)
+            return -1, None if t == UNQUEUED else t
         if self.readers and not self.readers.keys().isdisjoint(keys[:n]):
             return -1, None
         return n, None
@@ -70,11 +74,10 @@ class HostTier:
             else:
                 readers[key] -= 1
 
-    def store(self, keys: list, now: int, copy) -> list | None:
+    def store(self, keys: list, now: int) -> list | None:
         """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks
-        that have landed, are not read and are not among ``keys``, and queue their copy: ``copy(n)`` says when the
-        copy of ``n`` blocks lands, from which they can be read. Returns the keys taken, or None, taking none, if
-        not enough room can be freed."""
+        that have landed, are not read and are not among ``keys``; returns the keys taken (their copy is not
+        queued yet: ``landed`` says when it lands), or None, taking none, if not enough room can be freed."""
         ready_at = self.ready_at
         here = ready_at.keys() & keys
         new = [key for key in keys if key not in here] if here else keys
@@ -90,11 +93,14 @@ class HostTier:
             self.num_evicted += len(victims)
             self._num_landed -= len(victims)
         self.version += 1
-        at = copy(len(new))
-        ready_at.update(dict.fromkeys(new, at))
-        heappush(self._landing, (at, len(new)))
+        ready_at.update(dict.fromkeys(new, UNQUEUED))
         self.num_stored += len(new)
         return new
+
+    def landed(self, keys: list, at: int) -> None:
+        """The copy of ``keys`` (``store``) lands at ``at``: readable from then on."""
+        self.ready_at.update(dict.fromkeys(keys, at))
+        heappush(self._landing, (at, len(keys)))
 
     def _landed_by(self, now: int) -> int:
         """How many blocks here have landed by ``now``."""

@@ -28,6 +28,7 @@ pass in flight then: up to a pass later).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
@@ -64,7 +65,9 @@ class VllmCpuOffload:
         """The rank's worker, attention-DP rank and role, for its events."""
         self.offered: dict[Request, list] = {}
         """Per request with blocks to offer or used: [first block it used on the host, first block not offered
-        yet, its block keys]."""
+        yet, its block keys, the request]."""
+        self.finishing: deque = deque()
+        """(when, ``offered`` entry) of the requests finished since the last plan, oldest first (``planned``)."""
         self.queued: list = []
         """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
         self.retrying: set[Request] = set()
@@ -122,23 +125,18 @@ class VllmCpuOffload:
 
     def load(self, request: Request, start: int, count: int) -> None:
         """The scheduler gave the request GPU blocks for its blocks ``start`` … ``start + count − 1`` found on the
-        host: pin them and queue the copy (``start_loads``); the request is handed to ``on_loaded`` when it
-        lands."""
+        host: pin them; the copy is queued with the plan's (``planned``), and the request is handed to
+        ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
         self.tier.read(keys)
-        self.offered[request] = [start, start + count, request.block_keys]  # (what it loaded is not offered)
+        self.offered[request] = [start, start + count, request.block_keys, request]  # (what it loaded: not offered)
         self.num_loads += 1
         self.blocks_loaded += count
         self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
 
-    def take_loads(self) -> list:
-        """The loads the last plan made, to start when its pass ends (``start_loads``)."""
-        loads, self.queued = self.queued, []
-        return loads
-
     def start_loads(self, loads: list, at: int) -> None:
-        """Start the copies of ``loads`` (``take_loads``) at ``at``: the end of the pass planned with them (vLLM
-        copies on a stream that waits for that pass), or the plan's instant if it runs no pass."""
+        """Start the copies of ``loads`` at ``at``: the end of the pass planned with them (vLLM copies on a stream
+        that waits for that pass), or the plan's instant if it runs no pass."""
         now = self.env.now
         for request, keys, computed in loads:
             _, end = self.load_link.transfer(at, len(keys) * self.gpu_block_bytes)
@@ -155,52 +153,77 @@ class VllmCpuOffload:
         self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(keys) * self.block_size)
         self.on_loaded(request, computed)
 
-    # -- stores (as a pass is planned, copied when it ends) -------------------------------------
+    # -- what a plan sets going, and a pass end ------------------------------------------------
 
-    def offers(self, plan: SchedulerOutput) -> list[tuple[Request, list, int]]:
-        """What each request of a plan offers the tier: its entry of ``offered`` and the block its offer runs to
-        (its full prompt blocks once the pass has run)."""
-        bs, offered, offers = self.block_size, self.offered, []
+    def planned(self, plan: SchedulerOutput, at: int) -> None:
+        """A plan was made at ``at`` (``Rank.plan``). As vLLM's scheduler builds the connector's part of a step: the
+        requests that finished before the step before it become the most recent first (``finished``); then each
+        request the plan runs offers the full prompt blocks the pass computes, taking their slots now (what
+        the tier has not stored yet); then the requests that finished in the pass just delivered offer what
+        they still owe and become the most recent. Copies (those stores, and the loads the plan made) are
+        queued when the plan's pass ends (``pass_ended``), or at once if it runs no pass."""
+        finishing, stores = self.finishing, []
+        while finishing and finishing[0][0] < at:  # (its step's plan was a run's: it had nothing to store)
+            self._finish(finishing.popleft()[1], at, stores)
+        bs, offered = self.block_size, self.offered
         for request, context, new in zip(plan.requests, plan.num_context_tokens, plan.num_new_tokens):
             end = min(context + new, request.num_prompt_tokens) // bs
             entry = offered.get(request)
             if entry is None:
                 if end <= 0:
                     continue
-                entry = offered[request] = [0, 0, request.block_keys]
+                entry = offered[request] = [0, 0, request.block_keys, request]
             if end > entry[1]:
-                offers.append((request, entry, end))
-        return offers
+                self._offer(entry, end, at, stores)
+        while finishing:
+            self._finish(finishing.popleft()[1], at, stores)
+        loads, self.queued = self.queued, []
+        if plan.is_empty:
+            self._copy(stores, loads, at, -1)
+        else:
+            plan.host_stores, plan.host_loads = stores or None, loads or None
 
-    def store(self, offers: list[tuple[Request, list, int]], at: int, pass_index: int) -> None:
-        """Copy the blocks a pass that ended at ``at`` offered (``offers``), one copy per request."""
-        for request, entry, end in offers:
-            self._offer(request, entry, end, at, pass_index)
+    def pass_ended(self, plan: SchedulerOutput, at: int, pass_index: int) -> None:
+        """The pass of a plan (``planned``) ended at ``at``: queue its copies."""
+        self._copy(plan.host_stores or (), plan.host_loads or (), at, pass_index)
 
-    def _offer(self, request: Request, entry: list, end: int, at: int, pass_index: int) -> None:
-        keys = entry[2].upto(end)[entry[1]:end]
-        link, block = self.store_link, self.gpu_block_bytes
-        taken = self.tier.store(keys, at, lambda n: link.transfer(at, n * block)[1])
+    def finished(self, request: Request, at: int) -> None:
+        """A request finished at ``at``: at the next plan its blocks become the tier's most recent (and what it
+        still owes the tier is offered once more)."""
+        entry = self.offered.pop(request, None)
+        if entry is not None:
+            self.finishing.append((at, entry))
+
+    def _offer(self, entry: list, end: int, at: int, stores: list) -> None:
+        """Take the tier's slots for a request's blocks ``entry[1]`` … ``end − 1`` not stored yet, at ``at``; an
+        offer it cannot make room for is made again at the request's next pass or finish."""
+        request = entry[3]
+        taken = self.tier.store(entry[2].upto(end)[entry[1]:end], at)
         if taken is None:
-            self.retrying.add(request)  # (offered again at its next pass or finish)
+            self.retrying.add(request)
             return
         self.retrying.discard(request)
         entry[1] = end
         if taken:
-            self.blocks_stored += len(taken)
-            self._event(at, EventKind.HOST_STORE, request, len(taken) * self.block_size, pass_index)
+            stores.append((request, taken))
 
-    def finished(self, request: Request, at: int, pass_index: int) -> None:
-        """A request finished at ``at``: its prompt blocks not stored yet are offered once more, then the blocks
-        it used on the host become the most recently used."""
-        entry = self.offered.pop(request, None)
-        if entry is None:
-            return
-        self.retrying.discard(request)
-        end = request.num_prompt_tokens // self.block_size
+    def _finish(self, entry: list, at: int, stores: list) -> None:
+        """A finished request offers what it still owes the tier, then the blocks it used become the most recent."""
+        end = entry[3].num_prompt_tokens // self.block_size
         if end > entry[1]:
-            self._offer(request, entry, end, at, pass_index)
+            self._offer(entry, end, at, stores)
+        self.retrying.discard(entry[3])
         self.tier.touch_reversed(entry[2].upto(entry[1])[entry[0]:entry[1]])
+
+    def _copy(self, stores, loads, at: int, pass_index: int) -> None:
+        """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
+        link, block = self.store_link, self.gpu_block_bytes
+        for request, keys in stores:
+            self.tier.landed(keys, link.transfer(at, len(keys) * block)[1])
+            self.blocks_stored += len(keys)
+            self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
+        if loads:
+            self.start_loads(loads, at)
 
     def _event(self, at: int, kind: EventKind, request: Request, tokens: int, pass_index: int = -1) -> None:
         if self.recorder is not None:

@@ -10,20 +10,23 @@ from factories import make_scenario, make_sglang_scenario, scenario_error
 from simmodel.offload.tier import HostTier
 
 
-def _copy_after(delay: int, now: int):
-    """A copy of n blocks landing ``delay`` per block after ``now``."""
-    return lambda n: now + delay * n
+def _store(tier: HostTier, keys: list, now: int, lands: float) -> list | None:
+    """Store ``keys`` at ``now``, the copy of what the tier takes landing at ``lands``."""
+    taken = tier.store(keys, now)
+    if taken:
+        tier.landed(taken, lands)
+    return taken
 
 
 def test_lookup_counts_the_landed_run_and_waits_on_a_landing_or_read_block():
-    """Keys a, b stored at t = 0 landing at 2 (1 per block); c stored at 10 landing at 11. At t = 5: a, b found
+    """Keys a, b stored at t = 0 landing at 2; c stored at 10 landing at 11. At t = 5: a, b found
     and c missing → 2. At t = 10.5 the run a, b, c reaches c still landing → wait until 11. A load reading b
     makes a later lookup reaching b wait with no time (that load's end wakes the rank)."""
     tier = HostTier(10)
-    assert tier.store(["a", "b"], 0, _copy_after(1, 0)) == ["a", "b"]
+    assert _store(tier, ["a", "b"], 0, 2) == ["a", "b"]
     assert tier.lookup(["a", "b", "c"], 1) == (-1, 2)  # (b lands at 2)
     assert tier.lookup(["a", "b", "c"], 5) == (2, None)
-    assert tier.store(["a", "b", "c"], 10, _copy_after(1, 10)) == ["c"]  # (a, b are here: not copied again)
+    assert _store(tier, ["a", "b", "c"], 10, 11) == ["c"]  # (a, b are here: not copied again)
     assert tier.lookup(["a", "b", "c"], 10) == (-1, 11)
     assert tier.lookup(["a", "b", "c"], 11) == (3, None)
     assert tier.lookup(["x", "a"], 11) == (0, None)  # (a run starts at the first key)
@@ -39,26 +42,31 @@ def test_a_store_evicts_the_least_recent_landed_unread_blocks_or_takes_nothing()
     load reads d: d is read, c is offered (protected), e and f have not landed: nothing can go, so the store
     takes nothing and counts one failure. Once d is no longer read, storing g evicts it."""
     tier = HostTier(4)
-    tier.store(["a", "b", "c", "d"], 0, lambda n: 0)
+    _store(tier, ["a", "b", "c", "d"], 0, 0)
     tier.touch_reversed(["c", "d"])
     assert list(tier.ready_at) == ["a", "b", "d", "c"]
-    assert tier.store(["e", "f"], 1, lambda n: 100) == ["e", "f"]
+    assert _store(tier, ["e", "f"], 1, 100) == ["e", "f"]
     assert list(tier.ready_at) == ["d", "c", "e", "f"] and tier.num_evicted == 2
     tier.read(["d"])
-    assert tier.store(["g", "h", "c"], 2, lambda n: 100) is None  # (c is offered: protected; d read)
+    assert _store(tier, ["g", "h", "c"], 2, 100) is None  # (c is offered: protected; d read)
     assert tier.num_failed == 1 and len(tier) == 4
     tier.done_reading(["d"])
-    assert tier.store(["g"], 3, lambda n: 200) == ["g"]
+    assert _store(tier, ["g"], 3, 200) == ["g"]
     assert "d" not in tier.ready_at and tier.num_evicted == 3
 
 
 def test_landing_blocks_are_never_evicted():
-    """Capacity 2, a and b landing at 50: storing c at 10 cannot evict them; at 60 it evicts a."""
+    """Capacity 2, a and b landing at 50: storing c at 10 cannot evict them; at 60 it evicts a. A block whose copy
+    is not queued yet (its slot taken as its pass was planned) is neither found nor evicted, and a lookup reaching
+    it waits for no set time (the end of that pass plans again)."""
     tier = HostTier(2)
-    tier.store(["a", "b"], 0, lambda n: 50)
-    assert tier.store(["c"], 10, lambda n: 70) is None
-    assert tier.store(["c"], 60, lambda n: 70) == ["c"]
+    _store(tier, ["a", "b"], 0, 50)
+    assert _store(tier, ["c"], 10, 70) is None
+    assert tier.store(["c"], 60) == ["c"]  # (its copy not queued yet)
     assert list(tier.ready_at) == ["b", "c"]
+    assert tier.lookup(["b", "c"], 80) == (-1, None)
+    assert tier.store(["d"], 80) == ["d"] and list(tier.ready_at) == ["c", "d"]  # (b goes, c cannot)
+    assert tier.store(["e"], 90) is None
 
 
 def test_random_operations_keep_the_tier_within_its_capacity():
@@ -73,7 +81,7 @@ def test_random_operations_keep_the_tier_within_its_capacity():
         op = rng.random()
         if op < 0.5:
             before = dict(tier.ready_at)
-            taken = tier.store(keys, now, lambda n, now=now: now + rng.randrange(0, 40))
+            taken = _store(tier, keys, now, now + rng.randrange(0, 40))
             gone = set(before) - set(tier.ready_at)
             assert all(before[k] <= now for k in gone)  # (only landed blocks go)
             assert not gone & {k for ks in reading for k in ks}

@@ -12,8 +12,15 @@ took for each request); then per request the emitted-token and preemption totals
 (``hit_tokens``, ``first_hit``) and ``host_hit`` (tokens loaded from the host at first admission). Records where
 none of those changed are dropped on both sides.
 
-A golden that shows a rule of ours differing from vLLM's is marked ``xfail(strict=True)`` in ``KNOWN`` with the
-rule: the comparison is never loosened, and the test goes red when the model changes to agree.
+Three rules took a golden each to get right (each shown by a ``min_*`` stream, the smallest that needs it):
+
+* ``min_reserved_sync``: vLLM admits a host load only if its blocks fit in the free pool less the blocks every
+  in-flight prefill (mid chunked prefill, or waiting for its own load) still needs for its whole sequence;
+  without that reserve two loaded requests can hold blocks neither can finish with, and the rank stalls.
+* ``min_store_slots_sync``: vLLM takes a pass's host slots when it schedules the pass, while the previous
+  pass's copies are in flight and cannot be evicted.
+* ``min_finish_touch_sync``: vLLM refreshes a finished request's blocks at the next schedule, after that step's
+  stores have taken their slots.
 """
 
 from __future__ import annotations
@@ -30,32 +37,6 @@ GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "vllm_offload"
 GOLDEN_FILES = sorted(GOLDEN_DIR.glob("*.json"))
 FIELDS = ("step", "scheduled", "preempted", "finished", "emitted", "hits", "loads", "stores")
 SUMMARY = ("emitted_tokens", "num_preemptions", "finish_step", "hit_tokens", "first_hit", "host_hit")
-
-RESERVED = ("host load admission: vLLM admits an async load only into the free blocks less those every in-flight "
-            "prefill (a request mid chunked prefill, or one waiting for its own load) still needs for its whole "
-            "sequence (Scheduler._inflight_prefill_reserved_blocks -> allocate_slots(reserved_blocks=...)); "
-            "VllmScheduler._load_from_host checks the free pool alone")
-STORE_SLOTS = ("host slots taken at schedule time: vLLM takes the host slots for a pass's blocks (prepare_store: "
-               "its evictions, or the whole offer failing) in the schedule() of that pass, while the previous pass's "
-               "store copies are still in flight and cannot be evicted; VllmCpuOffload.store takes them at the "
-               "pass's end, when those copies have landed")
-FINISH_TOUCH = ("finished request refreshed after the next stores: vLLM makes a finished request's blocks the most "
-                "recent (manager.on_request_finished) in the connector metadata of the next schedule(), after that "
-                "step's stores took their slots; VllmCpuOffload.finished does it at the finishing pass's end, before "
-                "the next pass's stores evict")
-KNOWN: dict[str, str] = {
-    "min_reserved_sync": RESERVED + " (ours loads D as well; C and D then never fit and the rank stalls for good)",
-    "sync_refind_random_bs8": RESERVED,
-    "async_bursts_bs16": RESERVED,
-    "min_store_slots_sync": STORE_SLOTS,
-    "sync_tiny_host_burst_bs8": STORE_SLOTS,
-    "min_finish_touch_sync": FINISH_TOUCH,
-    "sync_tiny_host_bs16": FINISH_TOUCH,
-    "async_tiny_host_bs16": FINISH_TOUCH,
-}
-"""Goldens that disagree with a rule of ours, by the rule their first mismatch comes from (``min_*``: the smallest
-stream that shows it)."""
-
 
 def test_enough_goldens() -> None:
     assert len(GOLDEN_FILES) >= 10, f"only {len(GOLDEN_FILES)} golden files in {GOLDEN_DIR}"
@@ -136,13 +117,7 @@ def _compare(golden: dict, ours: list[dict]) -> None:
         assert got == {k: want[k] for k in SUMMARY}, f"{name}: request {rid}: vLLM {want}, ours {got}"
 
 
-def _param(path: Path):
-    reason = KNOWN.get(path.stem)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(path, id=path.stem, marks=marks)
-
-
-@pytest.mark.parametrize("path", [_param(p) for p in GOLDEN_FILES])
+@pytest.mark.parametrize("path", GOLDEN_FILES, ids=[p.stem for p in GOLDEN_FILES])
 def test_matches_vllm_offload(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]

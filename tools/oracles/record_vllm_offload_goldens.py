@@ -41,13 +41,25 @@ or load of step k is done in ``U(k+1)`` and seen by ``S(k+3)`` (``S(k+2)`` prece
 empty step k is done in the output of the pass then in flight, ``U(k-1)``, and admitted at ``S(k+1)``.
 
 Why this is our engine's rule for link transfers shorter than a pass (time = step, each pass one unit): we copy a
-pass's prompt blocks from its end (``Rank.finish_pass`` -> ``VllmCpuOffload.store``), and a block is readable once
-the copy lands, i.e. by the next plan whose instant is later than that end (sync: the plan after the next; async:
-the plan after the one made at that same pass end); a load planned with a pass starts at its end
-(``start_loads(plan.host_loads, pass_end)``), or at once if the plan runs no pass, and the landed request is
-admitted at the next plan (``load_done``); a lookup that reaches a block still landing (vLLM: ``HIT_PENDING``) or
-being read skips the request until a later plan. ``tests/offload_stepdriver.py`` drives our scheduler on exactly
-this clock (a step is 1,000,000 ns, the links move any transfer in 1 ns).
+pass's prompt blocks from its end (``Rank.finish_pass`` -> ``VllmCpuOffload.store``) and a block is readable from
+the first plan after the copy lands. The pass end is also the instant of a plan (sync: the next one, S(k+1); async:
+S(k+2)), which still sees the copy landing; the plan after it (S(k+2); async S(k+3)) reads the block. A load
+planned with a pass starts at its end (``start_loads(plan.host_loads, pass_end)``), or at once if the plan runs no
+pass, and the landed request is admitted at the next plan (``load_done``): the same steps. A lookup that reaches a
+block still landing (vLLM: ``HIT_PENDING``) or being read skips the request until a later plan. Where a request
+waits with nothing to run, our idle rank plans again at the instant its load lands while vLLM takes empty steps
+until the load is reported; counting every step as one unit only numbers those empty steps.
+``tests/offload_stepdriver.py`` drives our scheduler on exactly this clock (a step is 1,000,000 ns, the links move
+any transfer in 1 ns).
+
+Determinism. When several requests finish in one step, vLLM re-offers and refreshes their blocks in the order it
+walks ``finished_req_ids``, a set of request-id strings, so the host tier's LRU order can depend on Python's string
+hash seed. The script runs itself under ``PYTHONHASHSEED=0`` (unless set), and every stream below records the same
+under seeds 0-8 (``PYTHONHASHSEED=n ... --check``); our model refreshes them in pass order.
+
+Streams: generated ones (cycling prefixes, shared prefixes, multi-turn chats, from ``record_vllm_goldens_apc.py``)
+and hand-made ``min_*`` ones, each the smallest stream that shows one rule, where the two models agree or not
+(``tests/unit/test_vllm_offload_golden.py`` names the rules of ours that differ).
 
 A golden file is compact JSON, one record per line, as ``tests/golden/vllm_apc`` plus the offload fields:
     {"name", "vllm_version", "config": {block_size, num_gpu_blocks (incl. vLLM's null block), host_blocks,

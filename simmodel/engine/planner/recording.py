@@ -139,7 +139,7 @@ class Recording:
         requests, rank_of, ranks, end = self.requests, self.rank_of, self.ranks, self.end
         for k in sorted(k for k in self.finished if lo <= k < hi):
             for i in self.finished[k]:
-                ranks[int(rank_of[i])].offload.finished(requests[i], int(end[k]), self.base + k)
+                ranks[int(rank_of[i])].offload.finished(requests[i], int(end[k]))
 
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank

@@ -28,9 +28,10 @@ class SchedulerOutput:
     kv_blocks_used: int = 0
     """KV blocks in use on the rank once this pass was planned."""
     host_stores: list | None = None
-    """With a host KV tier: what each request offers it to store once the pass has run (``VllmCpuOffload.offers``)."""
+    """With a host KV tier: the blocks the tier took slots for as the pass was planned, per request, copied when it
+    ends (``VllmCpuOffload.planned``)."""
     host_loads: list | None = None
-    """With a host KV tier: the loads planned with the pass, which start when it ends (``VllmCpuOffload.take_loads``)."""
+    """With a host KV tier: the loads planned with the pass, which start when it ends (``VllmCpuOffload.planned``)."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -62,6 +62,8 @@ class VllmScheduler:
         """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
         self.offload = None
         """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
+        self.loading: set[Request] = set()
+        """Requests loading their prefix from the host tier, or landed and not admitted yet."""
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -357,6 +359,8 @@ class VllmScheduler:
             if num_needed + evictable > pool.num_free_blocks:
                 break
             queue.popleft()
+            if self.loading:
+                self.loading.discard(request)
             self.running.append(request)
             (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
             if self.caching:
@@ -386,7 +390,9 @@ class VllmScheduler:
             full = cdiv(min(request.num_tokens, self.config.max_model_len), bs) - len(hits) + evictable
             if full > pool.num_free_blocks:
                 return False
-        if found + evictable > pool.num_free_blocks:
+        # A load holds its blocks for the whole copy without progress and cannot be preempted: vLLM admits it
+        # only into the blocks left once every prefill in flight has what its whole sequence still needs.
+        if found + evictable > pool.num_free_blocks - self._reserved_for_prefills():
             return False
         if request.num_preemptions == 0:
             pool.num_queries += request.num_tokens
@@ -399,8 +405,18 @@ class VllmScheduler:
             request.block_ids = list(hits)
             request.num_blocks = request.num_cached_blocks = len(hits)
         self._take(request, found)
+        self.loading.add(request)
         self.offload.load(request, len(hits), found)
         return True
+
+    def _reserved_for_prefills(self) -> int:
+        """Blocks the prefills in flight still need to hold their whole sequence (vLLM's
+        ``_inflight_prefill_reserved_blocks``): running requests mid-prefill, and requests loading from the host
+        tier (or landed, not admitted yet)."""
+        bs, limit = self.block_size, self.config.max_model_len
+        return sum(max(cdiv(min(r.num_tokens, limit), bs) - r.num_blocks, 0)
+                   for group in (self.running, self.loading) for r in group
+                   if group is self.loading or r.is_prefill_chunk)
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
