@@ -123,27 +123,35 @@ def test_a_request_waits_for_blocks_still_landing_on_the_host(tmp_path):
 
 MOONCAKE = {"source": {"type": "trace", "path": "builtin:mooncake/conversation_head2000.jsonl", "format": "mooncake",
                        "block_size": 512},
-            "load": {"type": "trace_timestamps"}}
+            "load": {"type": "trace_timestamps"}, "stop": {"requests": 100}}
+SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 6},
+                       "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 800},
+                       "output_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 200},
+                       "inter_turn_delay_ms": 2000},
+            "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
 
 
-@pytest.mark.parametrize("requests, worker", [
-    (150, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 40}}}),
-    (90, {"scheduler": {"async_scheduling": True},
-          "kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 10}}}),
-    (70, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 40,
-                                                                                       "link_gb_per_s": 0.5}}}),
-], ids=["sync", "async-small-tier", "saturated-link"])
-def test_runs_of_passes_with_a_host_tier_equal_the_pass_by_pass_run(requests, worker):
-    """Multi-turn Mooncake conversations on a GPU cache small enough to evict (and preempt) and a host tier that
-    finds the evicted prefixes (on a link so slow that stores queue for seconds, lookups wait for blocks still
-    landing and offers fail for want of landed blocks to evict): planned as runs of passes (the default) and
-    pass by pass (``coalesce=False``), every request, pass, event and tier figure is the same."""
+@pytest.mark.parametrize("traffic, worker", [
+    (MOONCAKE, {"parallelism": {"tensor": 4}, "kv_cache": {"capacity": {"type": "fixed", "blocks": 5000},
+                                                           "host_offload": {"capacity_gib": 40}}}),
+    (SESSIONS, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 1200}, "host_offload": {"capacity_gib": 8}}}),
+    (SESSIONS, {"scheduler": {"async_scheduling": True},
+                "kv_cache": {"capacity": {"type": "fixed", "blocks": 1200}, "host_offload": {"capacity_gib": 4}}}),
+    (SESSIONS, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 1200},
+                             "host_offload": {"capacity_gib": 8, "link_gb_per_s": 0.5}}}),
+], ids=["mooncake-open-loop", "sessions", "sessions-async-small-tier", "sessions-slow-link"])
+def test_runs_of_passes_with_a_host_tier_equal_the_pass_by_pass_run(traffic, worker):
+    """Multi-turn loads on a GPU cache small enough to evict (and preempt) and a host tier that finds the evicted
+    prefixes (and evicts, and on a slow link makes lookups wait for blocks still landing): Mooncake conversations
+    at their timestamps (runs planned ahead through the arrivals) and closed-loop chat sessions (runs applied as
+    their passes end). Planned as runs of passes (the default) and pass by pass (``coalesce=False``), every
+    request, pass, event and tier figure is the same."""
     from simmodel.config.load import parse_scenario
     from simmodel.sim import Simulation
 
-    data = make_scenario(traffic={**MOONCAKE, "stop": {"requests": requests}}, engine={"context_length": 65536, "workers": {"aggregated": {
-        "kv_cache": {"block_size": 16}, "timing": {"type": "default"}, **worker}}})
-    data["engine"]["workers"]["aggregated"]["parallelism"] = {"tensor": 4, **worker.get("parallelism", {})}
+    data = make_scenario(traffic=traffic, engine={"context_length": 65536 if traffic is MOONCAKE else 16384,
+                                                  "workers": {"aggregated": {"timing": {"type": "default"},
+                                                                             **worker}}})
     results = [Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False)]
     runs, single = results
     assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
