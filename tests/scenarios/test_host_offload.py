@@ -158,3 +158,24 @@ def test_runs_of_passes_with_a_host_tier_equal_the_pass_by_pass_run(traffic, wor
     assert runs.summary["kv_offload"] == single.summary["kv_offload"]
     for table in ("requests", "passes", "events"):
         assert getattr(runs, table).equals(getattr(single, table)), table
+
+
+def test_a_prefill_pool_keeps_its_tier_and_the_requests_show_its_hits(tmp_path):
+    """Disaggregated, the tier on the prefill workers: the same three requests, each prefill leg a one-token request
+    that holds its 32 prompt blocks (its one token is sampled by the prefill pass, which computes no 33rd block)
+    until its KV has left. B then takes the 8 never-used blocks and 24 of A's (evicting A's blocks 31 … 8), so C
+    finds A's blocks 0–7 on the prefill GPU (128 tokens) and 8–31 on the host (24 blocks, 384 tokens). The request
+    rows show the prefill leg's figures."""
+    data = _scenario(tmp_path, {"capacity_gib": 1}, [(0, 1), (100, 2), (200, 1)])
+    role = data["engine"]["workers"].pop("aggregated")
+    decode = {key: value for key, value in role.items() if key != "kv_cache"}
+    data["engine"]["mode"] = "disaggregated"
+    data["engine"]["workers"] = {"prefill": role, "decode": decode}
+    res = run_scenario(data)
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 0, 128]
+    assert req.host_cached_tokens.tolist() == [0, 0, 384]
+    assert req.host_load_ms[2] == pytest.approx((LATENCY_NS + 24 * PER_BLOCK_NS) / 1e6, abs=1e-9)
+    tier = res.summary["kv_offload"]["prefill"]
+    assert (tier["loads"], tier["blocks_loaded"], tier["blocks_stored"]) == (1, 24, 64)
+    assert "decode" not in res.summary["kv_offload"]
