@@ -156,7 +156,7 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
             stores: dict = {}
             log.target = stores  # (a plan that runs no pass copies at once)
             offload.planned(plan, env.now)
-            for request, keys in plan.host_stores or ():
+            for request, keys, _ in plan.host_stores or ():
                 stores[name(request)] = stores.get(name(request), 0) + len(keys) * block_size
             rec = {
                 "step": step,

@@ -19,13 +19,23 @@ UNQUEUED = float("inf")
 """When a block lands whose copy is not queued yet (its slot is taken as the pass that computes it is planned)."""
 
 
+class Copy:
+    """The copy of one request's blocks to the tier: when it lands (``UNQUEUED`` until it is queued). Its blocks
+    share it, so that queueing the copy sets their time at once."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = UNQUEUED
+
+
 class HostTier:
     """Up to ``capacity`` blocks, each under its content key with the instant its store lands."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.ready_at: OrderedDict[object, int] = OrderedDict()
-        """Key: when its store lands (readable from then on); least recently used first."""
+        self.ready_at: OrderedDict[object, Copy] = OrderedDict()
+        """Key: the copy that brings it (readable once that lands); least recently used first."""
         self.readers: dict[object, int] = {}
         """Key: loads reading it now (it cannot be evicted)."""
         self.num_stored = 0
@@ -36,6 +46,9 @@ class HostTier:
         """(when it lands, how many blocks) of the stores not landed yet, as of ``_num_landed`` (a heap)."""
         self._num_landed = 0
         """Blocks here whose store has landed (the most a store could evict), as of the last ``_landed_by``."""
+        self.never_fits = False
+        """Whether the last store that took nothing asked for more blocks than the tier could ever give it (it will
+        fail however often it is made again)."""
         self.version = 0
         """Changes whenever a block is added or evicted (what a lookup that found no landing or read block
         depends on)."""
@@ -48,13 +61,13 @@ class HostTier:
         If the run reaches a block still landing, or one another load reads, the request waits instead of
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
         rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
-        times = list(map(self.ready_at.get, keys))
-        n = times.index(None) if None in times else len(times)
+        copies = list(map(self.ready_at.get, keys))
+        n = copies.index(None) if None in copies else len(copies)
         if not n:
             return 0, None
-        run = times[:n] if n < len(times) else times
-        if max(run) > now:
-            t = next(t for t in run if t > now)
+        run = copies[:n] if n < len(copies) else copies
+        if any(copy.at > now for copy in set(run)):
+            t = next(copy.at for copy in run if copy.at > now)
             return -1, None if t == UNQUEUED else t
         if self.readers and not self.readers.keys().isdisjoint(keys[:n]):
             return -1, None
@@ -74,33 +87,37 @@ class HostTier:
             else:
                 readers[key] -= 1
 
-    def store(self, keys: list, now: int) -> list | None:
+    def store(self, keys: list, now: int) -> tuple[list, Copy] | None:
         """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks
-        that have landed, are not read and are not among ``keys``; returns the keys taken (their copy is not
-        queued yet: ``landed`` says when it lands), or None, taking none, if not enough room can be freed."""
+        that have landed, are not read and are not among ``keys``; returns the keys taken and their ``Copy``
+        (``landed`` says when it lands, once it is queued), or None, taking none, if not enough room can be
+        freed."""
         ready_at = self.ready_at
         here = ready_at.keys() & keys
         new = [key for key in keys if key not in here] if here else keys
+        copy = Copy()
         if not new:
-            return new
+            return new, copy
         over = len(ready_at) + len(new) - self.capacity
         if over > 0:
-            victims = self._victims(over, now, here) if self._landed_by(now) >= over else None
+            fits = len(new) <= self.capacity - len(here)
+            victims = self._victims(over, now, here) if fits and self._landed_by(now) >= over else None
             if victims is None:
                 self.num_failed += 1
+                self.never_fits = not fits
                 return None
             _consume(map(ready_at.__delitem__, victims))
             self.num_evicted += len(victims)
             self._num_landed -= len(victims)
         self.version += 1
-        ready_at.update(dict.fromkeys(new, UNQUEUED))
+        ready_at.update(dict.fromkeys(new, copy))
         self.num_stored += len(new)
-        return new
+        return new, copy
 
-    def landed(self, keys: list, at: int) -> None:
-        """The copy of ``keys`` (``store``) lands at ``at``: readable from then on."""
-        self.ready_at.update(dict.fromkeys(keys, at))
-        heappush(self._landing, (at, len(keys)))
+    def landed(self, copy: Copy, count: int, at: int) -> None:
+        """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on."""
+        copy.at = at
+        heappush(self._landing, (at, count))
 
     def _landed_by(self, now: int) -> int:
         """How many blocks here have landed by ``now``."""
@@ -121,12 +138,12 @@ class HostTier:
         ``protected``), or None if there are fewer."""
         ready_at, readers = self.ready_at, self.readers
         first = list(islice(ready_at, count))
-        if max(map(ready_at.__getitem__, first)) <= now and readers.keys().isdisjoint(first) and \
-                protected.isdisjoint(first):
+        if all(copy.at <= now for copy in set(map(ready_at.__getitem__, first))) and \
+                readers.keys().isdisjoint(first) and protected.isdisjoint(first):
             return first  # (the least recent ``count`` can all go: mostly so)
         victims = []
-        for key, t in ready_at.items():
-            if t <= now and key not in readers and key not in protected:
+        for key, copy in ready_at.items():
+            if copy.at <= now and key not in readers and key not in protected:
                 victims.append(key)
                 if len(victims) == count:
                     return victims

@@ -65,7 +65,8 @@ class VllmCpuOffload:
         """The rank's worker, attention-DP rank and role, for its events."""
         self.offered: dict[Request, list] = {}
         """Per request with blocks to offer or used: [first block it used on the host, first block not offered
-        yet, its block keys, the request]."""
+        yet, its block keys, the request, the end of the largest offer that could never fit (vLLM makes it again
+        each pass, to no effect)]."""
         self.finishing: deque = deque()
         """(when, ``offered`` entry) of the requests finished since the last plan, oldest first (``planned``)."""
         self.queued: list = []
@@ -129,7 +130,7 @@ class VllmCpuOffload:
         ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
         self.tier.read(keys)
-        self.offered[request] = [start, start + count, request.block_keys, request]  # (what it loaded: not offered)
+        self.offered[request] = [start, start + count, request.block_keys, request, 0]  # (what it loaded: not offered)
         self.num_loads += 1
         self.blocks_loaded += count
         self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
@@ -172,7 +173,7 @@ class VllmCpuOffload:
             if entry is None:
                 if end <= 0:
                     continue
-                entry = offered[request] = [0, 0, request.block_keys, request]
+                entry = offered[request] = [0, 0, request.block_keys, request, 0]
             if end > entry[1]:
                 self._offer(entry, end, at, stores)
         while finishing:
@@ -198,14 +199,19 @@ class VllmCpuOffload:
         """Take the tier's slots for a request's blocks ``entry[1]`` … ``end − 1`` not stored yet, at ``at``; an
         offer it cannot make room for is made again at the request's next pass or finish."""
         request = entry[3]
+        if end <= entry[4]:
+            return  # (this offer, or a smaller one, can never fit: making it again changes nothing)
         taken = self.tier.store(entry[2].upto(end)[entry[1]:end], at)
         if taken is None:
-            self.retrying.add(request)
+            if self.tier.never_fits:
+                entry[4] = end
+            else:
+                self.retrying.add(request)
             return
         self.retrying.discard(request)
         entry[1] = end
-        if taken:
-            stores.append((request, taken))
+        if taken[0]:
+            stores.append((request, *taken))
 
     def _finish(self, entry: list, at: int, stores: list) -> None:
         """A finished request offers what it still owes the tier, then the blocks it used become the most recent."""
@@ -218,8 +224,8 @@ class VllmCpuOffload:
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
         link, block = self.store_link, self.gpu_block_bytes
-        for request, keys in stores:
-            self.tier.landed(keys, link.transfer(at, len(keys) * block)[1])
+        for request, keys, copy in stores:
+            self.tier.landed(copy, len(keys), link.transfer(at, len(keys) * block)[1])
             self.blocks_stored += len(keys)
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:

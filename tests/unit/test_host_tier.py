@@ -13,9 +13,10 @@ from simmodel.offload.tier import HostTier
 def _store(tier: HostTier, keys: list, now: int, lands: float) -> list | None:
     """Store ``keys`` at ``now``, the copy of what the tier takes landing at ``lands``."""
     taken = tier.store(keys, now)
-    if taken:
-        tier.landed(taken, lands)
-    return taken
+    if taken is None:
+        return None
+    tier.landed(taken[1], len(taken[0]), lands)
+    return taken[0]
 
 
 def test_lookup_counts_the_landed_run_and_waits_on_a_landing_or_read_block():
@@ -62,10 +63,10 @@ def test_landing_blocks_are_never_evicted():
     tier = HostTier(2)
     _store(tier, ["a", "b"], 0, 50)
     assert _store(tier, ["c"], 10, 70) is None
-    assert tier.store(["c"], 60) == ["c"]  # (its copy not queued yet)
+    assert tier.store(["c"], 60)[0] == ["c"]  # (its copy not queued yet)
     assert list(tier.ready_at) == ["b", "c"]
     assert tier.lookup(["b", "c"], 80) == (-1, None)
-    assert tier.store(["d"], 80) == ["d"] and list(tier.ready_at) == ["c", "d"]  # (b goes, c cannot)
+    assert tier.store(["d"], 80)[0] == ["d"] and list(tier.ready_at) == ["c", "d"]  # (b goes, c cannot)
     assert tier.store(["e"], 90) is None
 
 
@@ -83,13 +84,13 @@ def test_random_operations_keep_the_tier_within_its_capacity():
             before = dict(tier.ready_at)
             taken = _store(tier, keys, now, now + rng.randrange(0, 40))
             gone = set(before) - set(tier.ready_at)
-            assert all(before[k] <= now for k in gone)  # (only landed blocks go)
+            assert all(before[k].at <= now for k in gone)  # (only landed blocks go)
             assert not gone & {k for ks in reading for k in ks}
             assert taken is None or set(taken) <= set(tier.ready_at)
         elif op < 0.7:
             n, _ = tier.lookup(keys, now)
             if n > 0:
-                assert all(tier.ready_at[k] <= now for k in keys[:n])
+                assert all(tier.ready_at[k].at <= now for k in keys[:n])
                 tier.read(keys[:n])
                 reading.append(keys[:n])
         elif op < 0.85 and reading:
