@@ -16,35 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
-
-from simmodel.config.catalog import BUILTIN_PREFIX, resolve_trace_path
+from kv_router import timed, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "mooncake-host-offload.yaml"
-
-
-def write_trace(path: Path, num_requests: int) -> int:
-    """The tiled conversation trace (see the module); returns how many rows it has."""
-    source = resolve_trace_path(BUILTIN_PREFIX + "mooncake/conversation_head2000.jsonl", Path("."))
-    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    span = rows[-1]["timestamp"] + (rows[-1]["timestamp"] - rows[0]["timestamp"]) / len(rows)
-    ids = 1 + max(h for r in rows for h in r["hash_ids"])
-    out: list[dict] = []
-    tile = 0
-    while len(out) < num_requests:
-        for r in rows[:num_requests - len(out)]:
-            out.append({"timestamp": round(r["timestamp"] + tile * span, 3), "input_length": r["input_length"],
-                        "output_length": r["output_length"], "hash_ids": [h + tile * ids for h in r["hash_ids"]]})
-        tile += 1
-    path.write_text("".join(json.dumps(r) + "\n" for r in out))
-    return len(out)
 
 
 def scenario(trace: Path, tier: bool) -> dict:
@@ -55,14 +35,6 @@ def scenario(trace: Path, tier: bool) -> dict:
     return data
 
 
-def timed(command: list[str]) -> tuple[float, str]:
-    started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{proc.stderr[-2000:]}")
-    return time.perf_counter() - started, proc.stdout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
@@ -71,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trace = folder / "trace.jsonl"
-        n = write_trace(trace, args.requests)
+        n = write_trace(trace, args.requests, max_tokens=None)
         runs: dict[str, dict] = {}
         for name, tier in (("host tier", True), ("GPU only", False)):
             path = folder / f"{name.replace(' ', '_')}.yaml"

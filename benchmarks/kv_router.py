@@ -35,11 +35,13 @@ TRACE_BLOCK = 512
 KV_BLOCKS, BLOCK = 16_384, 64
 
 
-def write_trace(path: Path, num_requests: int) -> int:
-    """The tiled conversation trace (see the module); returns how many rows it has."""
+def write_trace(path: Path, num_requests: int, max_tokens: int | None = MAX_TOKENS) -> int:
+    """The tiled conversation trace (see the module; ``max_tokens``: drop the rows whose prompt and output exceed
+    it, None: keep every row); returns how many rows it has."""
     source = resolve_trace_path(BUILTIN_PREFIX + "mooncake/conversation_head2000.jsonl", Path("."))
     rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r["input_length"] + r["output_length"] <= MAX_TOKENS]
+    if max_tokens is not None:
+        rows = [r for r in rows if r["input_length"] + r["output_length"] <= max_tokens]
     span = rows[-1]["timestamp"] + (rows[-1]["timestamp"] - rows[0]["timestamp"]) / len(rows)
     ids = 1 + max(h for r in rows for h in r["hash_ids"])
     out = []

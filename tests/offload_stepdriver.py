@@ -40,17 +40,6 @@ STEP_NS = 1_000_000
 """One step (a pass, or an empty step) of the golden clock."""
 
 
-def prompt_ids(segments: list[list[int]]) -> list[int]:
-    """The recorder's ``[[seed, length], ...]`` as token ids (``record_vllm_goldens_apc.prompt_ids``)."""
-    out: list[int] = []
-    for seed, length in segments:
-        if seed < 0:
-            out.extend([-seed] * length)
-        else:
-            out.extend(100 + zlib.crc32(f"{seed}:{i}".encode()) % 30000 for i in range(length))
-    return out
-
-
 def prompt_crc(ids: list[int]) -> int:
     return zlib.crc32(struct.pack(f"<{len(ids)}i", *ids))
 

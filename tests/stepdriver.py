@@ -80,3 +80,15 @@ def _oracle_tokens(spec: dict, block_size: int):
         lo, hi = j * block_size, (j + 1) * block_size
         return tuple(prompt[i] if i < len(prompt) else 7 for i in range(lo, hi))
     return content
+
+
+def prompt_ids(segments: list[list[int]]) -> list[int]:
+    """A recorder's ``[[seed, length], ...]`` as token ids (``tools/oracles/record_vllm_goldens_apc.prompt_ids``):
+    seed >= 0 gives ``100 + crc32(b"<seed>:<i>") % 30000``, seed < 0 gives ``length`` copies of token ``-seed``."""
+    out: list[int] = []
+    for seed, length in segments:
+        if seed < 0:
+            out.extend([-seed] * length)
+        else:
+            out.extend(100 + zlib.crc32(f"{seed}:{i}".encode()) % 30000 for i in range(length))
+    return out

@@ -41,7 +41,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from stepdriver import run_steps
+from stepdriver import prompt_ids, run_steps
 
 from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 
@@ -60,22 +60,6 @@ def test_enough_goldens() -> None:
     assert len(ASYNC_FILES) >= 20, f"only {len(ASYNC_FILES)} async golden files"
     size = sum(p.stat().st_size for p in APC_FILES + ASYNC_FILES)
     assert size < 2_200_000, f"prefix-caching + async goldens take {size} bytes"
-
-
-# ---------------------------------------------------------------------------------------------
-# Prompts: the recorder's segments -> token ids (same rule as tools/oracles/record_vllm_goldens_apc.py)
-# ---------------------------------------------------------------------------------------------
-
-def prompt_ids(segments: list[list[int]]) -> list[int]:
-    """``[[seed, length], ...]`` concatenated: seed >= 0 gives ``100 + crc32(b"<seed>:<i>") % 30000``,
-    seed < 0 gives ``length`` copies of token ``-seed``."""
-    out: list[int] = []
-    for seed, length in segments:
-        if seed < 0:
-            out.extend([-seed] * length)
-        else:
-            out.extend(100 + zlib.crc32(f"{seed}:{i}".encode()) % 30000 for i in range(length))
-    return out
 
 
 def _requests(golden: dict) -> list[dict]:

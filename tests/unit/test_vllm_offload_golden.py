@@ -29,7 +29,8 @@ import json
 from pathlib import Path
 
 import pytest
-from offload_stepdriver import prompt_crc, prompt_ids, run_offload_steps
+from offload_stepdriver import prompt_crc, run_offload_steps
+from stepdriver import prompt_ids
 
 from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 
