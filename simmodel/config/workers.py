@@ -127,10 +127,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if scheduler.prefill_schedule_interval > 1 and parallelism.attention_data == 1:
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
-    kv_cache = _kv_cache(node.node("kv_cache"), rules)
-    if sg is not None and kv_cache.host_offload is not None:
-        raise ScenarioError(f"{node.at('kv_cache.host_offload')}: models vLLM's offloading connector; SGLang's "
-                            f"HiCache is not modeled yet, so remove it or use backend vllm")
+    kv_cache = _kv_cache(node.node("kv_cache"), rules, sglang=sg is not None)
     if kv_cache.host_offload is not None and name == "decode":
         raise ScenarioError(f"{node.at('kv_cache.host_offload')}: a decode worker receives its prompts' KV from the "
                             f"prefill pool, and a host tier beside that transfer is not modeled; give the prefill "
@@ -194,7 +191,7 @@ def _check_chunk_holds_a_page(node: _Node, scheduler: SchedulerSpec, page_size: 
                             f"(kv_cache.block_size), or no prompt is ever prefilled; got {budget}")
 
 
-def _kv_cache(node: _Node, rules: BackendRules) -> KvCacheSpec:
+def _kv_cache(node: _Node, rules: BackendRules, sglang: bool = False) -> KvCacheSpec:
     # vLLM's 16-token blocks; SGLang's --page-size (1 by default): capacity blocks are its pages.
     block_size = node.int("block_size", rules.default_block_size)
     prefix = node.bool("prefix_caching", True)
@@ -207,7 +204,12 @@ def _kv_cache(node: _Node, rules: BackendRules) -> KvCacheSpec:
     else:
         capacity = CapacitySpec(kind, blocks=cap.int("blocks"))
     cap.done()
-    host = _host_offload(node, prefix) if node.raw("host_offload", None) is not None else None  # (null: none)
+    host = None
+    if node.raw("host_offload", None) is not None:  # (null: none)
+        if sglang:
+            raise ScenarioError(f"{node.at('host_offload')}: models vLLM's offloading connector; SGLang's HiCache is "
+                                f"not modeled yet, so remove it or use backend vllm")
+        host = _host_offload(node, prefix)
     node.done()
     return KvCacheSpec(block_size, prefix, capacity, dtype, host)
 

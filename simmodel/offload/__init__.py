@@ -73,7 +73,7 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
         loads_busy, stores_busy = total.pop("load_link_busy_ns"), total.pop("store_link_busy_ns")
         summary[role] = {
             "ranks": len(members), "capacity_blocks_per_rank": figures[0]["capacity_blocks"],
-            "block_bytes": tiers[0].block_bytes, "queried_tokens": queried, "gpu_hit_tokens": gpu,
+            "block_bytes": round(tiers[0].block_bytes), "queried_tokens": queried, "gpu_hit_tokens": gpu,
             "host_hit_tokens": host,
             "gpu_hit_ratio": gpu / queried if queried else None,
             "host_hit_ratio": host / queried if queried else None,

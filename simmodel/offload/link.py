@@ -1,9 +1,9 @@
-"""The host link of a rank: KV blocks between GPU and host memory, one transfer after another.
+"""One direction of a rank's host link: KV blocks between GPU and host memory, one copy after another.
 
 Each GPU of a tensor-parallel group copies its own shard of a block over its own PCIe link, all at once, so
-a rank's transfer takes its per-GPU bytes over one link's bandwidth. Transfers queue first come, first
-served, loads and stores on the same queue (a conservative reading: PCIe is full duplex, but vLLM's
-copies also share the GPU's copy engines); each costs a fixed latency before its bytes move.
+a rank's copy takes its per-GPU bytes over one link's bandwidth. A rank has one queue each way (loads, stores:
+vLLM copies each way on a stream of its own, and PCIe is full duplex), first come, first served; each copy
+costs a fixed latency before its bytes move.
 """
 
 from __future__ import annotations

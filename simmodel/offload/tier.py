@@ -50,8 +50,8 @@ class HostTier:
         """Whether the last store that took nothing asked for more blocks than the tier could ever give it (it will
         fail however often it is made again)."""
         self.version = 0
-        """Changes whenever a block is added or evicted (what a lookup that found no landing or read block
-        depends on)."""
+        """Changes whenever a block is added, evicted or starts being read (what a lookup that found no landing or
+        read block depends on)."""
 
     def __len__(self) -> int:
         return len(self.ready_at)
@@ -78,6 +78,7 @@ class HostTier:
         readers = self.readers
         for key in keys:
             readers[key] = readers.get(key, 0) + 1
+        self.version += 1  # (a lookup reaching these now waits)
 
     def done_reading(self, keys: list) -> None:
         readers = self.readers

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
-from simmodel.offload.tier import HostTier
+from simmodel.offload.tier import UNQUEUED, HostTier
 
 if TYPE_CHECKING:
     import simpy
@@ -66,7 +66,7 @@ class VllmCpuOffload:
         self.offered: dict[Request, list] = {}
         """Per request with blocks to offer or used: [first block it used on the host, first block not offered
         yet, its block keys, the request, the end of the largest offer that could never fit (vLLM makes it again
-        each pass, to no effect)]."""
+        each pass, to no effect), when its last copy to the tier lands (``UNQUEUED`` while not queued)]."""
         self.finishing: deque = deque()
         """(when, ``offered`` entry) of the requests finished since the last plan, oldest first (``planned``)."""
         self.queued: list = []
@@ -105,20 +105,31 @@ class VllmCpuOffload:
     def lookup(self, request: Request, start: int) -> int:
         """Blocks of the request found on the host right after its first ``start`` (found on the GPU), up to its
         last full block; −1 if the request must wait (a block it reaches is landing or being read)."""
+        now = self.env.now if self.plan_at is None else self.plan_at
+        entry = self.offered.get(request)
+        if entry is not None and entry[5] > now:
+            # (a preempted request whose own copy to the tier has not landed: vLLM does not look it up yet)
+            self._wake_at(entry[5])
+            return -1
         limit = request.num_tokens // self.block_size - start
         if limit <= 0 or not len(self.tier):
             return 0
         seen = (request, start, limit, self.tier.version)
         if self._last_lookup[0] == seen:  # (a request left waiting is looked up again at every plan)
             return self._last_lookup[1]
-        now = self.env.now if self.plan_at is None else self.plan_at
         found, wake = self.tier.lookup(request.block_keys.upto(start + limit)[start:start + limit], now)
         if found >= 0:
             self._last_lookup = (seen, found)
-        if wake is not None and wake not in self._wakes:
+        if wake is not None:
+            self._wake_at(wake)
+        return found
+
+    def _wake_at(self, wake: float) -> None:
+        """Plan the rank again at ``wake`` (a block landing), unless it is not set yet (``UNQUEUED``: the end of
+        the pass whose copy it is plans again) or already asked for."""
+        if wake != UNQUEUED and wake not in self._wakes:
             self._wakes.add(wake)
             self.env.timeout(wake - self.env.now).callbacks.append(lambda _: self._woken(wake))
-        return found
 
     def _woken(self, at: int) -> None:
         self._wakes.discard(at)
@@ -130,7 +141,7 @@ class VllmCpuOffload:
         ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
         self.tier.read(keys)
-        self.offered[request] = [start, start + count, request.block_keys, request, 0]  # (what it loaded: not offered)
+        self.offered[request] = [start, start + count, request.block_keys, request, 0, 0]  # (loaded: not offered)
         self.num_loads += 1
         self.blocks_loaded += count
         self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
@@ -141,7 +152,8 @@ class VllmCpuOffload:
         now = self.env.now
         for request, keys, computed in loads:
             _, end = self.load_link.transfer(at, len(keys) * self.gpu_block_bytes)
-            request.host_load_start_at = at
+            if not request.num_preemptions:  # (the request's figures are its first admission's)
+                request.host_load_start_at = at
             self._event(at, EventKind.HOST_LOAD_START, request, len(keys) * self.block_size)
             heappush(self._landing, end)
             self.env.timeout(max(end - now, 0)).callbacks.append(
@@ -150,7 +162,8 @@ class VllmCpuOffload:
     def _landed(self, request: Request, keys: list, computed: int) -> None:
         heappop(self._landing)  # (the earliest: loads land in the order they started, on one link)
         self.tier.done_reading(keys)
-        request.host_load_end_at = self.env.now
+        if not request.num_preemptions:
+            request.host_load_end_at = self.env.now
         self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(keys) * self.block_size)
         self.on_loaded(request, computed)
 
@@ -173,7 +186,7 @@ class VllmCpuOffload:
             if entry is None:
                 if end <= 0:
                     continue
-                entry = offered[request] = [0, 0, request.block_keys, request, 0]
+                entry = offered[request] = [0, 0, request.block_keys, request, 0, 0]
             if end > entry[1]:
                 self._offer(entry, end, at, stores)
         while finishing:
@@ -212,6 +225,7 @@ class VllmCpuOffload:
         entry[1] = end
         if taken[0]:
             stores.append((request, *taken))
+            entry[5] = UNQUEUED  # (until its copy is queued: ``_copy``)
 
     def _finish(self, entry: list, at: int, stores: list) -> None:
         """A finished request offers what it still owes the tier, then the blocks it used become the most recent."""
@@ -224,8 +238,13 @@ class VllmCpuOffload:
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
         link, block = self.store_link, self.gpu_block_bytes
+        offered = self.offered
         for request, keys, copy in stores:
-            self.tier.landed(copy, len(keys), link.transfer(at, len(keys) * block)[1])
+            landed = link.transfer(at, len(keys) * block)[1]
+            self.tier.landed(copy, len(keys), landed)
+            entry = offered.get(request)
+            if entry is not None:
+                entry[5] = landed  # (its copies land in the order they are queued)
             self.blocks_stored += len(keys)
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:
@@ -244,7 +263,7 @@ class VllmCpuOffload:
         return {"capacity_blocks": tier.capacity, "blocks_held": len(tier), "loads": self.num_loads,
                 "blocks_loaded": self.blocks_loaded, "blocks_stored": self.blocks_stored,
                 "blocks_evicted": tier.num_evicted, "stores_failed": tier.num_failed,
-                "bytes_loaded": self.blocks_loaded * self.block_bytes,
-                "bytes_stored": self.blocks_stored * self.block_bytes,
+                "bytes_loaded": round(self.blocks_loaded * self.block_bytes),
+                "bytes_stored": round(self.blocks_stored * self.block_bytes),
                 "load_link_busy_ns": self.load_link.busy_until(end_ns),
                 "store_link_busy_ns": self.store_link.busy_until(end_ns)}

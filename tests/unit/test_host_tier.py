@@ -137,3 +137,33 @@ def test_host_offload_null_means_no_tier():
 
     data = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": None}}}})
     assert parse_scenario(data, Path(".")).engine.workers["aggregated"].kv_cache.host_offload is None
+
+
+def test_a_request_whose_own_copy_has_not_landed_is_not_looked_up():
+    """vLLM does not look a request up while a copy of its own is in flight (a preempted request whose prompt
+    is still on its way to the host): the lookup says wait, and the rank plans again when the copy lands. A
+    request's 2 prompt blocks offered at t = 0 (slots taken), copied at the pass end t = 10 over a link of
+    1 byte/ns with 1,000-byte blocks: the copy lands at 10 + 2,000 = 2,010."""
+    from offload_stepdriver import FakeEnv
+
+    from simmodel.engine.kv_cache import BlockKeys
+    from simmodel.engine.request import Request
+    from simmodel.engine.scheduler.base import SchedulerOutput
+    from simmodel.offload import HostLink, VllmCpuOffload
+
+    env = FakeEnv()
+    offload = VllmCpuOffload(env, HostTier(10), HostLink(1e9, 0), HostLink(1e9, 0), 4, 1000.0, 1000.0)
+    woken = []
+    offload.on_wake = lambda: woken.append(env.now)
+    request = Request(0, 0, 8, 4)
+    request.block_keys = BlockKeys(lambda j: ("r", j))
+    plan = SchedulerOutput([request], [8], [0], [False], [True])
+    offload.planned(plan, 0)
+    env.run_until(10)
+    offload.pass_ended(plan, 10, 0)
+    assert offload.tier.ready_at[request.block_keys(0)].at == 2010
+    env.run_until(500)
+    assert offload.lookup(request, 0) == -1 and offload.waking
+    env.run_until(2010)
+    assert woken == [2010] and not offload.waking
+    assert offload.lookup(request, 0) == 2  # (its blocks are on the host now)

@@ -87,15 +87,14 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
 
 def _gathered(worker: Worker, plans: list | None, lag: int) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
-    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself, or (a worker
-    with a host KV tier, synchronous) where it ends at its first finish (``Run.cap``). A first pass whose plan
-    stores to or loads from a host tier runs on its own (``Rank.finish_pass`` starts those copies), and so does
-    every pass while a request's offer to the tier waits to be made again (``VllmCpuOffload.retrying``)."""
+    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself. With a host KV
+    tier, a first pass whose plan stores to or loads from it runs on its own (``Rank.finish_pass`` starts those
+    copies), and so does every pass while a request's offer to the tier waits to be made again
+    (``VllmCpuOffload.retrying``)."""
     if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads for p in plans)
                             or any(rank.offload.retrying for rank in worker.ranks)):
         return None
-    may_wait = admits_arrivals(worker) or (worker.offloads and not lag)
-    run = RunningRequests(worker, plans, bool(lag), may_wait=may_wait)
+    run = RunningRequests(worker, plans, bool(lag), may_wait=admits_arrivals(worker))
     return run if run.gather() else None
 
 

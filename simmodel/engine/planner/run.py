@@ -156,10 +156,6 @@ class Run(Admissions, Recording):
         the clock, or a finish would call back into the simulation outside ``calls_back_inside``)."""
         if run.calls_back is not None and not self.calls_back_inside:  # the pass in which such a request finishes
             self.cap = min(self.cap, int(run.left[run.calls_back].min()) - 1 + self.lag)
-        if worker.offloads and any(s.waiting for s in self.scheds):
-            # Requests wait, and a run with a host KV tier admits none (``admits_arrivals``): it ends with the
-            # pass in which the first request finishes, after which the next plan may admit one.
-            self.cap = min(self.cap, int(run.left.min()))
         self.applied = 0
         """Rows whose pool operations are applied (allocations, cache insertions, finishes)."""
         self.planned = 0 if self.planned_first else -1

@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
+
+if TYPE_CHECKING:
+    from simmodel.offload import VllmCpuOffload
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,7 @@ class VllmScheduler:
         self.num_drafts_verified = 0
         self.num_drafts_accepted = 0
         """Called, during ``schedule()``, when blocks are reserved for a remote request's incoming KV."""
-        self.offload = None
+        self.offload: VllmCpuOffload | None = None
         """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
         self.loading: set[Request] = set()
         """Requests loading their prefix from the host tier, or landed and not admitted yet."""
