@@ -1,0 +1,99 @@
+"""Runs of passes against the pass-by-pass simulation, with a host KV tier, on random scenarios.
+
+Each seed draws a scenario (a rate, closed-loop, chat-session or Mooncake trace load; sync or async scheduling;
+attention-DP ranks, replicas, a prefill schedule interval, a chunking threshold; small to large GPU caches and
+host tiers; slow to fast links; fixed or default timing), runs it planned as runs of passes (the default) and
+pass by pass (``coalesce=False``), and prints one line: ``ok`` if every request, pass, event and tier figure is
+the same, else which tables differ. Exits 1 if any seed differs. A check for whoever changes how a worker with
+a tier plans its runs (``docs/speed.md``); ``tests/scenarios/test_host_offload.py`` keeps four such scenarios.
+
+    python tools/fuzz_host_offload.py 0 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from simmodel.config.load import parse_scenario
+from simmodel.sim import Simulation
+
+MOONCAKE = "builtin:mooncake/conversation_head2000.jsonl"
+
+
+def traffic(rng: random.Random) -> tuple[str, dict]:
+    kind = rng.choice(["poisson", "concurrency", "sessions", "mooncake", "sessions_rate", "gamma"])
+    stop = {"requests": rng.choice([60, 120, 200])}
+    if kind == "mooncake":
+        return kind, {"source": {"type": "trace", "path": MOONCAKE, "format": "mooncake", "block_size": 512},
+                      "load": {"type": "trace_timestamps", "speedup": rng.choice([1, 3, 10])}, "stop": stop}
+    if kind.startswith("sessions"):
+        load = ({"type": "concurrency", "concurrency": rng.choice([2, 8, 16, 32])} if kind == "sessions"
+                else {"type": "poisson", "requests_per_second": rng.choice([1, 4, 10])})
+        source = {"type": "sessions", "turns": {"distribution": "uniform", "min": 2, "max": 6},
+                  "new_input_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 900},
+                  "output_tokens_per_turn": {"distribution": "uniform", "min": 5, "max": 200},
+                  "inter_turn_delay_ms": rng.choice([0, 100, 2000]), "shared_prefix_ratio": rng.choice([0, 0.5])}
+        return kind, {"source": source, "load": load, "stop": stop}
+    source = {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 50, "max": 2000},
+              "output_tokens": {"distribution": "uniform", "min": 1, "max": 200},
+              "shared_prefix": {"tokens": rng.choice([200, 1000]), "groups": rng.choice([2, 8])}}
+    if kind == "gamma":
+        load = {"type": "gamma", "requests_per_second": rng.choice([5, 20, 60]), "burstiness": 0.3}
+    elif kind == "concurrency":
+        load = {"type": "concurrency", "concurrency": rng.choice([1, 4, 16, 64])}
+    else:
+        load = {"type": "poisson", "requests_per_second": rng.choice([5, 20, 60])}
+    return kind, {"source": source, "load": load, "stop": stop}
+
+
+def scenario(seed: int) -> dict:
+    rng = random.Random(seed)
+    kind, load = traffic(rng)
+    ranks = rng.choice([1, 1, 2])
+    context = 65536 if kind == "mooncake" else 16384
+    blocks = rng.choice([300, 600, 1500, 5000])
+    if kind == "mooncake":
+        blocks = max(blocks, context // 16 + 1)
+    else:
+        context = min(context, blocks * 16)
+    scheduler = {"async_scheduling": rng.choice([False, True]), "max_batched_tokens": rng.choice([512, 2048, 8192]),
+                 "max_sequences": rng.choice([8, 64, 256]), "long_prefill_token_threshold": rng.choice([0, 0, 256])}
+    if ranks > 1 and rng.random() < 0.5:
+        scheduler["prefill_schedule_interval"] = 2
+    host = {"capacity_gib": rng.choice([0.01, 0.1, 0.5, 4, 100]), "link_gb_per_s": rng.choice([None, 0.2, 1, 8]),
+            "latency_us": rng.choice([0, 50, 5000])}
+    worker = {"parallelism": {"attention_data": ranks, "replicas": rng.choice([1, 1, 2])}, "scheduler": scheduler,
+              "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": blocks}, "host_offload": host},
+              "timing": rng.choice([{"type": "default"}, {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}])}
+    return {"traffic": load, "engine": {"model": "meta-llama/Llama-3.1-8B-Instruct", "hardware": "h100_sxm",
+                                        "context_length": context, "workers": {"aggregated": worker}}}
+
+
+def differences(data: dict) -> tuple[list[str], dict]:
+    """The tables that differ between runs of passes and pass by pass, and the tier's figures."""
+    runs, single = (Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False))
+    differ = [] if runs.summary["kv_offload"] == single.summary["kv_offload"] else ["kv_offload"]
+    differ += [table for table in ("requests", "passes", "events")
+               if not getattr(runs, table).equals(getattr(single, table))]
+    return differ, runs.summary["kv_offload"]["aggregated"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("first", type=int)
+    parser.add_argument("end", type=int)
+    args = parser.parse_args()
+    failed = 0
+    for seed in range(args.first, args.end):
+        differ, tier = differences(scenario(seed))
+        failed += bool(differ)
+        print(seed, "DIFF " + ",".join(differ) if differ else "ok", "loads", tier["loads"], "evicted",
+              tier["blocks_evicted"], "stores_failed", tier["stores_failed"], flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
