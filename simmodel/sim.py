@@ -19,7 +19,7 @@ from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.environment import Environment
 from simmodel.engine.limits import RunLimits
-from simmodel.engine.placement import ArrivalRoutes, Router
+from simmodel.engine.placement import ArrivalRoutes, Router, take_prefill_figures
 from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.vision_encoder import image_tokens
@@ -581,13 +581,7 @@ class Simulation:
         if leg is None or request.prefill_done_at is not None:
             return request
         shown = copy.copy(request)
-        shown.first_admitted_at = leg.first_admitted_at
-        shown.prefill_worker, shown.prefill_dp_rank = leg.worker, leg.dp_rank
-        shown.num_preemptions += leg.num_preemptions
-        shown.num_cached_tokens = leg.num_cached_tokens
-        shown.num_host_cached_tokens = leg.num_host_cached_tokens
-        shown.host_load_start_at, shown.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
-        shown.predicted_cached_tokens = leg.predicted_cached_tokens
+        take_prefill_figures(shown, leg)
         return shown
 
     def results(self) -> Results:

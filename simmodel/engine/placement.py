@@ -125,3 +125,16 @@ def prefill_leg(request: Request, on_finish) -> Request:
     leg.on_finish = on_finish
     request.kv_transferred = True
     return leg
+
+
+def take_prefill_figures(client: Request, leg: Request) -> None:
+    """Show on a disaggregated request what its prefill leg did: its admission, prefill worker and rank,
+    preemptions, tokens found in the prefill rank's caches (GPU and host) and the router's prediction (at the
+    handoff, ``KvTransfer``; or on a copy, for a request still on its prefill worker when results are taken)."""
+    client.first_admitted_at = leg.first_admitted_at
+    client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
+    client.num_preemptions += leg.num_preemptions
+    client.num_cached_tokens = leg.num_cached_tokens
+    client.num_host_cached_tokens = leg.num_host_cached_tokens
+    client.host_load_start_at, client.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
+    client.predicted_cached_tokens = leg.predicted_cached_tokens

@@ -456,8 +456,7 @@ class Worker:
             plans = self._plan_ranks(at=end)  # planning schedules nothing (but a host tier's load or wake)
             if all(plan.is_empty for plan in plans):
                 return end, plans
-            if self.offloads:
-                horizon = min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
+            horizon = self._before_offload_events(horizon)
             run = PLANNERS[self.ranks[0].scheduler.planner][0](self, horizon, plans, start=end)
             if run is None:
                 return end, plans
@@ -473,9 +472,14 @@ class Worker:
         horizon = self._limited(float("inf"))
         if self.limits is not None:  # a pass may start after the time limit, and another worker's pass
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
-        if self.offloads:  # a load landing from a host tier (or a request waiting for one) acts on a rank
-            horizon = min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
-        return self.arrivals.horizon_ns(horizon)
+        return self.arrivals.horizon_ns(self._before_offload_events(horizon))
+
+    def _before_offload_events(self, horizon: float) -> float:
+        """``horizon``, or earlier if a rank's host KV tier acts on it before (a load landing, a waiting request
+        woken: ``VllmCpuOffload.next_event_ns``)."""
+        if not self.offloads:
+            return horizon
+        return min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
 
     def _limited_run(self) -> float:
         """How far a run applied as its passes end may reach: the end of the run being driven, and the time

@@ -19,7 +19,6 @@ class HostLink:
         self.free_at = 0
         """When the last queued transfer ends."""
         self.busy_ns = 0
-        self.bytes_moved = 0
         self._ends: list[int] = []
         self._durations: list[int] = []
 
@@ -34,7 +33,6 @@ class HostLink:
         self.busy_ns += duration
         self._ends.append(self.free_at)
         self._durations.append(duration)
-        self.bytes_moved += int(num_bytes)
         return start, self.free_at
 
     def busy_until(self, t: int) -> int:

@@ -38,7 +38,6 @@ class HostTier:
         """Key: the copy that brings it (readable once that lands); least recently used first."""
         self.readers: dict[object, int] = {}
         """Key: loads reading it now (it cannot be evicted)."""
-        self.num_stored = 0
         self.num_failed = 0
         """Stores that could not take their blocks (no room could be freed: every block landing or being read)."""
         self.num_evicted = 0
@@ -112,7 +111,6 @@ class HostTier:
             self._num_landed -= len(victims)
         self.version += 1
         ready_at.update(dict.fromkeys(new, copy))
-        self.num_stored += len(new)
         return new, copy
 
     def landed(self, copy: Copy, count: int, at: int) -> None:

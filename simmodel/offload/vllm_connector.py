@@ -45,6 +45,21 @@ if TYPE_CHECKING:
     from simmodel.engine.scheduler.base import SchedulerOutput
 
 
+class Offered:
+    """What one request has offered the tier so far: blocks ``first`` … ``next − 1`` are the ones it used there
+    (loaded, or stored or found stored), ``keys`` its block keys, ``hopeless`` the end of the largest offer that
+    could never fit (vLLM makes it again each pass, to no effect), ``lands_at`` when its last copy to the tier
+    lands (``UNQUEUED`` while not queued)."""
+
+    __slots__ = ("first", "next", "keys", "request", "hopeless", "lands_at")
+
+    def __init__(self, request: Request, first: int = 0) -> None:
+        self.first = self.next = first
+        self.keys, self.request = request.block_keys, request
+        self.hopeless = 0
+        self.lands_at: float = 0
+
+
 class VllmCpuOffload:
     """The host tier of one rank, its links, and the loads and stores between them and the GPU pool."""
 
@@ -63,12 +78,10 @@ class VllmCpuOffload:
         self.recorder: Recorder | None = None
         self.where: tuple[int, int, str] = (-1, -1, "")
         """The rank's worker, attention-DP rank and role, for its events."""
-        self.offered: dict[Request, list] = {}
-        """Per request with blocks to offer or used: [first block it used on the host, first block not offered
-        yet, its block keys, the request, the end of the largest offer that could never fit (vLLM makes it again
-        each pass, to no effect), when its last copy to the tier lands (``UNQUEUED`` while not queued)]."""
-        self.finishing: deque = deque()
-        """(when, ``offered`` entry) of the requests finished since the last plan, oldest first (``planned``)."""
+        self.offered: dict[Request, Offered] = {}
+        """Per request with blocks to offer or used, what it offered so far."""
+        self.finishing: deque[tuple[int, Offered]] = deque()
+        """(when, what it offered) of the requests finished since the last plan, oldest first (``planned``)."""
         self.queued: list = []
         """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
         self.retrying: set[Request] = set()
@@ -106,10 +119,10 @@ class VllmCpuOffload:
         """Blocks of the request found on the host right after its first ``start`` (found on the GPU), up to its
         last full block; −1 if the request must wait (a block it reaches is landing or being read)."""
         now = self.env.now if self.plan_at is None else self.plan_at
-        entry = self.offered.get(request)
-        if entry is not None and entry[5] > now:
+        offered = self.offered.get(request)
+        if offered is not None and offered.lands_at > now:
             # (a preempted request whose own copy to the tier has not landed: vLLM does not look it up yet)
-            self._wake_at(entry[5])
+            self._wake_at(offered.lands_at)
             return -1
         limit = request.num_tokens // self.block_size - start
         if limit <= 0 or not len(self.tier):
@@ -141,7 +154,8 @@ class VllmCpuOffload:
         ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
         self.tier.read(keys)
-        self.offered[request] = [start, start + count, request.block_keys, request, 0, 0]  # (loaded: not offered)
+        offered = self.offered[request] = Offered(request, start)
+        offered.next = start + count  # (what it loaded is not offered)
         self.num_loads += 1
         self.blocks_loaded += count
         self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
@@ -186,8 +200,8 @@ class VllmCpuOffload:
             if entry is None:
                 if end <= 0:
                     continue
-                entry = offered[request] = [0, 0, request.block_keys, request, 0, 0]
-            if end > entry[1]:
+                entry = offered[request] = Offered(request)
+            if end > entry.next:
                 self._offer(entry, end, at, stores)
         while finishing:
             self._finish(finishing.popleft()[1], at, stores)
@@ -208,32 +222,32 @@ class VllmCpuOffload:
         if entry is not None:
             self.finishing.append((at, entry))
 
-    def _offer(self, entry: list, end: int, at: int, stores: list) -> None:
-        """Take the tier's slots for a request's blocks ``entry[1]`` … ``end − 1`` not stored yet, at ``at``; an
+    def _offer(self, entry: Offered, end: int, at: int, stores: list) -> None:
+        """Take the tier's slots for a request's blocks ``entry.next`` … ``end − 1`` not stored yet, at ``at``; an
         offer it cannot make room for is made again at the request's next pass or finish."""
-        request = entry[3]
-        if end <= entry[4]:
+        request = entry.request
+        if end <= entry.hopeless:
             return  # (this offer, or a smaller one, can never fit: making it again changes nothing)
-        taken = self.tier.store(entry[2].upto(end)[entry[1]:end], at)
+        taken = self.tier.store(entry.keys.upto(end)[entry.next:end], at)
         if taken is None:
             if self.tier.never_fits:
-                entry[4] = end
+                entry.hopeless = end
             else:
                 self.retrying.add(request)
             return
         self.retrying.discard(request)
-        entry[1] = end
+        entry.next = end
         if taken[0]:
             stores.append((request, *taken))
-            entry[5] = UNQUEUED  # (until its copy is queued: ``_copy``)
+            entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 
-    def _finish(self, entry: list, at: int, stores: list) -> None:
+    def _finish(self, entry: Offered, at: int, stores: list) -> None:
         """A finished request offers what it still owes the tier, then the blocks it used become the most recent."""
-        end = entry[3].num_prompt_tokens // self.block_size
-        if end > entry[1]:
+        end = entry.request.num_prompt_tokens // self.block_size
+        if end > entry.next:
             self._offer(entry, end, at, stores)
-        self.retrying.discard(entry[3])
-        self.tier.touch_reversed(entry[2].upto(entry[1])[entry[0]:entry[1]])
+        self.retrying.discard(entry.request)
+        self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
 
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
@@ -244,7 +258,7 @@ class VllmCpuOffload:
             self.tier.landed(copy, len(keys), landed)
             entry = offered.get(request)
             if entry is not None:
-                entry[5] = landed  # (its copies land in the order they are queued)
+                entry.lands_at = landed  # (its copies land in the order they are queued)
             self.blocks_stored += len(keys)
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:

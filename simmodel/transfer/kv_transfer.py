@@ -32,6 +32,7 @@ import simpy
 
 from simmodel.config.schema import KvTransferSpec
 from simmodel.engine.clock import NS_PER_S
+from simmodel.engine.placement import take_prefill_figures
 from simmodel.engine.rank import Rank
 from simmodel.engine.recorder import EventKind, Recorder
 from simmodel.engine.request import Request
@@ -80,13 +81,7 @@ class KvTransfer:
         client = leg.client
         assert client is not None
         client.prefill_done_at = leg.finished_at
-        client.first_admitted_at = leg.first_admitted_at
-        client.prefill_worker, client.prefill_dp_rank = leg.worker, leg.dp_rank
-        client.num_preemptions += leg.num_preemptions
-        client.num_cached_tokens = leg.num_cached_tokens
-        client.num_host_cached_tokens = leg.num_host_cached_tokens
-        client.host_load_start_at, client.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
-        client.predicted_cached_tokens = leg.predicted_cached_tokens
+        take_prefill_figures(client, leg)
         client.source = (source, leg)
         if self.destination_first:
             target, _ = self._expected.pop(client)

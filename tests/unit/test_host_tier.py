@@ -167,3 +167,31 @@ def test_a_request_whose_own_copy_has_not_landed_is_not_looked_up():
     env.run_until(2010)
     assert woken == [2010] and not offload.waking
     assert offload.lookup(request, 0) == 2  # (its blocks are on the host now)
+
+
+def test_an_offer_larger_than_the_tier_is_not_made_again():
+    """A tier of 3 blocks: an offer of 4 new blocks can never fit, however much is evicted (``never_fits``); one
+    of 2 blocks while the 2 landed blocks it would evict are being read fits in principle and only waits.
+    Through the connector: a request whose 4 prompt blocks the tier can never hold is not kept retrying (its
+    passes may run in runs), and its next plan makes no second failed offer."""
+    from offload_stepdriver import FakeEnv
+
+    from simmodel.engine.kv_cache import BlockKeys
+    from simmodel.engine.request import Request
+    from simmodel.engine.scheduler.base import SchedulerOutput
+    from simmodel.offload import HostLink, VllmCpuOffload
+
+    tier = HostTier(3)
+    assert tier.store(["a", "b", "c", "d"], 0) is None and tier.never_fits and tier.num_failed == 1
+    _store(tier, ["a", "b"], 0, 0)
+    tier.read(["a", "b"])
+    assert tier.store(["c", "d"], 1) is None and not tier.never_fits and tier.num_failed == 2
+
+    env = FakeEnv()
+    offload = VllmCpuOffload(env, HostTier(3), HostLink(1e9, 0), HostLink(1e9, 0), 4, 1000.0, 1000.0)
+    request = Request(0, 0, 16, 4)
+    request.block_keys = BlockKeys(lambda j: ("r", j))
+    offload.planned(SchedulerOutput([request], [16], [0], [False], [True]), 0)
+    assert offload.tier.num_failed == 1 and not offload.retrying
+    offload.planned(SchedulerOutput([request], [1], [16], [True], [True]), 10)
+    assert offload.tier.num_failed == 1 and len(offload.tier) == 0

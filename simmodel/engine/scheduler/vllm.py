@@ -418,9 +418,8 @@ class VllmScheduler:
         ``_inflight_prefill_reserved_blocks``): running requests mid-prefill, and requests loading from the host
         tier (or landed, not admitted yet)."""
         bs, limit = self.block_size, self.config.max_model_len
-        return sum(max(cdiv(min(r.num_tokens, limit), bs) - r.num_blocks, 0)
-                   for group in (self.running, self.loading) for r in group
-                   if group is self.loading or r.is_prefill_chunk)
+        in_flight = [r for r in self.running if r.is_prefill_chunk] + list(self.loading)
+        return sum(max(cdiv(min(r.num_tokens, limit), bs) - r.num_blocks, 0) for r in in_flight)
 
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
         """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
