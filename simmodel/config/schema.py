@@ -245,20 +245,29 @@ class CapacitySpec:
     blocks: int = 0
 
 
+HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+"""SGLang HiCache's ``--hicache-write-policy`` choices (``engine.hiradix_cache``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostOffloadSpec:
     """``kv_cache.host_offload``: a host-memory (CPU) tier behind each rank's GPU KV cache, as vLLM's offloading
-    connector keeps it (``simmodel.offload``)."""
+    connector or SGLang's HiCache keeps it (``simmodel.offload``)."""
 
-    capacity_gib: float
+    capacity_gib: float | None
     """Host memory for KV per attention-DP rank, summed over its tensor-parallel GPUs (vLLM's
-    ``--kv-offloading-size``), in GiB."""
+    ``--kv-offloading-size``; SGLang's ``--hicache-size`` × tensor, in GiB not GB), in GiB. None: SGLang's
+    ``ratio``."""
     policy: str = "lru"
     """How the tier evicts when full: ``lru`` (vLLM's native CPU backend)."""
     link_gb_per_s: float | None = None
     """Host link bandwidth per GPU and direction in GB/s; None: the hardware's ``pcie_bytes_per_s``."""
     latency_us: float = 0.0
     """Fixed time of each transfer (one request's blocks in one direction), before its bytes move."""
+    ratio: float | None = None
+    """SGLang: the host pool's tokens per GPU KV token (``--hicache-ratio``), when ``capacity_gib`` is not given."""
+    write_policy: str | None = None
+    """SGLang: when KV is copied to the host (``--hicache-write-policy``); None for vLLM."""
 
 
 @dataclass(frozen=True, slots=True)

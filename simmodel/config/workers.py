@@ -13,6 +13,7 @@ from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
 from simmodel.config.calibration import MODEL_PARTS, identity_of, inapplicable
 from simmodel.config.node import _Node
 from simmodel.config.schema import (
+    HICACHE_WRITE_POLICIES,
     CapacitySpec,
     HostOffloadSpec,
     KvCacheSpec,
@@ -154,7 +155,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
-    if kv_cache.host_offload is not None:
+    if kv_cache.host_offload is not None and kv_cache.host_offload.capacity_gib is not None:
         block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
         if kv_cache.host_offload.capacity_gib * (1 << 30) < block_bytes:
             raise ScenarioError(f"{node.at('kv_cache.host_offload.capacity_gib')}: holds no whole KV block (one is "
@@ -206,26 +207,39 @@ def _kv_cache(node: _Node, rules: BackendRules, sglang: bool = False) -> KvCache
     cap.done()
     host = None
     if node.raw("host_offload", None) is not None:  # (null: none)
-        if sglang:
-            raise ScenarioError(f"{node.at('host_offload')}: models vLLM's offloading connector; SGLang's HiCache is "
-                                f"not modeled yet, so remove it or use backend vllm")
-        host = _host_offload(node, prefix)
+        host = _host_offload(node, prefix, sglang)
     node.done()
     return KvCacheSpec(block_size, prefix, capacity, dtype, host)
 
 
-def _host_offload(kv: _Node, prefix_caching: bool) -> HostOffloadSpec:
-    """``kv_cache.host_offload``: a CPU tier found by the blocks' content keys, so it needs prefix caching."""
+def _host_offload(kv: _Node, prefix_caching: bool, sglang: bool) -> HostOffloadSpec:
+    """``kv_cache.host_offload``: a CPU tier found by the blocks' content keys (vLLM) or kept in the radix tree
+    (SGLang's HiCache), so it needs prefix caching. vLLM sizes it in ``capacity_gib``; SGLang by ``ratio`` (2 by
+    default, as SGLang resolves an unset ``--hicache-ratio``) or ``capacity_gib``, and has a ``write_policy``."""
     node = kv.node("host_offload")
     if not prefix_caching:
         raise ScenarioError(f"{node.path}: the host tier finds a prompt's blocks by their content keys, which "
                             f"exist only with prefix caching; set {kv.at('prefix_caching')} to true")
-    capacity = node.number("capacity_gib", positive=True, maximum=1e6)
+    ratio = write_policy = None
+    if sglang:
+        if node.raw("capacity_gib", None) is not None and node.raw("ratio", None) is not None:
+            raise ScenarioError(f"{node.at('ratio')}: give capacity_gib or ratio, not both (both size SGLang's host "
+                                f"pool; capacity_gib wins in SGLang, so one would be ignored)")
+        capacity = node.number("capacity_gib", None, positive=True, maximum=1e6)
+        if capacity is None:
+            ratio = node.number("ratio", 2.0, positive=True, maximum=1e4)
+        write_policy = node.choice("write_policy", HICACHE_WRITE_POLICIES, "write_through")
+    else:
+        for key in ("ratio", "write_policy"):
+            if node.raw(key, None) is not None:
+                raise ScenarioError(f"{node.at(key)}: is SGLang HiCache's (--hicache-{key.replace('_', '-')}); "
+                                    f"vLLM's offloading connector has no such setting, so remove it")
+        capacity = node.number("capacity_gib", positive=True, maximum=1e6)
     policy = node.choice("policy", ("lru",), "lru")
     link = node.number("link_gb_per_s", None, positive=True, maximum=1e6)
     latency = node.number("latency_us", 0.0, maximum=1e9)
     node.done()
-    return HostOffloadSpec(capacity, policy, link, latency)
+    return HostOffloadSpec(capacity, policy, link, latency, ratio, write_policy)
 
 
 def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:

@@ -22,14 +22,14 @@ eviction still work token by token (nodes split where sequences diverge). Capaci
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 Segments = Sequence[tuple[Hashable, int]]
 
 
 class RadixNode:
     __slots__ = ("block", "start", "end", "children", "parent", "lock_ref", "last_access", "joined",
-                 "sealed")
+                 "sealed", "host", "evicted", "hits")
 
     def __init__(self, block: Hashable, start: int, end: int, parent: RadixNode | None) -> None:
         self.block = block
@@ -46,6 +46,12 @@ class RadixNode:
         self.sealed = False
         """An output leaf that an insertion ended (a re-prefill): tokens after it go in a child node, as
         SGLang's next insertion makes one (``seal``)."""
+        self.host = False
+        """A copy of the node's KV is in host memory (SGLang's HiCache: "backuped"; ``hiradix_cache``)."""
+        self.evicted = False
+        """The node's KV left the GPU and lives on the host only (HiCache; never without ``host``)."""
+        self.hits = 0
+        """Insertions that walked through the node (HiCache's ``hit_count``, its write-through threshold)."""
 
     @property
     def length(self) -> int:
@@ -93,6 +99,9 @@ class RadixCache:
         live while its node is an unlocked leaf in the tree last used then (others are dropped when met)."""
         self._offered = 0
         self._compact_at = 1024
+        self._on_insert: Callable[[RadixNode, int, bool], None] | None = None
+        """Told of every node an insertion walks through or makes, with the position its tokens end at and
+        whether it is new (a host tier's write-through, ``hiradix_cache.HiRadixCache``); None: nobody."""
 
     # -- capacity -----------------------------------------------------------------------------
     @property
@@ -228,13 +237,17 @@ class RadixCache:
         self._compact_at = max(1024, 2 * len(self._heap))
 
     # -- insertion ----------------------------------------------------------------------------
-    def insert(self, segments: Segments, num_tokens: int | None = None) -> tuple[int, RadixNode]:
+    def insert(self, segments: Segments, num_tokens: int | None = None, counted_from: int = 0) -> tuple[int, RadixNode]:
         """Insert the first ``num_tokens`` tokens of the sequence (all by default), marking its path used.
+        ``counted_from``: where the same request's earlier insertions ended (a host tier counts hits past it,
+        ``hiradix_cache``; unused here).
 
         Returns (tokens that were new to the tree, node ending at the last inserted token)."""
         remaining = sum(n for _, n in segments) if num_tokens is None else num_tokens
         node, added = self.root, 0
         fresh = None  # the last node this insertion made
+        told = self._on_insert
+        base = 0  # (tokens of the sequence before this segment)
         for block, seg_len in segments:
             if remaining <= 0:
                 break
@@ -259,6 +272,8 @@ class RadixCache:
                         node.children[(block, off)] = new
                         self.evictable_tokens += new.length
                         node = fresh = new
+                        if told is not None:
+                            told(new, base + seg_len, True)
                     n = seg_len - off
                     added += n
                     self.cached_tokens += n
@@ -269,7 +284,10 @@ class RadixCache:
                     child = self._split(child, n)
                 off += n
                 node = child
+                if told is not None:
+                    told(child, base + off, False)
             remaining -= seg_len
+            base += seg_len
         self._unjoin(node)  # (SGLang splits its node where an insertion ends, as where a match ends)
         self._touch(node)
         return added, node

@@ -193,7 +193,7 @@ class Rank:
         end_ns = end_ns if delivered_ns is None else delivered_ns
         pass_index = self.num_passes
         self.num_passes += 1
-        if plan.host_stores or plan.host_loads:
+        if plan.host_stores or plan.host_loads or plan.host_loaded:
             self.offload.pass_ended(plan, pass_end, pass_index)
         sampled, finished = self.scheduler.update_from_output(plan)
         staged = self.recorder.staged  # staged loads count intervals per stage
@@ -241,6 +241,7 @@ class Rank:
         if self.offload is not None:  # (its finished requests' blocks become the tier's most recent)
             for request, _ in finished:
                 self.offload.finished(request, row.end_ns)
+            self.offload.flush(at)  # (the backups the outputs' insertions made are copied from now)
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
         if self.watcher is not None:  # (before any finish calls back: a next request routed then sees it)

@@ -543,6 +543,10 @@ class Worker:
         if busy is None:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
+        if self.offloads:  # a host tier's copies inside the pass (SGLang's HiCache loads, write-back stalls)
+            for i, (rank, plan) in enumerate(zip(self.ranks, plans)):
+                if rank.offload.prices_passes and (plan.host_loaded or plan.host_synced_pages):
+                    busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]))
         self.last_pass_ns = int(busy.max())
         self.open_pass_ends.append(start + self.last_pass_ns)
         for label in cost.provenance:

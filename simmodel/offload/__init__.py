@@ -2,15 +2,18 @@
 
 A tier is attached to a rank's scheduler, which asks it at admission for the blocks of a prompt it holds
 and loads them instead of recomputing them; the rank hands it the blocks each pass computed, to store.
-``OFFLOADS`` picks the connector by backend; ``build`` sizes one rank's from its role. ``docs/kv-offload.md``
-describes the model.
+``OFFLOADS`` picks the connector by backend: vLLM's offloading connector (``vllm_connector``), SGLang's
+HiCache (``sglang_hicache``, its host pages kept in the radix tree, ``engine.hiradix_cache``); ``build`` makes
+one rank's from its role. ``docs/kv-offload.md`` describes the model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simmodel.offload.link import HostLink
+from simmodel.offload.sglang_hicache import SglangHiCache
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
 
@@ -21,37 +24,62 @@ if TYPE_CHECKING:
 
 GIB = 1 << 30
 
-OFFLOADS: dict[str, type] = {"vllm": VllmCpuOffload}
-"""The connector each backend offloads KV through (SGLang's HiCache is not modeled yet: refused in config)."""
-
-
 def host_blocks(role: WorkerRole) -> tuple[int, float, float]:
     """A rank's host tier from its role's ``kv_cache.host_offload``: (blocks it holds, bytes of a block over the
     rank's GPUs, one GPU's share of them).
 
     A block's bytes are the block's tokens times the KV bytes one GPU holds per token, over the rank's
-    tensor-parallel GPUs; the capacity (``capacity_gib``, summed over those GPUs) holds as many whole blocks
-    as fit."""
+    tensor-parallel GPUs. vLLM: the capacity (``capacity_gib``, summed over those GPUs) holds as many whole
+    blocks as fit. SGLang (``write_policy`` set; its blocks are pages): each GPU's host pool holds
+    ``int(ratio × the rank's GPU KV tokens)`` tokens, or with ``capacity_gib`` as many tokens as its share of
+    the bytes holds, in whole pages plus one (``HostKVCache.__init__``: ``size // page_size + 1``)."""
     spec = role.kv_cache.host_offload
     assert spec is not None
     d = role.deployment
-    gpu_block_bytes = role.kv_cache.block_size * d.kv_bytes_per_token_per_gpu
+    page = role.kv_cache.block_size
+    gpu_block_bytes = page * d.kv_bytes_per_token_per_gpu
     block_bytes = gpu_block_bytes * d.tensor
-    return int(spec.capacity_gib * GIB // block_bytes), block_bytes, gpu_block_bytes
+    if spec.write_policy is None:
+        assert spec.capacity_gib is not None
+        return int(spec.capacity_gib * GIB // block_bytes), block_bytes, gpu_block_bytes
+    if spec.capacity_gib is not None:
+        tokens = int(spec.capacity_gib * GIB / d.tensor // d.kv_bytes_per_token_per_gpu)
+    else:
+        assert spec.ratio is not None
+        tokens = int(role.kv_tokens_per_rank * spec.ratio)
+    return tokens // page + 1, block_bytes, gpu_block_bytes
 
 
-def build(backend: str, env: simpy.Environment, role: WorkerRole) -> VllmCpuOffload | None:
-    """One rank's host tier (``host_blocks``) and its links, one each way, or None if its role has none. Each
-    GPU copies its share of a block over its own link, all at once, so a transfer takes one GPU's share over one
-    link."""
+def _links(role: WorkerRole) -> tuple[HostLink, HostLink]:
+    """A rank's host link, one queue each way. Each GPU copies its share of a block over its own link, all at
+    once, so a transfer takes one GPU's share over one link."""
     spec = role.kv_cache.host_offload
-    if spec is None:
-        return None
-    capacity, block_bytes, gpu_block_bytes = host_blocks(role)
+    assert spec is not None
     bandwidth = role.deployment.hardware.pcie_bytes_per_s if spec.link_gb_per_s is None else spec.link_gb_per_s * 1e9
     latency_ns = int(round(spec.latency_us * 1e3))
-    return OFFLOADS[backend](env, HostTier(capacity), HostLink(bandwidth, latency_ns), HostLink(bandwidth, latency_ns),
-                             role.kv_cache.block_size, block_bytes, gpu_block_bytes)
+    return HostLink(bandwidth, latency_ns), HostLink(bandwidth, latency_ns)
+
+
+def _vllm(env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload:
+    capacity, block_bytes, gpu_block_bytes = host_blocks(role)
+    return VllmCpuOffload(env, HostTier(capacity), *_links(role), role.kv_cache.block_size, block_bytes,
+                          gpu_block_bytes)
+
+
+def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCache:
+    _, block_bytes, gpu_block_bytes = host_blocks(role)  # (the tree holds the pool, sized with the scheduler)
+    return SglangHiCache(env, scheduler.cache, *_links(role), role.kv_cache.block_size, block_bytes, gpu_block_bytes)
+
+
+OFFLOADS: dict[str, Callable] = {"vllm": _vllm, "sglang": _sglang}
+"""How each backend's ranks offload KV: vLLM's offloading connector, SGLang's HiCache."""
+
+
+def build(backend: str, env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload | SglangHiCache | None:
+    """One rank's host tier behind ``scheduler``, or None if its role has none."""
+    if role.kv_cache.host_offload is None:
+        return None
+    return OFFLOADS[backend](env, role, scheduler)
 
 
 def offload_summary(ranks: list, duration_ns: int) -> dict:
@@ -85,4 +113,5 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
     return summary
 
 
-__all__ = ["OFFLOADS", "HostLink", "HostTier", "VllmCpuOffload", "build", "host_blocks", "offload_summary"]
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "SglangHiCache", "VllmCpuOffload", "build", "host_blocks",
+           "offload_summary"]

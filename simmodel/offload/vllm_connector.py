@@ -63,6 +63,9 @@ class Offered:
 class VllmCpuOffload:
     """The host tier of one rank, its links, and the loads and stores between them and the GPU pool."""
 
+    prices_passes = False
+    """Its loads run between passes, never inside one (``SglangHiCache.pass_ns`` does)."""
+
     def __init__(self, env: simpy.Environment, tier: HostTier, loads: HostLink, stores: HostLink,
                  block_size: int, block_bytes: float, gpu_block_bytes: float) -> None:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
@@ -263,6 +266,9 @@ class VllmCpuOffload:
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:
             self.start_loads(loads, at)
+
+    def flush(self, at: int) -> None:
+        """(Its stores are queued at their pass's end by ``pass_ended``.)"""
 
     def _event(self, at: int, kind: EventKind, request: Request, tokens: int, pass_index: int = -1) -> None:
         if self.recorder is not None:

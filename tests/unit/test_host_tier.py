@@ -102,8 +102,14 @@ def test_random_operations_keep_the_tier_within_its_capacity():
 
 def test_host_offload_configuration_rules():
     workers = {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 8}}}}
-    assert "HiCache is not modeled yet" in scenario_error(make_sglang_scenario(engine={"workers": {
-        "aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 8}}}}}))
+    both = make_sglang_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {
+        "capacity_gib": 8, "ratio": 2}}}}})
+    assert "give capacity_gib or ratio, not both" in scenario_error(both)
+    assert "write_policy: must be one of write_through, write_through_selective, write_back" in scenario_error(
+        make_sglang_scenario(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {
+            "write_policy": "lazy"}}}}}))
+    assert "is SGLang HiCache's (--hicache-ratio)" in scenario_error(make_scenario(engine={"workers": {
+        "aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 8, "ratio": 2}}}}}))
     no_cache = make_scenario(engine={"workers": {"aggregated": {"kv_cache": {
         "prefix_caching": False, "host_offload": {"capacity_gib": 8}}}}})
     assert "exist only with prefix caching" in scenario_error(no_cache)

@@ -24,10 +24,9 @@ for _p in (str(_HERE.parent.parent), str(_HERE.parent)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from sglang_oracle_driver import replay  # noqa: E402
+from sglang_oracle_driver import mismatches  # noqa: E402
 
 GOLDEN_DIR = _HERE.parent / "golden" / "sglang"
-TOL_S = 1e-6
 PASS_FIELDS = ("mode", "scheduled", "retracted", "finished", "emitted", "free_tokens", "evictable_tokens")
 
 KNOWN_MISMATCH: dict[str, str] = {}
@@ -40,33 +39,7 @@ def _goldens():
 
 
 def _mismatches(name: str) -> list[str]:
-    golden = json.loads((GOLDEN_DIR / f"{name}.json").read_text())
-    passes, stats = replay(golden)
-    if golden.get("sparse_steps"):  # (only passes that are not plain decodes were kept)
-        passes = [p for p in passes if p["mode"] != "decode" or p["retracted"] or p["finished"]]
-    bad = []
-    for want, got in zip(golden["steps"], passes):
-        diffs = [f"{field} {got.get(field)!r} != {want[field]!r}" for field in PASS_FIELDS
-                 if got.get(field) != want[field]]
-        if list(got["scheduled"]) != list(want["scheduled"]) and not diffs:  # (the batch's order too)
-            diffs.append(f"batch order {list(got['scheduled'])} != {list(want['scheduled'])}")
-        if got["step"] != want["step"]:
-            diffs.insert(0, f"step {got['step']} != {want['step']}")
-        if diffs:
-            bad.append(f"pass {want['step']}: " + "; ".join(diffs))
-            break  # one pass apart, every later pass differs too
-    if len(passes) != len(golden["steps"]):
-        bad.append(f"{len(passes)} passes, SGLang ran {len(golden['steps'])}")
-    for rid, want in golden["summary"].items():
-        got = stats[rid]
-        diffs = [f"{key} {got[key]} != {want[key]}" for key in ("first_token_step", "finish_step", "retractions")
-                 if got[key] != want[key]]
-        if golden["clock"] == "arrival_s":
-            diffs += [f"{key} {got[key]!r} != {want[key]!r}" for key in ("first_token_t", "finish_t")
-                      if abs(got[key] - want[key]) > TOL_S]
-        if diffs:
-            bad.append(f"request {rid}: " + ", ".join(diffs))
-    return bad
+    return mismatches(json.loads((GOLDEN_DIR / f"{name}.json").read_text()), PASS_FIELDS)
 
 
 @pytest.mark.parametrize("name", list(_goldens()))

@@ -10,6 +10,8 @@ from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerCon
 from simmodel.engine.vision_encoder import RankVision
 from simmodel.engine.worker import Worker
 from simmodel.frontend.stages import Frontend
+from simmodel.offload import build as build_offload
+from simmodel.offload import host_blocks
 
 if TYPE_CHECKING:
     from simmodel.config.schema import Scenario, WorkerRole
@@ -55,14 +57,19 @@ class SglangBackend:
             new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
             max_req_len=min(role.context_length, kv_tokens) - 1, ignore_eos=spec.ignore_eos,
             page_size=role.kv_cache.block_size, radix_cache=role.kv_cache.prefix_caching,
-            mixed_chunk=spec.enable_mixed_chunk)
+            mixed_chunk=spec.enable_mixed_chunk, **_hicache(role))
         workers = []
         for w in range(role.parallelism.replicas if count is None else count):
             worker = Worker(sim.env, w, timing, role.name, async_scheduling=role.host_loop,
                             prefill_decode_interval=spec.prefill_decode_interval)
             for r in range(role.parallelism.attention_data):
                 scheduler = SglangScheduler(cfg, kv_tokens)
-                worker.add_rank(Rank(sim.env, worker, r, scheduler, sim.recorder))
+                rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
+                offload = build_offload("sglang", sim.env, role, scheduler)
+                if offload is not None:
+                    rank.attach_offload(offload)
+                    worker.offloads = True
+                worker.add_rank(rank)
             if sim.images is not None and role.name == sim.front_role:
                 worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency,
                                             role.timing.host.collective_us)
@@ -111,3 +118,12 @@ class SglangBackend:
         """Retractions: running requests SGLang's decode put back in the queue for want of KV."""
         workers = self.sim.workers
         return {"num_retractions": sum(rank.scheduler.num_retractions for w in workers for rank in w.ranks)}
+
+
+def _hicache(role: WorkerRole) -> dict:
+    """The scheduler's HiCache settings from the role's ``kv_cache.host_offload`` (none without one)."""
+    spec = role.kv_cache.host_offload
+    if spec is None:
+        return {}
+    assert spec.write_policy is not None
+    return {"host_pages": host_blocks(role)[0], "write_policy": spec.write_policy}

@@ -62,7 +62,7 @@ class VllmBackend:
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
-                offload = build_offload("vllm", sim.env, role)
+                offload = build_offload("vllm", sim.env, role, scheduler)
                 if offload is not None:
                     rank.attach_offload(offload)
                     worker.offloads = True

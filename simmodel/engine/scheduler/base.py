@@ -32,6 +32,12 @@ class SchedulerOutput:
     ends (``VllmCpuOffload.planned``)."""
     host_loads: list | None = None
     """With a host KV tier: the loads planned with the pass, which start when it ends (``VllmCpuOffload.planned``)."""
+    host_loaded: list | None = None
+    """SGLang's HiCache: (request, pages) loaded from the host for this pass, copied beside its forward pass
+    (``SglangHiCache.pass_ns``)."""
+    host_synced_pages: int = 0
+    """SGLang's HiCache under ``write_back``: pages copied to the host while evicting since the last plan; the
+    pass starts once they land."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -43,17 +43,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from simmodel.engine.hiradix_cache import HiRadixCache
 from simmodel.engine.radix_cache import ChunkCache, OutputBlock, RadixCache, RadixNode, mooncake_segments, page_segments
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.errors import SimulationError
+
+if TYPE_CHECKING:
+    from simmodel.offload.sglang_hicache import SglangHiCache
 
 RETRACT_DECODE_STEPS = 20
 IGNORE_EOS_RESERVE_TOKENS = 1
 LPM_FCFS_QUEUE_THRESHOLD = 128
 IN_BATCH_PREFIX_THRESHOLD = 32
 WAITING_PREFIX_REFRESH_INTERVAL = 32
+LOAD_BACK_THRESHOLD = 10
+"""HiCache loads a host hit back only from this many tokens on (``UnifiedRadixCache.load_back_threshold``);
+a shorter one is computed again."""
 
 
 def new_pages(context: int, num_tokens: int, page: int) -> int:
@@ -100,6 +108,10 @@ class SglangSchedulerConfig:
     """SGLang's radix cache; off (``--disable-radix-cache``), no prefix is shared or kept (``ChunkCache``)."""
     mixed_chunk: bool = False
     """SGLang's ``enable_mixed_chunk``: a prefill pass also decodes the running requests, if their KV fits."""
+    host_pages: int = 0
+    """HiCache (``--enable-hierarchical-cache``): pages of the rank's host pool; 0: no host tier."""
+    write_policy: str = "write_through"
+    """HiCache's ``--hicache-write-policy``: when KV is copied to the host (``hiradix_cache``)."""
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
@@ -149,7 +161,7 @@ class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
     __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "budget_new", "max_new", "node",
-                 "protected", "allocated", "hit", "held")
+                 "protected", "allocated", "hit", "held", "inserted")
 
     def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock,
                  page_size: int, num_prompt_tokens: int, budget_new: int) -> None:
@@ -176,6 +188,9 @@ class _State:
         self.held = 0
         """Of ``allocated``, the pages of the last chunk of an unfinished prompt that the tree already had
         (another request of the same pass computed them): SGLang keeps this copy until the next chunk."""
+        self.inserted = 0
+        """Pages of the request's sequence its insertions have reached since its admission (SGLang's
+        ``cache_inserted_len``: a host tier counts hits past it)."""
 
 
 class SglangScheduler:
@@ -188,7 +203,20 @@ class SglangScheduler:
         self.config = config
         self.page = config.page_size
         """Tokens per page: the tree's and the pool's unit (SGLang sizes its pool in whole pages)."""
-        self.cache = (RadixCache if config.radix_cache else ChunkCache)(num_kv_tokens // self.page)
+        if config.host_pages:
+            if not config.radix_cache:
+                raise ValueError("HiCache needs the radix cache")
+            self.cache: RadixCache = HiRadixCache(num_kv_tokens // self.page, config.host_pages, config.write_policy)
+        else:
+            self.cache = (RadixCache if config.radix_cache else ChunkCache)(num_kv_tokens // self.page)
+        self.tiered = bool(config.host_pages)
+        """A host tier behind the tree (HiCache): its copies are timed by ``offload``."""
+        self.offload: SglangHiCache | None = None
+        """HiCache's copies on the rank's host link (``simmodel.offload``), attached by the rank."""
+        self._stashed: list[tuple[Request, int]] = []
+        """HiCache: prompts whose last chunk went in the tree at its pass end, and the pages it reached; SGLang
+        inserts an unfinished prompt's chunk at the next plan (``stash_chunked_request``), so that is when its
+        hits are counted and its backups made (``_restash``)."""
         self.num_kv_tokens = self.cache.capacity * self.page
         self.pool = RadixPool(self.cache, self.page)
         self.waiting: list[Request] = []
@@ -376,17 +404,33 @@ class SglangScheduler:
         ``prefill_blocked``: a ``prefill_decode_interval`` round that may only decode; ``preallocs_reserved``:
         this plan's reservations were made already (``reserve_preallocs``, by a run of decode passes)."""
         out = SchedulerOutput()
+        if self.offload is not None:
+            self.offload.reap()
+        if self._stashed:
+            self._restash()
         if self.prealloc and not preallocs_reserved:
             self.reserve_preallocs()
         if self.handoffs:
             self._join_handoffs()
         if not prefill_blocked and (self.waiting or self.chunked is not None):
             self._schedule_prefill(out, arrived_before)
-            if out.requests:
-                return out
-        if self.running:
+        if self.running and not out.requests:
             self._schedule_decode(out)
+        if self.tiered:
+            out.host_synced_pages = self.cache.take_synced()
+            if not out.requests and (self.waiting or self.chunked is not None) and self.offload is not None:
+                self.offload.stalled()
         return out
+
+    def _restash(self) -> None:
+        """HiCache: the chunks inserted at the last pass end are inserted again, counting their hits now (SGLang
+        inserts them at this plan; the first insertion counted none)."""
+        for request, full in self._stashed:
+            st = self._states.get(request)
+            if st is not None and st.node is not None:
+                self.cache.insert(self._segments(request, st), full, st.inserted)
+                st.inserted = max(st.inserted, full)
+        self._stashed.clear()
 
     def _budget_new(self, request: Request) -> int:
         """The request's ``max_new_tokens`` as SGLang clips it on arrival (kept with its state)."""
@@ -522,8 +566,13 @@ class SglangScheduler:
             st = states[r]
             n = r.num_tokens
             hit, node = cache.match(self._segments(r, st), (n - 1) // page)
+            host = 0
+            if self.tiered:  # (the match runs on through host-only nodes: the GPU prefix, then the host's)
+                best = node
+                node, host = cache.device_part(node)
+                hit -= host
             hit *= page
-            extend = n - hit
+            extend = n - hit  # (host pages need GPU room: the check counts them)
             cache.lock(node)  # the check sees the hit locked (SGLang's ``_lock_node``)
             left = self.num_free_tokens + self.num_evictable_tokens
             if (not self._fits_ignore_eos(r, extend, left - offset, left - current, batch) if ignore_eos
@@ -531,19 +580,36 @@ class SglangScheduler:
                 cache.unlock(node)
                 self.batch_is_full = bool(batch) or bool(self.running)
                 break
-            if ignore_eos:  # (add_one_req_ignore_eos cuts at the budget itself)
-                take = min(extend, rem_chunk)
-            else:  # (a prompt whose pages do not fit is cut at the last whole page that does)
-                take = extend if self._paged(extend) <= rem_chunk else rem_chunk // page * page
+            loaded = 0
+            if host:
+                take = self._take(extend - host * page, rem_chunk, ignore_eos)
+                if take > 0 and host * page >= LOAD_BACK_THRESHOLD:
+                    cache.lock(best)  # (the load's nodes stay put while room is made)
+                    load = cache.load_back(best, host)
+                    if load:
+                        cache.lock(best)  # the load holds its nodes until a plan reaps it, the request its path
+                        cache.unlock(node)
+                        node, loaded = best, host
+                    else:
+                        cache.unlock(best)
+                hit += loaded * page
+                extend = n - hit
+            take = self._take(extend, rem_chunk, ignore_eos)
             if take <= 0:  # (not even a page of chunk budget left)
                 cache.unlock(node)
                 break
             st.node, st.protected, st.hit = node, hit // page, hit
             r.num_computed_tokens = hit
             if r.num_preemptions == 0:
-                r.num_cached_tokens = hit
+                r.num_cached_tokens = hit - loaded * page
                 self.pool.num_queries += r.num_prompt_tokens
-                self.pool.num_hits += hit
+                self.pool.num_hits += hit - loaded * page
+            if loaded:
+                assert self.offload is not None
+                self.offload.loaded(r, node, load, loaded, r.num_preemptions == 0)
+                if out.host_loaded is None:
+                    out.host_loaded = []
+                out.host_loaded.append((r, loaded))
             charge = self._paged(take)
             if take < extend:
                 self.chunked = r
@@ -578,6 +644,14 @@ class SglangScheduler:
                 # The mixed batch (the prefills, then the decodes) becomes the running batch, its flag clear.
                 self.running = joined + decoding
                 self.batch_is_full = False
+
+    def _take(self, extend: int, rem_chunk: int, ignore_eos: bool) -> int:
+        """The tokens of an ``extend`` the rest of the chunk budget takes: all of it, or with pages the part up to
+        the last whole page that fits (``add_one_req_ignore_eos`` cuts at the budget itself)."""
+        if ignore_eos:
+            return min(extend, rem_chunk)
+        page = self.page
+        return extend if self._paged(extend) <= rem_chunk else rem_chunk // page * page
 
     def _allocate_prefill(self, out: SchedulerOutput, batch: list[tuple[Request, int, int]]) -> list[Request]:
         """SGLang's ``alloc_for_extend``: the batch's pages, each request continuing its own last partial page
@@ -729,7 +803,7 @@ class SglangScheduler:
             self.cache.release(st.allocated)
             st.allocated = 0
         self.cache.unlock(st.node)
-        st.node, st.protected = None, 0
+        st.node, st.protected, st.inserted = None, 0, 0
         self._make_free_tokens(remaining * RETRACT_DECODE_STEPS)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
@@ -807,6 +881,8 @@ class SglangScheduler:
         plans empty passes). Else None."""
         if self.waiting or self.chunked is not None or self.handoffs or self.config.overlap:
             return None
+        if self.tiered and self.cache.threshold is None:
+            return None  # (write-back copies on eviction stall the passes: each is planned on its own)
         states = self._states
         left = []
         for r in self.running:
@@ -820,6 +896,8 @@ class SglangScheduler:
         is evicted down to the pass's ``pages`` new pages free, the ratio decays a step, and the pages are
         allocated as ``_schedule_decode`` allocates them. The planner plans one only while its pages fit what is
         free or evictable, so nothing is retracted."""
+        if self.offload is not None:
+            self.offload.reap()
         cache = self.cache
         cache.make_free(pages)
         if pages > cache.num_free:
@@ -859,7 +937,12 @@ class SglangScheduler:
         node = st.node
         if not (full == st.protected + 1 and node is not None
                 and cache.grow_leaf(node, st.output_block, full - st.prompt_full)):
-            added, node = cache.insert(self._segments(request, st), full)
+            if chunk and self.tiered:  # (its hits are counted at the next plan, as SGLang inserts it then)
+                added, node = cache.insert(self._segments(request, st), full, full)
+                self._stashed.append((request, full))
+            else:
+                added, node = cache.insert(self._segments(request, st), full, st.inserted)
+                st.inserted = max(st.inserted, full)
             cache.lock(node)
             cache.unlock(st.node)
             st.node = node
