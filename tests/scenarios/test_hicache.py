@@ -110,3 +110,41 @@ def test_without_the_tier_the_prefix_is_recomputed(tmp_path):
     req = res.requests.set_index("request_id")
     assert req.ttft_ms.tolist() == pytest.approx([20.0, 20.0, 20.0])
     assert "kv_offload" not in res.summary
+
+
+SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 6},
+                       "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 800},
+                       "output_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 200},
+                       "inter_turn_delay_ms": 2000},
+            "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
+
+
+@pytest.mark.parametrize("traffic, worker", [
+    (SESSIONS, {"parallelism": {"tensor": 2}, "kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                                                           "host_offload": {"ratio": 3, "latency_us": 50}}}),
+    (SESSIONS, {"kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1100},
+                             "host_offload": {"capacity_gib": 4}}}),
+    (SESSIONS, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                             "host_offload": {"ratio": 1.5, "write_policy": "write_through_selective"}}}),
+    (SESSIONS, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                             "host_offload": {"ratio": 2, "write_policy": "write_back", "link_gb_per_s": 2}}}),
+    (SESSIONS, {"host_loop": True, "kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                                                "host_offload": {"ratio": 2, "link_gb_per_s": 0.5}}}),
+], ids=["sessions-tp2", "sessions-pages", "sessions-selective", "sessions-write-back", "sessions-overlap-slow"])
+def test_runs_of_passes_with_hicache_equal_the_pass_by_pass_run(traffic, worker):
+    """Closed-loop chat sessions on a GPU pool small enough to evict and a host pool that finds the evicted prefixes
+    (pages of 1 and 16 tokens, every write policy, a slow link, SGLang's overlap loop): planned as runs of decode passes (the default) and pass by pass (``coalesce=False``), every request, pass, event and
+    tier figure is the same."""
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.sim import Simulation
+
+    data = make_sglang_scenario(traffic=traffic, engine={"context_length": 16384, "workers": {"aggregated": {
+        "timing": {"type": "default"}, **worker}}})
+    results = [Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False)]
+    runs, single = results
+    assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
+    assert runs.summary["kv_offload"] == single.summary["kv_offload"]
+    for table in ("requests", "passes", "events"):
+        assert getattr(runs, table).equals(getattr(single, table)), table
