@@ -8,8 +8,10 @@ laid end to end ten times, each copy its own conversations (hash ids offset) and
 ends.
 
 Prints one line per run: the whole process's time, the hit ratio (GPU and host) and mean TTFT, then the ratio of
-the run with the tier to the run without it (target: at most 1.5x). ``--requests`` cuts the trace; ``--repeat``
-takes the best of N interleaved rounds. A benchmark, not a test: it asserts nothing.
+the run with the tier to the run without it (target: at most 1.5x). ``--backend sglang`` runs
+``scenarios/mooncake-hicache-sglang.yaml`` instead (the same deployment served by SGLang with HiCache).
+``--requests`` cuts the trace; ``--repeat`` takes the best of N interleaved rounds. A benchmark, not a test: it
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import yaml
 from kv_router import timed, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIO = REPO / "scenarios" / "mooncake-host-offload.yaml"
+SCENARIOS = {"vllm": REPO / "scenarios" / "mooncake-host-offload.yaml",
+             "sglang": REPO / "scenarios" / "mooncake-hicache-sglang.yaml"}
 
 
-def scenario(trace: Path, tier: bool) -> dict:
-    data = yaml.safe_load(SCENARIO.read_text())
+def scenario(trace: Path, tier: bool, backend: str) -> dict:
+    data = yaml.safe_load(SCENARIOS[backend].read_text())
     data["traffic"]["source"]["path"] = str(trace)
     if not tier:
         del data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]
@@ -39,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds; the best time of each is shown")
+    parser.add_argument("--backend", choices=sorted(SCENARIOS), default="vllm")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -47,7 +51,7 @@ def main() -> None:
         runs: dict[str, dict] = {}
         for name, tier in (("host tier", True), ("GPU only", False)):
             path = folder / f"{name.replace(' ', '_')}.yaml"
-            path.write_text(yaml.safe_dump(scenario(trace, tier)))
+            path.write_text(yaml.safe_dump(scenario(trace, tier, args.backend)))
             runs[name] = {"command": [sys.executable, "-m", "simmodel.cli", "run", "-c", str(path), "--quiet",
                                       "--format", "json"], "times": []}
         for _ in range(max(args.repeat, 1)):
@@ -55,7 +59,8 @@ def main() -> None:
                 elapsed, out = timed(run["command"])
                 run["times"].append(elapsed)
                 run["summary"] = json.loads(out)
-        print(f"{n:,} Mooncake conversation requests, one TP-4 worker (best of {max(args.repeat, 1)} round(s))")
+        print(f"{n:,} Mooncake conversation requests, one TP-4 {args.backend} worker (best of {max(args.repeat, 1)} "
+              f"round(s))")
         print(f"{'run':<10} {'seconds':>8} {'GPU hits':>9} {'host hits':>9} {'TTFT ms':>9}")
         for name, run in runs.items():
             s = run["summary"]

@@ -241,7 +241,7 @@ class Rank:
         if self.offload is not None:  # (its finished requests' blocks become the tier's most recent)
             for request, _ in finished:
                 self.offload.finished(request, row.end_ns)
-            self.offload.flush(at)  # (the backups the outputs' insertions made are copied from now)
+            self.offload.flush(at, row.pass_index)  # (the backups the outputs' insertions made are copied from now)
         for value, count, stage in intervals:
             rec.intervals(value, count, stage)
         if self.watcher is not None:  # (before any finish calls back: a next request routed then sees it)

@@ -107,9 +107,10 @@ class SglangHiCache:
         self._wake = None
         self.on_wake()
 
-    def flush(self, at: int) -> None:
-        """A pass's outputs were processed at ``at``: the backups its insertions made are queued on the store
-        link then, as one copy (SGLang merges a step's backups in one operation)."""
+    def flush(self, at: int, pass_index: int = -1) -> None:
+        """Pass ``pass_index``'s outputs were processed at ``at``: the backups made since the last flush (its
+        insertions, and its plan's re-insertion of a chunk) are queued on the store link then, as one copy
+        (SGLang merges a step's backups in one operation)."""
         backups = self.cache.backups
         if not backups:
             return
@@ -123,7 +124,7 @@ class SglangHiCache:
             self._acks.sort(key=lambda ack: ack[0])
         if self.recorder is not None:
             w, r, role = self.where
-            self.recorder.event(at, EventKind.HOST_STORE, w, r, -1, pages * self.block_size, role)
+            self.recorder.event(at, EventKind.HOST_STORE, w, r, -1, pages * self.block_size, role, pass_index)
 
     # -- loads at admission -------------------------------------------------------------------------
     def loaded(self, request: Request, node: RadixNode, load: int, pages: int, first: bool) -> None:

@@ -267,7 +267,7 @@ class VllmCpuOffload:
         if loads:
             self.start_loads(loads, at)
 
-    def flush(self, at: int) -> None:
+    def flush(self, at: int, pass_index: int) -> None:
         """(Its stores are queued at their pass's end by ``pass_ended``.)"""
 
     def _event(self, at: int, kind: EventKind, request: Request, tokens: int, pass_index: int = -1) -> None:
