@@ -61,8 +61,11 @@ class HiRadixCache(RadixCache):
         self._host_heap: list[tuple[int, int, RadixNode]] = []
         self._duplicates: dict[RadixNode, None] = {}
         """``write_back``: nodes on both tiers whose host copy host pressure frees first, in the order they became
-        so (SGLang's ``full_host_duplicates``: registered when a load is acknowledged, an insertion puts a node
-        back on the GPU, or such a node splits; stale entries are dropped when met)."""
+        so (SGLang's ``full_host_duplicates``), each keyed by the tail of one of SGLang's nodes (the part that keeps
+        SGLang's node id when it splits): registered when a write-back copy is acknowledged (just before the
+        node's demotion: the entry goes stale but keeps its place if the node comes back), when a load is
+        acknowledged (deepest node first), when an insertion puts a node back on the GPU, and when such a node
+        splits (the new prefix part); stale entries are dropped when a reclaim meets them."""
         self._loading: dict[RadixNode, int] = {}
         """Nodes a load brought back to the GPU, not acknowledged yet, and the load's number."""
         self._num_loads = 0
@@ -133,9 +136,27 @@ class HiRadixCache(RadixCache):
         load = self._loading.get(node)
         if load is not None:
             self._loading[upper] = load
-        elif node in self._duplicates:
-            self._duplicates[upper] = None
+        elif self.threshold is None and node.host and not node.evicted:
+            self._duplicates[upper] = None  # (a new node of SGLang's: its prefix)
         return upper
+
+    def _unjoin(self, node: RadixNode) -> None:
+        if self.threshold is not None:  # (only ``write_back`` tracks duplicates)
+            super()._unjoin(node)
+            return
+        joined = not self._is_tail(node)
+        super()._unjoin(node)
+        if joined and node.host and not node.evicted and node not in self._loading:
+            self._duplicates.setdefault(node)  # (SGLang's split makes the part ending at ``node`` a new node)
+
+    @staticmethod
+    def _is_tail(node: RadixNode) -> bool:
+        """``node`` ends one of SGLang's nodes (no child is joined to it): ``_duplicates`` keys SGLang's node by
+        its tail, the part that keeps SGLang's node id when it splits."""
+        for child in node.children.values():
+            if child.joined:
+                return False
+        return True
 
     # -- locks: a host-only node's lock keeps it on the host (it holds no GPU pages) ----------------
     def lock(self, node: RadixNode) -> None:
@@ -162,15 +183,24 @@ class HiRadixCache(RadixCache):
             if not self._live(entry):
                 continue
             leaf = entry[2]
-            while True:  # the leaf, and the nodes it is joined to (one node of SGLang's)
+            chain = [leaf]  # the leaf, and the nodes it is joined to (one node of SGLang's)
+            while True:
+                n, parent = chain[-1], chain[-1].parent
+                if not (n.joined and parent is not self.root and parent.lock_ref == 0
+                        and all(c is n or c.evicted for c in parent.children.values())):
+                    break
+                chain.append(parent)
+            if self.threshold is None and not all(n.host for n in chain):
+                backed = self._back_up(leaf, [n for n in chain if not n.host])
+                self.synced += backed
+                self.num_written_back += backed
+                if backed:  # (a duplicate at the copy's acknowledgement, before its demotion: its slot stays)
+                    self._duplicates.setdefault(leaf)
+            for leaf in chain:
                 parent = leaf.parent
                 freed += leaf.length
                 self.cached_tokens -= leaf.length
                 self.evictable_tokens -= leaf.length
-                if not leaf.host and self.threshold is None:
-                    backed = self._back_up(leaf)
-                    self.synced += backed
-                    self.num_written_back += backed
                 if leaf.host:
                     leaf.evicted = True
                     self.num_demoted += leaf.length
@@ -178,10 +208,6 @@ class HiRadixCache(RadixCache):
                 else:
                     self.num_deleted += leaf.length
                     self._drop(leaf)
-                if not (leaf.joined and parent is not self.root and parent.lock_ref == 0
-                        and self._is_device_leaf(parent)):
-                    break
-                leaf = parent
             self._offer(parent)
         return freed
 
@@ -234,19 +260,25 @@ class HiRadixCache(RadixCache):
                 if node.evicted or not node.host or node.parent.children.get((node.block, node.start)) is not node:
                     del dups[node]  # (stale)
                     continue
-                if node in self._loading or spare and node.lock_ref == 0 and self._is_device_leaf(node):
+                chain = [node]  # (the tail of one of SGLang's nodes, and the nodes it is joined to)
+                while chain[-1].joined and chain[-1].parent is not self.root:
+                    chain.append(chain[-1].parent)
+                if (any(n in self._loading for n in chain)
+                        or spare and node.lock_ref == 0 and self._is_device_leaf(node)):
                     continue
-                node.host = False
-                self.host_tokens -= node.length
-                freed += node.length
+                for n in chain:
+                    if n.host:
+                        n.host = False
+                        self.host_tokens -= n.length
+                        freed += n.length
                 del dups[node]
         return freed
 
-    def _back_up(self, node: RadixNode) -> int:
+    def _back_up(self, node: RadixNode, chain: list[RadixNode] | None = None) -> int:
         """Copy ``node`` to the host, with its ancestors not there yet under the write-through policies
         (``write_back`` copies the evicted node alone), if room can be made: returns the pages copied (0: no
         room, nothing copied)."""
-        chain = [node]
+        chain = chain or [node]
         if self.threshold is not None:
             n = node.parent
             while n is not self.root and not n.host:
@@ -290,7 +322,7 @@ class HiRadixCache(RadixCache):
             self._revived += node.length
             if node.lock_ref == 0:
                 self.evictable_tokens += node.length
-            if self.threshold is None:
+            if self.threshold is None and self._is_tail(node):
                 self._duplicates.setdefault(node)
         threshold = self.threshold
         if threshold is None or end <= self._counted_from:
@@ -322,9 +354,9 @@ class HiRadixCache(RadixCache):
         for n in nodes:
             del self._loading[n]
         if self.threshold is None:
-            nodes.sort(key=self._depth)
+            nodes.sort(key=self._depth, reverse=True)  # (SGLang's ack walks from the load's last node up)
             for n in nodes:
-                if not n.evicted and n.host:
+                if not n.evicted and n.host and self._is_tail(n):
                     self._duplicates.setdefault(n)
 
     def _depth(self, node: RadixNode) -> int:

@@ -33,11 +33,7 @@ GOLDEN_DIR = _HERE.parent / "golden" / "sglang_hicache"
 PASS_FIELDS = ("mode", "scheduled", "retracted", "finished", "emitted", "free_tokens", "evictable_tokens",
                "host_hit", "host_used_tokens", "backed_up_tokens", "loaded_tokens")
 
-KNOWN_MISMATCH: dict[str, str] = {
-    "wb_reload": "write_back under host pressure: SGLang frees other host copies than ours (7 tokens apart at "
-                 "pass 191, the first host eviction); its choice among duplicates and host leaves is not "
-                 "reproduced yet",
-}
+KNOWN_MISMATCH: dict[str, str] = {}
 
 
 def _goldens():
