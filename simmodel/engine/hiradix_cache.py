@@ -54,8 +54,8 @@ class HiRadixCache(RadixCache):
         self.synced = 0
         """Pages ``write_back`` copied while evicting, not yet handed over (the scheduler waits for them)."""
         self.num_demoted = self.num_deleted = self.num_host_evicted = self.num_backup_failed = 0
-        """Pages demoted to host-only, pages that left the tree from the GPU, host-only pages evicted; backups
-        skipped for want of host room."""
+        """Pages demoted to host-only, pages that left the tree from the GPU, host pages freed (host-only nodes
+        evicted or dropped, host copies of GPU nodes reclaimed); backups skipped for want of host room."""
         self.num_written_back = 0
         """Pages ``write_back`` copied while evicting."""
         self._host_heap: list[tuple[int, int, RadixNode]] = []
@@ -218,7 +218,9 @@ class HiRadixCache(RadixCache):
         stack = list(node.children.values())
         while stack:
             n = stack.pop()
-            self.host_tokens -= n.length if n.host else 0
+            if n.host:
+                self.host_tokens -= n.length
+                self.num_host_evicted += n.length
             self._duplicates.pop(n, None)
             stack.extend(n.children.values())
 
@@ -270,6 +272,7 @@ class HiRadixCache(RadixCache):
                     if n.host:
                         n.host = False
                         self.host_tokens -= n.length
+                        self.num_host_evicted += n.length
                         freed += n.length
                 del dups[node]
         return freed

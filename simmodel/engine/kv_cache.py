@@ -141,6 +141,35 @@ class PrefixCachingBlockPool:
             hits.append(next(iter(holders)))
         return hits
 
+    def prefix_holders(self, request) -> set[int]:
+        """Every cached block holding one of the blocks ``find_hits`` finds for the request (any of them taken for
+        another block may change which one it finds)."""
+        held: set[int] = set()
+        n = (request.num_tokens - 1) // self.block_size
+        if not n or not self.blocks_by_key:
+            return held
+        keys, by_key = request.block_keys.upto(n), self.blocks_by_key
+        for j in range(n):
+            holders = by_key.get(keys[j])
+            if not holders:
+                break
+            held.update(holders)
+        return held
+
+    def free_position(self, blocks: set[int], limit: int) -> int | None:
+        """Where the first of ``blocks`` sits in the free queue (0: the next block an allocation takes), if among
+        the first ``limit``; else None."""
+        queue = self.free_queue
+        nxt, tail = queue.next, queue.tail
+        b = nxt[queue.head]
+        for i in range(limit):
+            if b == tail:
+                return None
+            if b in blocks:
+                return i
+            b = nxt[b]
+        return None
+
     def num_evictable(self, block_ids: list[int]) -> int:
         """Hit blocks that sit in the free queue: touching them takes them out of the free count."""
         return sum(1 for b in block_ids if self.ref_cnt[b] == 0)

@@ -546,7 +546,8 @@ class Worker:
         if self.offloads:  # a host tier's copies inside the pass (SGLang's HiCache loads, write-back stalls)
             for i, (rank, plan) in enumerate(zip(self.ranks, plans)):
                 if rank.offload.prices_passes and (plan.host_loaded or plan.host_synced_pages):
-                    busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]))
+                    index = rank.num_passes + self._passes_in_flight - 1  # (as ``begin_pass`` numbers it)
+                    busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]), index)
         self.last_pass_ns = int(busy.max())
         self.open_pass_ends.append(start + self.last_pass_ns)
         for label in cost.provenance:

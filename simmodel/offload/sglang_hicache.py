@@ -56,9 +56,9 @@ class SglangHiCache:
         self.on_loaded = self.on_wake = None
         self.recorder: Recorder | None = None
         self.where: tuple[int, int, str] = (0, 0, "")
-        self._acks: list[tuple[int, list[RadixNode], list[int]]] = []
+        self._acks: list[tuple[int, list[RadixNode], list[int], int]] = []
         """Copies queued, in the order they land: (when, the nodes each unlocks once reaped, the tree's loads
-        it completes)."""
+        it completes, the pages a backup copies)."""
         self._loads: list[tuple[RadixNode, int]] = []
         """Loads for the pass being planned or run (node, the tree's load number), reaped by a plan after it."""
         self.num_hit_tokens = 0
@@ -96,6 +96,10 @@ class SglangHiCache:
         """Whether the rank will plan again when a copy lands (``stalled``)."""
         return self._wake is not None
 
+    def pages_in_flight(self) -> int:
+        """Pages whose copies to the host are queued and not reaped (each locks its node's path on the GPU)."""
+        return sum(ack[3] for ack in self._acks)
+
     def stalled(self) -> None:
         """The rank planned nothing while requests wait, some of its KV locked by copies in flight: it plans again
         when the next one lands (SGLang's loop polls; its next plan reaps the copy and may admit then)."""
@@ -119,7 +123,7 @@ class SglangHiCache:
         backups.clear()
         self.pages_stored += pages
         _, done = self.store_link.transfer(at, pages * self.gpu_page_bytes)
-        self._acks.append((done, nodes, []))
+        self._acks.append((done, nodes, [], pages))
         if len(self._acks) > 1 and self._acks[-2][0] > done:  # (a load's acknowledgement may come later)
             self._acks.sort(key=lambda ack: ack[0])
         if self.recorder is not None:
@@ -139,13 +143,17 @@ class SglangHiCache:
             request.num_host_cached_tokens = pages * self.block_size
 
     # -- passes -------------------------------------------------------------------------------------
-    def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int) -> int:
+    def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int = -1) -> int:
         """How long a pass starting at ``start`` that computes for ``busy_ns`` lasts with its host copies: the
         write-back copies its plan waited for first, then the forward pass beside its loads (which start when
         the stall ends, behind earlier loads)."""
         at = start
         if plan.host_synced_pages:
             _, at = self.store_link.transfer(start, plan.host_synced_pages * self.gpu_page_bytes)
+            if self.recorder is not None:
+                w, r, role = self.where
+                self.recorder.event(start, EventKind.HOST_STORE, w, r, -1, plan.host_synced_pages * self.block_size,
+                                    role, pass_index)
         end = at + busy_ns
         if plan.host_loaded:
             pages = sum(n for _, n in plan.host_loaded)
@@ -164,7 +172,7 @@ class SglangHiCache:
     def pass_ended(self, plan: SchedulerOutput, end: int, pass_index: int) -> None:
         """The pass's loads are over: a later plan reaps them (their nodes are unlocked then)."""
         if self._loads:
-            self._acks.append((end, [node for node, _ in self._loads], [load for _, load in self._loads]))
+            self._acks.append((end, [node for node, _ in self._loads], [load for _, load in self._loads], 0))
             self._acks.sort(key=lambda ack: ack[0])
             self._loads = []
 

@@ -21,9 +21,8 @@ TOKEN_NS = 131_072
 LATENCY_NS = 100_000
 
 
-def _scenario(tmp_path, host: dict | None) -> dict:
+def _scenario(tmp_path, host: dict | None, rows: list[tuple[int, int]] = ((0, 1), (100, 2), (200, 1))) -> dict:
     path = tmp_path / "t.jsonl"
-    rows = [(0, 1), (100, 2), (200, 1)]
     path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
                             + "\n" for t, h in rows))
     kv = {"block_size": 1, "capacity": {"type": "fixed", "blocks": 600}}
@@ -87,6 +86,27 @@ def test_write_through_selective_keeps_a_prefix_used_once_off_the_host(tmp_path)
     assert res.summary["kv_offload"]["aggregated"]["blocks_stored"] == 0
 
 
+def test_write_through_selective_copies_a_prefix_a_second_request_inserts_through(tmp_path):
+    """Four requests: A (0 ms), A2 (50 ms, A's content), B (100 ms, other content), C (200 ms, A's content), on a
+    32 GB/s link. A's insertion counts one hit on its prompt. A2 finds 511 tokens of it on the GPU (the match
+    splits it there) and computes the last one; its insertion at 70 ms walks both parts, their second hit: both
+    are copied (511 + 1 = 512 tokens, 100 µs + 512 × 131,072 / 32 ns = 2.197152 ms, reaped at A2's finish plan at
+    80 ms). The outputs (one hit each) never are. B's room evicts A's and A2's output tokens (deleted) and demotes
+    A's prompt; C loads its 511 tokens from the host (100 µs + 511 × 4,096 ns = 2.193056 ms, under the 20 ms
+    forward: TTFT 20 ms). Stored: the 512 tokens A2 copied, nothing else."""
+    data = _scenario(tmp_path, {"ratio": 2, "write_policy": "write_through_selective"},
+                     [(0, 1), (50, 1), (100, 2), (200, 1)])
+    data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]["link_gb_per_s"] = 32
+    res = run_scenario(data)
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 511, 0, 0]
+    assert req.host_cached_tokens.tolist() == [0, 0, 0, 511]
+    assert req.ttft_ms.tolist() == pytest.approx([20.0] * 4)
+    assert req.host_load_ms[3] == pytest.approx((LATENCY_NS + 511 * TOKEN_NS / 32) / 1e6, abs=1e-9)
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert tier["blocks_stored"] == 512 and tier["blocks_demoted"] == 512
+
+
 def test_write_back_copies_on_eviction_and_the_pass_waits_for_it(tmp_path):
     """``write_back`` copies nothing at insertion. B's admission evicts A's output token, then A's prompt: each is
     copied to the host as it is evicted (513 tokens), and SGLang's scheduler waits for the copies, so B's pass
@@ -130,7 +150,10 @@ SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", 
                              "host_offload": {"ratio": 2, "write_policy": "write_back", "link_gb_per_s": 2}}}),
     (SESSIONS, {"host_loop": True, "kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
                                                 "host_offload": {"ratio": 2, "link_gb_per_s": 0.5}}}),
-], ids=["sessions-tp2", "sessions-pages", "sessions-selective", "sessions-write-back", "sessions-overlap-slow"])
+    (SESSIONS, {"parallelism": {"attention_data": 2}, "kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                                                                   "host_offload": {"ratio": 2}}}),
+], ids=["sessions-tp2", "sessions-pages", "sessions-selective", "sessions-write-back", "sessions-overlap-slow",
+        "sessions-attention-dp"])
 def test_runs_of_passes_with_hicache_equal_the_pass_by_pass_run(traffic, worker):
     """Closed-loop chat sessions on a GPU pool small enough to evict and a host pool that finds the evicted prefixes
     (pages of 1 and 16 tokens, every write policy, a slow link, SGLang's overlap loop): planned as runs of decode passes (the default) and pass by pass (``coalesce=False``), every request, pass, event and

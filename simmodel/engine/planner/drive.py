@@ -38,7 +38,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None, start: int 
             return None  # (launches move the planning times)
     elif plans is None and now + (worker.decode_pass_ns or worker.last_pass_ns) >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _gathered(worker, plans, lag)
+    run = _gathered(worker, plans, lag, may_wait=admits_arrivals(worker) or waits_out(worker))
     rows = _rows(worker, now, horizon, started_before=lag)  # async: row 0 is in flight, rows 1..m start
     if run is None or rows < 1 + lag:
         return None
@@ -69,7 +69,7 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
         plans, first_end = in_flight[0], in_flight[3]
         if worker.launch is not None or not now < first_end < horizon:
             return None  # (a pass in flight ending now is delivered at once by the loop)
-    run = _gathered(worker, plans, lag)
+    run = _gathered(worker, plans, lag, may_wait=admits_arrivals(worker))
     rows = min(_rows(worker, now, horizon, started_before=lag), worker.tick_rows)
     if run is None or rows < 1 + lag:
         return None
@@ -85,16 +85,24 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
     return state, m
 
 
-def _gathered(worker: Worker, plans: list | None, lag: int) -> RunningRequests | None:
+def waits_out(worker: Worker) -> bool:
+    """Whether a run applied ahead may start with requests waiting that it does not admit itself: on a worker
+    with a host KV tier (whose admissions look prompts up on the host, so each is planned on its own) fed by its
+    own arrivals. The run then ends at the first decision that could admit one, the one after a finish or an
+    arrival (``_admit_arrivals``), and no later than the tier's next event (``Worker._horizon``)."""
+    return worker.offloads and worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+
+
+def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
-    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself. With a host KV
-    tier, a first pass whose plan stores to or loads from it runs on its own (``Rank.finish_pass`` starts those
-    copies), and so does every pass while a request's offer to the tier waits to be made again
-    (``VllmCpuOffload.retrying``)."""
+    ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself, or ends where
+    it could (``may_wait``). With a host KV tier, a first pass whose plan stores to or loads from it runs on its
+    own (``Rank.finish_pass`` starts those copies), and so does every pass while a request's offer to the tier
+    waits to be made again (``VllmCpuOffload.retrying``)."""
     if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads for p in plans)
                             or any(rank.offload.retrying for rank in worker.ranks)):
         return None
-    run = RunningRequests(worker, plans, bool(lag), may_wait=admits_arrivals(worker))
+    run = RunningRequests(worker, plans, bool(lag), may_wait=may_wait)
     return run if run.gather() else None
 
 
@@ -141,8 +149,8 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
         if slot is not None and (t is None or slot < d):
             # A finish frees a slot before the next arrival is read: that decision admits the next waiting one.
             d = slot
-            if not state.may_plan(d, valid, horizon, source):
-                return d + 1
+            if not state.admits or not state.may_plan(d, valid, horizon, source):
+                return d + 1  # (not admitting: the loop makes decision d)
             state.decide(d, plan=True)
         else:
             if t is None:

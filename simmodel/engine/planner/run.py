@@ -209,6 +209,8 @@ class Run(Admissions, Recording):
         self.last_admission = 0
         """The row of the last admission: it saw the finishes of the rows before it."""
         self._kv_check(self.planned_rows)
+        if worker.offloads and any(self.waits) and self.caching:
+            self._prefix_check(self.planned_rows)
 
     # -- rows ---------------------------------------------------------------------------------------
 
@@ -248,6 +250,24 @@ class Run(Admissions, Recording):
         short = (np.cumsum(self.allocations[k:], axis=0) > free).any(axis=1)
         if short.any():
             self.cap = min(self.cap, k + int(np.argmax(short)))
+
+    def _prefix_check(self, k: int) -> None:
+        """With a host KV tier and requests waiting: lower ``cap`` to the first row from k on whose decodes would
+        take a free block a waiting request finds in the GPU cache. Its GPU prefix would shrink there, and its
+        host lookup then starts earlier and may find what lets it in (a load needs only the blocks it loads),
+        so the plan after that row is the rank's own (``drive.waits_out``)."""
+        for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
+            total = int(self.total_allocations[r])
+            if not sched.waiting or not total:
+                continue
+            held: set[int] = set()
+            for request in sched.waiting:
+                held |= pool.prefix_holders(request)
+            at = pool.free_position(held, total) if held else None
+            if at is not None:
+                reached = np.cumsum(self.allocations[k:, r]) > at
+                if reached.any():
+                    self.cap = min(self.cap, k + int(np.argmax(reached)))
 
     # -- pool operations -------------------------------------------------------------------------------
 

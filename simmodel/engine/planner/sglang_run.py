@@ -219,6 +219,8 @@ class DecodeRun:
                 return
             if n:  # (a rank with nothing running plans an empty pass: no decode, no step of its ratio)
                 sched.plan_decode(n, pages)
+            else:
+                sched.plan_idle()
 
     def _running_tokens(self, k: int) -> tuple[int, int]:
         """The prompt and output tokens of the requests running when row k is planned (one rank: those with a

@@ -417,8 +417,9 @@ class SglangScheduler:
         if self.running and not out.requests:
             self._schedule_decode(out)
         if self.tiered:
-            out.host_synced_pages = self.cache.take_synced()
-            if not out.requests and (self.waiting or self.chunked is not None) and self.offload is not None:
+            if out.requests:  # (else the copies are waited for before the next pass that runs)
+                out.host_synced_pages = self.cache.take_synced()
+            elif (self.waiting or self.chunked is not None) and self.offload is not None:
                 self.offload.stalled()
         return out
 
@@ -672,7 +673,7 @@ class SglangScheduler:
                 raise SimulationError(f"SGLang ran out of KV memory for a prefill chunk ({take} tokens, "
                                       f"{self.num_free_tokens + self.num_evictable_tokens} free or evictable), "
                                       f"as SGLang would ('Prefill out of memory'); raise clip_max_new_tokens or "
-                                      f"schedule_conservativeness, or give the rank more KV")
+                                      f"schedule_conservativeness, or give the rank more KV{self._pinned_hint()}")
             states[r].allocated += pages
             out.requests.append(r)
             out.num_new_tokens.append(take)
@@ -777,7 +778,16 @@ class SglangScheduler:
         if not self.cache.allocate(pages):
             raise SimulationError(f"SGLang ran out of KV memory for a decode step of {num_requests} request(s) "
                                   f"with nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
-                                  f"schedule_conservativeness, or give the rank more KV")
+                                  f"schedule_conservativeness, or give the rank more KV{self._pinned_hint()}")
+
+    def _pinned_hint(self) -> str:
+        """What an out-of-memory message adds when HiCache copies in flight lock part of the KV."""
+        pinned = self.offload.pages_in_flight() if self.offload is not None else 0
+        if not pinned:
+            return ""
+        return (f"; {pinned * self.page} tokens are being copied to the host, their paths locked on the GPU until "
+                f"the copies land (HiCache {self.cache.write_policy} over kv_cache.host_offload's link): a faster "
+                f"link_gb_per_s, or write_through_selective, locks less")
 
     def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
         """One decode token for each of ``running`` (its new pages allocated already)."""
@@ -904,6 +914,12 @@ class SglangScheduler:
             raise SimulationError("a run of SGLang decode passes planned a pass that would retract")
         self._decay_ratio()
         self._allocate_decode(num_requests, pages)
+
+    def plan_idle(self) -> None:
+        """A rank of a run with nothing running plans an empty pass (``schedule`` finds nothing to do): a host
+        tier's landed copies are reaped all the same."""
+        if self.offload is not None:
+            self.offload.reap()
 
     def finish_decoded(self, request: Request, pages: int) -> None:
         """A request of a run sampled its last token in the pass that ends now, ``pages`` pages allocated to it by
