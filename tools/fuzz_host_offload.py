@@ -6,8 +6,10 @@ host tiers; slow to fast links; fixed or default timing), runs it planned as run
 pass by pass (``coalesce=False``), and prints one line: ``ok`` if every request, pass, event and tier figure is
 the same, else which tables differ. Exits 1 if any seed differs. A check for whoever changes how a worker with
 a tier plans its runs (``docs/speed.md``); ``tests/scenarios/test_host_offload.py`` keeps four such scenarios.
+``--backend sglang`` draws SGLang workers with HiCache instead (``tests/scenarios/test_hicache.py`` keeps six).
 
     python tools/fuzz_host_offload.py 0 300
+    python tools/fuzz_host_offload.py 0 100 --backend sglang
 """
 
 from __future__ import annotations
@@ -72,6 +74,29 @@ def scenario(seed: int) -> dict:
                                         "context_length": context, "workers": {"aggregated": worker}}}
 
 
+def sglang_scenario(seed: int) -> dict:
+    """The seed's draw served by SGLang with HiCache: pages of 1 or 16 tokens, a host pool by ratio or size, each
+    write policy, attention-DP ranks, the overlap loop, slow to fast links."""
+    rng = random.Random(seed)
+    kind, load = traffic(rng)
+    page = rng.choice([1, 16])
+    context = 16384
+    tokens = rng.choice([8000, 17000, 40000]) if kind != "mooncake" else rng.choice([70000, 140000])
+    context = 65536 if kind == "mooncake" else min(context, tokens - 2 * page)
+    host = rng.choice([{"ratio": rng.choice([0.5, 2, 8])}, {"capacity_gib": rng.choice([0.05, 1, 40])}])
+    host |= {"write_policy": rng.choice(["write_through", "write_through", "write_through_selective",
+                                         "write_back"]),
+             "link_gb_per_s": rng.choice([None, 4, 16]), "latency_us": rng.choice([0, 50])}
+    worker = {"parallelism": {"attention_data": rng.choice([1, 1, 2]), "replicas": rng.choice([1, 1, 2])},
+              "host_loop": rng.random() < 0.25,
+              "kv_cache": {"block_size": page, "capacity": {"type": "fixed", "blocks": tokens // page},
+                           "host_offload": host},
+              "timing": rng.choice([{"type": "default"}, {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}])}
+    return {"traffic": load, "engine": {"backend": "sglang", "model": "meta-llama/Llama-3.1-8B-Instruct",
+                                        "hardware": "h100_sxm", "context_length": context,
+                                        "workers": {"aggregated": worker}}}
+
+
 def differences(data: dict) -> tuple[list[str], dict]:
     """The tables that differ between runs of passes and pass by pass, and the tier's figures."""
     runs, single = (Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False))
@@ -85,10 +110,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first", type=int)
     parser.add_argument("end", type=int)
+    parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
+                        help="sglang: SGLang workers with HiCache (sglang_scenario)")
     args = parser.parse_args()
     failed = 0
+    draw = sglang_scenario if args.backend == "sglang" else scenario
     for seed in range(args.first, args.end):
-        differ, tier = differences(scenario(seed))
+        differ, tier = differences(draw(seed))
         failed += bool(differ)
         print(seed, "DIFF " + ",".join(differ) if differ else "ok", "loads", tier["loads"], "evicted",
               tier["blocks_evicted"], "stores_failed", tier["stores_failed"], flush=True)
