@@ -103,3 +103,12 @@ def make_sglang_scenario(**overrides) -> dict:
         "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
     }}
     return _merge(base, overrides)
+
+
+CHAT_SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 6},
+                            "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 800},
+                            "output_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 200},
+                            "inter_turn_delay_ms": 2000},
+                 "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
+"""Closed-loop multi-turn chat: 16 sessions of 3–6 turns, 200 requests; each turn's prompt repeats the
+conversation so far (the host-tier tests' load: prefixes come back after the GPU cache evicted them)."""

@@ -106,10 +106,7 @@ class HiRadixCache(RadixCache):
                 heapq.heappush(self._host_heap, (node.last_access, self._offered, node))
             return
         if self._is_device_leaf(node):
-            self._offered += 1
-            heapq.heappush(self._heap, (node.last_access, self._offered, node))
-            if len(self._heap) > self._compact_at:
-                self._compact()
+            self._push(node)
 
     def _live(self, entry: tuple[int, int, RadixNode]) -> bool:
         last, _, node = entry

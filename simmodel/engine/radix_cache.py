@@ -219,10 +219,14 @@ class RadixCache:
     def _offer(self, node: RadixNode) -> None:
         """Add ``node`` to the eviction candidates if it is an unlocked leaf (just made one, unlocked or used)."""
         if node.lock_ref == 0 and not node.children and node is not self.root:
-            self._offered += 1
-            heapq.heappush(self._heap, (node.last_access, self._offered, node))
-            if len(self._heap) > self._compact_at:
-                self._compact()
+            self._push(node)
+
+    def _push(self, node: RadixNode) -> None:
+        """``node`` is an eviction candidate as last used now."""
+        self._offered += 1
+        heapq.heappush(self._heap, (node.last_access, self._offered, node))
+        if len(self._heap) > self._compact_at:
+            self._compact()
 
     def _live(self, entry: tuple[int, int, RadixNode]) -> bool:
         last, _, node = entry

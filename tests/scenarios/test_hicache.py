@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import CHAT_SESSIONS as SESSIONS
 from factories import make_sglang_scenario, run_scenario
 
 TOKEN_NS = 131_072
@@ -132,11 +133,6 @@ def test_without_the_tier_the_prefix_is_recomputed(tmp_path):
     assert "kv_offload" not in res.summary
 
 
-SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 6},
-                       "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 800},
-                       "output_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 200},
-                       "inter_turn_delay_ms": 2000},
-            "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
 
 
 @pytest.mark.parametrize("traffic, worker", [

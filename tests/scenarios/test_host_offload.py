@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import CHAT_SESSIONS as SESSIONS
 from factories import make_scenario, run_scenario
 
 BLOCK = 2_097_152
@@ -124,11 +125,6 @@ def test_a_request_waits_for_blocks_still_landing_on_the_host(tmp_path):
 MOONCAKE = {"source": {"type": "trace", "path": "builtin:mooncake/conversation_head2000.jsonl", "format": "mooncake",
                        "block_size": 512},
             "load": {"type": "trace_timestamps"}, "stop": {"requests": 100}}
-SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 6},
-                       "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 800},
-                       "output_tokens_per_turn": {"distribution": "uniform", "min": 50, "max": 200},
-                       "inter_turn_delay_ms": 2000},
-            "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
 
 
 @pytest.mark.parametrize("traffic, worker", [

@@ -27,7 +27,7 @@ for _p in (str(_HERE.parent.parent), str(_HERE.parent)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from sglang_oracle_driver import mismatches, replay  # noqa: E402
+from sglang_oracle_driver import assert_matches, mismatches, replay  # noqa: E402
 
 GOLDEN_DIR = _HERE.parent / "golden" / "sglang_hicache"
 PASS_FIELDS = ("mode", "scheduled", "retracted", "finished", "emitted", "free_tokens", "evictable_tokens",
@@ -54,13 +54,7 @@ def _mismatches(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list(_goldens()))
 def test_matches_real_sglang_hicache(name: str) -> None:
-    bad = _mismatches(name)
-    known = KNOWN_MISMATCH.get(name)
-    if known is not None:
-        if bad:
-            pytest.xfail(f"{known} ({len(bad)} differences; first: {bad[0]})")
-        pytest.fail(f"{name} now matches: remove it from KNOWN_MISMATCH")
-    assert not bad, f"{len(bad)} differences:\n" + "\n".join(bad[:10])
+    assert_matches(name, _mismatches(name), KNOWN_MISMATCH.get(name))
 
 
 def test_goldens_cover_the_issue() -> None:

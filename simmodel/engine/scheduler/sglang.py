@@ -26,6 +26,12 @@ Plain Python, no time passes inside. Rules (``docs/sglang.md``; the mocker's in
 8. with ``radix_cache`` off (``ChunkCache``) nothing is shared or kept, and requests that ignore EOS are
    admitted by SGLang's ``add_one_req_ignore_eos``; with ``mixed_chunk`` a prefill pass also decodes.
 
+9. with a host tier (HiCache, ``engine.hiradix_cache``; ``tests/golden/sglang_hicache``): a match runs on through
+   host-only nodes; the admission check counts the host part as needing GPU room, the budgets only what is
+   computed; a host part of at least 10 tokens is loaded into the very pass that admits it (GPU room made by
+   eviction; without room it is computed); a plan first reaps the host copies that have landed (unlocking
+   them), and an unfinished prompt's chunk counts its insertion's hits at the next plan, as SGLang inserts it then.
+
 Rule 7 (``prefill_decode_interval``) is the caller's: ``schedule(prefill_blocked=True)`` only decodes.
 
 With ``overlap`` (SGLang's overlap host loop, ``event_loop_overlap``) the next pass is planned before the
