@@ -366,6 +366,17 @@ class HiRadixCache(RadixCache):
             depth += 1
         return depth
 
+    def clear(self) -> None:
+        """Everything leaves the tree and the host pool (a worker restarted cold); nothing may be locked or held."""
+        assert self.allocated_tokens == 0 and self.evictable_tokens == self.cached_tokens, "KV still in use"
+        self.root.children.clear()
+        self.cached_tokens = self.evictable_tokens = self.host_tokens = self.synced = 0
+        self._heap.clear()
+        self._host_heap.clear()
+        self._duplicates.clear()
+        self._loading.clear()
+        self.backups.clear()
+
     def take_synced(self) -> int:
         pages, self.synced = self.synced, 0
         return pages

@@ -49,6 +49,12 @@ class Rank:
         offload.recorder = self.recorder
         offload.where = (self.worker.worker_id, self.rank_id, self.role)
 
+    def settle_host_copies(self) -> None:
+        """The rank is idle: its host tier's copies that have landed are acknowledged now (an idle engine keeps
+        polling them), as a plan would."""
+        if self.offload is not None:
+            self.offload.settle()
+
     def _host_loaded(self, request: Request, num_computed_tokens: int) -> None:
         """A request's blocks landed from the host tier: it joins this rank's next pass."""
         self.scheduler.load_done(request, num_computed_tokens)

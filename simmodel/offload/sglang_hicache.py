@@ -96,6 +96,16 @@ class SglangHiCache:
         """Whether the rank will plan again when a copy lands (``stalled``)."""
         return self._wake is not None
 
+    def settle(self) -> None:
+        """The rank is idle (no request, no pass): the copies landed by now are reaped, as SGLang's idle loop
+        polls them."""
+        self.reap()
+
+    def cold_start(self) -> None:
+        """The worker left (its tree emptied by the scheduler, ``reset_prefix_cache``): nothing is in flight."""
+        self._acks.clear()
+        self._loads.clear()
+
     def pages_in_flight(self) -> int:
         """Pages whose copies to the host are queued and not reaped (each locks its node's path on the GPU)."""
         return sum(ack[3] for ack in self._acks)

@@ -267,6 +267,19 @@ class VllmCpuOffload:
         if loads:
             self.start_loads(loads, at)
 
+    def settle(self) -> None:
+        """(Its copies lock nothing on the GPU: nothing to acknowledge when idle.)"""
+
+    def cold_start(self) -> None:
+        """The worker left: a restarted vLLM has an empty CPU tier (its figures keep counting)."""
+        old = self.tier
+        self.tier = HostTier(old.capacity)
+        self.tier.num_failed, self.tier.num_evicted = old.num_failed, old.num_evicted
+        self.offered.clear()
+        self.finishing.clear()
+        self.retrying.clear()
+        self._last_lookup = (None, 0)
+
     def flush(self, at: int, pass_index: int) -> None:
         """(Its stores are queued at their pass's end by ``pass_ended``.)"""
 

@@ -101,12 +101,17 @@ class Fleet:
         leave now."""
         left = False
         for k, (worker, state) in enumerate(zip(self.workers, self.state)):
-            if state == DRAINING and worker.is_idle and not worker.has_requests() and not any(
-                    rank.pool.num_used_blocks or rank.has_pending_releases for rank in worker.ranks):
+            if state != DRAINING or not worker.is_idle or worker.has_requests():
+                continue
+            for rank in worker.ranks:  # (an idle engine polls its host copies: those landed unlock their KV)
+                rank.settle_host_copies()
+            if not any(rank.pool.num_used_blocks or rank.has_pending_releases for rank in worker.ranks):
                 self.state[k] = OFF
                 self.lives[k][-1][1] = self.env.now
                 for rank in worker.ranks:  # its KV handed back: if it comes back, it starts cold
                     rank.scheduler.reset_prefix_cache()
+                    if rank.offload is not None:
+                        rank.offload.cold_start()
                 left = True
         if left:
             self._changed()

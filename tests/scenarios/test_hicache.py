@@ -13,6 +13,7 @@ Requests are Mooncake rows whose one 512-token hash id says what the prompt hold
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from factories import CHAT_SESSIONS as SESSIONS
@@ -167,3 +168,31 @@ def test_runs_of_passes_with_hicache_equal_the_pass_by_pass_run(traffic, worker)
     assert runs.summary["kv_offload"] == single.summary["kv_offload"]
     for table in ("requests", "passes", "events"):
         assert getattr(runs, table).equals(getattr(single, table)), table
+
+
+@pytest.mark.parametrize("backend, host", [("sglang", {"ratio": 2}), ("vllm", {"capacity_gib": 4})])
+def test_a_drained_worker_with_a_host_tier_leaves_and_comes_back_cold(backend, host):
+    """The ready planner scenario with a load that falls: the planner drains three of its four workers. A
+    draining worker leaves once it holds no KV; HiCache's copies to the host lock KV until acknowledged, which an
+    idle engine does as they land, so every drained worker leaves (none is left draining at the end, one serves),
+    and its host tier leaves with it: empty, as a restarted engine's."""
+    from simmodel.scaling.fleet import OFF
+    from simmodel.sim import Simulation
+
+    sets = ["traffic.load.stages=[{requests_per_second: 2, duration_s: 60}, {requests_per_second: 30, "
+            "duration_s: 90}, {requests_per_second: 0.5, duration_s: 400}]", f"engine.backend={backend}",
+            "engine.workers.aggregated.kv_cache.capacity={type: fixed, blocks: "
+            + ("30000}" if backend == "sglang" else "2000}"),
+            "engine.workers.aggregated.kv_cache.host_offload=" + str(host).replace("'", "")]
+    sim = Simulation.from_yaml(Path(__file__).resolve().parents[2] / "scenarios" / "planner-step-load.yaml", sets,
+                               keep_events=False)
+    res = sim.run()
+    last = res.replicas.iloc[-1]
+    assert (last.serving, last.draining) == (1, 0)
+    fleet = sim.fleets["aggregated"]
+    off = [w for w, state in zip(fleet.workers, fleet.state) if state == OFF]
+    assert len(off) == 3
+    for worker in off:
+        for rank in worker.ranks:
+            held = rank.scheduler.cache.host_tokens if backend == "sglang" else len(rank.offload.tier)
+            assert held == 0

@@ -294,6 +294,9 @@ class SglangScheduler:
         return bool(self.running or self.waiting or self.chunked or self.prealloc or self.handoffs)
 
     def reset_prefix_cache(self) -> None:
+        if self.tiered:  # (the host pool goes too: a restarted engine starts cold)
+            self.cache.clear()
+            return
         self.cache.evict(self.cache.evictable_tokens)  # (nothing is locked: every node may go)
 
     @property
