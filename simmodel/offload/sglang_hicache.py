@@ -115,7 +115,7 @@ class SglangHiCache:
         when the next one lands (SGLang's loop polls; its next plan reaps the copy and may admit then)."""
         if self._acks and self._wake is None:
             at = self._wake = self._acks[0][0]
-            self.env.timeout(at - self.env.now).callbacks.append(self._woken)
+            self.env.timeout(max(at - self.env.now, 0)).callbacks.append(self._woken)
 
     def _woken(self, _) -> None:
         self._wake = None
