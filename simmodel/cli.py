@@ -171,9 +171,19 @@ class ProgressBar:
 
 
 def _warn(scenario) -> None:
-    """An imported workload's fields the simulation does not reproduce, one line each on stderr."""
+    """An imported workload's fields the simulation does not reproduce, and an SGLang host pool no larger than
+    the GPU's (SGLang warns of it too), one line each on stderr."""
     for warning in scenario.traffic.warnings:
         click.echo(f"simmodel: warning: {warning}", err=True)
+    for name, role in scenario.engine.workers.items():
+        spec = role.kv_cache.host_offload
+        if spec is None or spec.write_policy is None:
+            continue
+        host = host_blocks(role)[0] * role.kv_cache.block_size
+        if host <= role.kv_tokens_per_rank:
+            click.echo(f"simmodel: warning: engine.workers.{name}.kv_cache.host_offload: the host pool holds {host} "
+                       f"tokens per GPU, no more than the GPU pool's {role.kv_tokens_per_rank} (SGLang warns of this "
+                       f"too): it keeps little the GPU does not", err=True)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -145,3 +145,16 @@ def test_a_file_name_the_os_refuses_is_one_line_exit_2(scenario, tmp_path, args,
     proc = simmodel(*(a.format(scenario=scenario, tmp=tmp_path, long=long) for a in args))
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_an_sglang_host_pool_no_larger_than_the_gpu_pool_is_warned_of():
+    """ratio 0.5 of a 140,000-token GPU pool (pages of one token): int(0.5 × 140,000) = 70,000 tokens, plus
+    SGLang's padding page, 70,001 ≤ 140,000; the ready scenario's 1,000 GiB pool draws no warning."""
+    proc = simmodel("validate", "-c", "scenarios/mooncake-hicache-sglang.yaml",
+                    "--set", "engine.workers.aggregated.kv_cache={block_size: 1, capacity: {type: fixed, blocks: "
+                             "140000}, host_offload: {ratio: 0.5}}")
+    assert proc.returncode == 0, proc.stderr
+    assert ("simmodel: warning: engine.workers.aggregated.kv_cache.host_offload: the host pool holds 70001 tokens "
+            "per GPU, no more than the GPU pool's 140000") in proc.stderr
+    quiet = simmodel("validate", "-c", "scenarios/mooncake-hicache-sglang.yaml")
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
