@@ -112,3 +112,12 @@ CHAT_SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "unifo
                  "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
 """Closed-loop multi-turn chat: 16 sessions of 3–6 turns, 200 requests; each turn's prompt repeats the
 conversation so far (the host-tier tests' load: prefixes come back after the GPU cache evicted them)."""
+
+
+def run_both_ways(data: dict) -> tuple[Results, list[str]]:
+    """The scenario planned as runs of passes (the default), and the tables and host-tier figures that differ
+    from the pass-by-pass run (``coalesce=False``): none, where runs are right."""
+    runs, single = (Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False))
+    differ = [] if runs.summary.get("kv_offload") == single.summary.get("kv_offload") else ["kv_offload"]
+    return runs, differ + [table for table in ("requests", "passes", "events")
+                           if not getattr(runs, table).equals(getattr(single, table))]

@@ -30,7 +30,7 @@ import heapq
 from collections.abc import Hashable, Sequence
 
 from simmodel.config.schema import HICACHE_WRITE_POLICIES as WRITE_POLICIES
-from simmodel.engine.radix_cache import RadixCache, RadixNode
+from simmodel.engine.radix_cache import RadixCache, RadixNode, compacted
 
 WRITE_THROUGH_THRESHOLD = {"write_through": 1, "write_through_selective": 2}
 """Hits that back a node up under each insert-time policy (SGLang's ``write_through_threshold``)."""
@@ -59,6 +59,8 @@ class HiRadixCache(RadixCache):
         self.num_written_back = 0
         """Pages ``write_back`` copied while evicting."""
         self._host_heap: list[tuple[int, int, RadixNode]] = []
+        """Candidates for host eviction (host-only nodes without children), as the base's ``_heap``."""
+        self._host_compact_at = 1024
         self._duplicates: dict[RadixNode, None] = {}
         """``write_back``: nodes on both tiers whose host copy host pressure frees first, in the order they became
         so (SGLang's ``full_host_duplicates``), each keyed by the tail of one of SGLang's nodes (the part that keeps
@@ -78,6 +80,11 @@ class HiRadixCache(RadixCache):
     @property
     def host_free(self) -> int:
         return self.host_capacity - self.host_tokens
+
+    @property
+    def num_host_candidates(self) -> int:
+        """Entries kept for host eviction, stale ones included (bounded: ``_offer`` drops the stale ones)."""
+        return len(self._host_heap)
 
     @staticmethod
     def _is_device_leaf(node: RadixNode) -> bool:
@@ -104,6 +111,9 @@ class HiRadixCache(RadixCache):
             if not node.children:
                 self._offered += 1
                 heapq.heappush(self._host_heap, (node.last_access, self._offered, node))
+                if len(self._host_heap) > self._host_compact_at:  # (a waiting request's match offers at every plan)
+                    self._host_heap = compacted(self._host_heap, self._host_live)
+                    self._host_compact_at = max(1024, 2 * len(self._host_heap))
             return
         if self._is_device_leaf(node):
             self._push(node)
@@ -244,6 +254,7 @@ class HiRadixCache(RadixCache):
                     break
                 leaf = parent
             self._offer(parent)
+            heap = self._host_heap  # (an offer may have compacted it)
         return freed
 
     def _reclaim_duplicates(self, num_tokens: int) -> int:

@@ -236,8 +236,7 @@ class RadixCache:
 
     def _compact(self) -> None:
         """Drop the entries that are no longer live (amortized: the heap at most doubles in between)."""
-        self._heap = [entry for entry in self._heap if self._live(entry)]
-        heapq.heapify(self._heap)
+        self._heap = compacted(self._heap, self._live)
         self._compact_at = max(1024, 2 * len(self._heap))
 
     # -- insertion ----------------------------------------------------------------------------
@@ -394,6 +393,13 @@ class ChunkCache(RadixCache):
                 del parent.children[(node.block, node.start)]
                 self.cached_tokens -= node.length
             node = parent
+
+
+def compacted(heap: list, live: Callable[[tuple], bool]) -> list:
+    """The entries of a heap of eviction candidates that are still ``live``, as a heap."""
+    kept = [entry for entry in heap if live(entry)]
+    heapq.heapify(kept)
+    return kept
 
 
 def page_segments(segments: Segments, page_size: int) -> list[tuple[Hashable, int]]:

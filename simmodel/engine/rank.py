@@ -13,7 +13,7 @@ from simmodel.engine.scheduler.base import Scheduler, SchedulerOutput
 
 if TYPE_CHECKING:
     from simmodel.engine.worker import Worker
-    from simmodel.offload import VllmCpuOffload
+    from simmodel.offload.protocol import Offload
 
 
 class Rank:
@@ -37,13 +37,15 @@ class Rank:
         """A router's bookkeeping of this rank (``routing.loads.PoolLoads``), told of every plan recorded here
         (``on_plan``) and every pass end (``on_pass_end``: its first tokens and finishes), at the instant the
         pass-by-pass loop records them; None: no router watches."""
-        self.offload: VllmCpuOffload | None = None
+        self.offload: Offload | None = None
         """The host KV tier behind this rank's pool (``simmodel.offload``): told of every plan (``planned``), pass
         end (``pass_ended``) and finish here; None: none."""
 
-    def attach_offload(self, offload: VllmCpuOffload) -> None:
-        """Put a host KV tier behind this rank: its scheduler loads from it, its passes store to it."""
+    def attach_offload(self, offload: Offload) -> None:
+        """Put a host KV tier behind this rank: its scheduler loads from it, its passes store to it (its worker's
+        runs then plan around it: ``Worker.offloads``)."""
         self.offload = self.scheduler.offload = offload
+        self.worker.offloads = True
         offload.on_loaded = self._host_loaded
         offload.on_wake = self.worker.notify
         offload.recorder = self.recorder

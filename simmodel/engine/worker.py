@@ -116,10 +116,11 @@ class Worker:
         finishes (a prefill pool's worker): its passes are never planned as runs, since each pass is done with
         its prompts, so a run would mostly be one pass long and cost more than that pass on its own."""
         self.offloads = False
-        """Whether its ranks keep a host KV tier (``simmodel.offload``). Its runs then never admit: an admission
-        looks the prompt up on the host at the plan's instant and offers the tier what the pass computes, so
-        every pass that admits is planned on its own (``Rank.plan``) and a run holds only the decodes between
-        them, ending before a load lands (``_horizon``)."""
+        """Whether its ranks keep a host KV tier (``simmodel.offload``; set by ``Rank.attach_offload``). Its runs then
+        never admit: an admission looks the prompt up on the host at the plan's instant and offers the tier what
+        the pass computes, so every pass that admits is planned on its own (``Rank.plan``) and a run holds only
+        the decodes between them (going on through waiting requests it does not admit where ``planner.run``'s
+        ``sees_arrivals`` allows), ending before a load lands (``_horizon``)."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -545,7 +546,7 @@ class Worker:
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
         if self.offloads:  # a host tier's copies inside the pass (SGLang's HiCache loads, write-back stalls)
             for i, (rank, plan) in enumerate(zip(self.ranks, plans)):
-                if rank.offload.prices_passes and (plan.host_loaded or plan.host_synced_pages):
+                if plan.host_loaded or plan.host_synced_pages:
                     index = rank.num_passes + self._passes_in_flight - 1  # (as ``begin_pass`` numbers it)
                     busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]), index)
         self.last_pass_ns = int(busy.max())

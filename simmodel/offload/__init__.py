@@ -3,8 +3,8 @@
 A tier is attached to a rank's scheduler, which asks it at admission for the blocks of a prompt it holds
 and loads them instead of recomputing them; the rank hands it the blocks each pass computed, to store.
 ``OFFLOADS`` picks the connector by backend: vLLM's offloading connector (``vllm_connector``), SGLang's
-HiCache (``sglang_hicache``, its host pages kept in the radix tree, ``engine.hiradix_cache``); ``build`` makes
-one rank's from its role. ``docs/kv-offload.md`` describes the model.
+HiCache (``sglang_hicache``, its host pages kept in the radix tree, ``engine.hiradix_cache``); ``attach`` makes
+one rank's from its role and puts it behind the rank. ``docs/kv-offload.md`` describes the model.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simmodel.offload.link import HostLink
+from simmodel.offload.protocol import Offload
 from simmodel.offload.sglang_hicache import SglangHiCache
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import simpy
 
     from simmodel.config.schema import WorkerRole
+    from simmodel.engine.rank import Rank
 
 GIB = 1 << 30
 
@@ -71,15 +73,14 @@ def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCach
     return SglangHiCache(env, scheduler.cache, *_links(role), role.kv_cache.block_size, block_bytes, gpu_block_bytes)
 
 
-OFFLOADS: dict[str, Callable] = {"vllm": _vllm, "sglang": _sglang}
-"""How each backend's ranks offload KV: vLLM's offloading connector, SGLang's HiCache."""
+OFFLOADS: dict[str, Callable[..., Offload]] = {"vllm": _vllm, "sglang": _sglang}
+"""How each backend's ranks offload KV: vLLM's offloading connector, SGLang's HiCache (``protocol.Offload``)."""
 
 
-def build(backend: str, env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload | SglangHiCache | None:
-    """One rank's host tier behind ``scheduler``, or None if its role has none."""
-    if role.kv_cache.host_offload is None:
-        return None
-    return OFFLOADS[backend](env, role, scheduler)
+def attach(backend: str, rank: Rank, role: WorkerRole) -> None:
+    """Put the role's host tier, if it has one, behind ``rank`` (built for its scheduler, by ``backend``)."""
+    if role.kv_cache.host_offload is not None:
+        rank.attach_offload(OFFLOADS[backend](rank.env, role, rank.scheduler))
 
 
 def offload_summary(ranks: list, duration_ns: int) -> dict:
@@ -113,5 +114,5 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
     return summary
 
 
-__all__ = ["OFFLOADS", "HostLink", "HostTier", "SglangHiCache", "VllmCpuOffload", "build", "host_blocks",
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "VllmCpuOffload", "attach", "host_blocks",
            "offload_summary"]

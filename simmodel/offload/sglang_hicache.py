@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 class SglangHiCache:
     """One rank's HiCache copies: its tree's host tier timed on the rank's two host-link queues."""
 
-    prices_passes = True
-    """Its loads and write-back stalls lengthen the passes (``pass_ns``)."""
     retrying = False
     """(The host-tier protocol of ``Worker``'s runs: nothing here retries a lookup.)"""
 

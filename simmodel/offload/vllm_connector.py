@@ -63,9 +63,6 @@ class Offered:
 class VllmCpuOffload:
     """The host tier of one rank, its links, and the loads and stores between them and the GPU pool."""
 
-    prices_passes = False
-    """Its loads run between passes, never inside one (``SglangHiCache.pass_ns`` does)."""
-
     def __init__(self, env: simpy.Environment, tier: HostTier, loads: HostLink, stores: HostLink,
                  block_size: int, block_bytes: float, gpu_block_bytes: float) -> None:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
@@ -266,6 +263,10 @@ class VllmCpuOffload:
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:
             self.start_loads(loads, at)
+
+    def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int = -1) -> int:
+        """(Its loads run between passes: a pass lasts its forward pass.)"""
+        return busy_ns
 
     def settle(self) -> None:
         """(Its copies lock nothing on the GPU: nothing to acknowledge when idle.)"""

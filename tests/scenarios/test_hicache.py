@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from factories import CHAT_SESSIONS as SESSIONS
-from factories import make_sglang_scenario, run_scenario
+from factories import make_sglang_scenario, run_both_ways, run_scenario
 
 TOKEN_NS = 131_072
 LATENCY_NS = 100_000
@@ -153,21 +153,14 @@ def test_without_the_tier_the_prefix_is_recomputed(tmp_path):
         "sessions-attention-dp"])
 def test_runs_of_passes_with_hicache_equal_the_pass_by_pass_run(traffic, worker):
     """Closed-loop chat sessions on a GPU pool small enough to evict and a host pool that finds the evicted prefixes
-    (pages of 1 and 16 tokens, every write policy, a slow link, SGLang's overlap loop): planned as runs of decode passes (the default) and pass by pass (``coalesce=False``), every request, pass, event and
-    tier figure is the same."""
-    from pathlib import Path
-
-    from simmodel.config.load import parse_scenario
-    from simmodel.sim import Simulation
-
+    (pages of 1 and 16 tokens, every write policy, a slow link, SGLang's overlap loop, attention DP): planned as runs
+    of decode passes (the default) and pass by pass (``coalesce=False``), every request, pass, event and tier figure
+    is the same."""
     data = make_sglang_scenario(traffic=traffic, engine={"context_length": 16384, "workers": {"aggregated": {
         "timing": {"type": "default"}, **worker}}})
-    results = [Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False)]
-    runs, single = results
+    runs, differ = run_both_ways(data)
     assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
-    assert runs.summary["kv_offload"] == single.summary["kv_offload"]
-    for table in ("requests", "passes", "events"):
-        assert getattr(runs, table).equals(getattr(single, table)), table
+    assert not differ
 
 
 @pytest.mark.parametrize("backend, host", [("sglang", {"ratio": 2}), ("vllm", {"capacity_gib": 4})])

@@ -212,3 +212,18 @@ def test_random_runs_keep_the_tree_consistent():
         for seed in range(12):
             for page in (1, 4):
                 _random_run(seed, policy, page)
+
+
+def test_matching_a_host_only_prefix_again_and_again_keeps_its_candidates_bounded():
+    """A request waiting with a host-only prefix is matched at every plan, offering the node again each time: the
+    stale offers are dropped as they pile up (at most twice the live ones above 1,024), and the node is still the
+    one host eviction takes."""
+    cache = HiRadixCache(10, 20, "write_through")
+    cache.insert(A)
+    _acked(cache)
+    cache.allocate(6)  # A demoted: host-only
+    for _ in range(5000):
+        cache.match(A)
+    assert cache.num_host_candidates <= 1025
+    assert cache.evict_host(1) == 6 and cache.match_length(A) == 0
+    cache.check()

@@ -10,7 +10,7 @@ from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerCon
 from simmodel.engine.vision_encoder import RankVision
 from simmodel.engine.worker import Worker
 from simmodel.frontend.stages import Frontend
-from simmodel.offload import build as build_offload
+from simmodel.offload import attach as attach_host_tier
 from simmodel.offload import host_blocks
 
 if TYPE_CHECKING:
@@ -65,10 +65,7 @@ class SglangBackend:
             for r in range(role.parallelism.attention_data):
                 scheduler = SglangScheduler(cfg, kv_tokens)
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
-                offload = build_offload("sglang", sim.env, role, scheduler)
-                if offload is not None:
-                    rank.attach_offload(offload)
-                    worker.offloads = True
+                attach_host_tier("sglang", rank, role)
                 worker.add_rank(rank)
             if sim.images is not None and role.name == sim.front_role:
                 worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency,

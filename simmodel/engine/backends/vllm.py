@@ -12,7 +12,7 @@ from simmodel.engine.rank import Rank
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.worker import Worker
-from simmodel.offload import build as build_offload
+from simmodel.offload import attach as attach_host_tier
 
 if TYPE_CHECKING:
     from simmodel.config.schema import Scenario, WorkerRole
@@ -62,10 +62,7 @@ class VllmBackend:
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
-                offload = build_offload("vllm", sim.env, role, scheduler)
-                if offload is not None:
-                    rank.attach_offload(offload)
-                    worker.offloads = True
+                attach_host_tier("vllm", rank, role)
                 worker.add_rank(rank)
             workers.append(worker)
         return workers

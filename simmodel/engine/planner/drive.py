@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.planner.async_run import AsyncRun
-from simmodel.engine.planner.run import Run, admits_arrivals
+from simmodel.engine.planner.run import Run, admits_arrivals, sees_arrivals
 from simmodel.engine.planner.running import MAX_RUN, RunningRequests
 from simmodel.engine.scheduler.base import SchedulerOutput
 
@@ -38,7 +38,7 @@ def carry(worker: Worker, horizon: float, plans: list | None = None, start: int 
             return None  # (launches move the planning times)
     elif plans is None and now + (worker.decode_pass_ns or worker.last_pass_ns) >= horizon:
         return None  # the next pass would most likely end past the horizon: not worth gathering
-    run = _gathered(worker, plans, lag, may_wait=admits_arrivals(worker) or waits_out(worker))
+    run = _gathered(worker, plans, lag, may_wait=sees_arrivals(worker))
     rows = _rows(worker, now, horizon, started_before=lag)  # async: row 0 is in flight, rows 1..m start
     if run is None or rows < 1 + lag:
         return None
@@ -83,14 +83,6 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
         return None  # (async: after a pass of no time the loop decides at once, without waiting)
     state.plan_first()
     return state, m
-
-
-def waits_out(worker: Worker) -> bool:
-    """Whether a run applied ahead may start with requests waiting that it does not admit itself: on a worker
-    with a host KV tier (whose admissions look prompts up on the host, so each is planned on its own) fed by its
-    own arrivals. The run then ends at the first decision that could admit one, the one after a finish or an
-    arrival (``_admit_arrivals``), and no later than the tier's next event (``Worker._horizon``)."""
-    return worker.offloads and worker.arrivals is not None and worker.prefill_schedule_interval <= 1
 
 
 def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> RunningRequests | None:

@@ -34,12 +34,21 @@ _DECODE_ROW = np.array([1, 1, 0, 1, 1])
 besides its context (added to the context and pairs columns)."""
 
 
+def sees_arrivals(worker: Worker) -> bool:
+    """Whether the worker's runs may go on through requests waiting or arriving: only where nothing but the
+    worker's own arrivals reaches it (``Worker.arrivals``) and no pass is off a prefill cadence
+    (``prefill_schedule_interval``: such a pass may defer prefills, so a run stops before the plan that sees an
+    arrival instead). The run admits them itself (``admits_arrivals``), or, on a worker with a host KV tier (whose
+    admissions look prompts up on the host, so each is planned on its own), ends at the first decision that
+    could admit one, the one after a finish or an arrival (``drive._admit_arrivals``), and no later than the
+    tier's next event (``Worker._horizon``)."""
+    return worker.arrivals is not None and worker.prefill_schedule_interval <= 1
+
+
 def admits_arrivals(worker: Worker) -> bool:
-    """Whether the worker's runs admit requests themselves: only where nothing but the worker's own arrivals
-    reaches it (``Worker.arrivals``), no pass is off a prefill cadence (``prefill_schedule_interval``: such
-    a pass may defer prefills, so a run stops before the plan that sees an arrival instead), and it keeps no
-    host KV tier (``Worker.offloads``)."""
-    return worker.arrivals is not None and worker.prefill_schedule_interval <= 1 and not worker.offloads
+    """Whether the worker's runs admit requests themselves (``sees_arrivals``): not with a host KV tier
+    (``Worker.offloads``)."""
+    return sees_arrivals(worker) and not worker.offloads
 
 
 class Run(Admissions, Recording):
@@ -255,7 +264,7 @@ class Run(Admissions, Recording):
         """With a host KV tier and requests waiting: lower ``cap`` to the first row from k on whose decodes would
         take a free block a waiting request finds in the GPU cache. Its GPU prefix would shrink there, and its
         host lookup then starts earlier and may find what lets it in (a load needs only the blocks it loads),
-        so the plan after that row is the rank's own (``drive.waits_out``)."""
+        so the plan after that row is the rank's own (``sees_arrivals``)."""
         for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
             total = int(self.total_allocations[r])
             if not sched.waiting or not total:

@@ -1,0 +1,66 @@
+"""What a rank, its worker, the pass planner and the fleet ask of a host KV tier (``OFFLOADS``' entries build one).
+
+Two implement it: vLLM's offloading connector (``vllm_connector.VllmCpuOffload``: loads between passes, requests
+wait for them) and SGLang's HiCache (``sglang_hicache.SglangHiCache``: loads inside the pass that admits them,
+copies that lock the radix tree until acknowledged). Each backend's scheduler talks to its own tier directly;
+this is the part the engine around the scheduler shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from simmodel.engine.recorder import Recorder
+    from simmodel.engine.request import Request
+    from simmodel.engine.scheduler.base import SchedulerOutput
+
+
+class Offload(Protocol):
+    on_loaded: Callable | None
+    """The rank taking a request whose load landed (vLLM; unused by SGLang, whose loads run inside passes)."""
+    on_wake: Callable[[], None] | None
+    """The rank planning again (a request waits for a copy to land)."""
+    recorder: Recorder | None
+    where: tuple[int, int, str]
+    """The rank's worker, attention-DP rank and role, for its events."""
+    plan_at: int | None
+    """The instant of the plan being made when it is not now (``Rank.plan``'s ``at``)."""
+    retrying: bool | set
+    """Truthy while a request's offer to the tier must be made again at every pass (its passes are then planned
+    one by one: ``planner.drive``)."""
+    num_hit_tokens: int
+    block_bytes: float
+
+    @property
+    def waking(self) -> bool:
+        """Whether the tier will wake the rank to plan (``Rank.expects_work``)."""
+
+    def next_event_ns(self) -> float:
+        """The next instant the tier acts on its rank by itself; no run of passes reaches past it."""
+
+    def planned(self, plan: SchedulerOutput, at: int) -> None:
+        """A pass was planned at ``at`` (``Rank.plan``)."""
+
+    def pass_ended(self, plan: SchedulerOutput, end: int, pass_index: int) -> None:
+        """A pass whose plan loads or stores ended (``Rank.finish_pass``)."""
+
+    def finished(self, request: Request, at: int) -> None:
+        """A request finished at ``at`` (``Rank.record_pass_end``, or a run's recording)."""
+
+    def flush(self, at: int, pass_index: int) -> None:
+        """A pass's outputs were processed at ``at``: copies its processing made start (``Rank.record_pass_end``)."""
+
+    def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int) -> int:
+        """How long a pass whose plan loads inside it (``host_loaded``) or waits for copies (``host_synced_pages``)
+        lasts (``Worker._start``)."""
+
+    def settle(self) -> None:
+        """The rank is idle: copies landed by now are acknowledged (``scaling.Fleet.retire_drained``)."""
+
+    def cold_start(self) -> None:
+        """The worker left: a restarted engine has an empty tier (``scaling.Fleet.retire_drained``)."""
+
+    def figures(self, end_ns: int) -> dict:
+        """What the tier held and moved (``offload_summary``)."""
