@@ -172,8 +172,8 @@ def test_a_drained_worker_with_a_host_tier_leaves_and_comes_back_cold(backend, h
     from simmodel.scaling.fleet import OFF
     from simmodel.sim import Simulation
 
-    sets = ["traffic.load.stages=[{requests_per_second: 2, duration_s: 60}, {requests_per_second: 30, "
-            "duration_s: 90}, {requests_per_second: 0.5, duration_s: 400}]", f"engine.backend={backend}",
+    sets = ["traffic.load.stages=[{requests_per_second: 2, duration_s: 30}, {requests_per_second: 20, "
+            "duration_s: 60}, {requests_per_second: 0.2, duration_s: 300}]", f"engine.backend={backend}",
             "engine.workers.aggregated.kv_cache.capacity={type: fixed, blocks: "
             + ("30000}" if backend == "sglang" else "2000}"),
             "engine.workers.aggregated.kv_cache.host_offload=" + str(host).replace("'", "")]
