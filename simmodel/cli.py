@@ -70,12 +70,18 @@ def format_table(summary: dict) -> str:
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
     for role, tier in (summary.get("kv_offload") or {}).items():
-        ratios = [tier[key] for key in ("gpu_hit_ratio", "host_hit_ratio", "hit_ratio")]
-        shown = " / ".join("-" if r is None else f"{r:.4f}" for r in ratios)
-        lines.append(f"{'Hit ratio GPU / host / both (' + role + ')':<46} {shown}")
+        storage = "storage_hit_ratio" in tier
+        keys = ("gpu_hit_ratio", "host_hit_ratio", *(("storage_hit_ratio",) if storage else ()), "hit_ratio")
+        shown = " / ".join("-" if tier[key] is None else f"{tier[key]:.4f}" for key in keys)
+        label = "Hit ratio GPU / host / storage / all" if storage else "Hit ratio GPU / host / both"
+        lines.append(f"{label + ' (' + role + ')':<46} {shown}")
         lines.append(f"{'Host tier: GB loaded / stored (link busy)':<46} {tier['bytes_loaded'] / 1e9:.1f} "
                      f"({tier['load_link_utilization']:.2%}) / {tier['bytes_stored'] / 1e9:.1f} "
                      f"({tier['store_link_utilization']:.2%})")
+        if storage:
+            lines.append(f"{'Storage: GB read / written (busy)':<46} {tier['storage_bytes_read'] / 1e9:.1f} "
+                         f"({tier['storage_read_utilization']:.2%}) / {tier['storage_bytes_written'] / 1e9:.1f} "
+                         f"({tier['storage_write_utilization']:.2%})")
     if summary.get("vision"):
         v = summary["vision"]
         ratio = v["embedding_cache_hit_ratio"]

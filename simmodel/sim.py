@@ -638,9 +638,15 @@ class Simulation:
         offloads = [(w.role, rank) for w in self.workers for rank in w.ranks if rank.offload is not None]
         if offloads:  # a host KV tier: what it held and moved, and each request's tokens loaded from it
             summary["kv_offload"] = offload_summary(offloads, end_ns)
-            requests.add("host_cached_tokens", [r.num_host_cached_tokens for r in reported])
+            requests.add("host_cached_tokens", [r.num_host_cached_tokens - r.num_storage_cached_tokens
+                                                for r in reported])
             requests.add("host_load_ms", [float("nan") if r.host_load_end_at is None
                                           else (r.host_load_end_at - r.host_load_start_at) / 1e6 for r in reported])
+            if any(rank.offload.storage is not None for _, rank in offloads):
+                requests.add("storage_cached_tokens", [r.num_storage_cached_tokens for r in reported])
+                requests.add("storage_load_ms", [
+                    float("nan") if r.storage_load_end_at is None or not r.num_storage_cached_tokens
+                    else (r.storage_load_end_at - r.storage_load_start_at) / 1e6 for r in reported])
         summary.update(self.backend.summary())
         if self.frontends:
             spec = self.scenario.engine.workers[self.front_role].frontend

@@ -250,6 +250,23 @@ HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_bac
 
 
 @dataclass(frozen=True, slots=True)
+class StorageSpec:
+    """``kv_cache.host_offload.storage``: a storage tier (local disk, a network store) behind the host tier, as
+    vLLM 0.32's ``TieringOffloadingSpec`` keeps one (its secondary tiers: ``fs``, ``obj``...). Every block that
+    lands on the host is written through to it; a block found only there is read back into the host before the
+    host-to-GPU load (``simmodel.offload.storage``)."""
+
+    capacity_gib: float | None = None
+    """What it holds per attention-DP rank, in GiB; None: unbounded (vLLM's ``fs`` tier never deletes a file)."""
+    read_gb_per_s: float = 5.0
+    """Read bandwidth per rank, in GB/s (5: SGLang's simulated storage backend, ``hicache_storage_sim``)."""
+    write_gb_per_s: float = 5.0
+    """Write bandwidth per rank, in GB/s."""
+    latency_us: float = 100.0
+    """Fixed time of each read or write job, before its bytes move (100 µs: the same source)."""
+
+
+@dataclass(frozen=True, slots=True)
 class HostOffloadSpec:
     """``kv_cache.host_offload``: a host-memory (CPU) tier behind each rank's GPU KV cache, as vLLM's offloading
     connector or SGLang's HiCache keeps it (``simmodel.offload``)."""
@@ -268,6 +285,8 @@ class HostOffloadSpec:
     """SGLang: the host pool's tokens per GPU KV token (``--hicache-ratio``), when ``capacity_gib`` is not given."""
     write_policy: str | None = None
     """SGLang: when KV is copied to the host (``--hicache-write-policy``); None for vLLM."""
+    storage: StorageSpec | None = None
+    """A storage tier behind the host tier (vLLM); None: none."""
 
 
 @dataclass(frozen=True, slots=True)

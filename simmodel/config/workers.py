@@ -21,6 +21,7 @@ from simmodel.config.schema import (
     SchedulerSpec,
     SglangSchedulerSpec,
     SpeculationSpec,
+    StorageSpec,
     WorkerRole,
 )
 from simmodel.config.timing import _check_calibration, _timing
@@ -238,8 +239,24 @@ def _host_offload(kv: _Node, prefix_caching: bool, sglang: bool) -> HostOffloadS
     policy = node.choice("policy", ("lru",), "lru")
     link = node.number("link_gb_per_s", None, positive=True, maximum=1e6)
     latency = node.number("latency_us", 0.0, maximum=1e9)
+    storage = None
+    if node.raw("storage", None) is not None:  # (null: none)
+        if sglang:
+            raise ScenarioError(f"{node.at('storage')}: a storage tier behind SGLang's HiCache "
+                                f"(--hicache-storage-backend) is not modeled yet; remove it (vLLM workers take one)")
+        storage = _storage(node.node("storage"))
     node.done()
-    return HostOffloadSpec(capacity, policy, link, latency, ratio, write_policy)
+    return HostOffloadSpec(capacity, policy, link, latency, ratio, write_policy, storage)
+
+
+def _storage(node: _Node) -> StorageSpec:
+    """``host_offload.storage``: vLLM's secondary tier behind the CPU tier (``TieringOffloadingSpec``)."""
+    spec = StorageSpec(node.number("capacity_gib", None, positive=True, maximum=1e9),
+                       node.number("read_gb_per_s", 5.0, positive=True, maximum=1e6),
+                       node.number("write_gb_per_s", 5.0, positive=True, maximum=1e6),
+                       node.number("latency_us", 100.0, maximum=1e9))
+    node.done()
+    return spec
 
 
 def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:

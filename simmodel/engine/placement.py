@@ -137,4 +137,6 @@ def take_prefill_figures(client: Request, leg: Request) -> None:
     client.num_cached_tokens = leg.num_cached_tokens
     client.num_host_cached_tokens = leg.num_host_cached_tokens
     client.host_load_start_at, client.host_load_end_at = leg.host_load_start_at, leg.host_load_end_at
+    client.num_storage_cached_tokens = leg.num_storage_cached_tokens
+    client.storage_load_start_at, client.storage_load_end_at = leg.storage_load_start_at, leg.storage_load_end_at
     client.predicted_cached_tokens = leg.predicted_cached_tokens

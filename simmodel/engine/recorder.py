@@ -33,6 +33,9 @@ class EventKind(IntEnum):
     HOST_LOAD_START = 14
     HOST_LOAD_END = 15
     HOST_STORE = 16
+    STORAGE_STORE = 17
+    STORAGE_LOAD_START = 18
+    STORAGE_LOAD_END = 19
 
 
 

@@ -38,8 +38,11 @@ class Request:
         "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "predicted_cached_tokens",
-        # A host KV tier: prompt tokens loaded from it at first admission, and when the load began and landed.
+        # A host KV tier: prompt tokens loaded from it at first admission, and when the load began and landed;
+        # of those tokens, the ones first read from a storage tier into the host, and when those reads began and
+        # the last of them landed.
         "num_host_cached_tokens", "host_load_start_at", "host_load_end_at",
+        "num_storage_cached_tokens", "storage_load_start_at", "storage_load_end_at",
         "prefill_done_at", "transfer_start_at", "transfer_end_at", "decode_admitted_at", "source_released_at",
         # SGLang: what the prompt's tokens are (radix cache segments), when it reached the scheduler,
         # and the time it spent in the frontend stages.
@@ -83,6 +86,9 @@ class Request:
         self.num_host_cached_tokens = 0
         self.host_load_start_at: int | None = None
         self.host_load_end_at: int | None = None
+        self.num_storage_cached_tokens = 0
+        self.storage_load_start_at: int | None = None
+        self.storage_load_end_at: int | None = None
         # Async scheduling: tokens scheduled whose outputs have not come back yet (vLLM's placeholders),
         # tokens in flight, and in-flight tokens of a preempted request (its "stale" output).
         self.num_output_placeholders = 0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import Offload
 from simmodel.offload.sglang_hicache import SglangHiCache
+from simmodel.offload.storage import StorageTier
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
 
@@ -62,10 +63,24 @@ def _links(role: WorkerRole) -> tuple[HostLink, HostLink]:
     return HostLink(bandwidth, latency_ns), HostLink(bandwidth, latency_ns)
 
 
+def _storage(role: WorkerRole, block_bytes: float) -> StorageTier | None:
+    """A rank's storage tier behind its host tier, if its role has one: as many whole blocks (over all the rank's
+    GPUs) as ``capacity_gib`` holds, or unbounded; a read queue and a write queue at the tier's own figures."""
+    host = role.kv_cache.host_offload
+    assert host is not None
+    spec = host.storage
+    if spec is None:
+        return None
+    capacity = None if spec.capacity_gib is None else int(spec.capacity_gib * GIB // block_bytes)
+    latency_ns = int(round(spec.latency_us * 1e3))
+    return StorageTier(capacity, HostLink(spec.read_gb_per_s * 1e9, latency_ns),
+                       HostLink(spec.write_gb_per_s * 1e9, latency_ns), block_bytes)
+
+
 def _vllm(env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload:
     capacity, block_bytes, gpu_block_bytes = host_blocks(role)
     return VllmCpuOffload(env, HostTier(capacity), *_links(role), role.kv_cache.block_size, block_bytes,
-                          gpu_block_bytes)
+                          gpu_block_bytes, _storage(role, block_bytes))
 
 
 def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCache:
@@ -98,21 +113,39 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
         total = {key: sum(f[key] for f in figures) for key in figures[0] if key != "capacity_blocks"}
         queried = sum(rank.pool.num_queries for rank in members)
         gpu = sum(rank.pool.num_hits for rank in members)
-        host = sum(t.num_hit_tokens for t in tiers)
+        stored = sum(t.num_storage_hit_tokens for t in tiers)
+        host = sum(t.num_hit_tokens for t in tiers) - stored
         loads_busy, stores_busy = total.pop("load_link_busy_ns"), total.pop("store_link_busy_ns")
-        summary[role] = {
+        entry = summary[role] = {
             "ranks": len(members), "capacity_blocks_per_rank": figures[0]["capacity_blocks"],
             "block_bytes": round(tiers[0].block_bytes), "queried_tokens": queried, "gpu_hit_tokens": gpu,
             "host_hit_tokens": host,
             "gpu_hit_ratio": gpu / queried if queried else None,
             "host_hit_ratio": host / queried if queried else None,
-            "hit_ratio": (gpu + host) / queried if queried else None,
+            "hit_ratio": (gpu + host + stored) / queried if queried else None,
             **total,
             "load_link_utilization": loads_busy / (len(members) * duration_ns) if duration_ns else None,
             "store_link_utilization": stores_busy / (len(members) * duration_ns) if duration_ns else None,
         }
+        if tiers[0].storage is not None:
+            entry.update(_storage_summary([t.storage_figures(duration_ns) for t in tiers], stored, queried,
+                                          duration_ns))
     return summary
 
 
-__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "VllmCpuOffload", "attach", "host_blocks",
+def _storage_summary(figures: list[dict], hit_tokens: int, queried: int, duration_ns: int) -> dict:
+    """The storage tier's part of a role's ``kv_offload``: prompt tokens read from storage (into the host, then
+    loaded as host hits) at first admission and their ratio, what it held and moved, and how busy each of its
+    queues was (averaged over the ranks)."""
+    total = {key: sum(f[key] for f in figures) for key in figures[0] if key != "storage_capacity_blocks"}
+    reads_busy, writes_busy = total.pop("storage_read_busy_ns"), total.pop("storage_write_busy_ns")
+    span = len(figures) * duration_ns
+    return {"storage_capacity_blocks_per_rank": figures[0]["storage_capacity_blocks"],
+            "storage_hit_tokens": hit_tokens, "storage_hit_ratio": hit_tokens / queried if queried else None,
+            **total,
+            "storage_read_utilization": reads_busy / span if span else None,
+            "storage_write_utilization": writes_busy / span if span else None}
+
+
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "StorageTier", "VllmCpuOffload", "attach", "host_blocks",
            "offload_summary"]

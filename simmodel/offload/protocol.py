@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from simmodel.engine.recorder import Recorder
     from simmodel.engine.request import Request
     from simmodel.engine.scheduler.base import SchedulerOutput
+    from simmodel.offload.storage import StorageTier
 
 
 class Offload(Protocol):
@@ -31,6 +32,11 @@ class Offload(Protocol):
     """Truthy while a request's offer to the tier must be made again at every pass (its passes are then planned
     one by one: ``planner.drive``)."""
     num_hit_tokens: int
+    """Prompt tokens loaded from the host at first admission."""
+    num_storage_hit_tokens: int
+    """Of those, the ones read from a storage tier into the host first (0 without one)."""
+    storage: StorageTier | None
+    """A storage tier behind the host (vLLM's ``TieringOffloadingSpec``), or None."""
     block_bytes: float
 
     @property

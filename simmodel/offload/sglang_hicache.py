@@ -61,6 +61,9 @@ class SglangHiCache:
         """Loads for the pass being planned or run (node, the tree's load number), reaped by a plan after it."""
         self.num_hit_tokens = 0
         """Prompt tokens loaded from the host at first admissions (the summary's host hits)."""
+        self.num_storage_hit_tokens = 0
+        self.storage = None
+        """(No storage tier behind SGLang's host pool is modeled: ``--hicache-storage-backend``.)"""
         self._wake: int | None = None
         self.pages_loaded = self.pages_stored = 0
         self.num_loads = 0

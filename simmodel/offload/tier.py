@@ -20,13 +20,14 @@ UNQUEUED = float("inf")
 
 
 class Copy:
-    """The copy of one request's blocks to the tier: when it lands (``UNQUEUED`` until it is queued). Its blocks
-    share it, so that queueing the copy sets their time at once."""
+    """The copy of one request's blocks to the tier: when it lands (``UNQUEUED`` until it is queued), and when its
+    blocks can be evicted (when it lands, or when they have been written on to storage). Its blocks share it, so
+    that queueing the copy sets their times at once."""
 
-    __slots__ = ("at",)
+    __slots__ = ("at", "free_at")
 
     def __init__(self) -> None:
-        self.at = UNQUEUED
+        self.at = self.free_at = UNQUEUED
 
 
 class HostTier:
@@ -113,13 +114,35 @@ class HostTier:
         ready_at.update(dict.fromkeys(new, copy))
         return new, copy
 
-    def landed(self, copy: Copy, count: int, at: int) -> None:
-        """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on."""
+    def promote(self, keys: list, now: int) -> tuple[int, Copy]:
+        """Take slots for ``keys`` (none of them here), to be read from storage: as many of them, from the first,
+        as there is room for once the least recently used blocks that can go are evicted. vLLM's tiering manager
+        takes them one at a time, each evicting the least recently used block that can go, until one finds none
+        (``_initiate_promotion``); a slot taken is landing, so it never makes room for the next one, and one
+        evicting scan does the same. Returns how many were taken and their ``Copy``."""
+        ready_at = self.ready_at
+        count, copy = len(keys), Copy()
+        over = len(ready_at) + count - self.capacity
+        if over > 0:
+            victims = self._victims(over, now, frozenset(), partial=True) if self._landed_by(now) else []
+            count -= over - len(victims)
+            _consume(map(ready_at.__delitem__, victims))
+            self.num_evicted += len(victims)
+            self._num_landed -= len(victims)
+        if count > 0:
+            self.version += 1
+            ready_at.update(dict.fromkeys(keys[:count], copy))
+        return max(count, 0), copy
+
+    def landed(self, copy: Copy, count: int, at: int, free_at: int | None = None) -> None:
+        """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on, evictable from
+        ``free_at`` (a write to storage reads them until then), or from ``at``."""
         copy.at = at
-        heappush(self._landing, (at, count))
+        copy.free_at = at if free_at is None else free_at
+        heappush(self._landing, (copy.free_at, count))
 
     def _landed_by(self, now: int) -> int:
-        """How many blocks here have landed by ``now``."""
+        """How many blocks here have landed by ``now`` and are not being written to storage."""
         landing = self._landing
         while landing and landing[0][0] <= now:
             self._num_landed += heappop(landing)[1]
@@ -132,21 +155,21 @@ class HostTier:
         here = reversed(keys) if ready_at.keys() >= set(keys) else filter(ready_at.__contains__, reversed(keys))
         _consume(map(ready_at.move_to_end, here))
 
-    def _victims(self, count: int, now: int, protected: set) -> list | None:
-        """The ``count`` least recently used blocks that can go (landed by ``now``, no load reading them, not in
-        ``protected``), or None if there are fewer."""
+    def _victims(self, count: int, now: int, protected: set | frozenset, partial: bool = False) -> list | None:
+        """The ``count`` least recently used blocks that can go (landed by ``now`` and written on to storage, no
+        load reading them, not in ``protected``), or None if there are fewer (all there are if ``partial``)."""
         ready_at, readers = self.ready_at, self.readers
         first = list(islice(ready_at, count))
-        if all(copy.at <= now for copy in set(map(ready_at.__getitem__, first))) and \
+        if all(copy.free_at <= now for copy in set(map(ready_at.__getitem__, first))) and \
                 readers.keys().isdisjoint(first) and protected.isdisjoint(first):
             return first  # (the least recent ``count`` can all go: mostly so)
         victims = []
         for key, copy in ready_at.items():
-            if copy.at <= now and key not in readers and key not in protected:
+            if copy.free_at <= now and key not in readers and key not in protected:
                 victims.append(key)
                 if len(victims) == count:
                     return victims
-        return None
+        return victims if partial else None
 
 
 def _consume(calls) -> None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
+from simmodel.offload.storage import StorageTier
 from simmodel.offload.tier import UNQUEUED, HostTier
 
 if TYPE_CHECKING:
@@ -64,8 +65,13 @@ class VllmCpuOffload:
     """The host tier of one rank, its links, and the loads and stores between them and the GPU pool."""
 
     def __init__(self, env: simpy.Environment, tier: HostTier, loads: HostLink, stores: HostLink,
-                 block_size: int, block_bytes: float, gpu_block_bytes: float) -> None:
+                 block_size: int, block_bytes: float, gpu_block_bytes: float,
+                 storage: StorageTier | None = None) -> None:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
+        self.storage = storage
+        """A storage tier behind the host (``storage.StorageTier``): written through, read back into the host."""
+        self.promoted: dict[Request, set] = {}
+        """Per request, the keys read from storage into the host for it (its loads count them as storage hits)."""
         self.block_size = block_size
         self.block_bytes = block_bytes
         """KV bytes of one block over all of the rank's GPUs (what the tier holds)."""
@@ -99,6 +105,8 @@ class VllmCpuOffload:
         """Instants at which the rank plans again for a request waiting on a landing block."""
         self.num_hit_tokens = 0
         """Prompt tokens loaded from the host at first admission (the scheduler counts them, as the GPU's hits)."""
+        self.num_storage_hit_tokens = 0
+        """Of those, the tokens read from storage into the host for the request first."""
         self.num_loads = 0
         self.blocks_loaded = 0
         self.blocks_stored = 0
@@ -125,17 +133,80 @@ class VllmCpuOffload:
             self._wake_at(offered.lands_at)
             return -1
         limit = request.num_tokens // self.block_size - start
-        if limit <= 0 or not len(self.tier):
+        storage = self.storage
+        if storage is not None:
+            storage.catch_up(now)
+        if limit <= 0 or not (len(self.tier) or storage is not None and len(storage)):
             return 0
-        seen = (request, start, limit, self.tier.version)
+        seen = (request, start, limit, self.tier.version, storage is not None and storage.version)
         if self._last_lookup[0] == seen:  # (a request left waiting is looked up again at every plan)
             return self._last_lookup[1]
-        found, wake = self.tier.lookup(request.block_keys.upto(start + limit)[start:start + limit], now)
+        keys = request.block_keys.upto(start + limit)[start:start + limit]
+        if storage is None or not len(storage):
+            found, wake = self.tier.lookup(keys, now)
+        else:
+            found, wake = self._lookup_tiers(request, keys, now)
         if found >= 0:
             self._last_lookup = (seen, found)
         if wake is not None:
             self._wake_at(wake)
         return found
+
+    def _lookup_tiers(self, request: Request, keys: list, now: int) -> tuple[int, int | None]:
+        """``HostTier.lookup`` with storage behind the host, as vLLM's tiering manager looks up each block in turn
+        (``TieringOffloadingManager.lookup``, the connector's ``_maximal_prefix_lookup``): a block on the host is
+        a hit, or pending while it lands or is read; one missing there but held on storage takes a host slot
+        (evicting the host's least recently used block) and is read into it, pending; one that gets no slot, or
+        is on neither, ends the run. Any pending block makes the request wait (−1, with the earliest instant one
+        of them is known to land); the scan goes on past them, so one plan starts the reads of the whole run.
+        Runs of blocks on the host, and of blocks only on storage, are taken a run at a time."""
+        tier, storage = self.tier, self.storage
+        ready_at, readers, held = tier.ready_at, tier.readers, storage.blocks
+        found, total, wake, pending = 0, len(keys), float("inf"), False
+        promoted, slots = [], []
+        while found < total:
+            rest = keys[found:]
+            copies = list(map(ready_at.get, rest))
+            n = copies.index(None) if None in copies else len(copies)
+            if n:  # (a run on the host)
+                late = [copy.at for copy in set(copies[:n]) if copy.at > now]
+                if late:
+                    pending, wake = True, min(wake, *late)
+                elif readers and not readers.keys().isdisjoint(rest[:n]):
+                    pending = True
+                found += n
+                if n == len(rest):
+                    break
+            # (then a run missing on the host, up to the next block there: read what storage holds from its start)
+            gap = next((i for i in range(n + 1, len(copies)) if copies[i] is not None), len(copies)) - n
+            held_run = list(map(held.__contains__, rest[n:n + gap]))
+            m = held_run.index(False) if False in held_run else gap
+            taken, copy = tier.promote(rest[n:n + m], now) if m else (0, None)
+            if taken:
+                promoted += rest[n:n + taken]
+                slots.append((copy, taken))
+                found += taken
+            if taken < gap:
+                break  # (a block on neither tier, or one that got no host slot: a miss)
+        if promoted:
+            end = storage.read(promoted, now)
+            for copy, count in slots:
+                tier.landed(copy, count, end)
+            self.promoted.setdefault(request, set()).update(promoted)
+            if not request.num_preemptions:  # (the request's figures are its first admission's)
+                if request.storage_load_start_at is None:
+                    request.storage_load_start_at = now
+                request.storage_load_end_at = end
+            tokens = len(promoted) * self.block_size
+            self._event(now, EventKind.STORAGE_LOAD_START, request, tokens)
+            if self.recorder is not None:
+                self.env.timeout(end - self.env.now).callbacks.append(
+                    lambda _, request=request, tokens=tokens: self._event(
+                        self.env.now, EventKind.STORAGE_LOAD_END, request, tokens))
+            pending, wake = True, min(wake, end)
+        if pending:
+            return -1, None if wake == float("inf") else wake
+        return found, None
 
     def _wake_at(self, wake: float) -> None:
         """Plan the rank again at ``wake`` (a block landing), unless it is not set yet (``UNQUEUED``: the end of
@@ -154,6 +225,11 @@ class VllmCpuOffload:
         ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
         self.tier.read(keys)
+        promoted = self.promoted.pop(request, None)
+        if promoted and not request.num_preemptions:
+            from_storage = len(promoted.intersection(keys)) * self.block_size
+            request.num_storage_cached_tokens = from_storage
+            self.num_storage_hit_tokens += from_storage
         offered = self.offered[request] = Offered(request, start)
         offered.next = start + count  # (what it loaded is not offered)
         self.num_loads += 1
@@ -221,6 +297,8 @@ class VllmCpuOffload:
         entry = self.offered.pop(request, None)
         if entry is not None:
             self.finishing.append((at, entry))
+        if self.promoted:
+            self.promoted.pop(request, None)
 
     def _offer(self, entry: Offered, end: int, at: int, stores: list) -> None:
         """Take the tier's slots for a request's blocks ``entry.next`` … ``end − 1`` not stored yet, at ``at``; an
@@ -251,11 +329,15 @@ class VllmCpuOffload:
 
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
-        link, block = self.store_link, self.gpu_block_bytes
+        link, block, storage = self.store_link, self.gpu_block_bytes, self.storage
         offered = self.offered
         for request, keys, copy in stores:
             landed = link.transfer(at, len(keys) * block)[1]
-            self.tier.landed(copy, len(keys), landed)
+            if storage is None:
+                self.tier.landed(copy, len(keys), landed)
+            else:  # (written through to storage from its landing; the host keeps it until that write ends)
+                self.tier.landed(copy, len(keys), landed, storage.write(keys, landed))
+                self._event(at, EventKind.STORAGE_STORE, request, len(keys) * self.block_size, pass_index)
             entry = offered.get(request)
             if entry is not None:
                 entry.lands_at = landed  # (its copies land in the order they are queued)
@@ -279,6 +361,9 @@ class VllmCpuOffload:
         self.offered.clear()
         self.finishing.clear()
         self.retrying.clear()
+        self.promoted.clear()
+        if self.storage is not None:  # (its node's local disk goes with it)
+            self.storage.clear()
         self._last_lookup = (None, 0)
 
     def flush(self, at: int, pass_index: int) -> None:
@@ -301,3 +386,16 @@ class VllmCpuOffload:
                 "bytes_stored": round(self.blocks_stored * self.block_bytes),
                 "load_link_busy_ns": self.load_link.busy_until(end_ns),
                 "store_link_busy_ns": self.store_link.busy_until(end_ns)}
+
+    def storage_figures(self, end_ns: int) -> dict:
+        """What the storage tier held and moved, its queues' busy time counted up to ``end_ns``."""
+        storage = self.storage
+        assert storage is not None
+        return {"storage_capacity_blocks": storage.capacity, "storage_blocks_held": len(storage),
+                "storage_reads": storage.num_reads, "storage_blocks_read": storage.blocks_read,
+                "storage_blocks_written": storage.blocks_written, "storage_blocks_evicted": storage.num_evicted,
+                "storage_writes_dropped": storage.num_dropped,
+                "storage_bytes_read": round(storage.blocks_read * storage.block_bytes),
+                "storage_bytes_written": round(storage.blocks_written * storage.block_bytes),
+                "storage_read_busy_ns": storage.read_link.busy_until(end_ns),
+                "storage_write_busy_ns": storage.write_link.busy_until(end_ns)}

@@ -123,7 +123,9 @@ def _model_dir() -> str:
     return _MODEL_DIR[0]
 
 
-def build_scheduler(cfg: dict):
+def build_scheduler(cfg: dict, kv_transfer_config=None):
+    """vLLM's scheduler for ``cfg``. By default the native CPU tier set up by ``kv_offloading_size``; a
+    ``KVTransferConfig`` given in ``kv_transfer_config`` replaces it (``record_vllm_storage_goldens.py``)."""
     import torch  # noqa: PLC0415
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: PLC0415
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: PLC0415
@@ -143,10 +145,13 @@ def build_scheduler(cfg: dict):
         is_encoder_decoder=False, enable_chunked_prefill=cfg["enable_chunked_prefill"],
         long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
         async_scheduling=cfg["async_scheduling"], scheduler_reserve_full_isl=cfg["reserve_full_isl"], watermark=0.0)
-    cache = CacheConfig(block_size=bs, enable_prefix_caching=True,
-                        kv_offloading_size=cfg["host_blocks"] * PAGE_BYTES / 2**30)
+    if kv_transfer_config is None:
+        cache = CacheConfig(block_size=bs, enable_prefix_caching=True,
+                            kv_offloading_size=cfg["host_blocks"] * PAGE_BYTES / 2**30)
+    else:
+        cache = CacheConfig(block_size=bs, enable_prefix_caching=True)
     vc = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache,
-                    device_config=DeviceConfig(device="cpu"))
+                    device_config=DeviceConfig(device="cpu"), kv_transfer_config=kv_transfer_config)
     sc = vc.scheduler_config  # (post-init may rewrite these; put ours back, then check)
     sc.max_num_seqs = cfg["max_num_seqs"]
     sc.max_num_batched_tokens = cfg["max_num_batched_tokens"]
@@ -166,7 +171,8 @@ def build_scheduler(cfg: dict):
                 block_size=bs, hash_block_size=bs, log_stats=False)
     assert vc.kv_transfer_config.kv_connector == "OffloadingConnector", vc.kv_transfer_config
     cs = sched.connector.connector_scheduler
-    assert cs.manager._num_chunks == cfg["host_blocks"], (cs.manager._num_chunks, cfg["host_blocks"])
+    host = getattr(cs.manager, "primary_tier", cs.manager)  # (the tiering manager's CPU tier)
+    assert host._num_chunks == cfg["host_blocks"], (host._num_chunks, cfg["host_blocks"])
     assert cs.config.blocks_per_chunk == 1 and cs.config.offload_prompt_only
     assert sched.max_num_running_reqs == cfg["max_num_seqs"]
     assert sched.max_num_scheduled_tokens == cfg["max_num_batched_tokens"]
@@ -176,10 +182,10 @@ def build_scheduler(cfg: dict):
     return sched
 
 
-def run(cfg: dict, reqs: list[dict], max_idle_steps: int = 200, hook=None) -> tuple[list[dict], dict]:
+def run(cfg: dict, reqs: list[dict], max_idle_steps: int = 200, hook=None, build=None) -> tuple[list[dict], dict]:
     """Drive the stream through vLLM; returns (records of every schedule() call, per-request outcome).
     ``hook(step, scheduler, output)``, if given, is called before (output None) and after each ``schedule()``:
-    a debugging aid."""
+    a debugging aid. ``build(cfg)`` makes the scheduler (default ``build_scheduler``)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: PLC0415
         OffloadingWorkerMetadata,
     )
@@ -189,7 +195,7 @@ def run(cfg: dict, reqs: list[dict], max_idle_steps: int = 200, hook=None) -> tu
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: PLC0415
     from vllm.v1.request import Request  # noqa: PLC0415
 
-    sched = build_scheduler(cfg)
+    sched = (build or build_scheduler)(cfg)
     fn = get_hash_fn_by_name("sha256")
     init_none_hash(fn)
     hasher = get_request_block_hasher(cfg["block_size"], fn)
@@ -285,8 +291,10 @@ def run(cfg: dict, reqs: list[dict], max_idle_steps: int = 200, hook=None) -> tu
     return records, outcome
 
 
-def record(name: str, cfg: dict, reqs: list[dict], vllm_version: str) -> dict:
-    records, outcome = run(cfg, reqs)
+def record(name: str, cfg: dict, reqs: list[dict], vllm_version: str, run_fn=None) -> dict:
+    """The golden of one stream; ``run_fn`` (default ``run``) may add fields to the records: a record is kept
+    if any field but ``step`` and ``hits`` is non-empty."""
+    records, outcome = (run_fn or run)(cfg, reqs)
     steps = []
     hit_total: dict[str, int] = {}
     first_hit: dict[str, int] = {}
@@ -302,7 +310,7 @@ def record(name: str, cfg: dict, reqs: list[dict], vllm_version: str) -> dict:
             hit_total[rid] = hit_total.get(rid, 0) + h
             first_hit.setdefault(rid, h)
             host_hit.setdefault(rid, 0)
-        if any(rec[f] for f in ("scheduled", "preempted", "finished", "emitted", "loads", "stores")):
+        if any(v for f, v in rec.items() if f not in ("step", "hits")):  # (hits: only with scheduled)
             steps.append(rec)
     summary = {}
     for r in reqs:

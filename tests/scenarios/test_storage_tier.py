@@ -1,0 +1,138 @@
+"""A storage tier behind vLLM's host tier (``host_offload.storage``, vLLM 0.32's ``TieringOffloadingSpec``), by hand.
+
+The set-up of ``test_host_offload.py``: Llama-3.1-8B-Instruct on one H100, 16-token blocks of 2,097,152 bytes
+(2 MiB); a 32 GB/s host link with 100 µs a transfer (a copy of n blocks: 100 + 65.536·n µs); fixed timing, 20 ms
+a pass with prefill work, 10 ms a decode pass; 40 GPU blocks. Requests are 512 tokens in (32 blocks), 2 out; A
+and C hold the same content, B other content. As there: A prefills 0–20 ms and its 32 blocks are copied to the
+host from 20 ms, landing at 22.197152 ms; A finishes at 30 ms; B (t = 100 ms) evicts A's blocks 7–31 from the GPU
+and its own land on the host at 122.197152 ms; C (t = 200 ms) finds A's blocks 0–6 on the GPU (112 tokens).
+
+Storage moves 2.097152 GB/s with 100 µs a job, so a block takes 1 ms: a read or write of n blocks takes
+0.1 + n ms.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from factories import CHAT_SESSIONS as SESSIONS
+from factories import make_scenario, make_sglang_scenario, run_both_ways, run_scenario
+
+from simmodel.config.load import parse_scenario
+from simmodel.errors import ScenarioError
+
+STORAGE = {"read_gb_per_s": 2.097152, "write_gb_per_s": 2.097152, "latency_us": 100}
+ONE_PROMPT_GIB = 0.0625  # (32 blocks of 2 MiB)
+
+
+def _scenario(tmp_path, host: dict, rows: list[tuple[float, int]]) -> dict:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
+                            + "\n" for t, h in rows))
+    data = make_scenario(engine={"context_length": 640, "workers": {"aggregated": {"kv_cache": {
+        "capacity": {"type": "fixed", "blocks": 40},
+        "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
+    data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
+                       "load": {"type": "trace_timestamps"}}
+    return data
+
+
+def test_a_prefix_evicted_from_the_host_is_read_back_from_storage(tmp_path):
+    """The host holds one prompt (32 blocks). A's 32 blocks land on the host at 22.197152 ms and are written
+    through to storage from then: 0.1 + 32 = 32.1 ms, held from 54.297152 ms. B's store (taken when B's pass is
+    planned, at 100 ms) evicts all of A's (their write has ended); B's write runs 122.197152–154.297152 ms.
+    C (200 ms) finds A's blocks 0–6 on the GPU, blocks 7–31 nowhere on the host and all on storage: 25 host slots
+    are taken (evicting 25 of B's blocks) and read from storage, 0.1 + 25 = 25.1 ms, landing at 225.1 ms, while C
+    waits in the queue. At 225.1 ms the 25 blocks are on the host: the usual host load, 100 + 25 × 65.536 =
+    1,738.4 µs, lands at 226.8384 ms, and C prefills its last token to 246.8384 ms: TTFT 46.8384 ms. Its 400
+    loaded tokens came from storage (host_cached_tokens counts those found on the host only: 0)."""
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": ONE_PROMPT_GIB, "storage": STORAGE},
+                                 [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.cached_tokens.tolist() == [0, 0, 112]
+    assert req.storage_cached_tokens.tolist() == [0, 0, 400]
+    assert req.host_cached_tokens.tolist() == [0, 0, 0]
+    assert req.storage_load_ms[2] == pytest.approx(25.1, abs=1e-9)
+    assert req.host_load_ms[2] == pytest.approx(1.7384, abs=1e-9)
+    assert req.ttft_ms[2] == pytest.approx(46.8384, abs=1e-9)
+    ev = res.events
+    reads = ev[ev.kind.isin(["storage_load_start", "storage_load_end"])]
+    assert reads.time_s.tolist() == pytest.approx([0.200, 0.2251], abs=1e-12)
+    assert reads.num_tokens.tolist() == [400, 400]
+    loads = ev[ev.kind.isin(["host_load_start", "host_load_end"])]
+    assert loads.time_s.tolist() == pytest.approx([0.2251, 0.2268384], abs=1e-12)
+    writes = ev[ev.kind == "storage_store"]  # (queued with the host copy, at its pass's end)
+    assert writes.time_s.tolist() == pytest.approx([0.020, 0.120]) and writes.num_tokens.tolist() == [512, 512]
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert (tier["gpu_hit_tokens"], tier["host_hit_tokens"], tier["storage_hit_tokens"]) == (112, 0, 400)
+    assert tier["hit_ratio"] == pytest.approx(512 / 1536) and tier["storage_hit_ratio"] == pytest.approx(400 / 1536)
+    assert tier["storage_capacity_blocks_per_rank"] is None
+    assert (tier["storage_blocks_written"], tier["storage_blocks_held"], tier["storage_reads"],
+            tier["storage_blocks_read"]) == (64, 64, 1, 25)
+    assert (tier["blocks_evicted"], tier["blocks_held"]) == (32 + 25, 32)  # (B's took A's slots; C's reads, B's)
+    assert tier["storage_bytes_read"] == 25 * 2_097_152
+    duration_ns = 256_838_400  # (C decodes its second token to 256.8384 ms)
+    assert tier["storage_write_utilization"] == pytest.approx(2 * 32_100_000 / duration_ns)
+    assert tier["storage_read_utilization"] == pytest.approx(25_100_000 / duration_ns)
+
+
+def test_host_blocks_stay_until_their_write_to_storage_ends(tmp_path):
+    """Storage written at a tenth of the speed: 10 ms a block, so A's write runs 22.197152–342.297152 ms and
+    keeps A's 32 host blocks until then. B's store (planned at 100 ms) needs all 32 slots of the one-prompt host
+    tier, finds none it may evict and takes nothing (``stores_failed``); B offers it again with its decode pass
+    (120 ms) and when it has finished (the plan at 130 ms): three failed stores, nothing of B's on the host or
+    storage. C (200 ms) finds A's blocks 0–6 on the GPU and 7–31 still on the host: the plain host load of
+    test_host_offload's first timeline, TTFT 21.7384 ms, nothing from storage."""
+    slow = {**STORAGE, "write_gb_per_s": 0.2097152}
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": ONE_PROMPT_GIB, "storage": slow},
+                                 [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.host_cached_tokens.tolist() == [0, 0, 400]
+    assert req.storage_cached_tokens.tolist() == [0, 0, 0]
+    assert req.ttft_ms[2] == pytest.approx(21.7384, abs=1e-9)
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert (tier["stores_failed"], tier["blocks_stored"], tier["blocks_evicted"]) == (3, 32, 0)
+    assert tier["storage_blocks_written"] == 32 and tier["storage_reads"] == 0
+
+
+def test_a_bounded_storage_tier_evicts_its_least_recently_written_blocks(tmp_path):
+    """Storage of 32 blocks (0.0625 GiB): B's write, held from 154.297152 ms, evicts A's 32 blocks. C (200 ms)
+    then finds A's blocks 7–31 neither on the host (B's hold it) nor on storage, and computes them: 400 tokens
+    in one 20 ms pass, TTFT 20 ms."""
+    res = run_scenario(_scenario(tmp_path, {"capacity_gib": ONE_PROMPT_GIB,
+                                            "storage": {**STORAGE, "capacity_gib": ONE_PROMPT_GIB}},
+                                 [(0, 1), (100, 2), (200, 1)]))
+    req = res.requests.set_index("request_id")
+    assert req.host_cached_tokens.tolist() == [0, 0, 0] and req.storage_cached_tokens.tolist() == [0, 0, 0]
+    assert req.ttft_ms[2] == pytest.approx(20.0)
+    tier = res.summary["kv_offload"]["aggregated"]
+    assert tier["storage_capacity_blocks_per_rank"] == 32
+    assert (tier["storage_blocks_evicted"], tier["storage_blocks_held"]) == (32, 32)
+
+
+def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run():
+    """Chat sessions on a GPU cache and a host tier both small enough to evict, with storage behind them (and a
+    read queue slow enough that requests wait on it): planned as runs of passes and pass by pass, every request,
+    pass, event and tier figure is the same."""
+    data = make_scenario(traffic=SESSIONS, engine={"context_length": 16384, "workers": {"aggregated": {
+        "timing": {"type": "default"},
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 1200},
+                     "host_offload": {"capacity_gib": 1, "storage": {"read_gb_per_s": 2}}}}}})
+    runs, differ = run_both_ways(data)
+    assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
+    assert not differ
+
+
+@pytest.mark.parametrize("storage, backend, message", [
+    ({"read_gb_per_s": 0}, "vllm", "host_offload.storage.read_gb_per_s"),
+    ({"capacity": 3}, "vllm", "host_offload.storage.capacity"),
+    ({}, "sglang", "host_offload.storage: a storage tier behind SGLang's HiCache"),
+])
+def test_bad_storage_settings_are_refused(storage, backend, message):
+    make = make_sglang_scenario if backend == "sglang" else make_scenario
+    data = make(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 4,
+                                                                                  "storage": storage}}}}})
+    with pytest.raises(ScenarioError, match=message.replace(".", r"\.")):
+        parse_scenario(data, Path("."))
