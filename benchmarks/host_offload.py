@@ -9,7 +9,9 @@ ends.
 
 Prints one line per run: the whole process's time, the hit ratio (GPU and host) and mean TTFT, then the ratio of
 the run with the tier to the run without it (target: at most 1.5x). ``--backend sglang`` runs
-``scenarios/mooncake-hicache-sglang.yaml`` instead (the same deployment served by SGLang with HiCache).
+``scenarios/mooncake-hicache-sglang.yaml`` instead (the same deployment served by SGLang with HiCache);
+``--storage`` runs ``scenarios/mooncake-storage-offload.yaml`` (vLLM, a 100 GiB host tier with storage behind it)
+as the tiered run.
 ``--requests`` cuts the trace; ``--repeat`` takes the best of N interleaved rounds. A benchmark, not a test: it
 asserts nothing.
 """
@@ -27,7 +29,8 @@ from kv_router import timed, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = {"vllm": REPO / "scenarios" / "mooncake-host-offload.yaml",
-             "sglang": REPO / "scenarios" / "mooncake-hicache-sglang.yaml"}
+             "sglang": REPO / "scenarios" / "mooncake-hicache-sglang.yaml",
+             "storage": REPO / "scenarios" / "mooncake-storage-offload.yaml"}
 
 
 def scenario(trace: Path, tier: bool, backend: str) -> dict:
@@ -42,8 +45,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds; the best time of each is shown")
-    parser.add_argument("--backend", choices=sorted(SCENARIOS), default="vllm")
+    parser.add_argument("--backend", choices=("sglang", "vllm"), default="vllm")
+    parser.add_argument("--storage", action="store_true", help="vLLM: the tiered run has storage behind its host tier")
     args = parser.parse_args()
+    if args.storage:
+        args.backend = "storage"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trace = folder / "trace.jsonl"
@@ -59,13 +65,15 @@ def main() -> None:
                 elapsed, out = timed(run["command"])
                 run["times"].append(elapsed)
                 run["summary"] = json.loads(out)
-        print(f"{n:,} Mooncake conversation requests, one TP-4 {args.backend} worker (best of {max(args.repeat, 1)} "
+        label = "vllm (host tier + storage)" if args.storage else args.backend
+        print(f"{n:,} Mooncake conversation requests, one TP-4 {label} worker (best of {max(args.repeat, 1)} "
               f"round(s))")
-        print(f"{'run':<10} {'seconds':>8} {'GPU hits':>9} {'host hits':>9} {'TTFT ms':>9}")
+        print(f"{'run':<10} {'seconds':>8} {'GPU hits':>9} {'host hits':>9} {'storage':>9} {'TTFT ms':>9}")
         for name, run in runs.items():
             s = run["summary"]
-            host = s.get("kv_offload", {}).get("aggregated", {}).get("host_hit_ratio", 0.0)
-            print(f"{name:<10} {min(run['times']):8.2f} {s['prefix_cache_hit_ratio']:9.4f} {host:9.4f} "
+            tier = s.get("kv_offload", {}).get("aggregated", {})
+            print(f"{name:<10} {min(run['times']):8.2f} {s['prefix_cache_hit_ratio']:9.4f} "
+                  f"{tier.get('host_hit_ratio', 0.0):9.4f} {tier.get('storage_hit_ratio') or 0.0:9.4f} "
                   f"{s['ttft_ms']['mean']:9.1f}")
         ratio = min(runs["host tier"]["times"]) / min(runs["GPU only"]["times"])
         print(f"host tier / GPU only wall time: {ratio:.2f}x (target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")

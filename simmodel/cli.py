@@ -73,7 +73,7 @@ def format_table(summary: dict) -> str:
         storage = "storage_hit_ratio" in tier
         keys = ("gpu_hit_ratio", "host_hit_ratio", *(("storage_hit_ratio",) if storage else ()), "hit_ratio")
         shown = " / ".join("-" if tier[key] is None else f"{tier[key]:.4f}" for key in keys)
-        label = "Hit ratio GPU / host / storage / all" if storage else "Hit ratio GPU / host / both"
+        label = "Hit GPU / host / storage / all" if storage else "Hit ratio GPU / host / both"
         lines.append(f"{label + ' (' + role + ')':<46} {shown}")
         lines.append(f"{'Host tier: GB loaded / stored (link busy)':<46} {tier['bytes_loaded'] / 1e9:.1f} "
                      f"({tier['load_link_utilization']:.2%}) / {tier['bytes_stored'] / 1e9:.1f} "

@@ -34,7 +34,7 @@ from simmodel.engine.kv_cache import BlockKeys, PrefixCachingBlockPool
 from simmodel.engine.recorder import EventKind
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
-from simmodel.offload import HostLink, HostTier, VllmCpuOffload
+from simmodel.offload import HostLink, HostTier, StorageTier, VllmCpuOffload
 
 STEP_NS = 1_000_000
 """One step (a pass, or an empty step) of the golden clock."""
@@ -81,31 +81,46 @@ class FakeEnv:
 
 
 class _StoreLog:
-    """The connector's recorder, keeping only its stores: blocks per request, into ``target``."""
+    """The connector's recorder, keeping only its stores (tokens per request, into ``target``), its reads from
+    storage (tokens per request, into ``promotions``) and the tokens it wrote to storage (``cascaded``)."""
 
     def __init__(self, name) -> None:
         self.name = name
         self.target: dict = {}
+        self.promotions: dict = {}
+        self.cascaded = 0
 
     def event(self, at, kind, worker, rank, request_id, tokens, role, pass_index=-1) -> None:
         if kind is EventKind.HOST_STORE:
             rid = self.name(request_id)
             self.target[rid] = self.target.get(rid, 0) + tokens
+        elif kind is EventKind.STORAGE_LOAD_START:
+            rid = self.name(request_id)
+            self.promotions[rid] = self.promotions.get(rid, 0) + tokens
+        elif kind is EventKind.STORAGE_STORE:
+            self.cascaded += tokens
 
 
 def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int, block_size: int,
-                      host_blocks: int, max_idle_steps: int = 200, hook=None) -> list[dict]:
+                      host_blocks: int, max_idle_steps: int = 200, hook=None, storage: bool = False) -> list[dict]:
     """One record per ``schedule()`` call (empty ones included), in step order; if more than ``max_idle_steps``
     steps in a row do nothing while requests wait, the records so far. ``hook(step, scheduler, offload,
-    plan)``, if given, is called before (plan None) and after each ``schedule()``: a debugging aid."""
+    plan)``, if given, is called before (plan None) and after each ``schedule()``: a debugging aid. With
+    ``storage``, an unbounded storage tier behind the host whose reads and writes take no time (vLLM's ``example``
+    secondary tier), and each record adds ``promotions`` {id: blocks the plan's lookups read from storage for
+    it}; the last record adds ``cascaded``, the blocks written to storage in all, and ``storage_hits`` {id: tokens
+    of its first admission's load read from storage for it}."""
     pool = PrefixCachingBlockPool(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
     sched = VllmScheduler(config, pool)
     env = FakeEnv()
-    offload = VllmCpuOffload(env, HostTier(host_blocks), HostLink(1e9, 1), HostLink(1e9, 1), block_size, 0.0, 0.0)
+    tier = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 0.0) if storage else None
+    offload = VllmCpuOffload(env, HostTier(host_blocks), HostLink(1e9, 1), HostLink(1e9, 1), block_size, 0.0, 0.0,
+                             tier)
     sched.offload = offload
     offload.on_loaded = sched.load_done
     offload.on_wake = lambda: None
     by_index: dict[int, str] = {}
+    made: list[Request] = []
 
     def name(r) -> str:
         return by_index[r.request_id if isinstance(r, Request) else r]
@@ -134,10 +149,12 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
             ids = spec["prompt_token_ids"]
             req.block_keys = BlockKeys(_content(ids, block_size))
             by_index[req.request_id] = str(spec["id"])
+            made.append(req)
             sched.add_request(req)
         if busy():
             if hook is not None:
                 hook(step, sched, offload, None)
+            log.promotions = promotions = {}
             plan = sched.schedule()  # (Rank.plan)
             if hook is not None:
                 hook(step, sched, offload, plan)
@@ -156,6 +173,8 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
                 "loads": loads,
                 "stores": stores,
             }
+            if storage:
+                rec["promotions"] = {rid: tokens // block_size for rid, tokens in promotions.items()}
             batch.appendleft((rec, plan, step))
             step += 1
             executed = not plan.is_empty
@@ -179,6 +198,9 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
         rec["finished"] = sorted(name(r) for r in finished)
         rec["stores"] = {rid: tokens // block_size for rid, tokens in rec["stores"].items()}
         records.append(rec)
+    if storage and records:
+        records[-1]["cascaded"] = log.cascaded // block_size
+        records[-1]["storage_hits"] = {name(r): r.num_storage_cached_tokens for r in made}
     return records
 
 

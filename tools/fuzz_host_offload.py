@@ -6,10 +6,13 @@ host tiers; slow to fast links; fixed or default timing), runs it planned as run
 pass by pass (``coalesce=False``), and prints one line: ``ok`` if every request, pass, event and tier figure is
 the same, else which tables differ. Exits 1 if any seed differs. A check for whoever changes how a worker with
 a tier plans its runs (``docs/speed.md``); ``tests/scenarios/test_host_offload.py`` keeps four such scenarios.
-``--backend sglang`` draws SGLang workers with HiCache instead (``tests/scenarios/test_hicache.py`` keeps six).
+``--backend sglang`` draws SGLang workers with HiCache instead (``tests/scenarios/test_hicache.py`` keeps six);
+``--storage`` puts a random storage tier behind each vLLM host tier (``tests/scenarios/test_storage_tier.py``
+keeps one such scenario).
 
     python tools/fuzz_host_offload.py 0 300
     python tools/fuzz_host_offload.py 0 100 --backend sglang
+    python tools/fuzz_host_offload.py 0 100 --storage
 """
 
 from __future__ import annotations
@@ -97,6 +100,17 @@ def sglang_scenario(seed: int) -> dict:
                                         "workers": {"aggregated": worker}}}
 
 
+def with_storage(data: dict, seed: int) -> dict:
+    """``data`` with a storage tier behind its host tier, drawn from its own generator (the rest of the scenario
+    is the seed's as without ``--storage``)."""
+    rng = random.Random(f"storage-{seed}")
+    host = data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]
+    host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
+                       "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
+                       "latency_us": rng.choice([0, 100, 5000])}
+    return data
+
+
 def differences(data: dict) -> tuple[list[str], dict]:
     """The tables that differ between runs of passes and pass by pass, and the tier's figures."""
     runs, single = (Simulation(parse_scenario(data, Path(".")), coalesce=coalesce).run() for coalesce in (True, False))
@@ -112,14 +126,17 @@ def main() -> None:
     parser.add_argument("end", type=int)
     parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
                         help="sglang: SGLang workers with HiCache (sglang_scenario)")
+    parser.add_argument("--storage", action="store_true", help="vLLM: a storage tier behind the host tier")
     args = parser.parse_args()
     failed = 0
     draw = sglang_scenario if args.backend == "sglang" else scenario
     for seed in range(args.first, args.end):
-        differ, tier = differences(draw(seed))
+        data = draw(seed)
+        differ, tier = differences(with_storage(data, seed) if args.storage else data)
         failed += bool(differ)
         print(seed, "DIFF " + ",".join(differ) if differ else "ok", "loads", tier["loads"], "evicted",
-              tier["blocks_evicted"], "stores_failed", tier["stores_failed"], flush=True)
+              tier["blocks_evicted"], "stores_failed", tier["stores_failed"],
+              *(("storage_hits", tier["storage_hit_tokens"]) if args.storage else ()), flush=True)
     sys.exit(1 if failed else 0)
 
 

@@ -134,12 +134,17 @@ class HostTier:
             ready_at.update(dict.fromkeys(keys[:count], copy))
         return max(count, 0), copy
 
-    def landed(self, copy: Copy, count: int, at: int, free_at: int | None = None) -> None:
-        """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on, evictable from
-        ``free_at`` (a write to storage reads them until then), or from ``at``."""
+    def landed(self, copy: Copy, count: int, at: int, pinned: bool = False) -> None:
+        """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on, and evictable too
+        unless ``pinned`` (a write to storage will read them: evictable once released)."""
         copy.at = at
-        copy.free_at = at if free_at is None else free_at
-        heappush(self._landing, (copy.free_at, count))
+        if not pinned:
+            self.release(copy, count, at)
+
+    def release(self, copy: Copy, count: int, at: int) -> None:
+        """The ``count`` blocks of ``copy`` may be evicted from ``at`` on."""
+        copy.free_at = at
+        heappush(self._landing, (at, count))
 
     def _landed_by(self, now: int) -> int:
         """How many blocks here have landed by ``now`` and are not being written to storage."""

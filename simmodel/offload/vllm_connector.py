@@ -72,6 +72,14 @@ class VllmCpuOffload:
         """A storage tier behind the host (``storage.StorageTier``): written through, read back into the host."""
         self.promoted: dict[Request, set] = {}
         """Per request, the keys read from storage into the host for it (its loads count them as storage hits)."""
+        self.promoting: list[tuple[Request, list, list]] = []
+        self._writes: deque[tuple[int, object, int]] = deque()
+        """(when it ends, the host copy it reads, how many blocks) of the writes to storage not yet known done, in
+        the order they end (one queue)."""
+        self._poll_open = True
+        """Whether the next call into vLLM's tiering manager polls its tiers for finished jobs (it polls at most
+        once between the end of one step's schedule and the next: ``_maybe_process_finished_jobs``)."""
+        """Reads from storage the plan being made asked for: (request, keys, [(their host slots' copy, how many)])."""
         self.block_size = block_size
         self.block_bytes = block_bytes
         """KV bytes of one block over all of the rank's GPUs (what the tier holds)."""
@@ -136,6 +144,8 @@ class VllmCpuOffload:
         storage = self.storage
         if storage is not None:
             storage.catch_up(now)
+            if self._poll_open:
+                self._poll(now)
         if limit <= 0 or not (len(self.tier) or storage is not None and len(storage)):
             return 0
         seen = (request, start, limit, self.tier.version, storage is not None and storage.version)
@@ -144,25 +154,28 @@ class VllmCpuOffload:
         keys = request.block_keys.upto(start + limit)[start:start + limit]
         if storage is None or not len(storage):
             found, wake = self.tier.lookup(keys, now)
+            cacheable = found >= 0
         else:
-            found, wake = self._lookup_tiers(request, keys, now)
-        if found >= 0:
+            found, wake, cacheable = self._lookup_tiers(request, keys, now)
+        if cacheable:
             self._last_lookup = (seen, found)
         if wake is not None:
             self._wake_at(wake)
         return found
 
-    def _lookup_tiers(self, request: Request, keys: list, now: int) -> tuple[int, int | None]:
+    def _lookup_tiers(self, request: Request, keys: list, now: int) -> tuple[int, int | None, bool]:
         """``HostTier.lookup`` with storage behind the host, as vLLM's tiering manager looks up each block in turn
         (``TieringOffloadingManager.lookup``, the connector's ``_maximal_prefix_lookup``): a block on the host is
         a hit, or pending while it lands or is read; one missing there but held on storage takes a host slot
         (evicting the host's least recently used block) and is read into it, pending; one that gets no slot, or
         is on neither, ends the run. Any pending block makes the request wait (−1, with the earliest instant one
         of them is known to land); the scan goes on past them, so one plan starts the reads of the whole run.
-        Runs of blocks on the host, and of blocks only on storage, are taken a run at a time."""
+        Runs of blocks on the host, and of blocks only on storage, are taken a run at a time. The third value says
+        whether the answer holds while the tiers neither gain nor lose a block: not if a read got no host slot
+        (one may free without a block leaving, as a load or a write to storage ends)."""
         tier, storage = self.tier, self.storage
         ready_at, readers, held = tier.ready_at, tier.readers, storage.blocks
-        found, total, wake, pending = 0, len(keys), float("inf"), False
+        found, total, wake, pending, cacheable = 0, len(keys), float("inf"), False, True
         promoted, slots = [], []
         while found < total:
             rest = keys[found:]
@@ -186,27 +199,51 @@ class VllmCpuOffload:
                 promoted += rest[n:n + taken]
                 slots.append((copy, taken))
                 found += taken
+            if taken < m:
+                cacheable = False
             if taken < gap:
                 break  # (a block on neither tier, or one that got no host slot: a miss)
-        if promoted:
-            end = storage.read(promoted, now)
+        if promoted:  # (read once the plan is made: ``_start_reads``; until then the slots are neither read nor freed)
+            self.promoting.append((request, promoted, slots))
+            self.promoted.setdefault(request, set()).update(promoted)
+            return -1, None, False
+        if pending:
+            return -1, None if wake == float("inf") else wake, False
+        return found, None, cacheable
+
+    def _poll(self, at: int) -> None:
+        """vLLM's tiering manager polls its tiers at ``at``: the host blocks of writes to storage ended by then
+        may be evicted from now on (``complete_read``). It polls at the first call after a step's schedule ends
+        (a lookup, or the end of the next schedule) and again when it takes a store's slots, so a write that
+        ends during a pass is known at the next plan's first lookup, or after its lookups if the plan before
+        took slots."""
+        self._poll_open = False
+        writes, release = self._writes, self.tier.release
+        while writes and writes[0][0] <= at:
+            _, copy, count = writes.popleft()
+            release(copy, count, at)
+
+    def _start_reads(self, at: int) -> None:
+        """Start the storage reads the plan's lookups asked for, one per request, at ``at`` (vLLM submits a
+        request's promotions as one job when the step's schedule ends, ``_flush_pending_promotions``); the rank
+        plans again when each lands."""
+        storage, tier = self.storage, self.tier
+        for request, keys, slots in self.promoting:
+            end = storage.read(keys, at)
             for copy, count in slots:
                 tier.landed(copy, count, end)
-            self.promoted.setdefault(request, set()).update(promoted)
             if not request.num_preemptions:  # (the request's figures are its first admission's)
                 if request.storage_load_start_at is None:
-                    request.storage_load_start_at = now
+                    request.storage_load_start_at = at
                 request.storage_load_end_at = end
-            tokens = len(promoted) * self.block_size
-            self._event(now, EventKind.STORAGE_LOAD_START, request, tokens)
+            tokens = len(keys) * self.block_size
+            self._event(at, EventKind.STORAGE_LOAD_START, request, tokens)
             if self.recorder is not None:
                 self.env.timeout(end - self.env.now).callbacks.append(
                     lambda _, request=request, tokens=tokens: self._event(
                         self.env.now, EventKind.STORAGE_LOAD_END, request, tokens))
-            pending, wake = True, min(wake, end)
-        if pending:
-            return -1, None if wake == float("inf") else wake
-        return found, None
+            self._wake_at(end)
+        self.promoting.clear()
 
     def _wake_at(self, wake: float) -> None:
         """Plan the rank again at ``wake`` (a block landing), unless it is not set yet (``UNQUEUED``: the end of
@@ -267,8 +304,18 @@ class VllmCpuOffload:
         they still owe and become the most recent. Copies (those stores, and the loads the plan made) are
         queued when the plan's pass ends (``pass_ended``), or at once if it runs no pass."""
         finishing, stores = self.finishing, []
-        while finishing and finishing[0][0] < at:  # (its step's plan was a run's: it had nothing to store)
-            self._finish(finishing.popleft()[1], at, stores)
+        if self.storage is not None:  # (as vLLM's schedule ends: it polls if it has not yet, then may poll again)
+            if self._poll_open:
+                self._poll(at)
+            self._poll_open = True
+            if self.promoting:  # (before the plan's stores take their slots, as vLLM flushes them first)
+                self._start_reads(at)
+        while finishing and finishing[0][0] < at:  # (their step's plan was a run's: it had nothing to store)
+            ended = finishing[0][0]
+            group = []
+            while finishing and finishing[0][0] == ended:
+                group.append(finishing.popleft()[1])
+            self._finish(group, at, stores)
         bs, offered = self.block_size, self.offered
         for request, context, new in zip(plan.requests, plan.num_context_tokens, plan.num_new_tokens):
             end = min(context + new, request.num_prompt_tokens) // bs
@@ -279,8 +326,9 @@ class VllmCpuOffload:
                 entry = offered[request] = Offered(request)
             if end > entry.next:
                 self._offer(entry, end, at, stores)
-        while finishing:
-            self._finish(finishing.popleft()[1], at, stores)
+        if finishing:
+            self._finish([entry for _, entry in finishing], at, stores)
+            finishing.clear()
         loads, self.queued = self.queued, []
         if plan.is_empty:
             self._copy(stores, loads, at, -1)
@@ -306,6 +354,8 @@ class VllmCpuOffload:
         request = entry.request
         if end <= entry.hopeless:
             return  # (this offer, or a smaller one, can never fit: making it again changes nothing)
+        if self._poll_open and self.storage is not None:  # (``prepare_store`` polls first)
+            self._poll(at)
         taken = self.tier.store(entry.keys.upto(end)[entry.next:end], at)
         if taken is None:
             if self.tier.never_fits:
@@ -319,13 +369,16 @@ class VllmCpuOffload:
             stores.append((request, *taken))
             entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 
-    def _finish(self, entry: Offered, at: int, stores: list) -> None:
-        """A finished request offers what it still owes the tier, then the blocks it used become the most recent."""
-        end = entry.request.num_prompt_tokens // self.block_size
-        if end > entry.next:
-            self._offer(entry, end, at, stores)
-        self.retrying.discard(entry.request)
-        self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
+    def _finish(self, entries: list[Offered], at: int, stores: list) -> None:
+        """Requests that finished in one pass offer what they still owe the tier; then the blocks each used become
+        the most recent (vLLM builds every store job of a step before it signals the finished requests)."""
+        for entry in entries:
+            end = entry.request.num_prompt_tokens // self.block_size
+            if end > entry.next:
+                self._offer(entry, end, at, stores)
+            self.retrying.discard(entry.request)
+        for entry in entries:
+            self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
 
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
@@ -335,8 +388,9 @@ class VllmCpuOffload:
             landed = link.transfer(at, len(keys) * block)[1]
             if storage is None:
                 self.tier.landed(copy, len(keys), landed)
-            else:  # (written through to storage from its landing; the host keeps it until that write ends)
-                self.tier.landed(copy, len(keys), landed, storage.write(keys, landed))
+            else:  # (written through to storage from its landing; the host keeps it until that write is polled done)
+                self.tier.landed(copy, len(keys), landed, pinned=True)
+                self._writes.append((storage.write(keys, landed), copy, len(keys)))
                 self._event(at, EventKind.STORAGE_STORE, request, len(keys) * self.block_size, pass_index)
             entry = offered.get(request)
             if entry is not None:
@@ -362,6 +416,8 @@ class VllmCpuOffload:
         self.finishing.clear()
         self.retrying.clear()
         self.promoted.clear()
+        self.promoting.clear()
+        self._writes.clear()
         if self.storage is not None:  # (its node's local disk goes with it)
             self.storage.clear()
         self._last_lookup = (None, 0)

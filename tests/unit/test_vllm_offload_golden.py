@@ -125,3 +125,61 @@ def test_matches_vllm_offload(path: Path) -> None:
     ours = run_offload_steps(_requests(golden), _config(cfg), cfg["num_gpu_blocks"], cfg["block_size"],
                              cfg["host_blocks"])
     _compare(golden, [r for r in ours if _nonempty(r)])
+
+
+STORAGE_DIR = Path(__file__).resolve().parents[1] / "golden" / "vllm_storage"
+STORAGE_FILES = sorted(STORAGE_DIR.glob("*.json"))
+STORAGE_KNOWN_MISMATCH = {
+    "async_multiturn_bs8": "vLLM's flush: step 33's store of r3 (finished, its GPU blocks reused by that very pass) "
+                           "is in the step's jobs_to_flush, so the worker copies it before the pass and it lands a "
+                           "pass earlier than here (we always copy after the pass: docs/kv-offload.md, not modeled); "
+                           "at step 35 r10's store then finds those host blocks evictable in vLLM, not here",
+}
+"""Streams that do not match, with why: they xfail, and fail once they match."""
+
+
+def test_enough_storage_goldens() -> None:
+    assert len(STORAGE_FILES) >= 8, f"only {len(STORAGE_FILES)} golden files in {STORAGE_DIR}"
+    configs = [json.loads(p.read_text())["config"] for p in STORAGE_FILES]
+    assert {c["async_scheduling"] for c in configs} == {False, True}
+    assert all(c["secondary_tiers"] == [{"type": "example"}] for c in configs)
+
+
+@pytest.mark.parametrize("path", STORAGE_FILES, ids=[p.stem for p in STORAGE_FILES])
+def test_matches_vllm_with_a_storage_tier(path: Path) -> None:
+    """The same comparison with a storage tier behind the host: vLLM 0.32's ``TieringOffloadingSpec`` with its
+    in-memory ``example`` secondary tier (``tools/oracles/record_vllm_storage_goldens.py``), against our
+    ``StorageTier`` with reads and writes that take no time and no capacity. Each step also compares ``promotions`` (blocks the
+    step's lookups read from storage, per request); at the end, the blocks written to storage in all and each
+    request's ``storage_hit`` (tokens of its first admission's load that were read from storage for it)."""
+    known = STORAGE_KNOWN_MISMATCH.get(path.stem)
+    try:
+        _compare_storage(json.loads(path.read_text()))
+    except (pytest.fail.Exception, AssertionError):
+        if known:
+            pytest.xfail(known)
+        raise
+    assert not known, f"{path.stem} now matches vLLM: remove it from STORAGE_KNOWN_MISMATCH"
+
+
+def _compare_storage(golden: dict) -> None:
+    cfg = golden["config"]
+    ours = run_offload_steps(_requests(golden), _config(cfg), cfg["num_gpu_blocks"], cfg["block_size"],
+                             cfg["host_blocks"], storage=True)
+    cascaded, storage_hits = ours[-1].pop("cascaded"), ours[-1].pop("storage_hits")
+
+    def kept(rec: dict) -> bool:
+        return _nonempty(rec) or bool(rec["promotions"])
+
+    theirs = [r for r in golden["steps"] if kept(r)]
+    mine = [r for r in ours if kept(r)]
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a["promotions"] != b["promotions"] and _reduce(a) == _reduce(b):
+            pytest.fail(f"{golden['name']}: promotions differ at record {i} (vLLM step {b['step']}): "
+                        f"vLLM {b['promotions']}, ours {a['promotions']}", pytrace=False)
+        if _reduce(a) != _reduce(b):
+            break  # (``_compare`` reports it)
+    _compare({**golden, "steps": theirs}, mine)
+    assert cascaded == sum(r["cascades"] for r in golden["steps"])
+    for rid, want in golden["summary"].items():
+        assert storage_hits.get(rid, 0) == want["storage_hit"], (golden["name"], rid)
