@@ -77,8 +77,12 @@ class Results:
 
     def __init__(self, summary: dict, requests: RequestTable, passes: PassLog, num_passes: int,
                  events: list, num_events: int, stage_starts: np.ndarray | None = None,
-                 by_worker: bool = False, replicas: dict | None = None) -> None:
+                 by_worker: bool = False, replicas: dict | None = None,
+                 pass_bytes: dict[tuple[int, int], dict[int, list[float]]] | None = None) -> None:
         self.summary = summary
+        self._pass_bytes = pass_bytes
+        """With host KV tiers: per (worker, rank), the bytes loaded and stored over the host link per pass index
+        (``offload.protocol.PassBytes``), for the pass table's ``host_bytes_loaded`` and ``host_bytes_stored``."""
         self._replicas = replicas
         """A replica planner's pools over time (``replicas.csv``): columns, or None without a planner."""
         self._requests, self._passes, self._num_passes = requests, passes, num_passes
@@ -135,6 +139,8 @@ class Results:
     def _pass_data(self) -> dict:
         passes = self._passes  # the log, or (unpickled) its columns
         data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
+        if self._pass_bytes is not None and "host_bytes_loaded" not in data:
+            data["host_bytes_loaded"], data["host_bytes_stored"] = _host_bytes(data, self._pass_bytes)
         if self._by_worker:
             data = _by_end_and_worker(data)
         if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
@@ -147,6 +153,23 @@ class Results:
             state["_passes"] = pass_columns(self._passes, self._num_passes)
         state["_events"] = self._events[:self._num_events]
         return state
+
+
+def _host_bytes(data: dict, pass_bytes: dict[tuple[int, int], dict[int, list[float]]]) -> tuple:
+    """Per pass row, the bytes its rank's host tier loaded and stored with that pass (0 for most)."""
+    key = ((np.asarray(data["worker"], dtype=np.int64) << 42) | (np.asarray(data["dp_rank"], dtype=np.int64) << 32)
+           | np.asarray(data["pass_index"], dtype=np.int64))
+    loaded, stored = np.zeros(len(key), dtype=np.int64), np.zeros(len(key), dtype=np.int64)
+    entries = [((w << 42) | (r << 32) | i, moved) for (w, r), by_pass in pass_bytes.items()
+               for i, moved in by_pass.items()]
+    if entries and len(key):
+        wanted = np.array([k for k, _ in entries], dtype=np.int64)
+        moved = np.array([m for _, m in entries], dtype=np.float64).round().astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        at = np.minimum(np.searchsorted(key[order], wanted), len(key) - 1)
+        found = key[order[at]] == wanted  # (a pass not in the rows taken yet: left out)
+        loaded[order[at[found]]], stored[order[at[found]]] = moved[found, 0], moved[found, 1]
+    return loaded, stored
 
 
 def _or_minus_one(value: int | None) -> int:
@@ -677,5 +700,8 @@ class Simulation:
             starts = np.array(self.source.stage_starts_ns or [0], dtype=np.int64)
             summary["stages"] = stage_summaries(requests, self.recorder, stages, self.source.stage_starts_ns,
                                                 self.source.stage_ends_ns)
+        pass_bytes = {(w.worker_id, rank.rank_id): dict(rank.offload.pass_bytes.by_pass)
+                      for w in self.workers for rank in w.ranks if rank.offload is not None} or None
         return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
-                       len(self.recorder.events), starts, by_worker=self.order_by_worker, replicas=replicas)
+                       len(self.recorder.events), starts, by_worker=self.order_by_worker, replicas=replicas,
+                       pass_bytes=pass_bytes)

@@ -18,6 +18,26 @@ if TYPE_CHECKING:
     from simmodel.offload.storage import StorageTier
 
 
+class PassBytes:
+    """Bytes a rank's tier moved over its host link per pass (the pass table's ``host_bytes_loaded`` and
+    ``host_bytes_stored``): only passes that moved any, by the rank's pass index."""
+
+    __slots__ = ("by_pass",)
+
+    def __init__(self) -> None:
+        self.by_pass: dict[int, list[float]] = {}
+
+    def add(self, pass_index: int, loaded: float, stored: float) -> None:
+        """Count a copy of a pass (``pass_index`` −1: a plan that ran no pass, not counted)."""
+        if pass_index >= 0:
+            entry = self.by_pass.get(pass_index)
+            if entry is None:
+                self.by_pass[pass_index] = [loaded, stored]
+            else:
+                entry[0] += loaded
+                entry[1] += stored
+
+
 class Offload(Protocol):
     on_loaded: Callable | None
     """The rank taking a request whose load landed (vLLM; unused by SGLang, whose loads run inside passes)."""
@@ -38,6 +58,7 @@ class Offload(Protocol):
     storage: StorageTier | None
     """A storage tier behind the host (vLLM's ``TieringOffloadingSpec``), or None."""
     block_bytes: float
+    pass_bytes: PassBytes
 
     @property
     def waking(self) -> bool:

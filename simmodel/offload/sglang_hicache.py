@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
+from simmodel.offload.protocol import PassBytes
 
 if TYPE_CHECKING:
     import simpy
@@ -62,6 +63,7 @@ class SglangHiCache:
         self.num_hit_tokens = 0
         """Prompt tokens loaded from the host at first admissions (the summary's host hits)."""
         self.num_storage_hit_tokens = 0
+        self.pass_bytes = PassBytes()
         self.storage = None
         """(No storage tier behind SGLang's host pool is modeled: ``--hicache-storage-backend``.)"""
         self._wake: int | None = None
@@ -133,6 +135,7 @@ class SglangHiCache:
         nodes = [node for node, _ in backups]
         backups.clear()
         self.pages_stored += pages
+        self.pass_bytes.add(pass_index, 0, pages * self.block_bytes)
         _, done = self.store_link.transfer(at, pages * self.gpu_page_bytes)
         self._acks.append((done, nodes, [], pages))
         if len(self._acks) > 1 and self._acks[-2][0] > done:  # (a load's acknowledgement may come later)
@@ -160,6 +163,7 @@ class SglangHiCache:
         the stall ends, behind earlier loads)."""
         at = start
         if plan.host_synced_pages:
+            self.pass_bytes.add(pass_index, 0, plan.host_synced_pages * self.block_bytes)
             _, at = self.store_link.transfer(start, plan.host_synced_pages * self.gpu_page_bytes)
             if self.recorder is not None:
                 w, r, role = self.where
@@ -168,6 +172,7 @@ class SglangHiCache:
         end = at + busy_ns
         if plan.host_loaded:
             pages = sum(n for _, n in plan.host_loaded)
+            self.pass_bytes.add(pass_index, pages * self.block_bytes, 0)
             begin, landed = self.load_link.transfer(at, pages * self.gpu_page_bytes)
             end = max(end, landed)
             for request, n in plan.host_loaded:

@@ -69,6 +69,12 @@ class StorageTier:
 
     def _hold(self, keys: list) -> None:
         blocks = self.blocks
+        if self.capacity is None:  # (nothing is ever evicted: recency does not matter)
+            before = len(blocks)
+            blocks.update(dict.fromkeys(keys))
+            if len(blocks) > before:
+                self.version += 1
+            return
         new = [key for key in keys if key not in blocks]
         for key in keys:
             if key in blocks:
@@ -88,8 +94,9 @@ class StorageTier:
 
     def read(self, keys: list, at: int) -> int:
         """Start reading ``keys`` (held) into the host at ``at``; returns when the read ends. Reading refreshes them."""
-        for key in keys:
-            self.blocks.move_to_end(key)
+        if self.capacity is not None:
+            for key in keys:
+                self.blocks.move_to_end(key)
         self.num_reads += 1
         self.blocks_read += len(keys)
         return self.read_link.transfer(at, len(keys) * self.block_bytes)[1]

@@ -21,6 +21,11 @@ offloaded chunk, ``offload_prompt_only`` on, the LRU policy):
   waits for it), at once if that plan runs no pass. The load is on the request's critical path; stores never
   are.
 
+With a storage tier behind the host (``storage.StorageTier``, vLLM's ``TieringOffloadingSpec``): each copy that
+lands on the host is written through to storage and keeps its host blocks until vLLM's manager polls the write
+done; a lookup goes on past the host into storage, taking host slots for what storage holds and reading it in
+when the plan is made (the request waits meanwhile, skipped), after which those blocks are host hits.
+
 Each direction of the link is its own queue (``link.HostLink``): vLLM copies each way on its own stream, one
 copy after another. A store or load counts as done when its copy lands (vLLM learns of it at the end of the
 pass in flight then: up to a pass later).
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
+from simmodel.offload.protocol import PassBytes
 from simmodel.offload.storage import StorageTier
 from simmodel.offload.tier import UNQUEUED, HostTier
 
@@ -73,13 +79,13 @@ class VllmCpuOffload:
         self.promoted: dict[Request, set] = {}
         """Per request, the keys read from storage into the host for it (its loads count them as storage hits)."""
         self.promoting: list[tuple[Request, list, list]] = []
+        """Reads from storage the plan being made asked for: (request, keys, [(their host slots' copy, how many)])."""
         self._writes: deque[tuple[int, object, int]] = deque()
         """(when it ends, the host copy it reads, how many blocks) of the writes to storage not yet known done, in
         the order they end (one queue)."""
         self._poll_open = True
         """Whether the next call into vLLM's tiering manager polls its tiers for finished jobs (it polls at most
         once between the end of one step's schedule and the next: ``_maybe_process_finished_jobs``)."""
-        """Reads from storage the plan being made asked for: (request, keys, [(their host slots' copy, how many)])."""
         self.block_size = block_size
         self.block_bytes = block_bytes
         """KV bytes of one block over all of the rank's GPUs (what the tier holds)."""
@@ -118,6 +124,7 @@ class VllmCpuOffload:
         self.num_loads = 0
         self.blocks_loaded = 0
         self.blocks_stored = 0
+        self.pass_bytes = PassBytes()
 
     @property
     def waking(self) -> bool:
@@ -399,6 +406,9 @@ class VllmCpuOffload:
             self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         if loads:
             self.start_loads(loads, at)
+        if stores or loads:  # (the bytes over all the rank's GPUs, as the summary counts them)
+            self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes,
+                                sum(len(keys) for _, keys, _ in stores) * self.block_bytes)
 
     def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int = -1) -> int:
         """(Its loads run between passes: a pass lasts its forward pass.)"""

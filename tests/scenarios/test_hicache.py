@@ -20,6 +20,7 @@ from factories import CHAT_SESSIONS as SESSIONS
 from factories import make_sglang_scenario, run_both_ways, run_scenario
 
 TOKEN_NS = 131_072
+TOKEN_BYTES = 131_072  # (one token of KV on one GPU; at 1 GB/s it takes TOKEN_NS)
 LATENCY_NS = 100_000
 
 
@@ -65,6 +66,13 @@ def test_write_through_a_prefix_demoted_to_the_host_is_loaded_back_beside_the_pa
     # stored: A's 512 + 1 and B's 512 + 1 (C's prompt was on the host; its output token is copied at its finish)
     assert tier["blocks_stored"] == 513 + 513 + 1
     assert tier["capacity_blocks_per_rank"] == 1201  # int(2 × 600) // 1 + 1 (SGLang's padding page)
+    # Per pass (a page is one token of 131,072 bytes): the load rides in C's pass (the one starting at 200 ms);
+    # the stores in the passes whose outputs inserted them, summing to the tier's bytes stored.
+    passes = res.passes
+    assert passes.host_bytes_loaded.tolist() == [511 * TOKEN_BYTES if t == pytest.approx(0.2) else 0
+                                                 for t in passes.start_s]
+    assert passes.host_bytes_stored.sum() == tier["bytes_stored"] == (513 + 513 + 1) * TOKEN_BYTES
+    assert passes.host_bytes_stored.iloc[0] == 512 * TOKEN_BYTES  # (A's prompt, copied as its prefill ends)
 
 
 def test_a_faster_link_hides_the_load_behind_the_forward_pass(tmp_path):

@@ -79,6 +79,11 @@ def test_a_prefix_evicted_from_the_gpu_is_loaded_from_the_host(tmp_path):
     assert tier["store_link_utilization"] == pytest.approx(2 * (LATENCY_NS + 32 * PER_BLOCK_NS) / duration_ns)
     assert tier["load_link_utilization"] == pytest.approx((LATENCY_NS + 25 * PER_BLOCK_NS) / duration_ns)
     assert res.summary["prefix_cache_hit_ratio"] == pytest.approx(112 / 1536)  # (the GPU's own, as before)
+    # Per pass: A's prefill (pass 0) and B's (pass 2) stored 32 blocks each; C's load was started by a plan that
+    # ran no pass (C waited alone), so no pass row carries it.
+    passes = res.passes.set_index("pass_index")
+    assert passes.host_bytes_stored.to_dict() == {0: 32 * BLOCK, 1: 0, 2: 32 * BLOCK, 3: 0, 4: 0, 5: 0}
+    assert passes.host_bytes_loaded.sum() == 0
 
 
 def test_the_host_tier_evicts_a_prefix_from_its_tail(tmp_path):
