@@ -115,7 +115,7 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
     env = FakeEnv()
     tier = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 0.0) if storage else None
     offload = VllmCpuOffload(env, HostTier(host_blocks), HostLink(1e9, 1), HostLink(1e9, 1), block_size, 0.0, 0.0,
-                             tier)
+                             tier, pool)
     sched.offload = offload
     offload.on_loaded = sched.load_done
     offload.on_wake = lambda: None
@@ -162,8 +162,12 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
             stores: dict = {}
             log.target = stores  # (a plan that runs no pass copies at once)
             offload.planned(plan, env.now)
-            for request, keys, _ in plan.host_stores or ():
+            flushed = plan.host_flush[1] if plan.host_flush else ()
+            for request, keys, *_ in [*(plan.host_stores or ()), *flushed]:
                 stores[name(request)] = stores.get(name(request), 0) + len(keys) * block_size
+            if plan.host_flush:  # (Worker._start: copies it flushes start with the pass, after the one before)
+                log.target = {}  # (counted as the plan took them)
+                offload.pass_ns(plan, max(env.now, step * STEP_NS), STEP_NS, step)
             rec = {
                 "step": step,
                 "scheduled": {name(r): n for r, n in zip(plan.requests, plan.num_new_tokens)},

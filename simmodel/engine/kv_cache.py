@@ -113,6 +113,9 @@ class PrefixCachingBlockPool:
         self.free_queue = FreeBlockQueue(num_blocks)
         self.num_queries = 0
         self.num_hits = 0
+        self.allocated: set[int] | None = None
+        """When a set (a vLLM host tier watching for its flushes): the block ids taken for requests since it was
+        last emptied, allocated from the free queue or hit in the cache (vLLM's blocks new to a request)."""
         self.listener = None
         """Called as ``listener(keys, stored)`` with the keys one call made cached (their first block) or evicted
         (their last block taken), in order: the KV block events vLLM publishes and a KV-aware router follows;
@@ -175,6 +178,8 @@ class PrefixCachingBlockPool:
         return sum(1 for b in block_ids if self.ref_cnt[b] == 0)
 
     def touch(self, block_ids: list[int]) -> None:
+        if self.allocated is not None:
+            self.allocated.update(block_ids)
         for b in block_ids:
             if self.ref_cnt[b] == 0:
                 self.free_queue.remove(b)
@@ -207,6 +212,8 @@ class PrefixCachingBlockPool:
             b = nxt[b]
         nxt[queue.head], prev[b] = b, queue.head
         queue.size -= num_blocks
+        if self.allocated is not None:
+            self.allocated.update(taken)
         if evicted:
             self.listener(evicted, False)
         return taken
@@ -229,6 +236,8 @@ class PrefixCachingBlockPool:
                 del holders[b]
             self.key_of[b] = None
         self.ref_cnt[b] = 1
+        if self.allocated is not None:
+            self.allocated.add(b)
         return b
 
     def cache_full_blocks(self, request, num_tokens: int) -> None:

@@ -544,9 +544,9 @@ class Worker:
         if busy is None:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
                                   f"{seconds.max():g} s, outside what the simulated clock can hold")
-        if self.offloads:  # a host tier's copies inside the pass (SGLang's HiCache loads, write-back stalls)
+        if self.offloads:  # a host tier's copies inside the pass (SGLang's loads and write-back stalls, vLLM's flushes)
             for i, (rank, plan) in enumerate(zip(self.ranks, plans)):
-                if plan.host_loaded or plan.host_synced_pages:
+                if plan.host_loaded or plan.host_synced_pages or plan.host_flush:
                     index = rank.num_passes + self._passes_in_flight - 1  # (as ``begin_pass`` numbers it)
                     busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]), index)
         self.last_pass_ns = int(busy.max())

@@ -80,7 +80,7 @@ def _storage(role: WorkerRole, block_bytes: float) -> StorageTier | None:
 def _vllm(env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload:
     capacity, block_bytes, gpu_block_bytes = host_blocks(role)
     return VllmCpuOffload(env, HostTier(capacity), *_links(role), role.kv_cache.block_size, block_bytes,
-                          gpu_block_bytes, _storage(role, block_bytes))
+                          gpu_block_bytes, _storage(role, block_bytes), scheduler.pool)
 
 
 def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCache:

@@ -21,6 +21,9 @@ offloaded chunk, ``offload_prompt_only`` on, the LRU policy):
   waits for it), at once if that plan runs no pass. The load is on the request's critical path; stores never
   are.
 
+A copy reads its request's GPU blocks until it lands. A finished (or preempted) request's blocks are freed at
+once; a pass whose plan takes one a copy still reads waits for that copy first (vLLM's flush: ``_flushes``).
+
 With a storage tier behind the host (``storage.StorageTier``, vLLM's ``TieringOffloadingSpec``): each copy that
 lands on the host is written through to storage and keeps its host blocks until vLLM's manager polls the write
 done; a lookup goes on past the host into storage, taking host slots for what storage holds and reading it in
@@ -58,13 +61,17 @@ class Offered:
     could never fit (vLLM makes it again each pass, to no effect), ``lands_at`` when its last copy to the tier
     lands (``UNQUEUED`` while not queued)."""
 
-    __slots__ = ("first", "next", "keys", "request", "hopeless", "lands_at")
+    __slots__ = ("first", "next", "keys", "request", "hopeless", "lands_at", "block_ids", "copies")
 
     def __init__(self, request: Request, first: int = 0) -> None:
         self.first = self.next = first
         self.keys, self.request = request.block_keys, request
         self.hopeless = 0
         self.lands_at: float = 0
+        self.block_ids: list[int] = request.block_ids
+        """The request's GPU blocks as of its last pass (the list stays as it was once the pool frees them)."""
+        self.copies: list[tuple[int, list[int]]] = []
+        """(when it lands, the GPU blocks it reads) of its copies to the tier queued so far (landed ones pruned)."""
 
 
 class VllmCpuOffload:
@@ -72,8 +79,15 @@ class VllmCpuOffload:
 
     def __init__(self, env: simpy.Environment, tier: HostTier, loads: HostLink, stores: HostLink,
                  block_size: int, block_bytes: float, gpu_block_bytes: float,
-                 storage: StorageTier | None = None) -> None:
+                 storage: StorageTier | None = None, pool=None) -> None:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
+        self.pool = pool
+        """The rank's GPU block pool, whose allocations it watches for flushes (None: no flushes modeled)."""
+        if pool is not None:
+            pool.allocated = set()
+        self._fenced: dict[int, int] = {}
+        """GPU block → when the copy reading it lands, for copies of finished requests still on their way: a plan
+        that takes such a block waits for that copy (vLLM's flush)."""
         self.storage = storage
         """A storage tier behind the host (``storage.StorageTier``): written through, read back into the host."""
         self.promoted: dict[Request, set] = {}
@@ -104,7 +118,7 @@ class VllmCpuOffload:
         """(when, what it offered) of the requests finished since the last plan, oldest first (``planned``)."""
         self.queued: list = []
         """Loads the scheduler made in the plan being made: (request, keys, tokens computed once landed)."""
-        self.retrying: set[Request] = set()
+        self._retrying: set[Request] = set()
         """Requests whose last offer the tier could not take: each of their passes offers it again (so their
         passes are planned one by one, ``planner.drive``)."""
         self.plan_at: int | None = None
@@ -125,6 +139,13 @@ class VllmCpuOffload:
         self.blocks_loaded = 0
         self.blocks_stored = 0
         self.pass_bytes = PassBytes()
+
+    @property
+    def retrying(self) -> bool:
+        """Whether the rank's passes must be planned one by one: a request's offer to the tier must be made again
+        at every pass, or a copy to the tier is on its way (a request may finish and a later pass reuse the GPU
+        blocks it reads: vLLM then waits for it, a flush each plan checks)."""
+        return bool(self._retrying) or self.store_link.free_at > self.env.now
 
     @property
     def waking(self) -> bool:
@@ -331,16 +352,45 @@ class VllmCpuOffload:
                 if end <= 0:
                     continue
                 entry = offered[request] = Offered(request)
+            entry.block_ids = request.block_ids
             if end > entry.next:
                 self._offer(entry, end, at, stores)
         if finishing:
             self._finish([entry for _, entry in finishing], at, stores)
             finishing.clear()
         loads, self.queued = self.queued, []
+        wait, flushed = self._flushes(plan, at, stores) if self.pool is not None else (0, [])
         if plan.is_empty:
-            self._copy(stores, loads, at, -1)
+            self._copy(stores, loads, at, -1, max(wait, at))
         else:
+            if flushed:
+                out = {id(store) for store in flushed}
+                stores = [store for store in stores if id(store) not in out]
             plan.host_stores, plan.host_loads = stores or None, loads or None
+            if wait > at or flushed:
+                plan.host_flush = (wait, flushed)
+
+    def _flushes(self, plan: SchedulerOutput, at: int, stores: list) -> tuple[int, list]:
+        """vLLM's flush (the connector's ``jobs_to_flush``): a copy to the tier reads GPU blocks, so before a pass
+        that reuses a block a copy of a finished request still reads, vLLM's worker waits for that copy; so it
+        does for the copies of requests the plan preempts. A finished request's last offer made by this very
+        plan whose blocks the plan takes is copied before the pass instead of after it. Returns when the pass
+        may start at the earliest (``at`` if at once) and those stores."""
+        allocated, fenced, offered = self.pool.allocated, self._fenced, self.offered
+        wait, flushed = at, []
+        if allocated:
+            if fenced:
+                for block in allocated.intersection(fenced):
+                    wait = max(wait, fenced[block])
+            flushed = [store for store in stores if store[0] not in offered and not allocated.isdisjoint(store[3])]
+            allocated.clear()
+        for request in plan.preempted:
+            entry = offered.get(request)
+            if entry is not None and entry.copies:
+                wait = max(wait, max(landing for landing, _ in entry.copies))
+        if fenced and self.store_link.free_at <= at:  # (every copy has landed: no fence holds)
+            fenced.clear()
+        return wait, flushed
 
     def pass_ended(self, plan: SchedulerOutput, at: int, pass_index: int) -> None:
         """The pass of a plan (``planned``) ended at ``at``: queue its copies."""
@@ -352,6 +402,9 @@ class VllmCpuOffload:
         entry = self.offered.pop(request, None)
         if entry is not None:
             self.finishing.append((at, entry))
+            for landing, blocks in entry.copies:
+                if landing > at:  # (its blocks are free now, and may be taken while a copy still reads them)
+                    self._fence(blocks, landing)
         if self.promoted:
             self.promoted.pop(request, None)
 
@@ -363,17 +416,26 @@ class VllmCpuOffload:
             return  # (this offer, or a smaller one, can never fit: making it again changes nothing)
         if self._poll_open and self.storage is not None:  # (``prepare_store`` polls first)
             self._poll(at)
-        taken = self.tier.store(entry.keys.upto(end)[entry.next:end], at)
+        first = entry.next
+        keys = entry.keys.upto(end)[first:end]
+        taken = self.tier.store(keys, at)
         if taken is None:
             if self.tier.never_fits:
                 entry.hopeless = end
             else:
-                self.retrying.add(request)
+                self._retrying.add(request)
             return
-        self.retrying.discard(request)
+        self._retrying.discard(request)
         entry.next = end
-        if taken[0]:
-            stores.append((request, *taken))
+        new, copy = taken
+        if new:  # (with the GPU blocks its copy reads)
+            ids = entry.block_ids
+            if len(new) == end - first:
+                source = ids[first:end]
+            else:
+                wanted = set(new)
+                source = [ids[first + i] for i, key in enumerate(keys) if key in wanted]
+            stores.append((request, new, copy, source))
             entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 
     def _finish(self, entries: list[Offered], at: int, stores: list) -> None:
@@ -383,36 +445,60 @@ class VllmCpuOffload:
             end = entry.request.num_prompt_tokens // self.block_size
             if end > entry.next:
                 self._offer(entry, end, at, stores)
-            self.retrying.discard(entry.request)
+            self._retrying.discard(entry.request)
         for entry in entries:
             self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
 
-    def _copy(self, stores, loads, at: int, pass_index: int) -> None:
-        """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link."""
-        link, block, storage = self.store_link, self.gpu_block_bytes, self.storage
-        offered = self.offered
-        for request, keys, copy in stores:
-            landed = link.transfer(at, len(keys) * block)[1]
-            if storage is None:
-                self.tier.landed(copy, len(keys), landed)
-            else:  # (written through to storage from its landing; the host keeps it until that write is polled done)
-                self.tier.landed(copy, len(keys), landed, pinned=True)
-                self._writes.append((storage.write(keys, landed), copy, len(keys)))
-                self._event(at, EventKind.STORAGE_STORE, request, len(keys) * self.block_size, pass_index)
-            entry = offered.get(request)
-            if entry is not None:
-                entry.lands_at = landed  # (its copies land in the order they are queued)
-            self.blocks_stored += len(keys)
-            self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
+    def _copy(self, stores, loads, at: int, pass_index: int, loads_at: int | None = None) -> None:
+        """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link (from
+        ``loads_at`` if later: a plan that runs no pass but reuses a block a copy still reads)."""
+        for store in stores:
+            self._store(*store, at, pass_index)
         if loads:
-            self.start_loads(loads, at)
+            self.start_loads(loads, at if loads_at is None else loads_at)
         if stores or loads:  # (the bytes over all the rank's GPUs, as the summary counts them)
             self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes,
-                                sum(len(keys) for _, keys, _ in stores) * self.block_bytes)
+                                sum(len(store[1]) for store in stores) * self.block_bytes)
+
+    def _store(self, request: Request, keys: list, copy, source: list[int], at: int, pass_index: int) -> int:
+        """Queue one request's copy to the tier at ``at``; returns when it lands. Until then the GPU blocks it reads
+        are watched for reuse (``_flushes``): as its request's while it runs, at once if it has finished."""
+        landed = self.store_link.transfer(at, len(keys) * self.gpu_block_bytes)[1]
+        storage = self.storage
+        if storage is None:
+            self.tier.landed(copy, len(keys), landed)
+        else:  # (written through to storage from its landing; the host keeps it until that write is polled done)
+            self.tier.landed(copy, len(keys), landed, pinned=True)
+            self._writes.append((storage.write(keys, landed), copy, len(keys)))
+            self._event(at, EventKind.STORAGE_STORE, request, len(keys) * self.block_size, pass_index)
+        entry = self.offered.get(request)
+        if entry is not None:
+            entry.lands_at = landed  # (its copies land in the order they are queued)
+            entry.copies = [c for c in entry.copies if c[0] > at]
+            entry.copies.append((landed, source))
+        elif self.pool is not None:
+            self._fence(source, landed)
+        self.blocks_stored += len(keys)
+        self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
+        return landed
+
+    def _fence(self, blocks: list[int], until: int) -> None:
+        """A finished request's copy reads ``blocks`` until ``until``: a plan that takes one waits for it."""
+        fenced = self._fenced
+        for block in blocks:
+            if fenced.get(block, 0) < until:
+                fenced[block] = until
 
     def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int = -1) -> int:
-        """(Its loads run between passes: a pass lasts its forward pass.)"""
-        return busy_ns
+        """How long a pass lasts that must wait for copies reading blocks it reuses (``host_flush``): the copies it
+        flushes are queued when it starts, and its forward pass runs once they and those it waits for have
+        landed. (Loads run between passes.)"""
+        wait, flushed = plan.host_flush
+        for store in flushed:
+            wait = max(wait, self._store(*store, start, pass_index))
+        if flushed:
+            self.pass_bytes.add(pass_index, 0, sum(len(store[1]) for store in flushed) * self.block_bytes)
+        return max(wait - start, 0) + busy_ns
 
     def settle(self) -> None:
         """(Its copies lock nothing on the GPU: nothing to acknowledge when idle.)"""
@@ -424,10 +510,13 @@ class VllmCpuOffload:
         self.tier.num_failed, self.tier.num_evicted = old.num_failed, old.num_evicted
         self.offered.clear()
         self.finishing.clear()
-        self.retrying.clear()
+        self._retrying.clear()
         self.promoted.clear()
         self.promoting.clear()
         self._writes.clear()
+        self._fenced.clear()
+        if self.pool is not None:
+            self.pool.allocated.clear()
         if self.storage is not None:  # (its node's local disk goes with it)
             self.storage.clear()
         self._last_lookup = (None, 0)

@@ -107,21 +107,30 @@ def test_the_host_tier_evicts_a_prefix_from_its_tail(tmp_path):
     assert stores.num_tokens.tolist() == [512, 512, 24 * 16]
 
 
-def test_a_request_waits_for_blocks_still_landing_on_the_host(tmp_path):
-    """The link at 0.1 GB/s: a block's bytes take 2,097,152 / 1e8 s = 20.97152 ms. A's store of 32 blocks
-    runs 20 → 20 + 0.1 + 671.08864 = 691.18864 ms; B's, queued behind it on the store link, ends at 1,362.37728
-    ms. C (t = 200 ms) finds A's blocks 0–6 on the GPU, then block 7 still landing: it waits (it neither misses
-    nor blocks the queue), and the rank plans again when the block lands, at 691.18864 ms. Then blocks 7–31 are
-    there: C loads 25 blocks, 0.1 + 524.288 ms, landing at 1,215.57664 ms, and prefills its last token to
-    1,235.57664 ms: TTFT 1,035.57664 ms."""
+def test_a_pass_that_reuses_blocks_a_copy_still_reads_waits_for_it(tmp_path):
+    """vLLM's flush. The link at 0.1 GB/s: a block's bytes take 2,097,152 / 1e8 s = 20.97152 ms, so A's store of 32
+    blocks runs 20 → 20 + 0.1 + 671.08864 = 691.18864 ms, while A finishes at 30 ms and frees its blocks. B (100
+    ms) takes 32 blocks: A's partial one, the 7 never used, then A's blocks 31 … 8, which A's copy still reads,
+    so its pass waits for that copy (vLLM's worker flushes it first): B computes 691.18864 → 711.18864 ms (its
+    pass row: 100 ms → 711.18864 ms). B's store runs 711.18864 → 1,382.37728 ms; B decodes to 721.18864 ms.
+    C (t = 200 ms) is planned at 711.18864 ms: A's blocks 0–6 on the GPU, 7–31 on the host (landed at 691 ms),
+    but its load needs 25 free blocks and B holds 33 of the 40: it waits. When B finishes (721.18864 ms) the
+    load takes B's freed blocks, which B's copy still reads: the load starts when that copy lands, at
+    1,382.37728 ms, and takes 0.1 + 25 × 20.97152 = 524.388 ms, landing at 1,906.76528 ms; C prefills its last
+    token to 1,926.76528 ms: TTFT 1,726.76528 ms."""
     res = run_scenario(_scenario(tmp_path, {"capacity_gib": 1, "link_gb_per_s": 0.1},
                                  [(0, 1), (100, 2), (200, 1)]))
     req = res.requests.set_index("request_id")
     assert req.cached_tokens.tolist() == [0, 0, 112]
     assert req.host_cached_tokens.tolist() == [0, 0, 400]
-    assert req.ttft_ms[2] == pytest.approx(1035.57664, abs=1e-9)
+    assert req.ttft_ms[1] == pytest.approx(611.18864, abs=1e-9)
+    assert req.ttft_ms[2] == pytest.approx(1726.76528, abs=1e-9)
     loads = res.events[res.events.kind.isin(["host_load_start", "host_load_end"])]
-    assert loads.time_s.tolist() == pytest.approx([0.69118864, 1.21557664], abs=1e-12)
+    assert loads.time_s.tolist() == pytest.approx([1.38237728, 1.90676528], abs=1e-12)
+    passes = res.passes
+    assert passes.start_s.tolist()[2] == pytest.approx(0.1)
+    assert passes.end_s.tolist()[2] == pytest.approx(0.71118864, abs=1e-12)
+    assert passes.rank_busy_ms.tolist()[2] == pytest.approx(611.18864, abs=1e-9)  # (the wait, then 20 ms)
     stores = res.events[res.events.kind == "host_store"]
     assert stores.num_tokens.tolist() == [512, 512]
 

@@ -129,12 +129,7 @@ def test_matches_vllm_offload(path: Path) -> None:
 
 STORAGE_DIR = Path(__file__).resolve().parents[1] / "golden" / "vllm_storage"
 STORAGE_FILES = sorted(STORAGE_DIR.glob("*.json"))
-STORAGE_KNOWN_MISMATCH = {
-    "async_multiturn_bs8": "vLLM's flush: step 33's store of r3 (finished, its GPU blocks reused by that very pass) "
-                           "is in the step's jobs_to_flush, so the worker copies it before the pass and it lands a "
-                           "pass earlier than here (we always copy after the pass: docs/kv-offload.md, not modeled); "
-                           "at step 35 r10's store then finds those host blocks evictable in vLLM, not here",
-}
+STORAGE_KNOWN_MISMATCH: dict[str, str] = {}
 """Streams that do not match, with why: they xfail, and fail once they match."""
 
 

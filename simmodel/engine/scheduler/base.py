@@ -35,6 +35,9 @@ class SchedulerOutput:
     host_loaded: list | None = None
     """SGLang's HiCache: (request, pages) loaded from the host for this pass, copied beside its forward pass
     (``SglangHiCache.pass_ns``)."""
+    host_flush: tuple | None = None
+    """vLLM with a host KV tier: (when the pass may start at the earliest, the copies to the tier it makes before
+    it) where it reuses GPU blocks a copy still reads (``VllmCpuOffload._flushes``)."""
     host_synced_pages: int = 0
     """SGLang's HiCache under ``write_back``: pages copied to the host while evicting since the last plan; the
     pass starts once they land."""
