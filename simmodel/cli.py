@@ -19,7 +19,7 @@ from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
 from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
-from simmodel.offload import host_blocks
+from simmodel.offload import host_blocks, storage_blocks
 from simmodel.perf.timings import make_timing
 from simmodel.sim import Simulation, check_workload
 
@@ -292,6 +292,9 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         host = ""
         if role.kv_cache.host_offload is not None:
             host = f" and {host_blocks(role)[0]} on the host"
+            if role.kv_cache.host_offload.storage is not None:
+                stored = storage_blocks(role)
+                host += " and unbounded storage" if stored is None else f" and {stored} on storage"
         parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
                      f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{host}, "
                      f"context_length {role.context_length}")

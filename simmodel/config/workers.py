@@ -156,10 +156,12 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)
-    if kv_cache.host_offload is not None and kv_cache.host_offload.capacity_gib is not None:
-        block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
-        if kv_cache.host_offload.capacity_gib * (1 << 30) < block_bytes:
-            raise ScenarioError(f"{node.at('kv_cache.host_offload.capacity_gib')}: holds no whole KV block (one is "
+    host = kv_cache.host_offload
+    block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
+    for field, capacity in (("capacity_gib", host and host.capacity_gib),
+                            ("storage.capacity_gib", host and host.storage and host.storage.capacity_gib)):
+        if capacity is not None and capacity * (1 << 30) < block_bytes:
+            raise ScenarioError(f"{node.at('kv_cache.host_offload.' + field)}: holds no whole KV block (one is "
                                 f"{block_bytes / (1 << 20):g} MiB over the rank's GPUs); give it at least that")
     needed = rules.blocks_needed(context_length, kv_cache.block_size)
     if blocks < needed:

@@ -63,17 +63,25 @@ def _links(role: WorkerRole) -> tuple[HostLink, HostLink]:
     return HostLink(bandwidth, latency_ns), HostLink(bandwidth, latency_ns)
 
 
+def storage_blocks(role: WorkerRole) -> int | None:
+    """The blocks a rank's storage tier holds: as many whole blocks (over all the rank's GPUs) as its
+    ``capacity_gib`` holds, or None (unbounded)."""
+    host = role.kv_cache.host_offload
+    assert host is not None and host.storage is not None
+    capacity = host.storage.capacity_gib
+    return None if capacity is None else int(capacity * GIB // host_blocks(role)[1])
+
+
 def _storage(role: WorkerRole, block_bytes: float) -> StorageTier | None:
-    """A rank's storage tier behind its host tier, if its role has one: as many whole blocks (over all the rank's
-    GPUs) as ``capacity_gib`` holds, or unbounded; a read queue and a write queue at the tier's own figures."""
+    """A rank's storage tier behind its host tier, if its role has one (``storage_blocks``), with a read queue and
+    a write queue at the tier's own figures."""
     host = role.kv_cache.host_offload
     assert host is not None
     spec = host.storage
     if spec is None:
         return None
-    capacity = None if spec.capacity_gib is None else int(spec.capacity_gib * GIB // block_bytes)
     latency_ns = int(round(spec.latency_us * 1e3))
-    return StorageTier(capacity, HostLink(spec.read_gb_per_s * 1e9, latency_ns),
+    return StorageTier(storage_blocks(role), HostLink(spec.read_gb_per_s * 1e9, latency_ns),
                        HostLink(spec.write_gb_per_s * 1e9, latency_ns), block_bytes)
 
 
@@ -147,5 +155,5 @@ def _storage_summary(figures: list[dict], hit_tokens: int, queried: int, duratio
             "storage_write_utilization": writes_busy / span if span else None}
 
 
-__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "StorageTier", "VllmCpuOffload", "attach", "host_blocks",
-           "offload_summary"]
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "StorageTier", "VllmCpuOffload", "attach",
+           "host_blocks", "offload_summary", "storage_blocks"]

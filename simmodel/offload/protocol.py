@@ -79,9 +79,13 @@ class Offload(Protocol):
     def flush(self, at: int, pass_index: int) -> None:
         """A pass's outputs were processed at ``at``: copies its processing made start (``Rank.record_pass_end``)."""
 
+    def fenced_blocks(self, now: int) -> set[int]:
+        """Free GPU blocks a copy to the tier still reads after ``now``: a pass that takes one waits for it
+        (vLLM's flush); a run of passes ends before one (``planner.run.Run._flush_check``)."""
+
     def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int) -> int:
-        """How long a pass whose plan loads inside it (``host_loaded``) or waits for copies (``host_synced_pages``)
-        lasts (``Worker._start``)."""
+        """How long a pass whose plan loads inside it (``host_loaded``) or waits for copies (``host_synced_pages``,
+        ``host_flush``) lasts (``Worker._start``)."""
 
     def settle(self) -> None:
         """The rank is idle: copies landed by now are acknowledged (``scaling.Fleet.retire_drained``)."""

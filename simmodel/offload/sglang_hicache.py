@@ -124,6 +124,10 @@ class SglangHiCache:
         self._wake = None
         self.on_wake()
 
+    def fenced_blocks(self, now: int) -> set[int]:
+        """(Its copies hold the tree's nodes, not freed blocks: none.)"""
+        return set()
+
     def flush(self, at: int, pass_index: int = -1) -> None:
         """Pass ``pass_index``'s outputs were processed at ``at``: the backups made since the last flush (its
         insertions, and its plan's re-insertion of a chunk) are queued on the store link then, as one copy

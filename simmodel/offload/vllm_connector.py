@@ -143,9 +143,13 @@ class VllmCpuOffload:
     @property
     def retrying(self) -> bool:
         """Whether the rank's passes must be planned one by one: a request's offer to the tier must be made again
-        at every pass, or a copy to the tier is on its way (a request may finish and a later pass reuse the GPU
-        blocks it reads: vLLM then waits for it, a flush each plan checks)."""
-        return bool(self._retrying) or self.store_link.free_at > self.env.now
+        at every pass."""
+        return bool(self._retrying)
+
+    def fenced_blocks(self, now: int) -> set[int]:
+        """The GPU blocks a copy of a finished request still reads after ``now`` (a pass that takes one waits for
+        it: runs end before one, ``Run._flush_check``)."""
+        return {block for block, until in self._fenced.items() if until > now} if self._fenced else set()
 
     @property
     def waking(self) -> bool:
@@ -360,8 +364,14 @@ class VllmCpuOffload:
             finishing.clear()
         loads, self.queued = self.queued, []
         wait, flushed = self._flushes(plan, at, stores) if self.pool is not None else (0, [])
-        if plan.is_empty:
-            self._copy(stores, loads, at, -1, max(wait, at))
+        if plan.is_empty:  # (copied at once; its loads wait for the copies reading blocks they take)
+            out = {id(store) for store in flushed}
+            for store in stores:
+                landed = self._store(*store, at, -1)
+                if id(store) in out:
+                    wait = max(wait, landed)
+            if loads:
+                self.start_loads(loads, max(wait, at))
         else:
             if flushed:
                 out = {id(store) for store in flushed}
@@ -449,13 +459,13 @@ class VllmCpuOffload:
         for entry in entries:
             self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
 
-    def _copy(self, stores, loads, at: int, pass_index: int, loads_at: int | None = None) -> None:
-        """Queue the copies of a plan at ``at``: its stores on the store link, its loads on the load link (from
-        ``loads_at`` if later: a plan that runs no pass but reuses a block a copy still reads)."""
+    def _copy(self, stores, loads, at: int, pass_index: int) -> None:
+        """Queue the copies of a pass that ended at ``at``: its stores on the store link, its loads on the load
+        link."""
         for store in stores:
             self._store(*store, at, pass_index)
         if loads:
-            self.start_loads(loads, at if loads_at is None else loads_at)
+            self.start_loads(loads, at)
         if stores or loads:  # (the bytes over all the rank's GPUs, as the summary counts them)
             self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes,
                                 sum(len(store[1]) for store in stores) * self.block_bytes)
@@ -546,6 +556,7 @@ class VllmCpuOffload:
         """What the storage tier held and moved, its queues' busy time counted up to ``end_ns``."""
         storage = self.storage
         assert storage is not None
+        storage.catch_up(end_ns)  # (writes ended by then are held)
         return {"storage_capacity_blocks": storage.capacity, "storage_blocks_held": len(storage),
                 "storage_reads": storage.num_reads, "storage_blocks_read": storage.blocks_read,
                 "storage_blocks_written": storage.blocks_written, "storage_blocks_evicted": storage.num_evicted,

@@ -163,6 +163,27 @@ def test_runs_of_passes_with_a_host_tier_equal_the_pass_by_pass_run(traffic, wor
     assert not differ
 
 
+def test_runs_of_passes_with_flushes_equal_the_pass_by_pass_run():
+    """A slow link (0.2 GB/s, 5 ms a copy) and short outputs: requests finish while their copies to the host are
+    on their way, and later passes take the blocks those copies read, so passes wait for them (vLLM's flush).
+    Runs of passes end before such a pass and leave it to the rank's own plan; every table is the same as pass
+    by pass (``tools/fuzz_host_offload.py`` seed 26, which found a flush priced inside a run)."""
+    data = make_scenario(
+        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 50, "max": 2000},
+                            "output_tokens": {"distribution": "uniform", "min": 1, "max": 200},
+                            "shared_prefix": {"tokens": 200, "groups": 8}},
+                 "load": {"type": "gamma", "requests_per_second": 60, "burstiness": 0.3}, "stop": {"requests": 60}},
+        engine={"context_length": 4800, "workers": {"aggregated": {
+            "parallelism": {"attention_data": 2},
+            "scheduler": {"max_batched_tokens": 2048, "max_sequences": 8, "long_prefill_token_threshold": 256},
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": 300},
+                         "host_offload": {"capacity_gib": 100, "link_gb_per_s": 0.2, "latency_us": 5000}},
+            "timing": {"type": "default"}}}})
+    runs, differ = run_both_ways(data)
+    assert (runs.passes.rank_busy_ms > 100).any()  # (a pass that waited for a copy: decodes take ~7 ms)
+    assert not differ
+
+
 def test_a_prefill_pool_keeps_its_tier_and_the_requests_show_its_hits(tmp_path):
     """Disaggregated, the tier on the prefill workers: the same three requests, each prefill leg a one-token request
     that holds its 32 prompt blocks (its one token is sampled by the prefill pass, which computes no 33rd block)

@@ -14,6 +14,7 @@ Storage moves 2.097152 GB/s with 100 µs a job, so a block takes 1 ms: a read or
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -129,10 +130,11 @@ def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run():
     ({"read_gb_per_s": 0}, "vllm", "host_offload.storage.read_gb_per_s"),
     ({"capacity": 3}, "vllm", "host_offload.storage.capacity"),
     ({}, "sglang", "host_offload.storage: a storage tier behind SGLang's HiCache"),
+    ({"capacity_gib": 0.001}, "vllm", "host_offload.storage.capacity_gib: holds no whole KV block (one is 2 MiB"),
 ])
 def test_bad_storage_settings_are_refused(storage, backend, message):
     make = make_sglang_scenario if backend == "sglang" else make_scenario
     data = make(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 4,
                                                                                   "storage": storage}}}}})
-    with pytest.raises(ScenarioError, match=message.replace(".", r"\.")):
+    with pytest.raises(ScenarioError, match=re.escape(message)):
         parse_scenario(data, Path("."))

@@ -89,9 +89,10 @@ def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> R
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
     ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself, or ends where
     it could (``may_wait``). With a host KV tier, a first pass whose plan stores to or loads from it runs on its
-    own (``Rank.finish_pass`` starts those copies), and so does every pass while a request's offer to the tier
-    waits to be made again (``VllmCpuOffload.retrying``)."""
-    if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads for p in plans)
+    own (``Rank.finish_pass`` starts those copies), as does one that waits for copies still reading blocks it takes
+    (``host_flush``: ``Worker._start`` prices the wait), and every pass while a request's offer to the tier waits
+    to be made again (``VllmCpuOffload.retrying``)."""
+    if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads or p.host_flush for p in plans)
                             or any(rank.offload.retrying for rank in worker.ranks)):
         return None
     run = RunningRequests(worker, plans, bool(lag), may_wait=may_wait)

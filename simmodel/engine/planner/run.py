@@ -218,8 +218,10 @@ class Run(Admissions, Recording):
         self.last_admission = 0
         """The row of the last admission: it saw the finishes of the rows before it."""
         self._kv_check(self.planned_rows)
-        if worker.offloads and any(self.waits) and self.caching:
-            self._prefix_check(self.planned_rows)
+        if worker.offloads and self.caching:
+            if any(self.waits):
+                self._prefix_check(self.planned_rows)
+            self._flush_check(self.planned_rows)
 
     # -- rows ---------------------------------------------------------------------------------------
 
@@ -273,6 +275,20 @@ class Run(Admissions, Recording):
             for request in sched.waiting:
                 held |= pool.prefix_holders(request)
             at = pool.free_position(held, total) if held else None
+            if at is not None:
+                reached = np.cumsum(self.allocations[k:, r]) > at
+                if reached.any():
+                    self.cap = min(self.cap, k + int(np.argmax(reached)))
+
+    def _flush_check(self, k: int) -> None:
+        """With a host KV tier: lower ``cap`` to the first row from k on whose decodes would take a free block that
+        a copy to the tier still reads (a finished request's: vLLM's flush, which the rank's own plan applies).
+        Blocks freed inside the run go to the free queue's tail (a copy reads only cached prompt blocks) and the
+        run takes no more blocks than were free at its start (``_kv_check``), so only blocks free now matter."""
+        for r, pool in enumerate(self.pools):
+            total = int(self.total_allocations[r])
+            fenced = self.worker.ranks[r].offload.fenced_blocks(self.now) if total else None
+            at = pool.free_position(fenced, total) if fenced else None
             if at is not None:
                 reached = np.cumsum(self.allocations[k:, r]) > at
                 if reached.any():
