@@ -105,6 +105,9 @@ def with_storage(data: dict, seed: int) -> dict:
     is the seed's as without ``--storage``)."""
     rng = random.Random(f"storage-{seed}")
     host = data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]
+    # (a host tier that holds one prompt, or not much more: lookups go on to storage; vLLM needs the one prompt)
+    prompt_gib = data["engine"]["context_length"] * 131072 / 2**30
+    host["capacity_gib"] = max(host["capacity_gib"], prompt_gib * rng.choice([1, 1.5, 4]))
     host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
                        "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
                        "latency_us": rng.choice([0, 100, 5000])}

@@ -163,6 +163,16 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         if capacity is not None and capacity * (1 << 30) < block_bytes:
             raise ScenarioError(f"{node.at('kv_cache.host_offload.' + field)}: holds no whole KV block (one is "
                                 f"{block_bytes / (1 << 20):g} MiB over the rank's GPUs); give it at least that")
+    if host is not None and host.storage is not None and host.capacity_gib is not None:
+        # vLLM reads a prompt's blocks found on storage into the host before it loads them: a prompt whose blocks
+        # cannot all be on the host at once never loads (each read evicts the ones read before: a livelock).
+        held, prompt = int(host.capacity_gib * (1 << 30) // block_bytes), context_length // kv_cache.block_size
+        if held < prompt:
+            raise ScenarioError(f"{node.at('kv_cache.host_offload.capacity_gib')}: holds {held} KV blocks, fewer than "
+                                f"a prompt at context_length {context_length} fills ({prompt}); with a storage tier "
+                                f"behind it, vLLM reads a prompt's blocks found on storage into the host before "
+                                f"loading them, so such a prompt would never load; give it at least "
+                                f"{prompt * block_bytes / (1 << 30):.3g} GiB or lower context_length")
     needed = rules.blocks_needed(context_length, kv_cache.block_size)
     if blocks < needed:
         held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"

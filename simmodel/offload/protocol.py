@@ -79,6 +79,9 @@ class Offload(Protocol):
     def flush(self, at: int, pass_index: int) -> None:
         """A pass's outputs were processed at ``at``: copies its processing made start (``Rank.record_pass_end``)."""
 
+    def planned_in_run(self) -> None:
+        """A run of passes planned some of its passes itself (``planner.recording.Recording._tell_offloads``)."""
+
     def fenced_blocks(self, now: int) -> set[int]:
         """Free GPU blocks a copy to the tier still reads after ``now``: a pass that takes one waits for it
         (vLLM's flush); a run of passes ends before one (``planner.run.Run._flush_check``)."""

@@ -124,6 +124,9 @@ class SglangHiCache:
         self._wake = None
         self.on_wake()
 
+    def planned_in_run(self) -> None:
+        """(Its copies are reaped by the plans it makes: nothing to note.)"""
+
     def fenced_blocks(self, now: int) -> set[int]:
         """(Its copies hold the tree's nodes, not freed blocks: none.)"""
         return set()

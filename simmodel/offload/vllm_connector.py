@@ -92,6 +92,10 @@ class VllmCpuOffload:
         """A storage tier behind the host (``storage.StorageTier``): written through, read back into the host."""
         self.promoted: dict[Request, set] = {}
         """Per request, the keys read from storage into the host for it (its loads count them as storage hits)."""
+        self._read_last_plan = False
+        """Whether the last plan's lookups started reads from storage (``retrying``)."""
+        self._early_stores: list = []
+        """Stores that finished requests' offers made at a lookup, for the plan being made (``planned``)."""
         self.promoting: list[tuple[Request, list, list]] = []
         """Reads from storage the plan being made asked for: (request, keys, [(their host slots' copy, how many)])."""
         self._writes: deque[tuple[int, object, int]] = deque()
@@ -142,9 +146,10 @@ class VllmCpuOffload:
 
     @property
     def retrying(self) -> bool:
-        """Whether the rank's passes must be planned one by one: a request's offer to the tier must be made again
-        at every pass."""
-        return bool(self._retrying)
+        """Whether the rank's next passes must be planned one by one: a request's offer to the tier must be made
+        again at every pass, or the last plan's lookups started reads from storage (their host slots evicted
+        blocks, so the next plan's lookups may read again: every plan that looks a request up is made)."""
+        return bool(self._retrying) or self._read_last_plan
 
     def fenced_blocks(self, now: int) -> set[int]:
         """The GPU blocks a copy of a finished request still reads after ``now`` (a pass that takes one waits for
@@ -178,6 +183,8 @@ class VllmCpuOffload:
             storage.catch_up(now)
             if self._poll_open:
                 self._poll(now)
+            if self.finishing and self.finishing[0][0] < now:  # (as their own plans would have, before it evicts)
+                self._finish_before(now, self._early_stores)
         if limit <= 0 or not (len(self.tier) or storage is not None and len(storage)):
             return 0
         seen = (request, start, limit, self.tier.version, storage is not None and storage.version)
@@ -254,6 +261,11 @@ class VllmCpuOffload:
         while writes and writes[0][0] <= at:
             _, copy, count = writes.popleft()
             release(copy, count, at)
+
+    def planned_in_run(self) -> None:
+        """A run of passes planned some of its passes itself: their plans looked nothing up and stored nothing, so
+        each ended with the manager's poll open (the next lookup polls)."""
+        self._poll_open = True
 
     def _start_reads(self, at: int) -> None:
         """Start the storage reads the plan's lookups asked for, one per request, at ``at`` (vLLM submits a
@@ -340,14 +352,12 @@ class VllmCpuOffload:
             if self._poll_open:
                 self._poll(at)
             self._poll_open = True
+            self._read_last_plan = bool(self.promoting)
             if self.promoting:  # (before the plan's stores take their slots, as vLLM flushes them first)
                 self._start_reads(at)
-        while finishing and finishing[0][0] < at:  # (their step's plan was a run's: it had nothing to store)
-            ended = finishing[0][0]
-            group = []
-            while finishing and finishing[0][0] == ended:
-                group.append(finishing.popleft()[1])
-            self._finish(group, at, stores)
+        if self._early_stores:
+            stores, self._early_stores = self._early_stores, []
+        self._finish_before(at, stores)
         bs, offered = self.block_size, self.offered
         for request, context, new in zip(plan.requests, plan.num_context_tokens, plan.num_new_tokens):
             end = min(context + new, request.num_prompt_tokens) // bs
@@ -379,6 +389,17 @@ class VllmCpuOffload:
             plan.host_stores, plan.host_loads = stores or None, loads or None
             if wait > at or flushed:
                 plan.host_flush = (wait, flushed)
+
+    def _finish_before(self, at: int, stores: list) -> None:
+        """The requests that finished before ``at`` (their step's plan was a run's: it had nothing else to store)
+        offer what they still owe and become the most recent, a pass's finishes at a time."""
+        finishing = self.finishing
+        while finishing and finishing[0][0] < at:
+            ended = finishing[0][0]
+            group = []
+            while finishing and finishing[0][0] == ended:
+                group.append(finishing.popleft()[1])
+            self._finish(group, at, stores)
 
     def _flushes(self, plan: SchedulerOutput, at: int, stores: list) -> tuple[int, list]:
         """vLLM's flush (the connector's ``jobs_to_flush``): a copy to the tier reads GPU blocks, so before a pass
@@ -523,6 +544,7 @@ class VllmCpuOffload:
         self._retrying.clear()
         self.promoted.clear()
         self.promoting.clear()
+        self._early_stores.clear()
         self._writes.clear()
         self._fenced.clear()
         if self.pool is not None:

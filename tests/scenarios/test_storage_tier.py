@@ -7,6 +7,9 @@ and C hold the same content, B other content. As there: A prefills 0–20 ms and
 host from 20 ms, landing at 22.197152 ms; A finishes at 30 ms; B (t = 100 ms) evicts A's blocks 7–31 from the GPU
 and its own land on the host at 122.197152 ms; C (t = 200 ms) finds A's blocks 0–6 on the GPU (112 tokens).
 
+context_length is 514 (a 512-token prompt and its 2 outputs: a prompt fills at most 32 blocks, so a host tier of one
+prompt is allowed with storage behind it).
+
 Storage moves 2.097152 GB/s with 100 µs a job, so a block takes 1 ms: a read or write of n blocks takes
 0.1 + n ms.
 """
@@ -32,7 +35,7 @@ def _scenario(tmp_path, host: dict, rows: list[tuple[float, int]]) -> dict:
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
                             + "\n" for t, h in rows))
-    data = make_scenario(engine={"context_length": 640, "workers": {"aggregated": {"kv_cache": {
+    data = make_scenario(engine={"context_length": 514, "workers": {"aggregated": {"kv_cache": {
         "capacity": {"type": "fixed", "blocks": 40},
         "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
     data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
@@ -113,14 +116,35 @@ def test_a_bounded_storage_tier_evicts_its_least_recently_written_blocks(tmp_pat
     assert (tier["storage_blocks_evicted"], tier["storage_blocks_held"]) == (32, 32)
 
 
-def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run():
-    """Chat sessions on a GPU cache and a host tier both small enough to evict, with storage behind them (and a
-    read queue slow enough that requests wait on it): planned as runs of passes and pass by pass, every request,
-    pass, event and tier figure is the same."""
-    data = make_scenario(traffic=SESSIONS, engine={"context_length": 16384, "workers": {"aggregated": {
-        "timing": {"type": "default"},
-        "kv_cache": {"capacity": {"type": "fixed", "blocks": 1200},
-                     "host_offload": {"capacity_gib": 1, "storage": {"read_gb_per_s": 2}}}}}})
+OPEN_LOOP = {"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 50, "max": 2000},
+                        "output_tokens": {"distribution": "uniform", "min": 1, "max": 200},
+                        "shared_prefix": {"tokens": 1000, "groups": 8}},
+             "load": {"type": "gamma", "requests_per_second": 5, "burstiness": 0.3}, "stop": {"requests": 120}}
+
+
+@pytest.mark.parametrize("traffic, context, worker", [
+    (SESSIONS, 16384, {"kv_cache": {"capacity": {"type": "fixed", "blocks": 1200},
+                                    "host_offload": {"capacity_gib": 2, "storage": {"read_gb_per_s": 2}}}}),
+    (OPEN_LOOP, 4800, {"scheduler": {"async_scheduling": True, "max_batched_tokens": 8192, "max_sequences": 64},
+                       "kv_cache": {"capacity": {"type": "fixed", "blocks": 300},
+                                    "host_offload": {"capacity_gib": 0.5859375, "link_gb_per_s": 8, "storage": {
+                                        "read_gb_per_s": 2, "write_gb_per_s": 2, "latency_us": 5000}}}}),
+    ({**OPEN_LOOP, "source": {**OPEN_LOOP["source"], "shared_prefix": {"tokens": 200, "groups": 8}},
+      "stop": {"requests": 60}}, 9600,
+     {"scheduler": {"max_batched_tokens": 8192, "max_sequences": 256, "long_prefill_token_threshold": 256},
+      "kv_cache": {"capacity": {"type": "fixed", "blocks": 600},
+                   "host_offload": {"capacity_gib": 1.171875, "link_gb_per_s": 8, "storage": {
+                       "read_gb_per_s": 2, "write_gb_per_s": 2, "latency_us": 5000}}}}),
+], ids=["sessions", "open-loop-async", "open-loop-rereads"])
+def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run(traffic, context, worker):
+    """Multi-turn and shared-prefix loads on a GPU cache and a host tier both small enough to evict, with storage
+    behind them (and a read queue slow enough that requests wait on it): planned as runs of passes and pass by
+    pass, every request, pass, event and tier figure is the same. The open-loop cases (``fuzz_host_offload.py
+    --storage`` seeds 27 and 42) found two rules the runs first broke: the requests that finished inside a run
+    become the most recent before the next plan's lookups evict anything; and a request's reads evict host
+    blocks, its own included, so the plan after one that read is the rank's own (it may read again)."""
+    data = make_scenario(traffic=traffic, engine={"context_length": context, "workers": {"aggregated": {
+        "timing": {"type": "default"}, **worker}}})
     runs, differ = run_both_ways(data)
     assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
     assert not differ
@@ -131,10 +155,14 @@ def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run():
     ({"capacity": 3}, "vllm", "host_offload.storage.capacity"),
     ({}, "sglang", "host_offload.storage: a storage tier behind SGLang's HiCache"),
     ({"capacity_gib": 0.001}, "vllm", "host_offload.storage.capacity_gib: holds no whole KV block (one is 2 MiB"),
+    # (the host's 4 GiB hold 2,048 blocks of 2 MiB; a prompt at context_length 65,536 fills 4,096)
+    ({"context_length": 65536}, "vllm", "host_offload.capacity_gib: holds 2048 KV blocks, fewer than a prompt at "
+                                        "context_length 65536 fills (4096)"),
 ])
 def test_bad_storage_settings_are_refused(storage, backend, message):
     make = make_sglang_scenario if backend == "sglang" else make_scenario
-    data = make(engine={"workers": {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 4,
-                                                                                  "storage": storage}}}}})
+    context = storage.pop("context_length", 4096)
+    data = make(engine={"context_length": context, "workers": {"aggregated": {"kv_cache": {
+        "capacity": {"type": "fixed", "blocks": 5000}, "host_offload": {"capacity_gib": 4, "storage": storage}}}}})
     with pytest.raises(ScenarioError, match=re.escape(message)):
         parse_scenario(data, Path("."))

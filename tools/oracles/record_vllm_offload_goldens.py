@@ -461,21 +461,26 @@ def stats(golden: dict) -> str:
             f"host_hit_reqs={sum(1 for v in golden['summary'].values() if v['host_hit'])}")
 
 
-def main(argv=None) -> int:
-    args = parse_args(__doc__, argv)
+def record_streams(doc: str, argv, all_streams: list, record_fn, stats_fn, out_dir: Path) -> int:
+    """The recorders' command line: record every stream (or ``--only`` some) with ``record_fn`` into ``out_dir``,
+    or ``--check`` them; 1 if a file is stale."""
+    args = parse_args(doc, argv)
     import vllm  # noqa: PLC0415
 
-    all_streams = streams()
     names = [s[0] for s in all_streams]
     assert len(names) == len(set(names))
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     stale = False
     for name, cfg, reqs in all_streams:
         if args.only and name not in args.only:
             continue
-        golden = record(name, cfg, reqs, vllm.__version__)
-        stale |= emit(OUT_DIR / f"{name}.json", dump(golden), args.check, stats(golden))
+        golden = record_fn(name, cfg, reqs, vllm.__version__)
+        stale |= emit(out_dir / f"{name}.json", dump(golden), args.check, stats_fn(golden))
     return 1 if stale else 0
+
+
+def main(argv=None) -> int:
+    return record_streams(__doc__, argv, streams(), record, stats, OUT_DIR)
 
 
 if __name__ == "__main__":

@@ -102,8 +102,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record_vllm_offload_goldens as offload  # noqa: E402
-from golden_io import emit, parse_args  # noqa: E402
-from record_vllm_goldens import dump  # noqa: E402
 from record_vllm_goldens_apc import cycling_requests, multiturn_requests, shared_requests  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -327,22 +325,10 @@ def stats(golden: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = parse_args(__doc__, argv)
-    import vllm  # noqa: PLC0415
-
-    all_streams = streams()
-    names = [s[0] for s in all_streams]
-    assert len(names) == len(set(names))
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    stale = False
-    for name, cfg, reqs in all_streams:
-        if args.only and name not in args.only:
-            continue
-        golden = record(name, cfg, reqs, vllm.__version__)
-        stale |= emit(OUT_DIR / f"{name}.json", dump(golden), args.check, stats(golden))
+    stale = offload.record_streams(__doc__, argv, streams(), record, stats, OUT_DIR)
     total = sum(p.stat().st_size for p in OUT_DIR.glob("*.json"))
     assert total < MAX_TOTAL_BYTES, f"storage goldens take {total} bytes"
-    return 1 if stale else 0
+    return stale
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> R
     it could (``may_wait``). With a host KV tier, a first pass whose plan stores to or loads from it runs on its
     own (``Rank.finish_pass`` starts those copies), as does one that waits for copies still reading blocks it takes
     (``host_flush``: ``Worker._start`` prices the wait), and every pass while a request's offer to the tier waits
-    to be made again (``VllmCpuOffload.retrying``)."""
+    to be made again, or after a plan whose lookups read from storage (``VllmCpuOffload.retrying``)."""
     if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads or p.host_flush for p in plans)
                             or any(rank.offload.retrying for rank in worker.ranks)):
         return None

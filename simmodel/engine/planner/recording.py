@@ -135,11 +135,15 @@ class Recording:
 
     def _tell_offloads(self, lo: int, hi: int) -> None:
         """Tell each rank's host KV tier (``Rank.offload``) of the requests rows lo..hi − 1 finish, row by row
-        as ``Rank.record_pass_end`` does (its next lookup or store comes after the run, at a plan of its own)."""
+        as ``Rank.record_pass_end`` does (its next lookup or store comes after the run, at a plan of its own),
+        and that the run planned rows itself (plans that looked nothing up and stored nothing)."""
         requests, rank_of, ranks, end = self.requests, self.rank_of, self.ranks, self.end
         for k in sorted(k for k in self.finished if lo <= k < hi):
             for i in self.finished[k]:
                 ranks[int(rank_of[i])].offload.finished(requests[i], int(end[k]))
+        if hi > (1 if self.planned_first else 0):
+            for rank in ranks:
+                rank.offload.planned_in_run()
 
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank
