@@ -177,6 +177,11 @@ class PrefixCachingBlockPool:
         """Hit blocks that sit in the free queue: touching them takes them out of the free count."""
         return sum(1 for b in block_ids if self.ref_cnt[b] == 0)
 
+    def watch_allocations(self) -> set[int]:
+        """Start recording the blocks taken for requests (``allocated``); returns the set they are added to."""
+        self.allocated = set()
+        return self.allocated
+
     def touch(self, block_ids: list[int]) -> None:
         if self.allocated is not None:
             self.allocated.update(block_ids)

@@ -83,8 +83,8 @@ class VllmCpuOffload:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
         self.pool = pool
         """The rank's GPU block pool, whose allocations it watches for flushes (None: no flushes modeled)."""
-        if pool is not None:
-            pool.allocated = set()
+        self._allocated: set[int] | None = pool.watch_allocations() if pool is not None else None
+        """The blocks the pool took for requests since the last plan (``_flushes`` empties it)."""
         self._fenced: dict[int, int] = {}
         """GPU block → when the copy reading it lands, for copies of finished requests still on their way: a plan
         that takes such a block waits for that copy (vLLM's flush)."""
@@ -407,7 +407,7 @@ class VllmCpuOffload:
         does for the copies of requests the plan preempts. A finished request's last offer made by this very
         plan whose blocks the plan takes is copied before the pass instead of after it. Returns when the pass
         may start at the earliest (``at`` if at once) and those stores."""
-        allocated, fenced, offered = self.pool.allocated, self._fenced, self.offered
+        allocated, fenced, offered = self._allocated, self._fenced, self.offered
         wait, flushed = at, []
         if allocated:
             if fenced:
@@ -545,10 +545,11 @@ class VllmCpuOffload:
         self.promoted.clear()
         self.promoting.clear()
         self._early_stores.clear()
+        self._read_last_plan, self._poll_open = False, True
         self._writes.clear()
         self._fenced.clear()
-        if self.pool is not None:
-            self.pool.allocated.clear()
+        if self._allocated is not None:
+            self._allocated.clear()
         if self.storage is not None:  # (its node's local disk goes with it)
             self.storage.clear()
         self._last_lookup = (None, 0)

@@ -283,8 +283,9 @@ class Run(Admissions, Recording):
     def _flush_check(self, k: int) -> None:
         """With a host KV tier: lower ``cap`` to the first row from k on whose decodes would take a free block that
         a copy to the tier still reads (a finished request's: vLLM's flush, which the rank's own plan applies).
-        Blocks freed inside the run go to the free queue's tail (a copy reads only cached prompt blocks) and the
-        run takes no more blocks than were free at its start (``_kv_check``), so only blocks free now matter."""
+        Only blocks free now matter: a copy reads cached prompt blocks, which a finish inside the run puts at the
+        free queue's tail (uncached ones go to its head, only pushing the others back), and the run takes no more
+        blocks than were free at its start (``_kv_check``)."""
         for r, pool in enumerate(self.pools):
             total = int(self.total_allocations[r])
             fenced = self.worker.ranks[r].offload.fenced_blocks(self.now) if total else None
