@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 from simmodel.config.catalog import BUILTIN_PREFIX, resolve_trace_path
@@ -112,6 +113,21 @@ CHAT_SESSIONS = {"source": {"type": "sessions", "turns": {"distribution": "unifo
                  "load": {"type": "concurrency", "concurrency": 16}, "stop": {"requests": 200}}
 """Closed-loop multi-turn chat: 16 sessions of 3–6 turns, 200 requests; each turn's prompt repeats the
 conversation so far (the host-tier tests' load: prefixes come back after the GPU cache evicted them)."""
+
+
+def host_tier_timeline(tmp_path: Path, host: dict, rows: list[tuple[float, int]], context_length: int = 640) -> dict:
+    """The hand-derived host-tier timelines' set-up (``tests/scenarios/test_host_offload.py``): vLLM, Llama-3.1-8B on
+    one H100, 40 GPU blocks of 16 tokens, a host tier (``host`` over a 32 GB/s link with 100 µs a copy), and one
+    request per ``(timestamp ms, hash id)`` row, 512 tokens in and 2 out, whose one hash id says its content."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
+                            + "\n" for t, h in rows))
+    data = make_scenario(engine={"context_length": context_length, "workers": {"aggregated": {"kv_cache": {
+        "capacity": {"type": "fixed", "blocks": 40},
+        "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
+    data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
+                       "load": {"type": "trace_timestamps"}}
+    return data
 
 
 def run_both_ways(data: dict) -> tuple[Results, list[str]]:

@@ -129,33 +129,30 @@ class PrefixCachingBlockPool:
     def num_used_blocks(self) -> int:
         return self.num_blocks - len(self.free_queue)
 
-    def find_hits(self, request) -> list[int]:
-        """Cached blocks for the longest prefix of the request's tokens, at most ``num_tokens − 1`` tokens
-        (the last token is always recomputed to get its logits)."""
-        hits: list[int] = []
+    def _cached_prefix(self, request) -> list[dict]:
+        """The holders (cached blocks by id) of each block of the request's longest cached prefix, at most
+        ``num_tokens − 1`` tokens (the last token is always recomputed to get its logits)."""
+        prefix: list[dict] = []
         n = (request.num_tokens - 1) // self.block_size
         if not n or not self.blocks_by_key:
-            return hits
+            return prefix
         keys, by_key = request.block_keys.upto(n), self.blocks_by_key
         for j in range(n):
             holders = by_key.get(keys[j])
             if not holders:
                 break
-            hits.append(next(iter(holders)))
-        return hits
+            prefix.append(holders)
+        return prefix
+
+    def find_hits(self, request) -> list[int]:
+        """Cached blocks for the longest prefix of the request's tokens (``_cached_prefix``): one per block."""
+        return [next(iter(holders)) for holders in self._cached_prefix(request)]
 
     def prefix_holders(self, request) -> set[int]:
         """Every cached block holding one of the blocks ``find_hits`` finds for the request (any of them taken for
         another block may change which one it finds)."""
         held: set[int] = set()
-        n = (request.num_tokens - 1) // self.block_size
-        if not n or not self.blocks_by_key:
-            return held
-        keys, by_key = request.block_keys.upto(n), self.blocks_by_key
-        for j in range(n):
-            holders = by_key.get(keys[j])
-            if not holders:
-                break
+        for holders in self._cached_prefix(request):
             held.update(holders)
         return held
 

@@ -21,8 +21,7 @@ the rank's share of the device's (all its tensor-parallel GPUs' shards of a bloc
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from heapq import heappop, heappush
+from collections import OrderedDict, deque
 
 from simmodel.offload.link import HostLink
 
@@ -38,9 +37,8 @@ class StorageTier:
         """KV bytes of one block over all of the rank's GPUs (what a read or write moves per block)."""
         self.blocks: OrderedDict[object, None] = OrderedDict()
         """Keys held (their write has ended), least recently written or read first."""
-        self._writing: list[tuple[int, int, list]] = []
-        """(when it ends, order, keys) of the writes not applied yet (a heap; applied by ``catch_up``)."""
-        self._order = 0
+        self._writing: deque[tuple[int, list]] = deque()
+        """(when it ends, keys) of the writes not applied yet, in the order they end (one queue; ``catch_up``)."""
         self.version = 0
         """Changes whenever a block is added or evicted (what a lookup's answer depends on)."""
         self.num_evicted = 0
@@ -56,8 +54,7 @@ class StorageTier:
     def write(self, keys: list, at: int) -> int:
         """Queue the write of ``keys`` at ``at`` (their host copy lands then); returns when it ends."""
         end = self.write_link.transfer(at, len(keys) * self.block_bytes)[1]
-        heappush(self._writing, (end, self._order, keys))
-        self._order += 1
+        self._writing.append((end, keys))
         self.blocks_written += len(keys)
         return end
 
@@ -65,7 +62,7 @@ class StorageTier:
         """Apply the writes ended by ``now``: their blocks are held from then on."""
         writing = self._writing
         while writing and writing[0][0] <= now:
-            self._hold(heappop(writing)[2])
+            self._hold(writing.popleft()[1])
 
     def _hold(self, keys: list) -> None:
         blocks = self.blocks
@@ -81,14 +78,13 @@ class StorageTier:
                 blocks.move_to_end(key)
         if not new:
             return
-        if self.capacity is not None:
-            if len(new) > self.capacity:
-                self.num_dropped += 1
-                return
-            over = len(blocks) + len(new) - self.capacity
-            for _ in range(max(over, 0)):
-                blocks.popitem(last=False)
-            self.num_evicted += max(over, 0)
+        if len(new) > self.capacity:
+            self.num_dropped += 1
+            return
+        over = max(len(blocks) + len(new) - self.capacity, 0)
+        for _ in range(over):
+            blocks.popitem(last=False)
+        self.num_evicted += over
         blocks.update(dict.fromkeys(new))
         self.version += 1
 

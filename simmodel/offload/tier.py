@@ -107,9 +107,7 @@ class HostTier:
                 self.num_failed += 1
                 self.never_fits = not fits
                 return None
-            _consume(map(ready_at.__delitem__, victims))
-            self.num_evicted += len(victims)
-            self._num_landed -= len(victims)
+            self._evict(victims)
         self.version += 1
         ready_at.update(dict.fromkeys(new, copy))
         return new, copy
@@ -126,13 +124,17 @@ class HostTier:
         if over > 0:
             victims = self._victims(over, now, frozenset(), partial=True) if self._landed_by(now) else []
             count -= over - len(victims)
-            _consume(map(ready_at.__delitem__, victims))
-            self.num_evicted += len(victims)
-            self._num_landed -= len(victims)
+            self._evict(victims)
         if count > 0:
             self.version += 1
             ready_at.update(dict.fromkeys(keys[:count], copy))
         return max(count, 0), copy
+
+    def _evict(self, victims: list) -> None:
+        """Drop ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``)."""
+        _consume(map(self.ready_at.__delitem__, victims))
+        self.num_evicted += len(victims)
+        self._num_landed -= len(victims)
 
     def landed(self, copy: Copy, count: int, at: int, pinned: bool = False) -> None:
         """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on, and evictable too

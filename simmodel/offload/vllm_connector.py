@@ -81,10 +81,9 @@ class VllmCpuOffload:
                  block_size: int, block_bytes: float, gpu_block_bytes: float,
                  storage: StorageTier | None = None, pool=None) -> None:
         self.env, self.tier, self.load_link, self.store_link = env, tier, loads, stores
-        self.pool = pool
-        """The rank's GPU block pool, whose allocations it watches for flushes (None: no flushes modeled)."""
         self._allocated: set[int] | None = pool.watch_allocations() if pool is not None else None
-        """The blocks the pool took for requests since the last plan (``_flushes`` empties it)."""
+        """The blocks the rank's GPU pool took for requests since the last plan (``_flushes`` empties it); None
+        without a pool to watch (no flushes modeled)."""
         self._fenced: dict[int, int] = {}
         """GPU block → when the copy reading it lands, for copies of finished requests still on their way: a plan
         that takes such a block waits for that copy (vLLM's flush)."""
@@ -373,9 +372,9 @@ class VllmCpuOffload:
             self._finish([entry for _, entry in finishing], at, stores)
             finishing.clear()
         loads, self.queued = self.queued, []
-        wait, flushed = self._flushes(plan, at, stores) if self.pool is not None else (0, [])
+        wait, flushed = self._flushes(plan, at, stores) if self._allocated is not None else (at, [])
+        out = {id(store) for store in flushed}
         if plan.is_empty:  # (copied at once; its loads wait for the copies reading blocks they take)
-            out = {id(store) for store in flushed}
             for store in stores:
                 landed = self._store(*store, at, -1)
                 if id(store) in out:
@@ -384,7 +383,6 @@ class VllmCpuOffload:
                 self.start_loads(loads, max(wait, at))
         else:
             if flushed:
-                out = {id(store) for store in flushed}
                 stores = [store for store in stores if id(store) not in out]
             plan.host_stores, plan.host_loads = stores or None, loads or None
             if wait > at or flushed:
@@ -487,9 +485,8 @@ class VllmCpuOffload:
             self._store(*store, at, pass_index)
         if loads:
             self.start_loads(loads, at)
-        if stores or loads:  # (the bytes over all the rank's GPUs, as the summary counts them)
-            self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes,
-                                sum(len(store[1]) for store in stores) * self.block_bytes)
+        if loads:  # (the bytes over all the rank's GPUs, as the summary counts them; stores count their own)
+            self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes, 0)
 
     def _store(self, request: Request, keys: list, copy, source: list[int], at: int, pass_index: int) -> int:
         """Queue one request's copy to the tier at ``at``; returns when it lands. Until then the GPU blocks it reads
@@ -507,9 +504,10 @@ class VllmCpuOffload:
             entry.lands_at = landed  # (its copies land in the order they are queued)
             entry.copies = [c for c in entry.copies if c[0] > at]
             entry.copies.append((landed, source))
-        elif self.pool is not None:
+        elif self._allocated is not None:
             self._fence(source, landed)
         self.blocks_stored += len(keys)
+        self.pass_bytes.add(pass_index, 0, len(keys) * self.block_bytes)
         self._event(at, EventKind.HOST_STORE, request, len(keys) * self.block_size, pass_index)
         return landed
 
@@ -527,8 +525,6 @@ class VllmCpuOffload:
         wait, flushed = plan.host_flush
         for store in flushed:
             wait = max(wait, self._store(*store, start, pass_index))
-        if flushed:
-            self.pass_bytes.add(pass_index, 0, sum(len(store[1]) for store in flushed) * self.block_bytes)
         return max(wait - start, 0) + busy_ns
 
     def settle(self) -> None:

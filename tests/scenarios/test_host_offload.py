@@ -12,11 +12,9 @@ content (id 1), B other content (id 2); each is 512 tokens in (32 blocks) and 2 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from factories import CHAT_SESSIONS as SESSIONS
-from factories import make_scenario, run_both_ways, run_scenario
+from factories import host_tier_timeline, make_scenario, run_both_ways, run_scenario
 
 BLOCK = 2_097_152
 PER_BLOCK_NS = 65_536
@@ -24,15 +22,7 @@ LATENCY_NS = 100_000
 
 
 def _scenario(tmp_path, host: dict, rows: list[tuple[float, int]]) -> dict:
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
-                            + "\n" for t, h in rows))
-    data = make_scenario(engine={"context_length": 640, "workers": {"aggregated": {"kv_cache": {
-        "capacity": {"type": "fixed", "blocks": 40},
-        "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
-    data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
-                       "load": {"type": "trace_timestamps"}}
-    return data
+    return host_tier_timeline(tmp_path, host, rows)
 
 
 def test_a_prefix_evicted_from_the_gpu_is_loaded_from_the_host(tmp_path):

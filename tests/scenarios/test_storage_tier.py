@@ -16,13 +16,12 @@ Storage moves 2.097152 GB/s with 100 µs a job, so a block takes 1 ms: a read or
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 from factories import CHAT_SESSIONS as SESSIONS
-from factories import make_scenario, make_sglang_scenario, run_both_ways, run_scenario
+from factories import host_tier_timeline, make_scenario, make_sglang_scenario, run_both_ways, run_scenario
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
@@ -32,15 +31,7 @@ ONE_PROMPT_GIB = 0.0625  # (32 blocks of 2 MiB)
 
 
 def _scenario(tmp_path, host: dict, rows: list[tuple[float, int]]) -> dict:
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 512, "output_length": 2, "hash_ids": [h]})
-                            + "\n" for t, h in rows))
-    data = make_scenario(engine={"context_length": 514, "workers": {"aggregated": {"kv_cache": {
-        "capacity": {"type": "fixed", "blocks": 40},
-        "host_offload": {"link_gb_per_s": 32, "latency_us": 100, **host}}}}})
-    data["traffic"] = {"source": {"type": "trace", "path": str(path), "format": "mooncake"},
-                       "load": {"type": "trace_timestamps"}}
-    return data
+    return host_tier_timeline(tmp_path, host, rows, context_length=514)
 
 
 def test_a_prefix_evicted_from_the_host_is_read_back_from_storage(tmp_path):

@@ -274,11 +274,7 @@ class Run(Admissions, Recording):
             held: set[int] = set()
             for request in sched.waiting:
                 held |= pool.prefix_holders(request)
-            at = pool.free_position(held, total) if held else None
-            if at is not None:
-                reached = np.cumsum(self.allocations[k:, r]) > at
-                if reached.any():
-                    self.cap = min(self.cap, k + int(np.argmax(reached)))
+            self._end_before_taking(k, r, held, total)
 
     def _flush_check(self, k: int) -> None:
         """With a host KV tier: lower ``cap`` to the first row from k on whose decodes would take a free block that
@@ -286,14 +282,19 @@ class Run(Admissions, Recording):
         Only blocks free now matter: a copy reads cached prompt blocks, which a finish inside the run puts at the
         free queue's tail (uncached ones go to its head, only pushing the others back), and the run takes no more
         blocks than were free at its start (``_kv_check``)."""
-        for r, pool in enumerate(self.pools):
+        for r in range(self.num_ranks):
             total = int(self.total_allocations[r])
-            fenced = self.worker.ranks[r].offload.fenced_blocks(self.now) if total else None
-            at = pool.free_position(fenced, total) if fenced else None
-            if at is not None:
-                reached = np.cumsum(self.allocations[k:, r]) > at
-                if reached.any():
-                    self.cap = min(self.cap, k + int(np.argmax(reached)))
+            if total:
+                self._end_before_taking(k, r, self.worker.ranks[r].offload.fenced_blocks(self.now), total)
+
+    def _end_before_taking(self, k: int, r: int, blocks: set[int], total: int) -> None:
+        """Lower ``cap`` to the first row from k on whose decodes on rank r would take one of ``blocks`` from the
+        free queue (the run's rows take ``total`` of its blocks at most)."""
+        at = self.pools[r].free_position(blocks, total) if blocks else None
+        if at is not None:
+            reached = np.cumsum(self.allocations[k:, r]) > at
+            if reached.any():
+                self.cap = min(self.cap, k + int(np.argmax(reached)))
 
     # -- pool operations -------------------------------------------------------------------------------
 
