@@ -93,7 +93,7 @@ def test_calibration_recovers_known_parameters_within_one_percent(tmp_path):
                                 "mixed": workload(1000, 50, 8)})
     plan = load_runs(path)
     assert [r.held_out for r in plan.runs] == [False, False, False]  # one deployment: nothing held out
-    values = calibrate(plan)
+    values = calibrate(plan, jobs=2)  # (two worker processes: the same values, test_worker_processes_change_...)
     for name, truth in TRUTH.items():
         assert values[name] == pytest.approx(truth, rel=0.01), name
     doc = report(plan, values)["calibration"]
@@ -105,11 +105,11 @@ def test_calibration_recovers_known_parameters_within_one_percent(tmp_path):
 
 
 def open_loop(prompt: int, output: int, rate: float) -> dict:
-    """60 requests arriving at a constant rate (as inference-perf's constant load stages send them) on the same
+    """40 requests arriving at a constant rate (as inference-perf's constant load stages send them) on the same
     worker as ``workload``: which requests share a pass now depends on how long the passes take."""
     data = workload(prompt, output, 1)
     data["traffic"]["load"] = {"type": "constant_rate", "requests_per_second": rate}
-    data["traffic"]["stop"] = {"requests": 60}
+    data["traffic"]["stop"] = {"requests": 40}
     return data
 
 
@@ -120,7 +120,7 @@ def test_calibration_on_open_loop_runs_recovers_the_passes_they_are_made_of(tmp_
     path = runs_file(tmp_path, {"long-prompts": open_loop(2000, 8, 4), "long-answers": open_loop(100, 200, 4),
                                 "mixed": open_loop(1000, 50, 4)})
     plan = load_runs(path)
-    values = calibrate(plan)
+    values = calibrate(plan, jobs=2)
     doc = report(plan, values)["calibration"]
     assert doc["mean_abs_error"]["fit"]["after_pct"] < 0.5 and doc["mean_abs_error"]["fit"]["before_pct"] > 10
     # What these runs pin down is the time of the passes they are made of, not each term on its own (a

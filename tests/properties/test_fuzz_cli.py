@@ -227,7 +227,7 @@ def validate_cases(draw) -> tuple[str, list[str]]:
     return name, draw(st.lists(overrides(pool=own), min_size=1, max_size=4))
 
 
-@settings(max_examples=800, **FUZZ)
+@settings(max_examples=400, **FUZZ)
 @given(validate_cases())
 @example(("quickstart", ["engine.seed=9" + "9" * 5000]))
 @example(("qwen3-vl-sglang", ["engine.workers.aggregated.frontend.stages.0.name=x"]))
