@@ -247,6 +247,8 @@ class CapacitySpec:
 
 HICACHE_WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 """SGLang HiCache's ``--hicache-write-policy`` choices (``engine.hiradix_cache``)."""
+HICACHE_PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+"""SGLang HiCache's ``--hicache-storage-prefetch-policy`` choices (``offload.sglang_storage``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,15 @@ class StorageSpec:
     """Write bandwidth per rank, in GB/s."""
     latency_us: float = 100.0
     """Fixed time of each read or write job, before its bytes move (100 µs: the same source)."""
+    prefetch_policy: str | None = None
+    """SGLang: when a request waiting for its prefetch from storage is taken (``--hicache-storage-prefetch-policy``:
+    ``best_effort``, ``wait_complete``, ``timeout``); None for vLLM."""
+    prefetch_threshold: int = 256
+    """SGLang: tokens a lookup must find on storage to be read (``prefetch_threshold``)."""
+    prefetch_timeout_base_s: float = 1.0
+    """SGLang ``timeout``: the wait's fixed part, in seconds (``prefetch_timeout_base``)."""
+    prefetch_timeout_per_ki_token_s: float = 0.25
+    """SGLang ``timeout``: the wait per 1,024 tokens asked for, in seconds (``prefetch_timeout_per_ki_token``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +297,8 @@ class HostOffloadSpec:
     write_policy: str | None = None
     """SGLang: when KV is copied to the host (``--hicache-write-policy``); None for vLLM."""
     storage: StorageSpec | None = None
-    """A storage tier behind the host tier (vLLM); None: none."""
+    """A storage tier behind the host tier (vLLM's secondary tier, SGLang's ``--hicache-storage-backend``); None:
+    none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
 from simmodel.config.calibration import MODEL_PARTS, identity_of, inapplicable
 from simmodel.config.node import _Node
 from simmodel.config.schema import (
+    HICACHE_PREFETCH_POLICIES,
     HICACHE_WRITE_POLICIES,
     CapacitySpec,
     HostOffloadSpec,
@@ -163,7 +164,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         if capacity is not None and capacity * (1 << 30) < block_bytes:
             raise ScenarioError(f"{node.at('kv_cache.host_offload.' + field)}: holds no whole KV block (one is "
                                 f"{block_bytes / (1 << 20):g} MiB over the rank's GPUs); give it at least that")
-    if host is not None and host.storage is not None and host.capacity_gib is not None:
+    if host is not None and host.storage is not None and host.write_policy is None and host.capacity_gib is not None:
         # vLLM reads a prompt's blocks found on storage into the host before it loads them: a prompt whose blocks
         # cannot all be on the host at once never loads (each read evicts the ones read before: a livelock).
         held, prompt = int(host.capacity_gib * (1 << 30) // block_bytes), context_length // kv_cache.block_size
@@ -253,20 +254,34 @@ def _host_offload(kv: _Node, prefix_caching: bool, sglang: bool) -> HostOffloadS
     latency = node.number("latency_us", 0.0, maximum=1e9)
     storage = None
     if node.raw("storage", None) is not None:  # (null: none)
-        if sglang:
-            raise ScenarioError(f"{node.at('storage')}: a storage tier behind SGLang's HiCache "
-                                f"(--hicache-storage-backend) is not modeled yet; remove it (vLLM workers take one)")
-        storage = _storage(node.node("storage"))
+        storage = _storage(node.node("storage"), sglang)
     node.done()
     return HostOffloadSpec(capacity, policy, link, latency, ratio, write_policy, storage)
 
 
-def _storage(node: _Node) -> StorageSpec:
-    """``host_offload.storage``: vLLM's secondary tier behind the CPU tier (``TieringOffloadingSpec``)."""
-    spec = StorageSpec(node.number("capacity_gib", None, positive=True, maximum=1e9),
-                       node.number("read_gb_per_s", 5.0, positive=True, maximum=1e6),
-                       node.number("write_gb_per_s", 5.0, positive=True, maximum=1e6),
-                       node.number("latency_us", 100.0, maximum=1e9))
+SGLANG_PREFETCH = ("prefetch_policy", "prefetch_threshold", "prefetch_timeout_base_s",
+                   "prefetch_timeout_per_ki_token_s")
+"""The storage fields only SGLang's HiCache reads (its prefetch from storage)."""
+
+
+def _storage(node: _Node, sglang: bool) -> StorageSpec:
+    """``host_offload.storage``: vLLM's secondary tier behind the CPU tier (``TieringOffloadingSpec``), or SGLang's
+    storage backend behind HiCache's host pool (``--hicache-storage-backend``) with its prefetch settings."""
+    sizes = (node.number("capacity_gib", None, positive=True, maximum=1e9),
+             node.number("read_gb_per_s", 5.0, positive=True, maximum=1e6),
+             node.number("write_gb_per_s", 5.0, positive=True, maximum=1e6),
+             node.number("latency_us", 100.0, maximum=1e9))
+    if not sglang:
+        for key in SGLANG_PREFETCH:
+            if node.raw(key, None) is not None:
+                raise ScenarioError(f"{node.at(key)}: is SGLang HiCache's prefetch setting; vLLM reads a block found "
+                                    f"on storage when a lookup finds it, so remove it")
+        node.done()
+        return StorageSpec(*sizes)
+    spec = StorageSpec(*sizes, node.choice("prefetch_policy", HICACHE_PREFETCH_POLICIES, "best_effort"),
+                       node.int("prefetch_threshold", 256, minimum=0, maximum=10_000_000),
+                       node.number("prefetch_timeout_base_s", 1.0, maximum=1e6),
+                       node.number("prefetch_timeout_per_ki_token_s", 0.25, maximum=1e6))
     node.done()
     return spec
 

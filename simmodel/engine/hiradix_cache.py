@@ -20,8 +20,14 @@ with its HiCache controller; the rules, with their sources, are in ``docs/resear
 - an insertion over a host-only node puts the request's fresh copy back on the GPU (SGLang's
   ``_unevict_node_on_insert``).
 
+- **storage** (``offload.sglang_storage``, with ``--hicache-storage-backend``): every copy to the host is written
+  on to storage, its nodes *pinned* on the host (``pin_host``: not evicted from the host) until that write ends;
+  ``copied`` keeps the spans each copy wrote. Pages read back from storage take host pages first
+  (``host_reserved``) and join the tree as host-only nodes (``insert_host``).
+
 Units are the base cache's (pages). ``cached_tokens`` and ``evictable_tokens`` count GPU pages only;
-``host_tokens`` counts pages held on the host, at most ``host_capacity``.
+``host_tokens`` counts pages held on the host, at most ``host_capacity`` with the pages reserved for reads
+from storage (``host_reserved``).
 """
 
 from __future__ import annotations
@@ -75,11 +81,20 @@ class HiRadixCache(RadixCache):
         self._revived = 0
         self._pending: list[RadixNode] = []
         self._on_insert = self._inserted
+        self.copied: dict[str, list] | None = None
+        """With a storage tier: the copies to the host made since they were taken, as (nodes, their spans
+        ``(block, start, end)`` when copied), under ``"backup"`` (insert-time backups, copied after the pass) and
+        ``"synced"`` (``write_back``'s copies while evicting, waited for before the pass); None: not kept."""
+        self.host_pins: dict[RadixNode, int] = {}
+        """Nodes pinned on the host (a storage write reads them, or a read from storage hangs under them), and how
+        many times: host eviction passes them by (SGLang's ``host_ref_counter``)."""
+        self.host_reserved = 0
+        """Host pages taken by reads from storage, not in the tree yet."""
 
     # -- states ---------------------------------------------------------------------------------
     @property
     def host_free(self) -> int:
-        return self.host_capacity - self.host_tokens
+        return self.host_capacity - self.host_tokens - self.host_reserved
 
     @property
     def num_host_candidates(self) -> int:
@@ -124,12 +139,11 @@ class HiRadixCache(RadixCache):
         return (node.lock_ref == 0 and node.last_access == last and self._is_device_leaf(node)
                 and parent.children.get((node.block, node.start)) is node)
 
-    @staticmethod
-    def _host_live(entry: tuple[int, int, RadixNode]) -> bool:
+    def _host_live(self, entry: tuple[int, int, RadixNode]) -> bool:
         last, _, node = entry
         parent = node.parent
         return (node.evicted and node.lock_ref == 0 and not node.children and node.last_access == last
-                and parent.children.get((node.block, node.start)) is node)
+                and parent.children.get((node.block, node.start)) is node and node not in self.host_pins)
 
     def _touch(self, node: RadixNode) -> None:
         super()._touch(node)
@@ -250,7 +264,7 @@ class HiRadixCache(RadixCache):
                 self.host_tokens -= leaf.length
                 self.num_host_evicted += leaf.length
                 if not (leaf.joined and parent is not self.root and parent.evicted and parent.lock_ref == 0
-                        and not parent.children):
+                        and not parent.children and parent not in self.host_pins):
                     break
                 leaf = parent
             self._offer(parent)
@@ -273,7 +287,7 @@ class HiRadixCache(RadixCache):
                 chain = [node]  # (the tail of one of SGLang's nodes, and the nodes it is joined to)
                 while chain[-1].joined and chain[-1].parent is not self.root:
                     chain.append(chain[-1].parent)
-                if (any(n in self._loading for n in chain)
+                if (any(n in self._loading or n in self.host_pins for n in chain)
                         or spare and node.lock_ref == 0 and self._is_device_leaf(node)):
                     continue
                 for n in chain:
@@ -305,7 +319,64 @@ class HiRadixCache(RadixCache):
             n.host = True
             n.sealed = True  # (later tokens go in a node of their own, as SGLang's insertion makes one)
         self.host_tokens += need
+        if self.copied is not None:  # (written on to storage once the copy is acknowledged: pinned till then)
+            for n in chain:
+                self.pin_host(n)
+            self.copied["backup" if self.threshold is not None else "synced"].append(
+                (chain, [(n.block, n.start, n.end) for n in chain]))
         return need
+
+    # -- storage: host pins, reads into the host ------------------------------------------------
+    def pin_host(self, node: RadixNode) -> None:
+        self.host_pins[node] = self.host_pins.get(node, 0) + 1
+
+    def unpin_host(self, node: RadixNode) -> None:
+        left = self.host_pins.get(node, 0) - 1
+        if left > 0:
+            self.host_pins[node] = left
+            return
+        self.host_pins.pop(node, None)
+        if node.parent is not None and node.parent.children.get((node.block, node.start)) is node:
+            self._offer(node)  # (a host eviction candidate again)
+
+    def reserve_host(self, pages: int, least: int) -> int:
+        """Take up to ``pages`` host pages for a read from storage, evicting host-only leaves for room: the pages
+        taken, or 0 if fewer than ``least`` can be (nothing taken)."""
+        if pages > self.host_free:
+            self.evict_host(pages - self.host_free)
+        taken = min(pages, self.host_free)
+        if taken < least:
+            return 0
+        self.host_reserved += taken
+        return taken
+
+    def insert_host(self, segments: Sequence[tuple[Hashable, int]], start: int, end: int, reserved: int) -> int:
+        """Pages ``start``..``end`` of the sequence were read from storage into ``reserved`` host pages: those the
+        tree lacks join it as host-only nodes below what it has (one of SGLang's nodes), the rest of the pages go
+        back. Nothing joins below a node that is not on the host (a host-only node's parent is on the host), nor
+        where the tree lacks pages before ``start``. Returns the pages that joined."""
+        self.host_reserved -= reserved
+        matched, node = self._walk(segments, end, split=True)
+        if matched >= end or matched < start or not (node is self.root or node.host):
+            return 0
+        first, added, base = None, 0, 0
+        for block, seg_len in segments:
+            lo, hi = max(matched - base, 0), min(seg_len, end - base)
+            base += seg_len
+            if lo >= hi:
+                if base >= end:
+                    break
+                continue
+            new = RadixNode(block, lo, hi, node)
+            new.host = new.evicted = new.sealed = True
+            new.joined = first is not None
+            node.children[(block, lo)] = new
+            first = first or new
+            added += hi - lo
+            node = new
+        self.host_tokens += added
+        self._touch(node)
+        return added
 
     # -- insertion ------------------------------------------------------------------------------
     def insert(self, segments: Sequence[tuple[Hashable, int]], num_tokens: int | None = None,
@@ -387,6 +458,10 @@ class HiRadixCache(RadixCache):
         self._duplicates.clear()
         self._loading.clear()
         self.backups.clear()
+        self.host_pins.clear()
+        self.host_reserved = 0
+        if self.copied is not None:
+            self.copied = {"backup": [], "synced": []}
 
     def take_synced(self) -> int:
         pages, self.synced = self.synced, 0
@@ -412,4 +487,4 @@ class HiRadixCache(RadixCache):
         assert cached == self.cached_tokens, (cached, self.cached_tokens)
         assert evictable == self.evictable_tokens, (evictable, self.evictable_tokens)
         assert host == self.host_tokens, (host, self.host_tokens)
-        assert self.num_free >= 0 and self.host_tokens <= self.host_capacity
+        assert self.num_free >= 0 and self.host_tokens + self.host_reserved <= self.host_capacity

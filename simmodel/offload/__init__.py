@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import Offload
 from simmodel.offload.sglang_hicache import SglangHiCache
+from simmodel.offload.sglang_storage import SglangStorage
 from simmodel.offload.storage import StorageTier
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
@@ -93,7 +94,17 @@ def _vllm(env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload
 
 def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCache:
     _, block_bytes, gpu_block_bytes = host_blocks(role)  # (the tree holds the pool, sized with the scheduler)
-    return SglangHiCache(env, scheduler.cache, *_links(role), role.kv_cache.block_size, block_bytes, gpu_block_bytes)
+    page = role.kv_cache.block_size
+    storage = _storage(role, block_bytes)
+    l3 = None
+    if storage is not None:
+        spec = role.kv_cache.host_offload.storage
+        assert spec.prefetch_policy is not None
+        l3 = SglangStorage(scheduler.cache, storage, HostLink(spec.read_gb_per_s * 1e9, storage.read_link.latency_ns),
+                           page, spec.prefetch_policy, spec.prefetch_threshold,
+                           int(round(spec.prefetch_timeout_base_s * 1e9)),
+                           spec.prefetch_timeout_per_ki_token_s * 1e9 * page / 1024)
+    return SglangHiCache(env, scheduler.cache, *_links(role), page, block_bytes, gpu_block_bytes, l3)
 
 
 OFFLOADS: dict[str, Callable[..., Offload]] = {"vllm": _vllm, "sglang": _sglang}

@@ -14,7 +14,9 @@ acknowledgements, following SGLang 0.5.23 (``docs/research/sglang-hicache.md``):
   stay locked until a plan after that pass reaps the load.
 
 Nothing here is on a request's path but loads and write-back stalls; a load never makes a request wait in
-the queue (SGLang admits it into the very pass that reads the KV).
+the queue (SGLang admits it into the very pass that reads the KV). With a storage tier behind the host pool
+(``sglang_storage.SglangStorage``, ``l3``) every acknowledged copy is written on to it, and a request may wait
+for its prefetch from it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from simmodel.engine.recorder import Recorder
     from simmodel.engine.request import Request
     from simmodel.engine.scheduler.base import SchedulerOutput
+    from simmodel.offload.sglang_storage import SglangStorage
 
 
 class SglangHiCache:
@@ -42,7 +45,7 @@ class SglangHiCache:
     """(The host-tier protocol of ``Worker``'s runs: nothing here retries a lookup.)"""
 
     def __init__(self, env: simpy.Environment, cache: HiRadixCache, load_link: HostLink, store_link: HostLink,
-                 page_tokens: int, page_bytes: float, gpu_page_bytes: float) -> None:
+                 page_tokens: int, page_bytes: float, gpu_page_bytes: float, l3: SglangStorage | None = None) -> None:
         self.env, self.cache = env, cache
         self.load_link, self.store_link = load_link, store_link
         self.block_size = page_tokens
@@ -53,8 +56,10 @@ class SglangHiCache:
         self.plan_at: int | None = None
         """The time of the plan being made, when not now (``Rank.plan``)."""
         self.on_loaded = self.on_wake = None
-        self.recorder: Recorder | None = None
-        self.where: tuple[int, int, str] = (0, 0, "")
+        self.l3 = l3
+        """The storage tier behind the host pool (``--hicache-storage-backend``), or None."""
+        self._recorder: Recorder | None = None
+        self._where: tuple[int, int, str] = (0, 0, "")
         self._acks: list[tuple[int, list[RadixNode], list[int], int]] = []
         """Copies queued, in the order they land: (when, the nodes each unlocks once reaped, the tree's loads
         it completes, the pages a backup copies)."""
@@ -64,11 +69,30 @@ class SglangHiCache:
         """Prompt tokens loaded from the host at first admissions (the summary's host hits)."""
         self.num_storage_hit_tokens = 0
         self.pass_bytes = PassBytes()
-        self.storage = None
-        """(No storage tier behind SGLang's host pool is modeled: ``--hicache-storage-backend``.)"""
+        self.storage = None if l3 is None else l3.storage
         self._wake: int | None = None
         self.pages_loaded = self.pages_stored = 0
         self.num_loads = 0
+
+    @property
+    def recorder(self) -> Recorder | None:
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, recorder: Recorder | None) -> None:
+        self._recorder = recorder
+        if self.l3 is not None:
+            self.l3.recorder = recorder
+
+    @property
+    def where(self) -> tuple[int, int, str]:
+        return self._where
+
+    @where.setter
+    def where(self, where: tuple[int, int, str]) -> None:
+        self._where = where
+        if self.l3 is not None:
+            self.l3.where = where
 
     # -- time ---------------------------------------------------------------------------------------
     def _now(self) -> int:
@@ -79,9 +103,10 @@ class SglangHiCache:
         return float("inf")
 
     def reap(self) -> None:
-        """A plan starts: the copies that have landed by now are acknowledged and their nodes unlocked."""
-        acks = self._acks
-        if not acks:
+        """A plan starts: the copies that have landed by now are acknowledged and their nodes unlocked; the
+        storage tier's own acknowledgements are drained."""
+        acks, l3 = self._acks, self.l3
+        if not acks and l3 is None:
             return
         now, cache = self._now(), self.cache
         k = 0
@@ -93,6 +118,8 @@ class SglangHiCache:
             k += 1
         if k:
             del acks[:k]
+        if l3 is not None:
+            l3.drain(now)
 
     @property
     def waking(self) -> bool:
@@ -105,9 +132,12 @@ class SglangHiCache:
         self.reap()
 
     def cold_start(self) -> None:
-        """The worker left (its tree emptied by the scheduler, ``reset_prefix_cache``): nothing is in flight."""
+        """The worker left (its tree emptied by the scheduler, ``reset_prefix_cache``): nothing is in flight, and
+        its storage tier (a local disk) leaves with it."""
         self._acks.clear()
         self._loads.clear()
+        if self.l3 is not None:
+            self.l3.clear()
 
     def pages_in_flight(self) -> int:
         """Pages whose copies to the host are queued and not reaped (each locks its node's path on the GPU)."""
@@ -116,8 +146,11 @@ class SglangHiCache:
     def stalled(self) -> None:
         """The rank planned nothing while requests wait, some of its KV locked by copies in flight: it plans again
         when the next one lands (SGLang's loop polls; its next plan reaps the copy and may admit then)."""
-        if self._acks and self._wake is None:
-            at = self._wake = self._acks[0][0]
+        at = self._acks[0][0] if self._acks else float("inf")
+        if self.l3 is not None:  # (or when a request skipped for its prefetch may be taken)
+            at = min(at, self.l3.next_event_ns(self._now()))
+        if at != float("inf") and (self._wake is None or at < self._wake):
+            self._wake = at
             self.env.timeout(max(at - self.env.now, 0)).callbacks.append(self._woken)
 
     def _woken(self, _) -> None:
@@ -135,21 +168,48 @@ class SglangHiCache:
         """Pass ``pass_index``'s outputs were processed at ``at``: the backups made since the last flush (its
         insertions, and its plan's re-insertion of a chunk) are queued on the store link then, as one copy
         (SGLang merges a step's backups in one operation)."""
-        backups = self.cache.backups
+        cache = self.cache
+        backups = cache.backups
         if not backups:
             return
         pages = sum(n for _, n in backups)
         nodes = [node for node, _ in backups]
         backups.clear()
+        copied = None
+        if cache.copied is not None:
+            copied, cache.copied["backup"] = cache.copied["backup"], []
         self.pages_stored += pages
         self.pass_bytes.add(pass_index, 0, pages * self.block_bytes)
         _, done = self.store_link.transfer(at, pages * self.gpu_page_bytes)
         self._acks.append((done, nodes, [], pages))
+        if copied:  # (written on to storage from its landing: an idle SGLang polls it at once)
+            self.l3.write(copied, done, at, pass_index)
         if len(self._acks) > 1 and self._acks[-2][0] > done:  # (a load's acknowledgement may come later)
             self._acks.sort(key=lambda ack: ack[0])
         if self.recorder is not None:
             w, r, role = self.where
             self.recorder.event(at, EventKind.HOST_STORE, w, r, -1, pages * self.block_size, role, pass_index)
+
+    # -- prefetches from storage (``l3``), for the scheduler ---------------------------------------------
+    def prefetch(self, request: Request, segments: list, limit: int) -> None:
+        """``request`` reaches the scheduler: its pages after the GPU and host match (up to ``limit``) are looked
+        up on storage."""
+        assert self.l3 is not None
+        self.l3.issue(request, segments, limit, self._now())
+
+    def prefetch_due(self, waiting: list[Request]) -> list[Request]:
+        """The waiting requests whose refused lookups are made again now."""
+        assert self.l3 is not None
+        return self.l3.due(waiting)
+
+    def prefetch_ready(self, request: Request) -> bool:
+        """Whether the scheduler may take ``request`` now, or skips it for its prefetch (``prefetch_policy``)."""
+        assert self.l3 is not None
+        return self.l3.ready(request, self._now())
+
+    def retracted(self, request: Request) -> None:
+        assert self.l3 is not None
+        self.l3.retracted(request)
 
     # -- loads at admission -------------------------------------------------------------------------
     def loaded(self, request: Request, node: RadixNode, load: int, pages: int, first: bool) -> None:
@@ -163,6 +223,15 @@ class SglangHiCache:
             self.num_hit_tokens += pages * self.block_size
             request.num_host_cached_tokens = pages * self.block_size
 
+    def admitted(self, request: Request, loaded: int, first: bool) -> None:
+        """``request`` is taken into the pass being planned, ``loaded`` of its pages loaded from the host: of those,
+        the ones its prefetch brought from storage count as storage hits (at its first admission)."""
+        fetched = self.l3.admitted(request) if self.l3 is not None else 0
+        if first and fetched and loaded:
+            tokens = min(fetched, loaded) * self.block_size
+            request.num_storage_cached_tokens = tokens
+            self.num_storage_hit_tokens += tokens
+
     # -- passes -------------------------------------------------------------------------------------
     def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int = -1) -> int:
         """How long a pass starting at ``start`` that computes for ``busy_ns`` lasts with its host copies: the
@@ -172,6 +241,10 @@ class SglangHiCache:
         if plan.host_synced_pages:
             self.pass_bytes.add(pass_index, 0, plan.host_synced_pages * self.block_bytes)
             _, at = self.store_link.transfer(start, plan.host_synced_pages * self.gpu_page_bytes)
+            copied = self.cache.copied
+            if copied is not None and copied["synced"]:  # (written on to storage from its landing)
+                self.l3.write(copied["synced"], at, start, pass_index)
+                copied["synced"] = []
             if self.recorder is not None:
                 w, r, role = self.where
                 self.recorder.event(start, EventKind.HOST_STORE, w, r, -1, plan.host_synced_pages * self.block_size,
@@ -203,7 +276,15 @@ class SglangHiCache:
         """(Loads were taken by the scheduler itself; nothing to do at a plan.)"""
 
     def finished(self, request: Request, at: int) -> None:
-        """(A finished request's KV went in the tree at its finish, backed up by the insertion.)"""
+        """(A finished request's KV went in the tree at its finish, backed up by the insertion.) Its prefetch
+        records go."""
+        if self.l3 is not None:
+            self.l3.forget(request)
+
+    def storage_figures(self, end_ns: int) -> dict:
+        """What the storage tier held and moved (``sglang_storage.SglangStorage.figures``)."""
+        assert self.l3 is not None
+        return self.l3.figures(end_ns)
 
     def figures(self, end_ns: int) -> dict:
         """What the tier held and moved, its links' busy time counted up to ``end_ns``."""

@@ -97,6 +97,19 @@ class StorageTier:
         self.blocks_read += len(keys)
         return self.read_link.transfer(at, len(keys) * self.block_bytes)[1]
 
+    def fetched(self, keys: list) -> None:
+        """``keys`` were read by a reader that times its reads itself (SGLang's prefetches): counted, and refreshed
+        as ``read`` refreshes them."""
+        if not keys:
+            return
+        if self.capacity is not None:
+            blocks = self.blocks
+            for key in keys:
+                if key in blocks:
+                    blocks.move_to_end(key)
+        self.num_reads += 1
+        self.blocks_read += len(keys)
+
     def clear(self) -> None:
         """Empty the tier and forget the writes on their way (a worker left with its local disk)."""
         self.blocks.clear()

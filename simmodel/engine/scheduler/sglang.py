@@ -47,6 +47,7 @@ before its prefill may start, the prefill rank holds the prompt's KV until the t
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -219,6 +220,9 @@ class SglangScheduler:
         """A host tier behind the tree (HiCache): its copies are timed by ``offload``."""
         self.offload: SglangHiCache | None = None
         """HiCache's copies on the rank's host link (``simmodel.offload``), attached by the rank."""
+        self._fresh: deque[Request] = deque()
+        """With a storage tier behind HiCache: requests that reached the queue (new or retracted) and are not looked
+        up on it yet (``_prefetch_fresh``, at the next plan that sees them)."""
         self._stashed: list[tuple[Request, int]] = []
         """HiCache: prompts whose last chunk went in the tree at its pass end, and the pages it reached; SGLang
         inserts an unfinished prompt's chunk at the next plan (``stash_chunked_request``), so that is when its
@@ -289,6 +293,13 @@ class SglangScheduler:
     def add_request(self, request: Request) -> None:
         self._state(request)
         self.waiting.append(request)
+        if self.prefetching:
+            self._fresh.append(request)
+
+    @property
+    def prefetching(self) -> bool:
+        """A storage tier behind the host pool: requests are looked up on it as they reach the scheduler."""
+        return self.offload is not None and self.offload.storage is not None
 
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.chunked or self.prealloc or self.handoffs)
@@ -413,8 +424,14 @@ class SglangScheduler:
         ``prefill_blocked``: a ``prefill_decode_interval`` round that may only decode; ``preallocs_reserved``:
         this plan's reservations were made already (``reserve_preallocs``, by a run of decode passes)."""
         out = SchedulerOutput()
+        prefetching = self.prefetching
+        if prefetching and self._fresh:  # (SGLang looks new requests up as it takes them in, before its polls)
+            self._prefetch_fresh(arrived_before)
         if self.offload is not None:
             self.offload.reap()
+        if prefetching and self.waiting:
+            for request in self.offload.prefetch_due(self.waiting):
+                self._prefetch(request)
         if self._stashed:
             self._restash()
         if self.prealloc and not preallocs_reserved:
@@ -431,6 +448,17 @@ class SglangScheduler:
             elif (self.waiting or self.chunked is not None) and self.offload is not None:
                 self.offload.stalled()
         return out
+
+    def _prefetch_fresh(self, arrived_before: int | None) -> None:
+        fresh = self._fresh
+        while fresh and (arrived_before is None or fresh[0].queued_at < arrived_before):
+            request = fresh.popleft()
+            if request in self._states and request.status is not RequestStatus.RUNNING:
+                self._prefetch(request)
+
+    def _prefetch(self, request: Request) -> None:
+        self.offload.prefetch(request, self._segments(request, self._states[request]),
+                              (request.num_tokens - 1) // self.page)
 
     def _restash(self) -> None:
         """HiCache: the chunks inserted at the last pass end are inserted again, counting their hits now (SGLang
@@ -564,7 +592,8 @@ class SglangScheduler:
         self._order_waiting(arrived_before)
         ignore_eos = cfg.ignore_eos and not cfg.radix_cache  # (SGLang's add_one_req_ignore_eos)
         self._eos_states = None
-        admitted = 0
+        admitted, skipped = 0, False
+        prefetching = self.prefetching
         for r in self.waiting:
             if rem_chunk <= 0 or rem_input <= 0 or self.chunked is not None:
                 break
@@ -573,6 +602,9 @@ class SglangScheduler:
                 break
             if arrived_before is not None and r.queued_at >= arrived_before:
                 break
+            if prefetching and not self.offload.prefetch_ready(r):
+                skipped = True  # (SGLang's check_prefetch_progress: skipped, later requests may go)
+                continue
             st = states[r]
             n = r.num_tokens
             hit, node = cache.match(self._segments(r, st), (n - 1) // page)
@@ -614,6 +646,8 @@ class SglangScheduler:
                 r.num_cached_tokens = hit - loaded * page
                 self.pool.num_queries += r.num_prompt_tokens
                 self.pool.num_hits += hit - loaded * page
+            if prefetching:
+                self.offload.admitted(r, loaded, r.num_preemptions == 0)
             if loaded:
                 assert self.offload is not None
                 self.offload.loaded(r, node, load, loaded, r.num_preemptions == 0)
@@ -637,7 +671,10 @@ class SglangScheduler:
             if left - offset <= 0 or left - current <= 0:  # SGLang's budget_state: no KV left for another
                 self.batch_is_full = True
                 break
-        if admitted:
+        if admitted and skipped:
+            taken = {r for r, _, _ in batch}
+            self.waiting = [r for r in self.waiting if r not in taken]
+        elif admitted:
             del self.waiting[:admitted]
         if self.chunked is not None or (was_empty and batch):
             # The chunk in progress leaves the prefill batch, or the batch becomes the running batch (whose
@@ -830,6 +867,9 @@ class SglangScheduler:
         self.num_retractions += 1
         self.waiting.append(request)
         out.preempted.append(request)
+        if self.prefetching:  # (it comes back through SGLang's queue door: looked up again)
+            self.offload.retracted(request)
+            self._fresh.append(request)
 
     # -- results ------------------------------------------------------------------------------
     def update_from_output(self, output: SchedulerOutput) -> tuple[list[Request], list[Request]]:

@@ -1,0 +1,405 @@
+"""SGLang HiCache's storage tier (L3, ``--hicache-storage-backend``) behind one rank's host pool.
+
+Follows SGLang 0.5.23 in its default "cache" host-memory mode (``UnifiedRadixCache`` with its cache controller;
+the rules and their sources are in ``docs/research/sglang-hicache.md`` §3):
+
+- **writes**: every copy to the host (a write-through backup, or a ``write_back`` copy made while evicting) is
+  written on to storage from when it lands (SGLang hands it on when it acknowledges the copy, which an idle
+  engine does at once; a busy one at its next plan, up to a pass later: not modeled), in batches of 128 pages on
+  the rank's storage write queue; its nodes stay pinned on the host (never evicted from it) from the copy until
+  a plan finds the write ended. Storage holds a page once its write ends.
+- **prefetch**: when a request reaches the scheduler (and when it comes back retracted), its prompt is matched
+  on the GPU and the host; if the match ends on a node backed up on the host (or at the root), the whole pages
+  after it up to the longest prefix a match may take are looked up on storage, unless they are fewer than
+  ``prefetch_threshold`` tokens or the prefetches in flight already hold half the host pool (then it is looked
+  up again later, below). The lookup (existence queries of 128 pages, a job's latency each, stopping at the first
+  miss) answers what storage holds when it is made. The first plan after the answer takes host pages for the
+  pages found (evicting host-only leaves; fewer are taken if that is all there is, at least the threshold) and
+  queues the read, 128 pages a batch on the storage read queue, one prefetch after another; a find below the
+  threshold, or no host room, is dropped. The first plan after the last batch lands puts the pages in the tree as
+  host-only nodes; the request then finds them as a host hit and loads them into the pass that admits it.
+- **termination** (``prefetch_policy``, ``--hicache-storage-prefetch-policy``): when the scheduler comes to a
+  request whose prefetch is not done, ``best_effort`` stops it there (the batches landed are kept, the request
+  goes on), ``wait_complete`` skips the request (later ones may be admitted), and ``timeout`` skips it until
+  ``prefetch_timeout_base_s + prefetch_timeout_per_ki_token_s × requested tokens / 1024`` after the first plan
+  that skipped it, then stops it. A stopped read gives up its batches not started.
+- **re-issue**: a request whose lookup was refused for the host pool's share, stopped before its answer, found
+  too little or found no host room is looked up again after 8 plans, at most 8 times, as SGLang's
+  ``StoragePrefetchRetries`` paces it; never while it heads the queue.
+
+Not modeled: the host-memory "buffer" mode, a lookup re-issued because the GPU match shrank while queued, write
+failures and storage back-pressure, and the lookup's answer changing while it is in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
+from simmodel.config.schema import HICACHE_PREFETCH_POLICIES as PREFETCH_POLICIES
+from simmodel.engine.radix_cache import PageRun
+from simmodel.engine.recorder import EventKind
+
+if TYPE_CHECKING:
+    from simmodel.engine.hiradix_cache import HiRadixCache
+    from simmodel.engine.radix_cache import RadixNode
+    from simmodel.engine.request import Request
+    from simmodel.offload.link import HostLink
+    from simmodel.offload.storage import StorageTier
+
+BATCH_PAGES = 128
+"""Pages per storage job (SGLang's ``STORAGE_BATCH_SIZE``)."""
+RETRY_INTERVAL = 8
+"""Plans between a refused lookup and its re-issue (``hicache_storage_prefetch_retry_poll_interval``)."""
+RETRY_MAX_ATTEMPTS = 8
+"""Re-issues of one request's lookup at most (``hicache_storage_prefetch_retry_max_attempts``)."""
+PREFETCH_SHARE = 0.5
+"""Share of the host pool the prefetches in flight may hold before new lookups are refused
+(``prefetch_capacity_limit``)."""
+
+
+class _Prefetch:
+    """One request's prefetch: looked up, then reading into host pages, until it is done or stopped."""
+
+    __slots__ = ("request", "anchor", "segments", "start", "end", "keys", "found", "answer_at", "pages",
+                 "queued_at", "begin", "batch_ends", "wait_from")
+
+    def __init__(self, request: Request, anchor: RadixNode, segments: list, start: int, end: int, keys: list,
+                 found: int, answer_at: int) -> None:
+        self.request, self.anchor, self.segments = request, anchor, segments
+        self.start, self.end = start, end
+        """The pages looked up: ``start``..``end`` of the request's sequence."""
+        self.keys, self.found, self.answer_at = keys, found, answer_at
+        self.pages = 0
+        """Host pages taken for the read (0: not reading yet)."""
+        self.queued_at = self.begin = 0
+        self.batch_ends: list[int] = []
+        """When each batch lands (laid out by ``SglangStorage._lay_out``)."""
+        self.wait_from: int | None = None
+        """``timeout``: the first plan that skipped the request for it."""
+
+
+def unit_keys(block: Hashable, start: int, end: int, page: int) -> list:
+    """Storage keys of the tree units ``start``..``end`` of ``block``: a page's tokens (which, in simmodel's
+    workloads, name their prefix too: trace hash ids are chained, synthetic prompts share only leading segments),
+    so the same page has one key whatever node holds it."""
+    if isinstance(block, PageRun):
+        base, offset = block
+        return [(base, offset + u * page) for u in range(start, end)]
+    return [(block, u) for u in range(start, end)]
+
+
+def segment_keys(segments: Sequence[tuple[Hashable, int]], start: int, end: int, page: int) -> list:
+    """Storage keys of the units ``start``..``end`` of a sequence given as segments."""
+    keys, base = [], 0
+    for block, length in segments:
+        lo, hi = max(start - base, 0), min(length, end - base)
+        if lo < hi:
+            keys.extend(unit_keys(block, lo, hi, page))
+        base += length
+        if base >= end:
+            break
+    return keys
+
+
+class SglangStorage:
+    """One rank's storage tier behind its HiCache host pool: writes, prefetches, their termination and re-issue."""
+
+    def __init__(self, cache: HiRadixCache, storage: StorageTier, query_link: HostLink, page_tokens: int,
+                 policy: str, threshold_tokens: int, timeout_base_ns: int, timeout_per_page_ns: float) -> None:
+        if policy not in PREFETCH_POLICIES:
+            raise ValueError(f"unknown prefetch policy {policy!r}")
+        self.cache, self.storage, self.query_link = cache, storage, query_link
+        self.page = page_tokens
+        self.policy = policy
+        self.threshold = -(-threshold_tokens // page_tokens)
+        """Pages a lookup must find, and a read take, to go on (``prefetch_threshold`` tokens, in whole pages)."""
+        self.timeout_base_ns, self.timeout_per_page_ns = timeout_base_ns, timeout_per_page_ns
+        cache.copied = {"backup": [], "synced": []}
+        self.limit = int(PREFETCH_SHARE * cache.host_capacity)
+        """Host pages the prefetches in flight may hold before new lookups are refused."""
+        self.occupied = 0
+        """Pages the prefetches in flight asked for (SGLang's ``prefetch_tokens_occupied``, in pages)."""
+        self.ops: dict[Request, _Prefetch] = {}
+        """Prefetches in flight, in the order they were issued."""
+        self._reading: deque[_Prefetch] = deque()
+        """Reads queued on the storage read queue, in order (the first may be under way)."""
+        self._writes: deque[tuple[int, list]] = deque()
+        """Storage writes not acknowledged: (when they end, the nodes pinned for them), in the order they end."""
+        self.fetched: dict[Request, int] = {}
+        """Pages a finished prefetch brought into the tree for a request not admitted yet."""
+        self._retries: dict[Request, list] = {}
+        """Requests to look up again: [the plan number due or None, immediate]."""
+        self._attempts: dict[Request, int] = {}
+        self._expired: set[Request] = set()
+        """``timeout``: requests whose deadline passed (SGLang looks them up no more)."""
+        self._free_at = 0
+        """When the storage read queue is done with the reads that left it."""
+        self._plans = 0
+        self.recorder = None
+        self.where: tuple[int, int, str] = (0, 0, "")
+        self.read_busy: list[tuple[int, int]] = []
+        """(start, end) of the batches read."""
+        self.num_prefetches = self.num_stopped = self.num_refused = 0
+
+    # -- writes -------------------------------------------------------------------------------
+    def write(self, spans_of: list[tuple[list, list]], at: int, queued_at: int, pass_index: int = -1) -> None:
+        """Copies to the host (each its nodes and spans) queued at ``queued_at`` and landing at ``at`` are written
+        on to storage from then, in batches; their nodes stay pinned until a plan finds the write ended."""
+        keys, nodes = [], []
+        for chain, spans in spans_of:
+            nodes.extend(chain)
+            for block, start, end in spans:
+                keys.extend(unit_keys(block, start, end, self.page))
+        end = at
+        for k in range(0, len(keys), BATCH_PAGES):
+            end = self.storage.write(keys[k:k + BATCH_PAGES], at)
+        self._writes.append((end, nodes))
+        if self.recorder is not None and keys:
+            w, r, role = self.where
+            self.recorder.event(queued_at, EventKind.STORAGE_STORE, w, r, -1, len(keys) * self.page, role,
+                                pass_index)
+
+    # -- a plan's polls -------------------------------------------------------------------------
+    def drain(self, now: int) -> None:
+        """SGLang's ``check_hicache_events`` at a plan: writes ended are acknowledged (their pins go), lookups
+        answered take host pages and queue their reads, reads landed put their pages in the tree."""
+        cache = self.cache
+        writes = self._writes
+        while writes and writes[0][0] <= now:
+            for node in writes.popleft()[1]:
+                cache.unpin_host(node)
+        for op in list(self.ops.values()):
+            if op.pages == 0 and op.answer_at <= now:
+                self._take_hit(op, now)
+        reading = self._reading
+        while reading and reading[0].batch_ends[-1] <= now:
+            self._finish(reading[0], len(reading[0].batch_ends), now)
+
+    def _take_hit(self, op: _Prefetch, now: int) -> None:
+        """A lookup's answer is drained: host pages for what it found, and its read queued; or it is dropped
+        (too little found, no host room) and looked up again later."""
+        taken = self.cache.reserve_host(op.found, self.threshold) if op.found >= self.threshold else 0
+        if not taken:
+            self._drop(op, retry=True)
+            return
+        op.pages, op.queued_at = taken, now
+        self._reading.append(op)
+        self._lay_out(now)
+
+    def _batch_ns(self, pages: int) -> int:
+        return self.storage.read_link.duration_ns(pages * self.storage.block_bytes)
+
+    def _lay_out(self, now: int) -> None:
+        """When each queued read's batches land: one read after another on the storage read queue, from when the
+        reads that left it are done (``_free_at``); a read already under way keeps its times."""
+        free = self._free_at
+        for op in self._reading:
+            if op.batch_ends and op.begin <= now:
+                free = op.batch_ends[-1]
+                continue
+            op.begin = t = max(free, op.queued_at)
+            ends = []
+            for k in range(0, op.pages, BATCH_PAGES):
+                t += self._batch_ns(min(BATCH_PAGES, op.pages - k))
+                ends.append(t)
+            op.batch_ends = ends
+            free = t
+
+    # -- admission ------------------------------------------------------------------------------
+    def issue(self, request: Request, segments: list, limit: int, now: int) -> None:
+        """SGLang's ``_prefetch_kvcache`` for a request reaching the scheduler: look its pages after the GPU and
+        host match up on storage."""
+        self._retries.pop(request, None)
+        if request in self.ops or request in self._expired:
+            return
+        cache = self.cache
+        matched, node = cache.match(segments, limit)
+        if not (node is cache.root or node.host):
+            return  # (a match ending on a node not backed up: nothing after it can be on storage)
+        span = limit - matched
+        if span < self.threshold:
+            return
+        if self.occupied >= self.limit:
+            self.num_refused += 1
+            self._retries[request] = [None, False]
+            return
+        keys = segment_keys(segments, matched, limit, self.page)
+        storage = self.storage
+        storage.catch_up(now)
+        held = storage.blocks
+        found = 0
+        for key in keys:
+            if key not in held:
+                break
+            found += 1
+        at = now
+        for _ in range(min(found // BATCH_PAGES + 1, -(-span // BATCH_PAGES))):
+            at = self.query_link.transfer(at, 0)[1]
+        if node is not cache.root:
+            cache.pin_host(node)
+        self.ops[request] = _Prefetch(request, node, segments, matched, limit, keys, found, at)
+        self.occupied += span
+        self.num_prefetches += 1
+
+    def ready(self, request: Request, now: int) -> bool:
+        """SGLang's ``check_prefetch_progress``: whether the scheduler may take ``request`` now (its prefetch, if
+        any, done or stopped here by the policy), or must skip it."""
+        op = self.ops.get(request)
+        if op is None:
+            return True
+        if self.policy == "wait_complete":
+            return False
+        if self.policy == "timeout":
+            if op.wait_from is None:
+                op.wait_from = now
+                return False
+            timeout = self.timeout_base_ns + (op.end - op.start) * self.timeout_per_page_ns
+            if now - op.wait_from <= timeout:
+                return False
+        if self.policy == "timeout":
+            self._expired.add(request)  # (a deadline is final: no lookup again)
+        self._stop(op, now, retry=self.policy == "best_effort")
+        return True
+
+    def _stop(self, op: _Prefetch, now: int, retry: bool) -> None:
+        """The policy stops ``op`` at a plan at ``now``: the batches landed are kept, the one under way goes on
+        (its pages are not kept), the rest are not read. Not answered or not reading yet: dropped (``retry``: to
+        be looked up again)."""
+        self.num_stopped += 1
+        if op.pages == 0:
+            self._drop(op, retry)
+            return
+        ends = op.batch_ends
+        done = sum(1 for end in ends if end <= now)
+        if op.begin > now:
+            op.batch_ends = []
+        elif done < len(ends):
+            op.batch_ends = ends[:done + 1]
+        self._finish(op, done, now)
+
+    def _finish(self, op: _Prefetch, done: int, now: int) -> None:
+        """The read of ``op`` ends with its first ``done`` batches landed: their pages join the tree, the host
+        pages it took and did not fill go back."""
+        pages = min(done * BATCH_PAGES, op.pages)
+        ends = op.batch_ends
+        t = op.begin
+        for end in ends:  # (the batches that ran, for the read queue's busy time)
+            self.read_busy.append((t, end))
+            t = end
+        if ends:
+            self._free_at = max(self._free_at, ends[-1])
+        self._reading.remove(op)
+        self._lay_out(now)
+        self.storage.fetched(op.keys[:pages])
+        added = self.cache.insert_host(op.segments, op.start, op.start + pages, op.pages)
+        request = op.request
+        if added:
+            self.fetched[request] = added
+        if pages:
+            end = ends[done - 1]
+            request.storage_load_start_at, request.storage_load_end_at = op.begin, end
+            if self.recorder is not None:
+                w, r, role = self.where
+                tokens = pages * self.page
+                self.recorder.event(op.begin, EventKind.STORAGE_LOAD_START, w, r, request.request_id, tokens, role)
+                self.recorder.event(end, EventKind.STORAGE_LOAD_END, w, r, request.request_id, tokens, role)
+        self._release(op)
+
+    def _drop(self, op: _Prefetch, retry: bool) -> None:
+        if retry:
+            self._retries[op.request] = [None, False]
+        self._release(op)
+
+    def _release(self, op: _Prefetch) -> None:
+        if op.anchor is not self.cache.root:
+            self.cache.unpin_host(op.anchor)
+        self.occupied -= op.end - op.start
+        del self.ops[op.request]
+
+    # -- re-issue -------------------------------------------------------------------------------
+    def due(self, waiting: Sequence[Request]) -> list[Request]:
+        """SGLang's ``StoragePrefetchRetries.pop_ready`` at a plan: the waiting requests to look up again now, in
+        queue order (a refused lookup is due ``RETRY_INTERVAL`` plans after the first plan that saw it; the
+        queue's head never waits for one)."""
+        self._plans += 1
+        retries = self._retries
+        if not waiting or not retries:
+            return []
+        head = retries.get(waiting[0])
+        if head is not None and not head[1]:
+            del retries[waiting[0]]
+        step = self._plans
+        if not any(due is None or due <= step for due, _ in retries.values()):
+            return []
+        ready = []
+        for request in waiting:
+            retry = retries.get(request)
+            if retry is None:
+                continue
+            if self._attempts.get(request, 0) >= RETRY_MAX_ATTEMPTS:
+                del retries[request]
+                continue
+            if retry[0] is None:
+                retry[0] = step + RETRY_INTERVAL
+            if retry[0] > step:
+                continue
+            del retries[request]
+            self._attempts[request] = self._attempts.get(request, 0) + 1
+            ready.append(request)
+        return ready
+
+    def admitted(self, request: Request) -> int:
+        """``request`` is taken into a pass: the pages its prefetch brought into the tree (SGLang's
+        ``pop_prefetch_loaded_span``), and it leaves the re-issue lists."""
+        self._retries.pop(request, None)
+        self._attempts.pop(request, None)
+        return self.fetched.pop(request, 0)
+
+    def forget(self, request: Request) -> None:
+        """``request`` finished: nothing is kept for it."""
+        self._expired.discard(request)
+        self.fetched.pop(request, None)
+
+    def retracted(self, request: Request) -> None:
+        """``request`` went back to the queue: its count of re-issues starts again."""
+        self._attempts.pop(request, None)
+
+    # -- time -----------------------------------------------------------------------------------
+    def next_event_ns(self, now: int) -> float:
+        """When a plan would next find something changed for a request it skips: a lookup answered, a read
+        landed, a ``timeout`` passed."""
+        times = [op.answer_at for op in self.ops.values() if op.pages == 0]
+        times += [int(op.wait_from + self.timeout_base_ns + (op.end - op.start) * self.timeout_per_page_ns) + 1
+                  for op in self.ops.values() if op.wait_from is not None]
+        if self._reading:
+            times.append(self._reading[0].batch_ends[-1])
+        return min((t for t in times if t > now), default=float("inf"))
+
+    def clear(self) -> None:
+        """The worker left: nothing is in flight, and its storage goes with it (a local disk)."""
+        self.ops.clear()
+        self._reading.clear()
+        self._writes.clear()
+        self.fetched.clear()
+        self._retries.clear()
+        self._attempts.clear()
+        self._expired.clear()
+        self.occupied = 0
+        self.storage.clear()
+
+    def figures(self, end_ns: int) -> dict:
+        storage = self.storage
+        storage.catch_up(end_ns)
+        reads = sum(min(end, end_ns) - start for start, end in self.read_busy if start < end_ns)
+        return {"storage_capacity_blocks": storage.capacity, "storage_blocks_held": len(storage),
+                "storage_reads": storage.num_reads, "storage_blocks_read": storage.blocks_read,
+                "storage_blocks_written": storage.blocks_written, "storage_blocks_evicted": storage.num_evicted,
+                "storage_writes_dropped": storage.num_dropped,
+                "storage_bytes_read": round(storage.blocks_read * storage.block_bytes),
+                "storage_bytes_written": round(storage.blocks_written * storage.block_bytes),
+                "storage_read_busy_ns": reads,
+                "storage_write_busy_ns": storage.write_link.busy_until(end_ns),
+                "storage_prefetches": self.num_prefetches, "storage_prefetches_stopped": self.num_stopped,
+                "storage_prefetches_refused": self.num_refused}
