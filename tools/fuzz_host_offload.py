@@ -7,12 +7,13 @@ pass by pass (``coalesce=False``), and prints one line: ``ok`` if every request,
 the same, else which tables differ. Exits 1 if any seed differs. A check for whoever changes how a worker with
 a tier plans its runs (``docs/speed.md``); ``tests/scenarios/test_host_offload.py`` keeps four such scenarios.
 ``--backend sglang`` draws SGLang workers with HiCache instead (``tests/scenarios/test_hicache.py`` keeps six);
-``--storage`` puts a random storage tier behind each vLLM host tier (``tests/scenarios/test_storage_tier.py``
-keeps one such scenario).
+``--storage`` puts a random storage tier behind each host tier (``tests/scenarios/test_storage_tier.py`` keeps
+such vLLM scenarios, ``tests/scenarios/test_sglang_storage.py`` SGLang ones, with each prefetch policy).
 
     python tools/fuzz_host_offload.py 0 300
     python tools/fuzz_host_offload.py 0 100 --backend sglang
     python tools/fuzz_host_offload.py 0 100 --storage
+    python tools/fuzz_host_offload.py 0 100 --backend sglang --storage
 """
 
 from __future__ import annotations
@@ -105,12 +106,20 @@ def with_storage(data: dict, seed: int) -> dict:
     is the seed's as without ``--storage``)."""
     rng = random.Random(f"storage-{seed}")
     host = data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]
+    storage = host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
+                                 "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
+                                 "latency_us": rng.choice([0, 100, 5000])}
+    if "write_policy" in host:  # SGLang: a small host pool (its evictions go to storage), and the prefetch settings
+        host.pop("capacity_gib", None)
+        host["ratio"] = rng.choice([0.25, 0.5, 1])
+        storage |= {"prefetch_policy": rng.choice(["best_effort", "wait_complete", "timeout"]),
+                    "prefetch_threshold": rng.choice([256, 256, 16]),
+                    "prefetch_timeout_base_s": rng.choice([1.0, 0.01]),
+                    "prefetch_timeout_per_ki_token_s": rng.choice([0.25, 0.0])}
+        return data
     # (a host tier that holds one prompt, or not much more: lookups go on to storage; vLLM needs the one prompt)
     prompt_gib = data["engine"]["context_length"] * 131072 / 2**30
     host["capacity_gib"] = max(host["capacity_gib"], prompt_gib * rng.choice([1, 1.5, 4]))
-    host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
-                       "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
-                       "latency_us": rng.choice([0, 100, 5000])}
     return data
 
 
@@ -129,7 +138,7 @@ def main() -> None:
     parser.add_argument("end", type=int)
     parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
                         help="sglang: SGLang workers with HiCache (sglang_scenario)")
-    parser.add_argument("--storage", action="store_true", help="vLLM: a storage tier behind the host tier")
+    parser.add_argument("--storage", action="store_true", help="a storage tier behind the host tier")
     args = parser.parse_args()
     failed = 0
     draw = sglang_scenario if args.backend == "sglang" else scenario
