@@ -11,7 +11,8 @@ Prints one line per run: the whole process's time, the hit ratio (GPU and host) 
 the run with the tier to the run without it (target: at most 1.5x). ``--backend sglang`` runs
 ``scenarios/mooncake-hicache-sglang.yaml`` instead (the same deployment served by SGLang with HiCache);
 ``--storage`` runs ``scenarios/mooncake-storage-offload.yaml`` (vLLM, a 100 GiB host tier with storage behind it)
-as the tiered run.
+as the tiered run, or with ``--backend sglang`` ``scenarios/mooncake-storage-sglang.yaml`` (SGLang, a 100 GiB host
+pool with storage behind it, ``prefetch_policy: timeout``).
 ``--requests`` cuts the trace; ``--repeat`` takes the best of N interleaved rounds. A benchmark, not a test: it
 asserts nothing.
 """
@@ -30,7 +31,8 @@ from kv_router import timed, write_trace
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = {"vllm": REPO / "scenarios" / "mooncake-host-offload.yaml",
              "sglang": REPO / "scenarios" / "mooncake-hicache-sglang.yaml",
-             "storage": REPO / "scenarios" / "mooncake-storage-offload.yaml"}
+             "storage": REPO / "scenarios" / "mooncake-storage-offload.yaml",
+             "sglang-storage": REPO / "scenarios" / "mooncake-storage-sglang.yaml"}
 
 
 def scenario(trace: Path, tier: bool, backend: str) -> dict:
@@ -46,10 +48,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds; the best time of each is shown")
     parser.add_argument("--backend", choices=("sglang", "vllm"), default="vllm")
-    parser.add_argument("--storage", action="store_true", help="vLLM: the tiered run has storage behind its host tier")
+    parser.add_argument("--storage", action="store_true", help="the tiered run has storage behind its host tier")
     args = parser.parse_args()
+    label = args.backend
     if args.storage:
-        args.backend = "storage"
+        label = f"{args.backend} (host tier + storage)"
+        args.backend = "sglang-storage" if args.backend == "sglang" else "storage"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trace = folder / "trace.jsonl"
@@ -65,7 +69,6 @@ def main() -> None:
                 elapsed, out = timed(run["command"])
                 run["times"].append(elapsed)
                 run["summary"] = json.loads(out)
-        label = "vllm (host tier + storage)" if args.storage else args.backend
         print(f"{n:,} Mooncake conversation requests, one TP-4 {label} worker (best of {max(args.repeat, 1)} "
               f"round(s))")
         print(f"{'run':<10} {'seconds':>8} {'GPU hits':>9} {'host hits':>9} {'storage':>9} {'TTFT ms':>9}")

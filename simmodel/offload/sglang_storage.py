@@ -123,6 +123,9 @@ class SglangStorage:
         """Pages the prefetches in flight asked for (SGLang's ``prefetch_tokens_occupied``, in pages)."""
         self.ops: dict[Request, _Prefetch] = {}
         """Prefetches in flight, in the order they were issued."""
+        self._asking: deque[_Prefetch] = deque()
+        """Prefetches whose answer a plan has not taken yet, in the order their answers come (one query queue);
+        some may have been stopped since (no longer in ``ops``)."""
         self._reading: deque[_Prefetch] = deque()
         """Reads queued on the storage read queue, in order (the first may be under way)."""
         self._writes: deque[tuple[int, list]] = deque()
@@ -170,8 +173,10 @@ class SglangStorage:
         while writes and writes[0][0] <= now:
             for node in writes.popleft()[1]:
                 cache.unpin_host(node)
-        for op in list(self.ops.values()):
-            if op.pages == 0 and op.answer_at <= now:
+        asking, ops = self._asking, self.ops
+        while asking and asking[0].answer_at <= now:
+            op = asking.popleft()
+            if ops.get(op.request) is op:
                 self._take_hit(op, now)
         reading = self._reading
         while reading and reading[0].batch_ends[-1] <= now:
@@ -239,7 +244,8 @@ class SglangStorage:
             at = self.query_link.transfer(at, 0)[1]
         if node is not cache.root:
             cache.pin_host(node)
-        self.ops[request] = _Prefetch(request, node, segments, matched, limit, keys, found, at)
+        op = self.ops[request] = _Prefetch(request, node, segments, matched, limit, keys, found, at)
+        self._asking.append(op)
         self.occupied += span
         self.num_prefetches += 1
 
@@ -380,6 +386,7 @@ class SglangStorage:
     def clear(self) -> None:
         """The worker left: nothing is in flight, and its storage goes with it (a local disk)."""
         self.ops.clear()
+        self._asking.clear()
         self._reading.clear()
         self._writes.clear()
         self.fetched.clear()

@@ -171,12 +171,16 @@ def test_runs_of_passes_with_hicache_equal_the_pass_by_pass_run(traffic, worker)
     assert not differ
 
 
-@pytest.mark.parametrize("backend, host", [("sglang", {"ratio": 2}), ("vllm", {"capacity_gib": 4})])
+@pytest.mark.parametrize("backend, host", [
+    ("sglang", {"ratio": 2, "storage": {"prefetch_policy": "wait_complete"}}),
+    ("vllm", {"capacity_gib": 4, "storage": {}}),
+], ids=["sglang", "vllm"])
 def test_a_drained_worker_with_a_host_tier_leaves_and_comes_back_cold(backend, host):
     """The ready planner scenario with a load that falls: the planner drains three of its four workers. A
     draining worker leaves once it holds no KV; HiCache's copies to the host lock KV until acknowledged, which an
     idle engine does as they land, so every drained worker leaves (none is left draining at the end, one serves),
-    and its host tier leaves with it: empty, as a restarted engine's."""
+    and its host tier leaves with it: empty, as a restarted engine's; so does the storage tier behind it (a local
+    disk)."""
     from simmodel.scaling.fleet import OFF
     from simmodel.sim import Simulation
 
@@ -197,3 +201,5 @@ def test_a_drained_worker_with_a_host_tier_leaves_and_comes_back_cold(backend, h
         for rank in worker.ranks:
             held = rank.scheduler.cache.host_tokens if backend == "sglang" else len(rank.offload.tier)
             assert held == 0
+            assert len(rank.offload.storage) == 0
+    assert sum(rank.offload.storage.blocks_written for worker in off for rank in worker.ranks) > 0  # (before leaving)

@@ -124,13 +124,15 @@ def test_without_storage_the_evicted_prefix_is_recomputed(tmp_path):
     assert req.host_cached_tokens.tolist() == [0] * 4
 
 
-@pytest.mark.parametrize("policy", ["best_effort", "wait_complete", "timeout"])
-@pytest.mark.parametrize("worker", [
-    {"kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
-                  "host_offload": {"ratio": 1, "storage": {"read_gb_per_s": 2, "write_gb_per_s": 2}}}},
-    {"kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1100},
-                  "host_offload": {"ratio": 1, "write_policy": "write_back", "storage": {}}}},
-], ids=["tokens", "pages-write-back"])
+TOKENS = {"kv_cache": {"capacity": {"type": "fixed", "blocks": 17000},
+                       "host_offload": {"ratio": 1, "storage": {"read_gb_per_s": 2, "write_gb_per_s": 2}}}}
+PAGES_WRITE_BACK = {"kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 1100},
+                                 "host_offload": {"ratio": 1, "write_policy": "write_back", "storage": {}}}}
+
+
+@pytest.mark.parametrize("worker, policy", [(TOKENS, "wait_complete"), (TOKENS, "timeout"),
+                                            (PAGES_WRITE_BACK, "best_effort")],
+                         ids=["tokens-wait_complete", "tokens-timeout", "pages-write-back-best_effort"])
 def test_runs_of_passes_with_storage_equal_the_pass_by_pass_run(worker, policy):
     """Closed-loop chat sessions on a GPU pool and a host pool small enough that earlier turns leave both: planned
     as runs of passes and pass by pass, every request, pass, event and tier figure is the same; storage serves
