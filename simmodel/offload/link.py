@@ -35,6 +35,21 @@ class HostLink:
         self._durations.append(duration)
         return start, self.free_at
 
+    def cut(self, at: int) -> None:
+        """The device behind the link leaves at ``at``: a transfer under way stops there, those queued after it never
+        run (their time leaves the link's busy time)."""
+        ends, durations = self._ends, self._durations
+        under_way = None
+        while ends and ends[-1] > at:
+            end, duration = ends.pop(), durations.pop()
+            ran = max(at - (end - duration), 0)
+            self.busy_ns -= duration - ran
+            under_way = ran or None
+        if under_way:
+            ends.append(at)
+            durations.append(under_way)
+        self.free_at = min(self.free_at, at)
+
     def busy_until(self, t: int) -> int:
         """Nanoseconds the link was busy before ``t`` (transfers queued by then may end after it)."""
         busy = self.busy_ns

@@ -137,7 +137,7 @@ class SglangHiCache:
         self._acks.clear()
         self._loads.clear()
         if self.l3 is not None:
-            self.l3.clear()
+            self.l3.clear(self.env.now)
 
     def pages_in_flight(self) -> int:
         """Pages whose copies to the host are queued and not reaped (each locks its node's path on the GPU)."""

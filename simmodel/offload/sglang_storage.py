@@ -383,8 +383,8 @@ class SglangStorage:
             times.append(self._reading[0].batch_ends[-1])
         return min((t for t in times if t > now), default=float("inf"))
 
-    def clear(self) -> None:
-        """The worker left: nothing is in flight, and its storage goes with it (a local disk)."""
+    def clear(self, at: int) -> None:
+        """The worker left at ``at``: nothing is in flight, and its storage goes with it (a local disk)."""
         self.ops.clear()
         self._asking.clear()
         self._reading.clear()
@@ -394,7 +394,8 @@ class SglangStorage:
         self._attempts.clear()
         self._expired.clear()
         self.occupied = 0
-        self.storage.clear()
+        self.storage.clear(at)
+        self.query_link.cut(at)
 
     def figures(self, end_ns: int) -> dict:
         storage = self.storage

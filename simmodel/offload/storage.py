@@ -110,8 +110,11 @@ class StorageTier:
         self.num_reads += 1
         self.blocks_read += len(keys)
 
-    def clear(self) -> None:
-        """Empty the tier and forget the writes on their way (a worker left with its local disk)."""
+    def clear(self, at: int) -> None:
+        """Empty the tier and forget the writes on their way (a worker left at ``at`` with its local disk: its
+        queues stop there)."""
         self.blocks.clear()
         self._writing.clear()
+        self.read_link.cut(at)
+        self.write_link.cut(at)
         self.version += 1

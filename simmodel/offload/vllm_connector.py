@@ -547,7 +547,7 @@ class VllmCpuOffload:
         if self._allocated is not None:
             self._allocated.clear()
         if self.storage is not None:  # (its node's local disk goes with it)
-            self.storage.clear()
+            self.storage.clear(self.env.now)
         self._last_lookup = (None, 0)
 
     def flush(self, at: int, pass_index: int) -> None:

@@ -147,7 +147,9 @@ def test_runs_of_passes_with_storage_equal_the_pass_by_pass_run(worker, policy):
     assert tier["storage_blocks_written"] > 0
     if policy != "best_effort":
         assert tier["storage_hit_tokens"] > 0
-    sim = Simulation(parse_scenario(data, Path(".")))
+    if policy != "timeout":
+        return
+    sim = Simulation(parse_scenario(data, Path(".")))  # (once: the tree after the run)
     sim.run()
     for worker in sim.workers:
         for rank in worker.ranks:
