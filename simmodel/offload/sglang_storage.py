@@ -34,7 +34,8 @@ failures and storage back-pressure, and the lookup's answer changing while it is
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from simmodel.config.schema import HICACHE_PREFETCH_POLICIES as PREFETCH_POLICIES
@@ -80,27 +81,26 @@ class _Prefetch:
         """``timeout``: the first plan that skipped the request for it."""
 
 
-def unit_keys(block: Hashable, start: int, end: int, page: int) -> list:
-    """Storage keys of the tree units ``start``..``end`` of ``block``: a page's tokens (which, in simmodel's
-    workloads, name their prefix too: trace hash ids are chained, synthetic prompts share only leading segments),
+def unit_keys(block: Hashable, start: int, end: int, page: int) -> Iterator[tuple]:
+    """Storage keys of the tree units ``start``..``end`` of ``block``: a page's first token (which, in simmodel's
+    workloads, names its prefix too: trace hash ids are chained, synthetic prompts share only leading segments),
     so the same page has one key whatever node holds it."""
     if isinstance(block, PageRun):
         base, offset = block
-        return [(base, offset + u * page) for u in range(start, end)]
-    return [(block, u) for u in range(start, end)]
+        return zip(repeat(base, end - start), range(offset + start * page, offset + end * page, page))
+    return zip(repeat(block, end - start), range(start, end))
 
 
-def segment_keys(segments: Sequence[tuple[Hashable, int]], start: int, end: int, page: int) -> list:
-    """Storage keys of the units ``start``..``end`` of a sequence given as segments."""
-    keys, base = [], 0
+def segment_keys(segments: Sequence[tuple[Hashable, int]], start: int, end: int, page: int) -> Iterator[tuple]:
+    """Storage keys of the units ``start``..``end`` of a sequence given as segments, in order."""
+    base = 0
     for block, length in segments:
         lo, hi = max(start - base, 0), min(length, end - base)
         if lo < hi:
-            keys.extend(unit_keys(block, lo, hi, page))
+            yield from unit_keys(block, lo, hi, page)
         base += length
         if base >= end:
-            break
-    return keys
+            return
 
 
 class SglangStorage:
@@ -230,15 +230,15 @@ class SglangStorage:
             self.num_refused += 1
             self._retries[request] = [None, False]
             return
-        keys = segment_keys(segments, matched, limit, self.page)
         storage = self.storage
         storage.catch_up(now)
         held = storage.blocks
-        found = 0
-        for key in keys:
+        keys = []  # (the pages found, up to the first storage lacks: all a read may take)
+        for key in segment_keys(segments, matched, limit, self.page):
             if key not in held:
                 break
-            found += 1
+            keys.append(key)
+        found = len(keys)
         at = now
         for _ in range(min(found // BATCH_PAGES + 1, -(-span // BATCH_PAGES))):
             at = self.query_link.transfer(at, 0)[1]
