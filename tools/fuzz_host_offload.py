@@ -109,13 +109,15 @@ def with_storage(data: dict, seed: int) -> dict:
     storage = host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
                                  "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
                                  "latency_us": rng.choice([0, 100, 5000])}
-    if "write_policy" in host:  # SGLang: a small host pool (its evictions go to storage), and the prefetch settings
+    if "write_policy" in host:  # SGLang: a host pool that evicts to storage yet holds reads until admission
         host.pop("capacity_gib", None)
-        host["ratio"] = rng.choice([0.25, 0.5, 1])
-        storage |= {"prefetch_policy": rng.choice(["best_effort", "wait_complete", "timeout"]),
-                    "prefetch_threshold": rng.choice([256, 256, 16]),
-                    "prefetch_timeout_base_s": rng.choice([1.0, 0.01]),
-                    "prefetch_timeout_per_ki_token_s": rng.choice([0.25, 0.0])}
+        host["ratio"] = rng.choice([0.5, 1, 2])
+        storage["write_gb_per_s"] = rng.choice([2, 20])  # (slower writes pin the host pool full: no reads at all)
+        policy = rng.choice(["best_effort", "wait_complete", "timeout", "timeout"])
+        storage |= {"prefetch_policy": policy, "prefetch_threshold": rng.choice([256, 256, 16])}
+        if policy == "timeout":
+            storage |= {"prefetch_timeout_base_s": rng.choice([1.0, 0.01]),
+                        "prefetch_timeout_per_ki_token_s": rng.choice([0.25, 0.0])}
         return data
     # (a host tier that holds one prompt, or not much more: lookups go on to storage; vLLM needs the one prompt)
     prompt_gib = data["engine"]["context_length"] * 131072 / 2**30

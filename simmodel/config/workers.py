@@ -278,8 +278,13 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
                                     f"on storage when a lookup finds it, so remove it")
         node.done()
         return StorageSpec(*sizes)
-    spec = StorageSpec(*sizes, node.choice("prefetch_policy", HICACHE_PREFETCH_POLICIES, "best_effort"),
-                       node.int("prefetch_threshold", 256, minimum=0, maximum=10_000_000),
+    policy = node.choice("prefetch_policy", HICACHE_PREFETCH_POLICIES, "best_effort")
+    if policy != "timeout":
+        for key in SGLANG_PREFETCH[2:]:
+            if node.raw(key, None) is not None:
+                raise ScenarioError(f"{node.at(key)}: only applies with prefetch_policy timeout (how long a request "
+                                    f"waits for its prefetch); prefetch_policy is {policy}, so remove it")
+    spec = StorageSpec(*sizes, policy, node.int("prefetch_threshold", 256, minimum=0, maximum=10_000_000),
                        node.number("prefetch_timeout_base_s", 1.0, maximum=1e6),
                        node.number("prefetch_timeout_per_ki_token_s", 0.25, maximum=1e6))
     node.done()

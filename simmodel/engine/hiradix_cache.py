@@ -340,10 +340,11 @@ class HiRadixCache(RadixCache):
             self._offer(node)  # (a host eviction candidate again)
 
     def reserve_host(self, pages: int, least: int) -> int:
-        """Take up to ``pages`` host pages for a read from storage, evicting host-only leaves for room: the pages
-        taken, or 0 if fewer than ``least`` can be (nothing taken)."""
+        """Take up to ``pages`` host pages for a read from storage: without room for them all, host-only leaves
+        are evicted for ``pages`` more (SGLang's ``allocate_storage_hit`` evicts the whole hit's worth, where a
+        backup evicts only what it lacks); the pages taken, or 0 if fewer than ``least`` can be (nothing taken)."""
         if pages > self.host_free:
-            self.evict_host(pages - self.host_free)
+            self.evict_host(pages)
         taken = min(pages, self.host_free)
         if taken < least:
             return 0

@@ -100,8 +100,8 @@ def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCach
     if storage is not None:
         spec = role.kv_cache.host_offload.storage
         assert spec.prefetch_policy is not None
-        l3 = SglangStorage(scheduler.cache, storage, HostLink(spec.read_gb_per_s * 1e9, storage.read_link.latency_ns),
-                           page, spec.prefetch_policy, spec.prefetch_threshold,
+        l3 = SglangStorage(scheduler.cache, storage, storage.read_link.latency_ns, page, spec.prefetch_policy,
+                           spec.prefetch_threshold,
                            int(round(spec.prefetch_timeout_base_s * 1e9)),
                            spec.prefetch_timeout_per_ki_token_s * 1e9 * page / 1024)
     return SglangHiCache(env, scheduler.cache, *_links(role), page, block_bytes, gpu_block_bytes, l3)

@@ -223,12 +223,15 @@ class SglangHiCache:
             self.num_hit_tokens += pages * self.block_size
             request.num_host_cached_tokens = pages * self.block_size
 
-    def admitted(self, request: Request, loaded: int, first: bool) -> None:
-        """``request`` is taken into the pass being planned, ``loaded`` of its pages loaded from the host: of those,
-        the ones its prefetch brought from storage count as storage hits (at its first admission)."""
-        fetched = self.l3.admitted(request) if self.l3 is not None else 0
-        if first and fetched and loaded:
-            tokens = min(fetched, loaded) * self.block_size
+    def admitted(self, request: Request, start: int, loaded: int, first: bool) -> None:
+        """``request`` is taken into the pass being planned, its pages ``start``..``start + loaded`` loaded from the
+        host: of those, the ones its own prefetch brought from storage count as storage hits (at its first
+        admission)."""
+        assert self.l3 is not None
+        lo, hi = self.l3.admitted(request)
+        pages = min(hi, start + loaded) - max(lo, start)
+        if first and pages > 0:
+            tokens = pages * self.block_size
             request.num_storage_cached_tokens = tokens
             self.num_storage_hit_tokens += tokens
 

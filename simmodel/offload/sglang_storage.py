@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from simmodel.engine.hiradix_cache import HiRadixCache
     from simmodel.engine.radix_cache import RadixNode
     from simmodel.engine.request import Request
-    from simmodel.offload.link import HostLink
     from simmodel.offload.storage import StorageTier
 
 BATCH_PAGES = 128
@@ -63,22 +62,24 @@ PREFETCH_SHARE = 0.5
 class _Prefetch:
     """One request's prefetch: looked up, then reading into host pages, until it is done or stopped."""
 
-    __slots__ = ("request", "anchor", "segments", "start", "end", "keys", "found", "answer_at", "pages",
-                 "queued_at", "begin", "batch_ends", "wait_from")
+    __slots__ = ("request", "anchor", "segments", "start", "end", "keys", "found", "issued_at", "queries",
+                 "asked_at", "answer_at", "pages", "queued_at", "begin", "batch_ends")
 
     def __init__(self, request: Request, anchor: RadixNode, segments: list, start: int, end: int, keys: list,
-                 found: int, answer_at: int) -> None:
+                 issued_at: int, queries: int) -> None:
         self.request, self.anchor, self.segments = request, anchor, segments
         self.start, self.end = start, end
         """The pages looked up: ``start``..``end`` of the request's sequence."""
-        self.keys, self.found, self.answer_at = keys, found, answer_at
+        self.keys, self.found = keys, len(keys)
+        """The keys of the pages found on storage (up to the first it lacks)."""
+        self.issued_at, self.queries = issued_at, queries
+        self.asked_at = self.answer_at = 0
+        """When its existence queries start and end on the query queue (``SglangStorage._lay_out_queries``)."""
         self.pages = 0
         """Host pages taken for the read (0: not reading yet)."""
         self.queued_at = self.begin = 0
         self.batch_ends: list[int] = []
         """When each batch lands (laid out by ``SglangStorage._lay_out``)."""
-        self.wait_from: int | None = None
-        """``timeout``: the first plan that skipped the request for it."""
 
 
 def unit_keys(block: Hashable, start: int, end: int, page: int) -> Iterator[tuple]:
@@ -106,11 +107,13 @@ def segment_keys(segments: Sequence[tuple[Hashable, int]], start: int, end: int,
 class SglangStorage:
     """One rank's storage tier behind its HiCache host pool: writes, prefetches, their termination and re-issue."""
 
-    def __init__(self, cache: HiRadixCache, storage: StorageTier, query_link: HostLink, page_tokens: int,
+    def __init__(self, cache: HiRadixCache, storage: StorageTier, query_ns: int, page_tokens: int,
                  policy: str, threshold_tokens: int, timeout_base_ns: int, timeout_per_page_ns: float) -> None:
         if policy not in PREFETCH_POLICIES:
             raise ValueError(f"unknown prefetch policy {policy!r}")
-        self.cache, self.storage, self.query_link = cache, storage, query_link
+        self.cache, self.storage = cache, storage
+        self.query_ns = query_ns
+        """One existence query's time (of up to 128 pages): the storage tier's latency."""
         self.page = page_tokens
         self.policy = policy
         self.threshold = -(-threshold_tokens // page_tokens)
@@ -124,19 +127,21 @@ class SglangStorage:
         self.ops: dict[Request, _Prefetch] = {}
         """Prefetches in flight, in the order they were issued."""
         self._asking: deque[_Prefetch] = deque()
-        """Prefetches whose answer a plan has not taken yet, in the order their answers come (one query queue);
-        some may have been stopped since (no longer in ``ops``)."""
+        """Prefetches whose answer a plan has not taken yet, in the order their queries run (one query queue)."""
         self._reading: deque[_Prefetch] = deque()
         """Reads queued on the storage read queue, in order (the first may be under way)."""
         self._writes: deque[tuple[int, list]] = deque()
         """Storage writes not acknowledged: (when they end, the nodes pinned for them), in the order they end."""
-        self.fetched: dict[Request, int] = {}
-        """Pages a finished prefetch brought into the tree for a request not admitted yet."""
+        self.fetched: dict[Request, tuple[int, int]] = {}
+        """The pages (first, end) a finished prefetch brought into the tree for a request not admitted yet."""
         self._retries: dict[Request, list] = {}
         """Requests to look up again: [the plan number due or None, immediate]."""
         self._attempts: dict[Request, int] = {}
+        self._waits: dict[Request, tuple[int, float]] = {}
+        """``timeout``: (the first plan that skipped the request for its prefetch, how long it may wait), kept across
+        its lookups until it is admitted (SGLang's ``_storage_prefetch_wait``)."""
         self._expired: set[Request] = set()
-        """``timeout``: requests whose deadline passed (SGLang looks them up no more)."""
+        """``timeout``: requests whose wait ran out, looked up no more until they are admitted."""
         self._free_at = 0
         """When the storage read queue is done with the reads that left it."""
         self._plans = 0
@@ -173,11 +178,9 @@ class SglangStorage:
         while writes and writes[0][0] <= now:
             for node in writes.popleft()[1]:
                 cache.unpin_host(node)
-        asking, ops = self._asking, self.ops
+        asking = self._asking
         while asking and asking[0].answer_at <= now:
-            op = asking.popleft()
-            if ops.get(op.request) is op:
-                self._take_hit(op, now)
+            self._take_hit(asking.popleft(), now)
         reading = self._reading
         while reading and reading[0].batch_ends[-1] <= now:
             self._finish(reading[0], len(reading[0].batch_ends), now)
@@ -212,6 +215,18 @@ class SglangStorage:
             op.batch_ends = ends
             free = t
 
+    def _lay_out_queries(self, now: int) -> None:
+        """When each unanswered lookup's existence queries run: one lookup after another on the query queue, none
+        before it was made; those under way keep their times (a lookup stopped before its queries start takes
+        none: ``_drop``)."""
+        free = now
+        for op in self._asking:
+            if op.asked_at <= now and op.answer_at:  # (under way, or done and not drained yet)
+                free = max(free, op.answer_at)
+                continue
+            op.asked_at = max(free, op.issued_at)
+            op.answer_at = free = op.asked_at + op.queries * self.query_ns
+
     # -- admission ------------------------------------------------------------------------------
     def issue(self, request: Request, segments: list, limit: int, now: int) -> None:
         """SGLang's ``_prefetch_kvcache`` for a request reaching the scheduler: look its pages after the GPU and
@@ -238,14 +253,12 @@ class SglangStorage:
             if key not in held:
                 break
             keys.append(key)
-        found = len(keys)
-        at = now
-        for _ in range(min(found // BATCH_PAGES + 1, -(-span // BATCH_PAGES))):
-            at = self.query_link.transfer(at, 0)[1]
+        queries = min(len(keys) // BATCH_PAGES + 1, -(-span // BATCH_PAGES))
         if node is not cache.root:
             cache.pin_host(node)
-        op = self.ops[request] = _Prefetch(request, node, segments, matched, limit, keys, found, at)
+        op = self.ops[request] = _Prefetch(request, node, segments, matched, limit, keys, now, queries)
         self._asking.append(op)
+        self._lay_out_queries(now)
         self.occupied += span
         self.num_prefetches += 1
 
@@ -258,14 +271,13 @@ class SglangStorage:
         if self.policy == "wait_complete":
             return False
         if self.policy == "timeout":
-            if op.wait_from is None:
-                op.wait_from = now
+            wait = self._waits.get(request)
+            if wait is None:  # (the wait starts at the first plan that skips it, for as long as this lookup asks)
+                self._waits[request] = (now, self.timeout_base_ns + (op.end - op.start) * self.timeout_per_page_ns)
                 return False
-            timeout = self.timeout_base_ns + (op.end - op.start) * self.timeout_per_page_ns
-            if now - op.wait_from <= timeout:
+            if now - wait[0] <= wait[1]:
                 return False
-        if self.policy == "timeout":
-            self._expired.add(request)  # (a deadline is final: no lookup again)
+            self._expired.add(request)  # (no lookup again until it is admitted)
         self._stop(op, now, retry=self.policy == "best_effort")
         return True
 
@@ -274,7 +286,10 @@ class SglangStorage:
         (its pages are not kept), the rest are not read. Not answered or not reading yet: dropped (``retry``: to
         be looked up again)."""
         self.num_stopped += 1
-        if op.pages == 0:
+        if op.pages == 0:  # (its answer not taken yet: it may have come at this very instant, made after the drain)
+            self._asking.remove(op)
+            if op.answer_at > now:  # (queries not started never run: the later ones move up)
+                self._lay_out_queries(now)
             self._drop(op, retry)
             return
         ends = op.batch_ends
@@ -301,8 +316,8 @@ class SglangStorage:
         self.storage.fetched(op.keys[:pages])
         added = self.cache.insert_host(op.segments, op.start, op.start + pages, op.pages)
         request = op.request
-        if added:
-            self.fetched[request] = added
+        if added:  # (the pages that joined are the last ones read)
+            self.fetched[request] = (op.start + pages - added, op.start + pages)
         if pages:
             end = ends[done - 1]
             request.storage_load_start_at, request.storage_load_end_at = op.begin, end
@@ -361,11 +376,14 @@ class SglangStorage:
         ``pop_prefetch_loaded_span``), and it leaves the re-issue lists."""
         self._retries.pop(request, None)
         self._attempts.pop(request, None)
-        return self.fetched.pop(request, 0)
+        self._waits.pop(request, None)
+        self._expired.discard(request)
+        return self.fetched.pop(request, (0, 0))
 
     def forget(self, request: Request) -> None:
         """``request`` finished: nothing is kept for it."""
         self._expired.discard(request)
+        self._waits.pop(request, None)
         self.fetched.pop(request, None)
 
     def retracted(self, request: Request) -> None:
@@ -376,9 +394,8 @@ class SglangStorage:
     def next_event_ns(self, now: int) -> float:
         """When a plan would next find something changed for a request it skips: a lookup answered, a read
         landed, a ``timeout`` passed."""
-        times = [op.answer_at for op in self.ops.values() if op.pages == 0]
-        times += [int(op.wait_from + self.timeout_base_ns + (op.end - op.start) * self.timeout_per_page_ns) + 1
-                  for op in self.ops.values() if op.wait_from is not None]
+        times = [op.answer_at for op in self._asking]
+        times += [int(at + wait) + 1 for request, (at, wait) in self._waits.items() if request in self.ops]
         if self._reading:
             times.append(self._reading[0].batch_ends[-1])
         return min((t for t in times if t > now), default=float("inf"))
@@ -393,9 +410,9 @@ class SglangStorage:
         self._retries.clear()
         self._attempts.clear()
         self._expired.clear()
+        self._waits.clear()
         self.occupied = 0
         self.storage.clear(at)
-        self.query_link.cut(at)
 
     def figures(self, end_ns: int) -> dict:
         storage = self.storage

@@ -148,7 +148,10 @@ def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run(traffic, 
                                              "setting"),
     ({"prefetch_policy": "eager"}, "sglang", "host_offload.storage.prefetch_policy: must be one of"),
     ({"prefetch_threshold": -1}, "sglang", "host_offload.storage.prefetch_threshold: must be an integer >= 0"),
-    ({"prefetch_timeout_base_s": -1}, "sglang", "host_offload.storage.prefetch_timeout_base_s"),
+    ({"prefetch_policy": "timeout", "prefetch_timeout_base_s": -1}, "sglang",
+     "host_offload.storage.prefetch_timeout_base_s"),
+    ({"prefetch_timeout_per_ki_token_s": 0.5}, "sglang", "host_offload.storage.prefetch_timeout_per_ki_token_s: only "
+                                                         "applies with prefetch_policy timeout"),
     ({"capacity_gib": 0.001}, "vllm", "host_offload.storage.capacity_gib: holds no whole KV block (one is 2 MiB"),
     # (the host's 4 GiB hold 2,048 blocks of 2 MiB; a prompt at context_length 65,536 fills 4,096)
     ({"context_length": 65536}, "vllm", "host_offload.capacity_gib: holds 2048 KV blocks, fewer than a prompt at "

@@ -19,7 +19,7 @@ class Req:
 def make(policy: str = "wait_complete", host: int = 600) -> tuple[HiRadixCache, SglangStorage]:
     cache = HiRadixCache(1000, host, "write_through")
     storage = StorageTier(None, HostLink(1e9, 100_000), HostLink(1e9, 100_000), 1000.0)
-    return cache, SglangStorage(cache, storage, HostLink(1e9, 100_000), 1, policy, 256, 1_000_000_000, 244_140.625)
+    return cache, SglangStorage(cache, storage, 100_000, 1, policy, 256, 1_000_000_000, 244_140.625)
 
 
 def test_a_lookup_that_finds_nothing_is_made_again_eight_plans_later_but_never_for_the_head():
@@ -73,7 +73,7 @@ def test_no_lookup_below_the_threshold_or_after_a_node_not_on_the_host():
     # enough): nothing after it can be on storage
     cache_sel = HiRadixCache(1000, 600, "write_through_selective")
     storage = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
-    l3_sel = SglangStorage(cache_sel, storage, HostLink(1e9, 0), 1, "wait_complete", 256, 0, 0.0)
+    l3_sel = SglangStorage(cache_sel, storage, 0, 1, "wait_complete", 256, 0, 0.0)
     cache_sel.insert([("p", 100)])
     assert not cache_sel.root.children[("p", 0)].host
     l3_sel.issue(Req(1), [("p", 100), ("q", 400)], 499, 0)
@@ -105,5 +105,66 @@ def test_a_read_joins_the_tree_as_host_only_pages_and_frees_the_host_pages_it_di
     assert l3.ready(r, 1_900_000) and cache.host_reserved == 0 and cache.host_tokens == 300
     node = cache.root.children[("c", 0)]
     assert node.evicted and node.host and node.length == 300
-    assert l3.admitted(r) == 300
+    assert l3.admitted(r) == (0, 300)  # (the pages it brought: 0..300 of its sequence)
     cache.check()
+
+
+def test_a_timeout_wait_is_kept_across_lookups_until_admission_and_its_expiry_too():
+    # timeout: 1 s + 244,140.625 ns a page (0.25 s per 1,024 one-token pages): 399 pages asked wait 1.0974 s.
+    _, l3 = make("timeout", host=2000)
+    r = Req(0)
+    l3.issue(r, [("a", 400)], 399, 0)
+    assert not l3.ready(r, 0)  # the wait starts here
+    l3.drain(10**6)  # nothing found: dropped, to be looked up again
+    l3.issue(r, [("a", 400)], 399, 10**6)  # (made again, as a re-issue would)
+    wait = 1_000_000_000 + 399 * 244_140.625
+    assert not l3.ready(r, int(wait))  # the first wait still runs: not past it yet
+    assert l3.ready(r, int(wait) + 1)  # past it: stopped, and no lookup again...
+    l3.issue(r, [("a", 400)], 399, 2 * 10**9)
+    assert r not in l3.ops
+    l3.admitted(r)  # ... until the request is admitted (a retracted request is looked up again)
+    l3.issue(r, [("a", 400)], 399, 3 * 10**9)
+    assert r in l3.ops
+
+
+def test_a_read_without_host_room_evicts_the_whole_hit_s_worth():
+    # Eight one-page sequences backed up, then demoted: the 10-page host pool has 2 pages free. A read of 3 pages
+    # evicts 3 host-only pages (not the 1 it lacks), as SGLang's allocate_storage_hit does, then takes 3.
+    cache = HiRadixCache(100, 10, "write_through")
+    for k in range(8):
+        cache.insert([(f"x{k}", 1)])
+        for node, _ in cache.backups:
+            cache.unlock(node)
+        cache.backups.clear()
+    cache.evict(8)
+    assert cache.host_tokens == 8 and cache.host_free == 2
+    assert cache.reserve_host(3, 1) == 3
+    assert cache.host_tokens == 5 and cache.host_reserved == 3
+    cache.check()
+
+
+def test_a_lookup_stopped_before_its_queries_start_takes_no_query_time():
+    # Three lookups at 0: their queries would run 0–100, 100–200 and 200–300 µs. best_effort stops the second at
+    # 50 µs, before its queries start: the third's move up to 100–200 µs.
+    _, l3 = make("best_effort", host=10_000)
+    a, b, c = Req(0), Req(1), Req(2)
+    for r, content in ((a, "a"), (b, "b"), (c, "c")):
+        l3.issue(r, [(content, 400)], 399, 0)
+    assert [op.answer_at for op in l3.ops.values()] == [100_000, 200_000, 300_000]
+    assert l3.ready(b, 50_000)
+    assert l3.ops[c].answer_at == 200_000 and l3.ops[a].answer_at == 100_000
+
+
+def test_a_lookup_answered_at_the_instant_it_is_stopped_leaves_nothing_behind():
+    # Queries that take no time (latency 0): a lookup made again after a plan's drain (a re-issue) is answered at
+    # that very instant; best_effort stops it in the same plan, before any drain takes the answer. Found by
+    # tools/fuzz_host_offload.py --backend sglang --storage (seed 4).
+    cache = HiRadixCache(1000, 2000, "write_through")
+    storage = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
+    l3 = SglangStorage(cache, storage, 0, 1, "best_effort", 256, 0, 0.0)
+    r = Req(0)
+    l3.issue(r, [("a", 400)], 399, 5)
+    assert l3.ops[r].answer_at == 5
+    assert l3.ready(r, 5)
+    l3.drain(10)
+    assert not l3.ops and not l3._asking and l3.occupied == 0

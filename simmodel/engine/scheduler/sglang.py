@@ -647,7 +647,7 @@ class SglangScheduler:
                 self.pool.num_queries += r.num_prompt_tokens
                 self.pool.num_hits += hit - loaded * page
             if prefetching:
-                self.offload.admitted(r, loaded, r.num_preemptions == 0)
+                self.offload.admitted(r, hit // page - loaded, loaded, r.num_preemptions == 0)
             if loaded:
                 assert self.offload is not None
                 self.offload.loaded(r, node, load, loaded, r.num_preemptions == 0)
