@@ -415,16 +415,7 @@ class SglangStorage:
         self.storage.clear(at)
 
     def figures(self, end_ns: int) -> dict:
-        storage = self.storage
-        storage.catch_up(end_ns)
+        """The tier's figures (``StorageTier.figures``, its reads timed here), and the prefetches'."""
         reads = sum(min(end, end_ns) - start for start, end in self.read_busy if start < end_ns)
-        return {"storage_capacity_blocks": storage.capacity, "storage_blocks_held": len(storage),
-                "storage_reads": storage.num_reads, "storage_blocks_read": storage.blocks_read,
-                "storage_blocks_written": storage.blocks_written, "storage_blocks_evicted": storage.num_evicted,
-                "storage_writes_dropped": storage.num_dropped,
-                "storage_bytes_read": round(storage.blocks_read * storage.block_bytes),
-                "storage_bytes_written": round(storage.blocks_written * storage.block_bytes),
-                "storage_read_busy_ns": reads,
-                "storage_write_busy_ns": storage.write_link.busy_until(end_ns),
-                "storage_prefetches": self.num_prefetches, "storage_prefetches_stopped": self.num_stopped,
-                "storage_prefetches_refused": self.num_refused}
+        return {**self.storage.figures(end_ns, reads), "storage_prefetches": self.num_prefetches,
+                "storage_prefetches_stopped": self.num_stopped, "storage_prefetches_refused": self.num_refused}

@@ -97,6 +97,18 @@ class StorageTier:
         self.blocks_read += len(keys)
         return self.read_link.transfer(at, len(keys) * self.block_bytes)[1]
 
+    def figures(self, end_ns: int, read_busy_ns: int) -> dict:
+        """What the tier held at ``end_ns`` (the writes ended by then are held) and moved, and how long its queues were
+        busy before then (reads: ``read_busy_ns``, as its reader timed them)."""
+        self.catch_up(end_ns)
+        return {"storage_capacity_blocks": self.capacity, "storage_blocks_held": len(self),
+                "storage_reads": self.num_reads, "storage_blocks_read": self.blocks_read,
+                "storage_blocks_written": self.blocks_written, "storage_blocks_evicted": self.num_evicted,
+                "storage_writes_dropped": self.num_dropped,
+                "storage_bytes_read": round(self.blocks_read * self.block_bytes),
+                "storage_bytes_written": round(self.blocks_written * self.block_bytes),
+                "storage_read_busy_ns": read_busy_ns, "storage_write_busy_ns": self.write_link.busy_until(end_ns)}
+
     def fetched(self, keys: list) -> None:
         """``keys`` were read by a reader that times its reads itself (SGLang's prefetches): counted, and refreshed
         as ``read`` refreshes them."""

@@ -575,12 +575,4 @@ class VllmCpuOffload:
         """What the storage tier held and moved, its queues' busy time counted up to ``end_ns``."""
         storage = self.storage
         assert storage is not None
-        storage.catch_up(end_ns)  # (writes ended by then are held)
-        return {"storage_capacity_blocks": storage.capacity, "storage_blocks_held": len(storage),
-                "storage_reads": storage.num_reads, "storage_blocks_read": storage.blocks_read,
-                "storage_blocks_written": storage.blocks_written, "storage_blocks_evicted": storage.num_evicted,
-                "storage_writes_dropped": storage.num_dropped,
-                "storage_bytes_read": round(storage.blocks_read * storage.block_bytes),
-                "storage_bytes_written": round(storage.blocks_written * storage.block_bytes),
-                "storage_read_busy_ns": storage.read_link.busy_until(end_ns),
-                "storage_write_busy_ns": storage.write_link.busy_until(end_ns)}
+        return storage.figures(end_ns, storage.read_link.busy_until(end_ns))
