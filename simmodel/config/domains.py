@@ -64,7 +64,11 @@ def domain_values(path: str, domain: dict) -> list:
             raise ScenarioError(f"{at}: must be a non-empty list of values")
         seen: set[str] = set()
         for value in spec:
-            key = _canonical(value)
+            try:
+                key = _canonical(value)
+            except (ValueError, RecursionError):  # (a YAML alias inside its own list: it holds itself)
+                raise ScenarioError(f"{at}: a value holds itself (a YAML alias to its own list); give plain "
+                                    f"values") from None
             if key in seen:
                 raise ScenarioError(f"{at}: values must be distinct; {json.dumps(value, default=str)} repeats")
             seen.add(key)

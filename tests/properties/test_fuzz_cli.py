@@ -233,6 +233,7 @@ def validate_cases(draw) -> tuple[str, list[str]]:
 @given(validate_cases())
 @example(("quickstart", ["engine.seed=9" + "9" * 5000]))
 @example(("qwen3-vl-sglang", ["engine.workers.aggregated.frontend.stages.0.name=x"]))
+@example(("recommend-aggregated", ["engine.workers.aggregated.scheduler.max_sequences.choices=&a [*a, *a]"]))
 def test_validate_with_fuzzed_overrides_exits_0_or_2_in_one_line(case):
     name, items = case
     check_validate(SCENARIOS / f"{name}.yaml", items)
