@@ -67,7 +67,7 @@ def domain_values(path: str, domain: dict) -> list:
             try:
                 key = _canonical(value)
             except (ValueError, RecursionError):  # (a YAML alias inside its own list: it holds itself)
-                raise ScenarioError(f"{at}: a value holds itself (a YAML alias to its own list); give plain "
+                raise ScenarioError(f"{at}: a value holds itself (a YAML alias inside what it names); give plain "
                                     f"values") from None
             if key in seen:
                 raise ScenarioError(f"{at}: values must be distinct; {json.dumps(value, default=str)} repeats")

@@ -73,7 +73,8 @@ class _Prefetch:
         self.keys, self.found = keys, len(keys)
         """The keys of the pages found on storage (up to the first it lacks)."""
         self.issued_at, self.queries = issued_at, queries
-        self.asked_at = self.answer_at = 0
+        self.asked_at: int | None = None
+        self.answer_at = 0
         """When its existence queries start and end on the query queue (``SglangStorage._lay_out_queries``)."""
         self.pages = 0
         """Host pages taken for the read (0: not reading yet)."""
@@ -144,6 +145,8 @@ class SglangStorage:
         """``timeout``: requests whose wait ran out, looked up no more until they are admitted."""
         self._free_at = 0
         """When the storage read queue is done with the reads that left it."""
+        self._query_free = 0
+        """When the query queue is done with the queries of lookups stopped while they ran."""
         self._plans = 0
         self.recorder = None
         self.where: tuple[int, int, str] = (0, 0, "")
@@ -219,9 +222,9 @@ class SglangStorage:
         """When each unanswered lookup's existence queries run: one lookup after another on the query queue, none
         before it was made; those under way keep their times (a lookup stopped before its queries start takes
         none: ``_drop``)."""
-        free = now
+        free = max(now, self._query_free)
         for op in self._asking:
-            if op.asked_at <= now and op.answer_at:  # (under way, or done and not drained yet)
+            if op.asked_at is not None and op.asked_at <= now:  # (under way, or done and not drained yet)
                 free = max(free, op.answer_at)
                 continue
             op.asked_at = max(free, op.issued_at)
@@ -288,7 +291,10 @@ class SglangStorage:
         self.num_stopped += 1
         if op.pages == 0:  # (its answer not taken yet: it may have come at this very instant, made after the drain)
             self._asking.remove(op)
-            if op.answer_at > now:  # (queries not started never run: the later ones move up)
+            if op.answer_at > now:  # (the query under way ends, those not started never run: the later ones move up)
+                if op.asked_at <= now and self.query_ns:
+                    running = min((now - op.asked_at) // self.query_ns + 1, op.queries)
+                    self._query_free = max(self._query_free, op.asked_at + running * self.query_ns)
                 self._lay_out_queries(now)
             self._drop(op, retry)
             return
@@ -411,6 +417,7 @@ class SglangStorage:
         self._attempts.clear()
         self._expired.clear()
         self._waits.clear()
+        self._query_free = 0
         self.occupied = 0
         self.storage.clear(at)
 

@@ -168,3 +168,20 @@ def test_a_lookup_answered_at_the_instant_it_is_stopped_leaves_nothing_behind():
     assert l3.ready(r, 5)
     l3.drain(10)
     assert not l3.ops and not l3._asking and l3.occupied == 0
+
+
+def test_a_lookup_stopped_while_its_query_runs_keeps_the_queue_until_that_query_ends():
+    # Three lookups at 0 (queries 0–100, 100–200, 200–300 µs); the first is stopped at 50 µs, its query under way:
+    # that query ends at 100 µs all the same, so the others still answer at 200 and 300 µs. A lookup made at 20 µs
+    # after one stopped at 10 µs (whose query runs 0–100 µs all the same) is asked at 100 µs.
+    _, l3 = make("best_effort", host=10_000)
+    a, b, c = Req(0), Req(1), Req(2)
+    for r, content in ((a, "a"), (b, "b"), (c, "c")):
+        l3.issue(r, [(content, 400)], 399, 0)
+    assert l3.ready(a, 50_000)
+    assert [op.answer_at for op in l3.ops.values()] == [200_000, 300_000]
+    _, l3 = make("best_effort", host=10_000)
+    l3.issue(a, [("a", 400)], 399, 0)
+    assert l3.ready(a, 10_000)
+    l3.issue(b, [("b", 400)], 399, 20_000)
+    assert (l3.ops[b].asked_at, l3.ops[b].answer_at) == (100_000, 200_000)
