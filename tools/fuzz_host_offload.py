@@ -112,6 +112,13 @@ def with_storage(data: dict, seed: int) -> dict:
     if "write_policy" in host:  # SGLang: a host pool that evicts to storage yet holds reads until admission
         host.pop("capacity_gib", None)
         host["ratio"] = rng.choice([0.5, 1, 2])
+        if data["traffic"]["source"]["type"] not in ("sessions", "trace"):  # (loads whose prefixes come back)
+            data["traffic"]["source"] = {
+                "type": "sessions", "turns": {"distribution": "uniform", "min": 3, "max": 8},
+                "new_input_tokens_per_turn": {"distribution": "uniform", "min": 200, "max": 1500},
+                "output_tokens_per_turn": {"distribution": "uniform", "min": 5, "max": 100},
+                "inter_turn_delay_ms": rng.choice([500, 3000])}
+            data["traffic"]["load"] = {"type": "concurrency", "concurrency": rng.choice([16, 48])}
         storage["write_gb_per_s"] = rng.choice([2, 20])  # (slower writes pin the host pool full: no reads at all)
         policy = rng.choice(["best_effort", "wait_complete", "timeout", "timeout"])
         storage |= {"prefetch_policy": policy, "prefetch_threshold": rng.choice([256, 256, 16])}
