@@ -276,13 +276,13 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         _validate_search(scenario, overrides)
         return
     loaded = load_scenario(scenario, overrides)
-    _warn(loaded)
     try:
         check_workload(loaded)
         for role in loaded.engine.workers.values():
             make_timing(role, loaded.engine.backend)
     except ScenarioError as exc:
         raise ScenarioError(f"{scenario.name}: {exc}") from None
+    _warn(loaded)  # (only for a scenario that is valid: a refused one gets its one line alone)
     parts = []
     for role in loaded.engine.workers.values():
         p = role.parallelism

@@ -234,6 +234,8 @@ def validate_cases(draw) -> tuple[str, list[str]]:
 @example(("quickstart", ["engine.seed=9" + "9" * 5000]))
 @example(("qwen3-vl-sglang", ["engine.workers.aggregated.frontend.stages.0.name=x"]))
 @example(("recommend-aggregated", ["engine.workers.aggregated.scheduler.max_sequences.choices=&a [*a, *a]"]))
+@example(("mooncake-storage-sglang", ["engine.workers.aggregated.kv_cache.capacity={type: default}",
+                                      "traffic.source.path=builtin:azure/conv_2023.csv"]))  # (a warning, then refused)
 def test_validate_with_fuzzed_overrides_exits_0_or_2_in_one_line(case):
     name, items = case
     check_validate(SCENARIOS / f"{name}.yaml", items)
