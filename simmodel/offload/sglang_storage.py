@@ -13,19 +13,21 @@ the rules and their sources are in ``docs/research/sglang-hicache.md`` §3):
   after it up to the longest prefix a match may take are looked up on storage, unless they are fewer than
   ``prefetch_threshold`` tokens or the prefetches in flight already hold half the host pool (then it is looked
   up again later, below). The lookup (existence queries of 128 pages, a job's latency each, stopping at the first
-  miss) answers what storage holds when it is made. The first plan after the answer takes host pages for the
-  pages found (evicting host-only leaves; fewer are taken if that is all there is, at least the threshold) and
-  queues the read, 128 pages a batch on the storage read queue, one prefetch after another; a find below the
-  threshold, or no host room, is dropped. The first plan after the last batch lands puts the pages in the tree as
+  miss, one lookup after another on a query queue; one stopped before its queries start takes no time there)
+  answers what storage holds when it is made. The first plan after the answer takes host pages for the pages
+  found (without room for all, evicting host-only leaves for as many pages again; fewer are taken if that is all
+  there is, at least the threshold) and queues the read, 128 pages a batch on the storage read queue, one
+  prefetch after another; a find below the threshold, or no host room, is dropped. The first plan after the last batch lands puts the pages in the tree as
   host-only nodes; the request then finds them as a host hit and loads them into the pass that admits it.
 - **termination** (``prefetch_policy``, ``--hicache-storage-prefetch-policy``): when the scheduler comes to a
   request whose prefetch is not done, ``best_effort`` stops it there (the batches landed are kept, the request
   goes on), ``wait_complete`` skips the request (later ones may be admitted), and ``timeout`` skips it until
   ``prefetch_timeout_base_s + prefetch_timeout_per_ki_token_s × requested tokens / 1024`` after the first plan
-  that skipped it, then stops it. A stopped read gives up its batches not started.
-- **re-issue**: a request whose lookup was refused for the host pool's share, stopped before its answer, found
-  too little or found no host room is looked up again after 8 plans, at most 8 times, as SGLang's
-  ``StoragePrefetchRetries`` paces it; never while it heads the queue.
+  that skipped it, then stops it; the wait is the request's until it is admitted (a lookup made again keeps it,
+  and one that ran out stops its lookups until then). A stopped read gives up its batches not started.
+- **re-issue**: a request whose lookup was refused for the host pool's share, stopped by ``best_effort`` before
+  its answer, found too little or found no host room is looked up again after 8 plans, at most 8 times, as
+  SGLang's ``StoragePrefetchRetries`` paces it; never while it heads the queue.
 
 Not modeled: the host-memory "buffer" mode, a lookup re-issued because the GPU match shrank while queued, write
 failures and storage back-pressure, and the lookup's answer changing while it is in flight.
