@@ -57,9 +57,11 @@ class SglangHiCache:
         """The time of the plan being made, when not now (``Rank.plan``)."""
         self.on_loaded = self.on_wake = None
         self.l3 = l3
-        """The storage tier behind the host pool (``--hicache-storage-backend``), or None."""
-        self._recorder: Recorder | None = None
-        self._where: tuple[int, int, str] = (0, 0, "")
+        """The storage tier behind the host pool (``--hicache-storage-backend``), or None; it logs through ``event``."""
+        if l3 is not None:
+            l3.on_event = self.event
+        self.recorder: Recorder | None = None
+        self.where: tuple[int, int, str] = (0, 0, "")
         self._acks: list[tuple[int, list[RadixNode], list[int], int]] = []
         """Copies queued, in the order they land: (when, the nodes each unlocks once reaped, the tree's loads
         it completes, the pages a backup copies)."""
@@ -74,25 +76,11 @@ class SglangHiCache:
         self.pages_loaded = self.pages_stored = 0
         self.num_loads = 0
 
-    @property
-    def recorder(self) -> Recorder | None:
-        return self._recorder
-
-    @recorder.setter
-    def recorder(self, recorder: Recorder | None) -> None:
-        self._recorder = recorder
-        if self.l3 is not None:
-            self.l3.recorder = recorder
-
-    @property
-    def where(self) -> tuple[int, int, str]:
-        return self._where
-
-    @where.setter
-    def where(self, where: tuple[int, int, str]) -> None:
-        self._where = where
-        if self.l3 is not None:
-            self.l3.where = where
+    def event(self, at: int, kind: EventKind, request_id: int, tokens: int, pass_index: int = -1) -> None:
+        """Log an event of the rank's tier (request −1: a pass's copy), if the rank records events."""
+        if self.recorder is not None:
+            worker, rank, role = self.where
+            self.recorder.event(at, kind, worker, rank, request_id, tokens, role, pass_index)
 
     # -- time ---------------------------------------------------------------------------------------
     def _now(self) -> int:
@@ -186,9 +174,7 @@ class SglangHiCache:
             self.l3.write(copied, done, at, pass_index)
         if len(self._acks) > 1 and self._acks[-2][0] > done:  # (a load's acknowledgement may come later)
             self._acks.sort(key=lambda ack: ack[0])
-        if self.recorder is not None:
-            w, r, role = self.where
-            self.recorder.event(at, EventKind.HOST_STORE, w, r, -1, pages * self.block_size, role, pass_index)
+        self.event(at, EventKind.HOST_STORE, -1, pages * self.block_size, pass_index)
 
     # -- prefetches from storage (``l3``), for the scheduler ---------------------------------------------
     def prefetch(self, request: Request, segments: list, limit: int) -> None:
@@ -248,10 +234,7 @@ class SglangHiCache:
             if copied is not None and copied["synced"]:  # (written on to storage from its landing)
                 self.l3.write(copied["synced"], at, start, pass_index)
                 copied["synced"] = []
-            if self.recorder is not None:
-                w, r, role = self.where
-                self.recorder.event(start, EventKind.HOST_STORE, w, r, -1, plan.host_synced_pages * self.block_size,
-                                    role, pass_index)
+            self.event(start, EventKind.HOST_STORE, -1, plan.host_synced_pages * self.block_size, pass_index)
         end = at + busy_ns
         if plan.host_loaded:
             pages = sum(n for _, n in plan.host_loaded)
@@ -261,11 +244,8 @@ class SglangHiCache:
             for request, n in plan.host_loaded:
                 if request.host_load_start_at is None and request.num_host_cached_tokens:
                     request.host_load_start_at, request.host_load_end_at = begin, landed
-                if self.recorder is not None:
-                    w, r, role = self.where
-                    tokens = n * self.block_size
-                    self.recorder.event(begin, EventKind.HOST_LOAD_START, w, r, request.request_id, tokens, role)
-                    self.recorder.event(landed, EventKind.HOST_LOAD_END, w, r, request.request_id, tokens, role)
+                self.event(begin, EventKind.HOST_LOAD_START, request.request_id, n * self.block_size)
+                self.event(landed, EventKind.HOST_LOAD_END, request.request_id, n * self.block_size)
         return end - start
 
     def pass_ended(self, plan: SchedulerOutput, end: int, pass_index: int) -> None:

@@ -36,7 +36,7 @@ failures and storage back-pressure, and the lookup's answer changing while it is
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -59,6 +59,10 @@ RETRY_MAX_ATTEMPTS = 8
 PREFETCH_SHARE = 0.5
 """Share of the host pool the prefetches in flight may hold before new lookups are refused
 (``prefetch_capacity_limit``)."""
+
+
+def _unlogged(*_) -> None:
+    """(No event log.)"""
 
 
 class _Prefetch:
@@ -137,8 +141,8 @@ class SglangStorage:
         """Storage writes not acknowledged: (when they end, the nodes pinned for them), in the order they end."""
         self.fetched: dict[Request, tuple[int, int]] = {}
         """The pages (first, end) a finished prefetch brought into the tree for a request not admitted yet."""
-        self._retries: dict[Request, list] = {}
-        """Requests to look up again: [the plan number due or None, immediate]."""
+        self._retries: dict[Request, int | None] = {}
+        """Requests to look up again, and the plan they are due at (None: from the next plan that sees them)."""
         self._attempts: dict[Request, int] = {}
         self._waits: dict[Request, tuple[int, float]] = {}
         """``timeout``: (the first plan that skipped the request for its prefetch, how long it may wait), kept across
@@ -150,8 +154,8 @@ class SglangStorage:
         self._query_free = 0
         """When the query queue is done with the queries of lookups stopped while they ran."""
         self._plans = 0
-        self.recorder = None
-        self.where: tuple[int, int, str] = (0, 0, "")
+        self.on_event: Callable[..., None] = _unlogged
+        """Logs an event of the tier: ``(at, kind, request_id, tokens, pass_index)`` (``SglangHiCache.event``)."""
         self.read_busy: list[tuple[int, int]] = []
         """(start, end) of the batches read."""
         self.num_prefetches = self.num_stopped = self.num_refused = 0
@@ -169,10 +173,8 @@ class SglangStorage:
         for k in range(0, len(keys), BATCH_PAGES):
             end = self.storage.write(keys[k:k + BATCH_PAGES], at)
         self._writes.append((end, nodes))
-        if self.recorder is not None and keys:
-            w, r, role = self.where
-            self.recorder.event(queued_at, EventKind.STORAGE_STORE, w, r, -1, len(keys) * self.page, role,
-                                pass_index)
+        if keys:
+            self.on_event(queued_at, EventKind.STORAGE_STORE, -1, len(keys) * self.page, pass_index)
 
     # -- a plan's polls -------------------------------------------------------------------------
     def drain(self, now: int) -> None:
@@ -248,7 +250,7 @@ class SglangStorage:
             return
         if self.occupied >= self.limit:
             self.num_refused += 1
-            self._retries[request] = [None, False]
+            self._retries[request] = None
             return
         storage = self.storage
         storage.catch_up(now)
@@ -329,16 +331,13 @@ class SglangStorage:
         if pages:
             end = ends[done - 1]
             request.storage_load_start_at, request.storage_load_end_at = op.begin, end
-            if self.recorder is not None:
-                w, r, role = self.where
-                tokens = pages * self.page
-                self.recorder.event(op.begin, EventKind.STORAGE_LOAD_START, w, r, request.request_id, tokens, role)
-                self.recorder.event(end, EventKind.STORAGE_LOAD_END, w, r, request.request_id, tokens, role)
+            self.on_event(op.begin, EventKind.STORAGE_LOAD_START, request.request_id, pages * self.page, -1)
+            self.on_event(end, EventKind.STORAGE_LOAD_END, request.request_id, pages * self.page, -1)
         self._release(op)
 
     def _drop(self, op: _Prefetch, retry: bool) -> None:
         if retry:
-            self._retries[op.request] = [None, False]
+            self._retries[op.request] = None
         self._release(op)
 
     def _release(self, op: _Prefetch) -> None:
@@ -356,23 +355,21 @@ class SglangStorage:
         retries = self._retries
         if not waiting or not retries:
             return []
-        head = retries.get(waiting[0])
-        if head is not None and not head[1]:
-            del retries[waiting[0]]
+        retries.pop(waiting[0], None)
         step = self._plans
-        if not any(due is None or due <= step for due, _ in retries.values()):
+        if not any(due is None or due <= step for due in retries.values()):
             return []
         ready = []
         for request in waiting:
-            retry = retries.get(request)
-            if retry is None:
+            if request not in retries:
                 continue
             if self._attempts.get(request, 0) >= RETRY_MAX_ATTEMPTS:
                 del retries[request]
                 continue
-            if retry[0] is None:
-                retry[0] = step + RETRY_INTERVAL
-            if retry[0] > step:
+            due = retries[request]
+            if due is None:
+                due = retries[request] = step + RETRY_INTERVAL
+            if due > step:
                 continue
             del retries[request]
             self._attempts[request] = self._attempts.get(request, 0) + 1

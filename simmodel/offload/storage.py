@@ -90,11 +90,7 @@ class StorageTier:
 
     def read(self, keys: list, at: int) -> int:
         """Start reading ``keys`` (held) into the host at ``at``; returns when the read ends. Reading refreshes them."""
-        if self.capacity is not None:
-            for key in keys:
-                self.blocks.move_to_end(key)
-        self.num_reads += 1
-        self.blocks_read += len(keys)
+        self.fetched(keys)
         return self.read_link.transfer(at, len(keys) * self.block_bytes)[1]
 
     def figures(self, end_ns: int, read_busy_ns: int) -> dict:
@@ -110,8 +106,8 @@ class StorageTier:
                 "storage_read_busy_ns": read_busy_ns, "storage_write_busy_ns": self.write_link.busy_until(end_ns)}
 
     def fetched(self, keys: list) -> None:
-        """``keys`` were read by a reader that times its reads itself (SGLang's prefetches): counted, and refreshed
-        as ``read`` refreshes them."""
+        """``keys`` were read (``read``, or a reader that times its reads itself: SGLang's prefetches): counted, and
+        refreshed as the most recently used."""
         if not keys:
             return
         if self.capacity is not None:

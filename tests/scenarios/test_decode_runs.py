@@ -24,7 +24,7 @@ from simmodel.sim import Simulation
 SYNTHETIC = {"source": {"type": "synthetic",
                         "input_tokens": {"distribution": "uniform", "min": 20, "max": 900},
                         "output_tokens": {"distribution": "uniform", "min": 1, "max": 300}},
-             "load": {"type": "poisson", "requests_per_second": 25}, "stop": {"requests": 120}}
+             "load": {"type": "poisson", "requests_per_second": 25}, "stop": {"requests": 150}}
 
 
 def worker(**fields) -> dict:

@@ -185,3 +185,24 @@ def test_a_lookup_stopped_while_its_query_runs_keeps_the_queue_until_that_query_
     assert l3.ready(a, 10_000)
     l3.issue(b, [("b", 400)], 399, 20_000)
     assert (l3.ops[b].asked_at, l3.ops[b].answer_at) == (100_000, 200_000)
+
+
+def test_a_host_page_being_written_to_storage_is_not_evicted_from_the_host():
+    # With a storage tier the copies to the host are pinned there until their write to storage ends: of two
+    # demoted one-page sequences, host room for a third backup evicts the unpinned one, then nothing.
+    cache = HiRadixCache(100, 2, "write_through")
+    cache.copied = {"backup": [], "synced": []}  # (as a storage tier keeps it: each copy pins its nodes)
+    for name in ("a", "b"):
+        cache.insert([(name, 1)])
+        for node, _ in cache.backups:
+            cache.unlock(node)
+        cache.backups.clear()
+    a, b = cache.root.children[("a", 0)], cache.root.children[("b", 0)]
+    assert cache.host_pins == {a: 1, b: 1}
+    cache.evict(2)  # both demoted: host-only, pinned
+    cache.unpin_host(a)  # a's write to storage ended
+    cache.insert([("c", 1)])  # its backup needs a host page: a goes, b stays
+    assert ("a", 0) not in cache.root.children and b.host and cache.host_tokens == 2
+    cache.insert([("d", 1)])  # no unpinned page left: the backup fails
+    assert cache.num_backup_failed == 1 and ("d", 0) in cache.root.children and not cache.root.children[("d", 0)].host
+    cache.check()
