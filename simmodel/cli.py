@@ -295,6 +295,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
             if role.kv_cache.host_offload.storage is not None:
                 stored = storage_blocks(role)
                 host += " and unbounded storage" if stored is None else f" and {stored} on storage"
+                host += " (one store shared by the role's ranks)" if role.kv_cache.host_offload.storage.shared else ""
                 policy = role.kv_cache.host_offload.storage.prefetch_policy
                 host += "" if policy is None else f" (prefetch {policy})"
         parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "

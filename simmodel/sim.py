@@ -40,7 +40,7 @@ from simmodel.metrics.summarize import (
     stage_summaries,
     summarize,
 )
-from simmodel.offload import offload_summary
+from simmodel.offload import StoredBlocks, offload_summary
 from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
@@ -277,6 +277,8 @@ class Simulation:
         self.env = Environment()
         self.recorder = Recorder(keep_events, event_sink)
         self.recorder.staged = bool(scenario.traffic.load.stages)
+        self.shared_stores: dict[str, StoredBlocks] = {}
+        """Per role whose storage tier is ``shared``, the one store its ranks read and write (``offload.attach``)."""
         if event_sink is not None:
             event_sink.watermark = self._event_watermark
         engine = scenario.engine
@@ -369,9 +371,12 @@ class Simulation:
         a request and queues it on the worker the router names, which is known ahead. Each worker is then
         given its own arrivals (``WorkerArrivals``) and plans its passes through them waiting for no one. With a
         router that reads state, or a replica planner changing the pool, each request is routed as it arrives
-        and the workers plan ahead up to that instant (``RoutedAtArrival``)."""
+        and the workers plan ahead up to that instant (``RoutedAtArrival``). Not where the ranks share a storage
+        tier: a rank's lookup must see every other rank's writes ended by then, so no worker plans ahead."""
         if engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop:
             return
+        if "aggregated" in self.shared_stores:
+            return  # (its ranks look up a store the others write: none may plan ahead of the clock)
         router = self.routers["aggregated"]
         if router.reads_state or self.planner is not None:  # (a planner changes whom the router may pick)
             # Routed as each request arrives: the workers plan ahead up to the next arrival (``RoutedAtArrival``),

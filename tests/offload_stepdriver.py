@@ -34,7 +34,7 @@ from simmodel.engine.kv_cache import BlockKeys, PrefixCachingBlockPool
 from simmodel.engine.recorder import EventKind
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
-from simmodel.offload import HostLink, HostTier, StorageTier, VllmCpuOffload
+from simmodel.offload import HostLink, HostTier, StorageTier, StoredBlocks, VllmCpuOffload
 
 STEP_NS = 1_000_000
 """One step (a pass, or an empty step) of the golden clock."""
@@ -113,7 +113,7 @@ def run_offload_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu
     pool = PrefixCachingBlockPool(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
     sched = VllmScheduler(config, pool)
     env = FakeEnv()
-    tier = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 0.0) if storage else None
+    tier = StorageTier(StoredBlocks(None), HostLink(1e9, 0), HostLink(1e9, 0), 0.0) if storage else None
     offload = VllmCpuOffload(env, HostTier(host_blocks), HostLink(1e9, 1), HostLink(1e9, 1), block_size, 0.0, 0.0,
                              tier, pool)
     sched.offload = offload

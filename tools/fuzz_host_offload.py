@@ -8,12 +8,14 @@ the same, else which tables differ. Exits 1 if any seed differs. A check for who
 a tier plans its runs (``docs/speed.md``); ``tests/scenarios/test_host_offload.py`` keeps four such scenarios.
 ``--backend sglang`` draws SGLang workers with HiCache instead (``tests/scenarios/test_hicache.py`` keeps six);
 ``--storage`` puts a random storage tier behind each host tier (``tests/scenarios/test_storage_tier.py`` keeps
-such vLLM scenarios, ``tests/scenarios/test_sglang_storage.py`` SGLang ones, with each prefetch policy).
+such vLLM scenarios, ``tests/scenarios/test_sglang_storage.py`` SGLang ones, with each prefetch policy);
+``--shared`` makes that tier one store shared by two or three replicas (``tests/scenarios/test_shared_storage.py``).
 
     python tools/fuzz_host_offload.py 0 300
     python tools/fuzz_host_offload.py 0 100 --backend sglang
     python tools/fuzz_host_offload.py 0 100 --storage
     python tools/fuzz_host_offload.py 0 100 --backend sglang --storage
+    python tools/fuzz_host_offload.py 0 100 --storage --shared
 """
 
 from __future__ import annotations
@@ -101,14 +103,20 @@ def sglang_scenario(seed: int) -> dict:
                                         "workers": {"aggregated": worker}}}
 
 
-def with_storage(data: dict, seed: int) -> dict:
+def with_storage(data: dict, seed: int, shared: bool = False) -> dict:
     """``data`` with a storage tier behind its host tier, drawn from its own generator (the rest of the scenario
-    is the seed's as without ``--storage``)."""
+    is the seed's as without ``--storage``); ``shared``: one store for two or three replicas, routed round robin
+    or to the least loaded."""
     rng = random.Random(f"storage-{seed}")
-    host = data["engine"]["workers"]["aggregated"]["kv_cache"]["host_offload"]
+    worker = data["engine"]["workers"]["aggregated"]
+    host = worker["kv_cache"]["host_offload"]
     storage = host["storage"] = {"capacity_gib": rng.choice([None, None, 0.05, 1, 20]),
                                  "read_gb_per_s": rng.choice([0.2, 2, 20]), "write_gb_per_s": rng.choice([0.2, 2, 20]),
                                  "latency_us": rng.choice([0, 100, 5000])}
+    if shared:
+        storage["shared"] = True
+        worker["parallelism"]["replicas"] = rng.choice([2, 3])
+        data["router"] = {"type": rng.choice(["round_robin", "least_loaded"])}
     if "write_policy" in host:  # SGLang: a host pool that evicts to storage yet holds reads until admission
         host.pop("capacity_gib", None)
         host["ratio"] = rng.choice([0.5, 1, 2])
@@ -148,12 +156,13 @@ def main() -> None:
     parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm",
                         help="sglang: SGLang workers with HiCache (sglang_scenario)")
     parser.add_argument("--storage", action="store_true", help="a storage tier behind the host tier")
+    parser.add_argument("--shared", action="store_true", help="with --storage: one store for two or three replicas")
     args = parser.parse_args()
     failed = 0
     draw = sglang_scenario if args.backend == "sglang" else scenario
     for seed in range(args.first, args.end):
         data = draw(seed)
-        differ, tier = differences(with_storage(data, seed) if args.storage else data)
+        differ, tier = differences(with_storage(data, seed, args.shared) if args.storage else data)
         failed += bool(differ)
         print(seed, "DIFF " + ",".join(differ) if differ else "ok", "loads", tier["loads"], "evicted",
               tier["blocks_evicted"], "stores_failed", tier["stores_failed"],

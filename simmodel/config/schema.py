@@ -259,7 +259,8 @@ class StorageSpec:
     host-to-GPU load (``simmodel.offload.storage``)."""
 
     capacity_gib: float | None = None
-    """What it holds per attention-DP rank, in GiB; None: unbounded (vLLM's ``fs`` tier never deletes a file)."""
+    """What it holds per attention-DP rank (the whole store if ``shared``), in GiB; None: unbounded (vLLM's ``fs``
+    tier never deletes a file)."""
     read_gb_per_s: float = 5.0
     """Read bandwidth per rank, in GB/s (5: SGLang's simulated storage backend, ``hicache_storage_sim``)."""
     write_gb_per_s: float = 5.0
@@ -275,6 +276,10 @@ class StorageSpec:
     """SGLang ``timeout``: the wait's fixed part, in seconds (``prefetch_timeout_base``)."""
     prefetch_timeout_per_ki_token_s: float = 0.25
     """SGLang ``timeout``: the wait per 1,024 tokens asked for, in seconds (``prefetch_timeout_per_ki_token``)."""
+    shared: bool = False
+    """One store for every rank of every worker of the role (a shared file system, a Mooncake store, LMCache's
+    remote tier): what any rank writes, all find once the write ends; ``capacity_gib`` is then the store's. False:
+    each rank's own (a node's local disk)."""
 
 
 @dataclass(frozen=True, slots=True)

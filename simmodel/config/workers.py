@@ -271,13 +271,14 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
              node.number("read_gb_per_s", 5.0, positive=True, maximum=1e6),
              node.number("write_gb_per_s", 5.0, positive=True, maximum=1e6),
              node.number("latency_us", 100.0, maximum=1e9))
+    shared = node.bool("shared", False)
     if not sglang:
         for key in SGLANG_PREFETCH:
             if node.raw(key, None) is not None:
                 raise ScenarioError(f"{node.at(key)}: is SGLang HiCache's prefetch setting; vLLM reads a block found "
                                     f"on storage when a lookup finds it, so remove it")
         node.done()
-        return StorageSpec(*sizes)
+        return StorageSpec(*sizes, shared=shared)
     policy = node.choice("prefetch_policy", HICACHE_PREFETCH_POLICIES, "best_effort")
     if policy != "timeout":
         for key in SGLANG_PREFETCH[2:]:
@@ -286,7 +287,7 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
                                     f"waits for its prefetch); prefetch_policy is {policy}, so remove it")
     spec = StorageSpec(*sizes, policy, node.int("prefetch_threshold", 256, minimum=0, maximum=10_000_000),
                        node.number("prefetch_timeout_base_s", 1.0, maximum=1e6),
-                       node.number("prefetch_timeout_per_ki_token_s", 0.25, maximum=1e6))
+                       node.number("prefetch_timeout_per_ki_token_s", 0.25, maximum=1e6), shared)
     node.done()
     return spec
 

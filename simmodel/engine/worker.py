@@ -120,7 +120,8 @@ class Worker:
         never admit: an admission looks the prompt up on the host at the plan's instant and offers the tier what
         the pass computes, so every pass that admits is planned on its own (``Rank.plan``) and a run holds only
         the decodes between them (going on through waiting requests it does not admit where ``planner.run``'s
-        ``sees_arrivals`` allows), ending before a load lands (``_horizon``)."""
+        ``sees_arrivals`` allows, or ``Run.holds_waiting`` in a run applied as its passes end), ending before a
+        load lands (``_horizon``)."""
 
     def add_rank(self, rank: Rank) -> None:
         self.ranks.append(rank)
@@ -342,8 +343,9 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
-            if self._placement_ends(run):  # (its plan may prefill)
-                break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
+            if self._placement_ends(run) or run.holds_waiting and self.storage_marks() != run.storage_marks:  # (its plan may prefill,
+                break  # or look up what storage now holds; the loop's release is then the hop after which the
+                # ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
                 # Placed by what the callbacks set going, within the hop the barrier's release takes: the ranks
@@ -355,7 +357,7 @@ class Worker:
             if placed and not run.takes_placements:
                 break
             run.plan_row(d)
-            admits = placed or run.waiting()  # (async: a request placed at this very instant waits unseen)
+            admits = placed or run.waiting() and not run.holds_waiting  # (async: one placed now waits unseen)
             row = d + 1 + lag
             self._open_run = (run, d + 1, 1 + lag, lag)
             outs = run.admit_placed(row, self.env.now) if admits else None
@@ -381,6 +383,11 @@ class Worker:
         """Whether something placed on the worker since its ranks last planned ends a synchronous run that does
         not take placements (asked again after each hop: what a run takes can change as it goes)."""
         return self._placed_since_plan and not (run.takes_placements or run.lag)
+
+    def storage_marks(self) -> list[tuple]:
+        """Each rank's ``Offload.storage_mark`` now (a run that holds waiting requests ends once they change)."""
+        now = self.env.now
+        return [rank.offload.storage_mark(now) for rank in self.ranks]
 
     def _start_row(self, run: Run | AsyncRun, row: int, delivered: int) -> None:
         """Start a row of a run applied as its passes end, ``delivered`` rows having been delivered."""

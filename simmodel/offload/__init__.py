@@ -16,7 +16,7 @@ from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import Offload
 from simmodel.offload.sglang_hicache import SglangHiCache
 from simmodel.offload.sglang_storage import SglangStorage
-from simmodel.offload.storage import StorageTier
+from simmodel.offload.storage import StorageTier, StoredBlocks
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
 
@@ -73,29 +73,36 @@ def storage_blocks(role: WorkerRole) -> int | None:
     return None if capacity is None else int(capacity * GIB // host_blocks(role)[1])
 
 
-def _storage(role: WorkerRole, block_bytes: float) -> StorageTier | None:
+def _storage(role: WorkerRole, block_bytes: float, stores: dict[str, StoredBlocks]) -> StorageTier | None:
     """A rank's storage tier behind its host tier, if its role has one (``storage_blocks``), with a read queue and
-    a write queue at the tier's own figures."""
+    a write queue at the tier's own figures, over a store of its own or the role's shared one (kept in ``stores``
+    by role)."""
     host = role.kv_cache.host_offload
     assert host is not None
     spec = host.storage
     if spec is None:
         return None
+    if spec.shared:
+        store = stores.get(role.name)
+        if store is None:
+            store = stores[role.name] = StoredBlocks(storage_blocks(role), shared=True)
+    else:
+        store = StoredBlocks(storage_blocks(role))
     latency_ns = int(round(spec.latency_us * 1e3))
-    return StorageTier(storage_blocks(role), HostLink(spec.read_gb_per_s * 1e9, latency_ns),
+    return StorageTier(store, HostLink(spec.read_gb_per_s * 1e9, latency_ns),
                        HostLink(spec.write_gb_per_s * 1e9, latency_ns), block_bytes)
 
 
-def _vllm(env: simpy.Environment, role: WorkerRole, scheduler) -> VllmCpuOffload:
+def _vllm(env: simpy.Environment, role: WorkerRole, scheduler, stores: dict) -> VllmCpuOffload:
     capacity, block_bytes, gpu_block_bytes = host_blocks(role)
     return VllmCpuOffload(env, HostTier(capacity), *_links(role), role.kv_cache.block_size, block_bytes,
-                          gpu_block_bytes, _storage(role, block_bytes), scheduler.pool)
+                          gpu_block_bytes, _storage(role, block_bytes, stores), scheduler.pool)
 
 
-def _sglang(env: simpy.Environment, role: WorkerRole, scheduler) -> SglangHiCache:
+def _sglang(env: simpy.Environment, role: WorkerRole, scheduler, stores: dict) -> SglangHiCache:
     _, block_bytes, gpu_block_bytes = host_blocks(role)  # (the tree holds the pool, sized with the scheduler)
     page = role.kv_cache.block_size
-    storage = _storage(role, block_bytes)
+    storage = _storage(role, block_bytes, stores)
     l3 = None
     if storage is not None:
         spec = role.kv_cache.host_offload.storage
@@ -111,10 +118,11 @@ OFFLOADS: dict[str, Callable[..., Offload]] = {"vllm": _vllm, "sglang": _sglang}
 """How each backend's ranks offload KV: vLLM's offloading connector, SGLang's HiCache (``protocol.Offload``)."""
 
 
-def attach(backend: str, rank: Rank, role: WorkerRole) -> None:
-    """Put the role's host tier, if it has one, behind ``rank`` (built for its scheduler, by ``backend``)."""
+def attach(backend: str, rank: Rank, role: WorkerRole, stores: dict[str, StoredBlocks]) -> None:
+    """Put the role's host tier, if it has one, behind ``rank`` (built for its scheduler, by ``backend``). A
+    shared storage tier is the role's entry in ``stores`` (the simulation's: made by the role's first rank)."""
     if role.kv_cache.host_offload is not None:
-        rank.attach_offload(OFFLOADS[backend](rank.env, role, rank.scheduler))
+        rank.attach_offload(OFFLOADS[backend](rank.env, role, rank.scheduler, stores))
 
 
 def offload_summary(ranks: list, duration_ns: int) -> dict:
@@ -148,23 +156,29 @@ def offload_summary(ranks: list, duration_ns: int) -> dict:
         }
         if tiers[0].storage is not None:
             entry.update(_storage_summary([t.storage_figures(duration_ns) for t in tiers], stored, queried,
-                                          duration_ns))
+                                          duration_ns, tiers[0].storage.store))
     return summary
 
 
-def _storage_summary(figures: list[dict], hit_tokens: int, queried: int, duration_ns: int) -> dict:
+def _storage_summary(figures: list[dict], hit_tokens: int, queried: int, duration_ns: int,
+                     store: StoredBlocks) -> dict:
     """The storage tier's part of a role's ``kv_offload``: prompt tokens read from storage (into the host, then
     loaded as host hits) at first admission and their ratio, what it held and moved, and how busy each of its
-    queues was (averaged over the ranks)."""
+    queues was (averaged over the ranks). A shared store is counted once (``storage_capacity_blocks``: its
+    size), each rank's own summed (``storage_capacity_blocks_per_rank``)."""
     total = {key: sum(f[key] for f in figures) for key in figures[0] if key != "storage_capacity_blocks"}
     reads_busy, writes_busy = total.pop("storage_read_busy_ns"), total.pop("storage_write_busy_ns")
     span = len(figures) * duration_ns
-    return {"storage_capacity_blocks_per_rank": figures[0]["storage_capacity_blocks"],
-            "storage_hit_tokens": hit_tokens, "storage_hit_ratio": hit_tokens / queried if queried else None,
+    if store.shared:
+        size = {"storage_shared": True, "storage_capacity_blocks": store.capacity}
+        total |= store.figures(duration_ns)
+    else:
+        size = {"storage_shared": False, "storage_capacity_blocks_per_rank": figures[0]["storage_capacity_blocks"]}
+    return {**size, "storage_hit_tokens": hit_tokens, "storage_hit_ratio": hit_tokens / queried if queried else None,
             **total,
             "storage_read_utilization": reads_busy / span if span else None,
             "storage_write_utilization": writes_busy / span if span else None}
 
 
-__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "StorageTier", "VllmCpuOffload", "attach",
+__all__ = ["OFFLOADS", "HostLink", "HostTier", "Offload", "SglangHiCache", "StorageTier", "StoredBlocks", "VllmCpuOffload", "attach",
            "host_blocks", "offload_summary", "storage_blocks"]

@@ -86,6 +86,11 @@ class Offload(Protocol):
         """Free GPU blocks a copy to the tier still reads after ``now``: a pass that takes one waits for it
         (vLLM's flush); a run of passes ends before one (``planner.run.Run._flush_check``)."""
 
+    def storage_mark(self, now: int) -> tuple:
+        """What a lookup at ``now`` would find of the storage tier's writes (applying those ended by then): equal
+        marks at two instants mean no write has ended between them that a waiting request's lookup could see
+        (``planner.run.Run.holds_waiting``); () without storage."""
+
     def pass_ns(self, plan: SchedulerOutput, start: int, busy_ns: int, pass_index: int) -> int:
         """How long a pass whose plan loads inside it (``host_loaded``) or waits for copies (``host_synced_pages``,
         ``host_flush``) lasts (``Worker._start``)."""

@@ -152,6 +152,14 @@ class SglangHiCache:
         """(Its copies hold the tree's nodes, not freed blocks: none.)"""
         return set()
 
+    def storage_mark(self, now: int) -> tuple:
+        """(Its runs never go on past waiting requests: the store's version will do.)"""
+        storage = self.storage
+        if storage is None:
+            return ()
+        storage.catch_up(now)
+        return (storage.version,)
+
     def flush(self, at: int, pass_index: int = -1) -> None:
         """Pass ``pass_index``'s outputs were processed at ``at``: the backups made since the last flush (its
         insertions, and its plan's re-insertion of a chunk) are queued on the store link then, as one copy

@@ -17,52 +17,59 @@ Follows vLLM 0.32's ``TieringOffloadingSpec`` with one secondary tier (its ``fs`
 
 Each queue is one first-come-first-served line with a fixed latency per job (``link.HostLink``), its bandwidth
 the rank's share of the device's (all its tensor-parallel GPUs' shards of a block move over it).
+
+What the tier holds (``StoredBlocks``) is the rank's own (a node's local disk), or, with ``storage.shared``, one
+store for every rank of every worker of the role (a shared file system, a Mooncake store, LMCache's remote
+tier): each rank still reads and writes it over its own queues, and a block any of them wrote is found by all
+from the instant its write ends. That holds because every rank that looks the store up does so at the
+simulation's clock (its workers plan no pass ahead of it: ``Simulation._route_ahead``), and every write is
+queued when the plan of the pass that computes its blocks is made, before it can end.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
+from heapq import heapify, heappop, heappush
 
 from simmodel.offload.link import HostLink
 
 
-class StorageTier:
-    """Up to ``capacity`` blocks (None: unbounded) under their content keys, least recently used first, and the
-    writes still on their way to it."""
+class StoredBlocks:
+    """The blocks a storage tier holds, by their content keys: up to ``capacity`` (None: unbounded), least
+    recently written or read first, and the writes on their way to it (from one rank's queue, or several
+    ranks' when ``shared``)."""
 
-    def __init__(self, capacity: int | None, reads: HostLink, writes: HostLink, block_bytes: float) -> None:
-        self.capacity = capacity
-        self.read_link, self.write_link = reads, writes
-        self.block_bytes = block_bytes
-        """KV bytes of one block over all of the rank's GPUs (what a read or write moves per block)."""
+    def __init__(self, capacity: int | None, shared: bool = False) -> None:
+        self.capacity, self.shared = capacity, shared
         self.blocks: OrderedDict[object, None] = OrderedDict()
         """Keys held (their write has ended), least recently written or read first."""
-        self._writing: deque[tuple[int, list]] = deque()
-        """(when it ends, keys) of the writes not applied yet, in the order they end (one queue; ``catch_up``)."""
+        self._writing: list[tuple[int, int, object, list]] = []
+        """(when it ends, order queued, the tier that queued it, keys) of the writes not applied yet (a heap:
+        several ranks' queues end out of each other's order; ``catch_up``)."""
+        self._queued = 0
         self.version = 0
         """Changes whenever a block is added or evicted (what a lookup's answer depends on)."""
         self.num_evicted = 0
         self.num_dropped = 0
         """Writes larger than the whole tier (not taken)."""
-        self.blocks_written = 0
-        self.blocks_read = 0
-        self.num_reads = 0
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def write(self, keys: list, at: int) -> int:
-        """Queue the write of ``keys`` at ``at`` (their host copy lands then); returns when it ends."""
-        end = self.write_link.transfer(at, len(keys) * self.block_bytes)[1]
-        self._writing.append((end, keys))
-        self.blocks_written += len(keys)
-        return end
+    def add(self, end: int, keys: list, writer: object) -> None:
+        """A write of ``keys`` by ``writer`` ends at ``end``: they are held from then on."""
+        heappush(self._writing, (end, self._queued, writer, keys))
+        self._queued += 1
+
+    def ended_by(self, now: int) -> bool:
+        """Whether a write not applied yet has ended by ``now`` (a lookup then would find its blocks)."""
+        return bool(self._writing) and self._writing[0][0] <= now
 
     def catch_up(self, now: int) -> None:
-        """Apply the writes ended by ``now``: their blocks are held from then on."""
+        """Apply the writes ended by ``now``, in the order they end (and were queued, at one instant)."""
         writing = self._writing
         while writing and writing[0][0] <= now:
-            self._hold(writing.popleft()[1])
+            self._hold(heappop(writing)[3])
 
     def _hold(self, keys: list) -> None:
         blocks = self.blocks
@@ -88,19 +95,81 @@ class StorageTier:
         blocks.update(dict.fromkeys(new))
         self.version += 1
 
+    def refresh(self, keys: list) -> None:
+        """``keys`` were read: the most recently used now."""
+        if self.capacity is not None:
+            blocks = self.blocks
+            for key in keys:
+                if key in blocks:
+                    blocks.move_to_end(key)
+
+    def forget(self, writer: object, at: int) -> None:
+        """``writer``'s queues stop at ``at`` (its worker left): its writes ending after ``at`` never land. A tier
+        of its own goes with it, whole."""
+        if not self.shared:
+            self.blocks.clear()
+            self._writing.clear()
+            self.version += 1
+            return
+        kept = [w for w in self._writing if w[2] is not writer or w[0] <= at]
+        if len(kept) < len(self._writing):
+            heapify(kept)
+            self._writing = kept
+
+    def figures(self, end_ns: int) -> dict:
+        """What it held at ``end_ns`` (the writes ended by then are held), evicted and dropped."""
+        self.catch_up(end_ns)
+        return {"storage_blocks_held": len(self), "storage_blocks_evicted": self.num_evicted,
+                "storage_writes_dropped": self.num_dropped}
+
+
+class StorageTier:
+    """One rank's storage tier: what it holds (``store``: its own, or shared), and its read and write queues."""
+
+    def __init__(self, store: StoredBlocks, reads: HostLink, writes: HostLink, block_bytes: float) -> None:
+        self.store = store
+        self.capacity = store.capacity
+        self.read_link, self.write_link = reads, writes
+        self.block_bytes = block_bytes
+        """KV bytes of one block over all of the rank's GPUs (what a read or write moves per block)."""
+        self.blocks = store.blocks
+        """Keys held (their write has ended), least recently written or read first (the store's)."""
+        self.blocks_written = 0
+        self.blocks_read = 0
+        self.num_reads = 0
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the store gains or loses a block (what a lookup's answer depends on)."""
+        return self.store.version
+
+    def write(self, keys: list, at: int) -> int:
+        """Queue the write of ``keys`` at ``at`` (their host copy lands then); returns when it ends."""
+        end = self.write_link.transfer(at, len(keys) * self.block_bytes)[1]
+        self.store.add(end, keys, self)
+        self.blocks_written += len(keys)
+        return end
+
+    def catch_up(self, now: int) -> None:
+        """Apply the writes ended by ``now`` (any rank's, if the store is shared): held from then on."""
+        self.store.catch_up(now)
+
     def read(self, keys: list, at: int) -> int:
         """Start reading ``keys`` (held) into the host at ``at``; returns when the read ends. Reading refreshes them."""
         self.fetched(keys)
         return self.read_link.transfer(at, len(keys) * self.block_bytes)[1]
 
     def figures(self, end_ns: int, read_busy_ns: int) -> dict:
-        """What the tier held at ``end_ns`` (the writes ended by then are held) and moved, and how long its queues were
-        busy before then (reads: ``read_busy_ns``, as its reader timed them)."""
-        self.catch_up(end_ns)
-        return {"storage_capacity_blocks": self.capacity, "storage_blocks_held": len(self),
+        """What the rank read and wrote, and how long its queues were busy before ``end_ns`` (reads:
+        ``read_busy_ns``, as its reader timed them); with the store's figures if it is its own (a shared store's
+        are the role's: ``offload_summary``)."""
+        own = {} if self.store.shared else self.store.figures(end_ns)
+        return {"storage_capacity_blocks": self.capacity, **own,
                 "storage_reads": self.num_reads, "storage_blocks_read": self.blocks_read,
-                "storage_blocks_written": self.blocks_written, "storage_blocks_evicted": self.num_evicted,
-                "storage_writes_dropped": self.num_dropped,
+                "storage_blocks_written": self.blocks_written,
                 "storage_bytes_read": round(self.blocks_read * self.block_bytes),
                 "storage_bytes_written": round(self.blocks_written * self.block_bytes),
                 "storage_read_busy_ns": read_busy_ns, "storage_write_busy_ns": self.write_link.busy_until(end_ns)}
@@ -110,19 +179,13 @@ class StorageTier:
         refreshed as the most recently used."""
         if not keys:
             return
-        if self.capacity is not None:
-            blocks = self.blocks
-            for key in keys:
-                if key in blocks:
-                    blocks.move_to_end(key)
+        self.store.refresh(keys)
         self.num_reads += 1
         self.blocks_read += len(keys)
 
     def clear(self, at: int) -> None:
-        """Empty the tier and forget the writes on their way (a worker left at ``at`` with its local disk: its
-        queues stop there)."""
-        self.blocks.clear()
-        self._writing.clear()
+        """The rank's worker left at ``at``: its queues stop there, the writes still on their way are lost, and a
+        store of its own (a node's local disk) goes with it."""
+        self.store.forget(self, at)
         self.read_link.cut(at)
         self.write_link.cut(at)
-        self.version += 1

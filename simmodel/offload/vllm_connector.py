@@ -155,6 +155,20 @@ class VllmCpuOffload:
         it: runs end before one, ``Run._flush_check``)."""
         return {block for block, until in self._fenced.items() if until > now} if self._fenced else set()
 
+    def storage_mark(self, now: int) -> tuple:
+        """The store's version once the writes ended by ``now`` are applied (any rank's, if it is shared), and how
+        many of the rank's own writes had ended by then (the next lookup's poll releases their host blocks)."""
+        storage = self.storage
+        if storage is None:
+            return ()
+        storage.catch_up(now)
+        ended = 0
+        for end, _, _ in self._writes:  # (in the order they end)
+            if end > now:
+                break
+            ended += 1
+        return storage.version, ended
+
     @property
     def waking(self) -> bool:
         """Whether the rank will plan again for a request waiting on a block landing on the host."""

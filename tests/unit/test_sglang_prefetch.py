@@ -7,7 +7,7 @@ from __future__ import annotations
 from simmodel.engine.hiradix_cache import HiRadixCache
 from simmodel.offload.link import HostLink
 from simmodel.offload.sglang_storage import RETRY_INTERVAL, RETRY_MAX_ATTEMPTS, SglangStorage
-from simmodel.offload.storage import StorageTier
+from simmodel.offload.storage import StorageTier, StoredBlocks
 
 
 class Req:
@@ -18,7 +18,7 @@ class Req:
 
 def make(policy: str = "wait_complete", host: int = 600) -> tuple[HiRadixCache, SglangStorage]:
     cache = HiRadixCache(1000, host, "write_through")
-    storage = StorageTier(None, HostLink(1e9, 100_000), HostLink(1e9, 100_000), 1000.0)
+    storage = StorageTier(StoredBlocks(None), HostLink(1e9, 100_000), HostLink(1e9, 100_000), 1000.0)
     return cache, SglangStorage(cache, storage, 100_000, 1, policy, 256, 1_000_000_000, 244_140.625)
 
 
@@ -72,7 +72,7 @@ def test_no_lookup_below_the_threshold_or_after_a_node_not_on_the_host():
     # a prompt whose first 100 tokens match a GPU node not backed up (write_through_selective: one hit is not
     # enough): nothing after it can be on storage
     cache_sel = HiRadixCache(1000, 600, "write_through_selective")
-    storage = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
+    storage = StorageTier(StoredBlocks(None), HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
     l3_sel = SglangStorage(cache_sel, storage, 0, 1, "wait_complete", 256, 0, 0.0)
     cache_sel.insert([("p", 100)])
     assert not cache_sel.root.children[("p", 0)].host
@@ -160,7 +160,7 @@ def test_a_lookup_answered_at_the_instant_it_is_stopped_leaves_nothing_behind():
     # that very instant; best_effort stops it in the same plan, before any drain takes the answer. Found by
     # tools/fuzz_host_offload.py --backend sglang --storage (seed 4).
     cache = HiRadixCache(1000, 2000, "write_through")
-    storage = StorageTier(None, HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
+    storage = StorageTier(StoredBlocks(None), HostLink(1e9, 0), HostLink(1e9, 0), 1000.0)
     l3 = SglangStorage(cache, storage, 0, 1, "best_effort", 256, 0, 0.0)
     r = Req(0)
     l3.issue(r, [("a", 400)], 399, 5)

@@ -65,7 +65,7 @@ class SglangBackend:
             for r in range(role.parallelism.attention_data):
                 scheduler = SglangScheduler(cfg, kv_tokens)
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
-                attach_host_tier("sglang", rank, role)
+                attach_host_tier("sglang", rank, role, sim.shared_stores)
                 worker.add_rank(rank)
             if sim.images is not None and role.name == sim.front_role:
                 worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency,

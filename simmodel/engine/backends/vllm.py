@@ -62,7 +62,7 @@ class VllmBackend:
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
-                attach_host_tier("vllm", rank, role)
+                attach_host_tier("vllm", rank, role, sim.shared_stores)
                 worker.add_rank(rank)
             workers.append(worker)
         return workers

@@ -69,7 +69,8 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
         plans, first_end = in_flight[0], in_flight[3]
         if worker.launch is not None or not now < first_end < horizon:
             return None  # (a pass in flight ending now is delivered at once by the loop)
-    run = _gathered(worker, plans, lag, may_wait=admits_arrivals(worker))
+    waits = worker.offloads and worker.prefill_schedule_interval <= 1  # (ends where one could be admitted)
+    run = _gathered(worker, plans, lag, may_wait=admits_arrivals(worker) or waits)
     rows = min(_rows(worker, now, horizon, started_before=lag), worker.tick_rows)
     if run is None or rows < 1 + lag:
         return None
@@ -79,6 +80,11 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
         state = Run(worker, run, now, rows, ticked=True)
     state.price_from(lag)
     m = state.valid(horizon)
+    if waits and any(state.waits):
+        state.holds_waiting = True
+        state.storage_marks = worker.storage_marks()  # (the run ends once storage gains a write: ``Worker._tick``)
+        if (slot := state.slot_decision(m)) is not None:
+            m = slot + 1  # (the decision after the first finish may admit one, and is the loop's)
     if m < 1 or lag and not state.busy[1:m + 1].max(axis=1).all():
         return None  # (async: after a pass of no time the loop decides at once, without waiting)
     state.plan_first()

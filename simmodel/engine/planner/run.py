@@ -67,6 +67,13 @@ class Run(Admissions, Recording):
     starts."""
     planned_alone = None
     """Never set here: the plans of a run's first pass made by the ranks (see ``sglang_run.DecodeRun``)."""
+    holds_waiting = False
+    """Whether the run, applied as its passes end on a worker with a host KV tier, goes on past requests waiting
+    that no decision before its last could admit (``planner.plan_ticked``): its decisions admit nothing, and it
+    ends at a pass end where a write to a storage tier has ended since (``Worker._tick``), as a waiting request's
+    lookup at that plan could find more there, or in host slots it frees."""
+    storage_marks: list[tuple] = []
+    """With ``holds_waiting``: the ranks' storage marks when the run was planned (``Worker.storage_marks``)."""
     CACHE_SHIFT = (1, 1)
     """Tokens a cache insertion at step s covers: context − first + s // 2 + this, by the step's phase."""
     FINISH_BACK = 0

@@ -87,6 +87,8 @@ class DecodeRun:
 
     lag = 0
     """Passes in flight while the next is planned: none (synchronous)."""
+    holds_waiting = False
+    """Never set here (see ``Run.holds_waiting``)."""
 
     def __init__(self, worker: Worker, now: int, rows: int, requests: list, left: list[int],
                  counts: list[int]) -> None:
