@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.config.load import load_scenario
-from simmodel.config.schema import Scenario, TraceSource
+from simmodel.config.schema import Scenario, StorageSpec, TraceSource
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.environment import Environment
@@ -252,7 +252,16 @@ def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
     spec = scenario.engine.kv_transfer
     if spec is not None and spec.bytes_per_token is not None:
         return spec.bytes_per_token
-    return scenario.engine.workers["prefill"].deployment.kv_bytes_per_token_per_gpu
+    deployment = scenario.engine.workers["prefill"].deployment
+    if spec is not None and spec.via == "storage":  # (a job of the prefill rank's: its GPUs' shards together)
+        return deployment.kv_bytes_per_token_per_gpu * deployment.tensor
+    return deployment.kv_bytes_per_token_per_gpu
+
+
+def _prefill_store(scenario: Scenario) -> StorageSpec | None:
+    """The prefill role's storage tier (what a handoff through storage moves over), or None."""
+    host = scenario.engine.workers["prefill"].kv_cache.host_offload
+    return None if host is None else host.storage
 
 
 class Simulation:
@@ -324,7 +333,8 @@ class Simulation:
             assert engine.kv_transfer is not None
             self.transfer = KvTransfer(self.env, engine.kv_transfer, kv_transfer_bytes_per_token(scenario),
                                        self.pools["prefill"], self.pools["decode"], self.pick_decode, self.recorder,
-                                       destination_first=self.backend.destination_first)
+                                       destination_first=self.backend.destination_first,
+                                       store=_prefill_store(scenario))
         stream.extra_prompt_tokens = self.image_tokens + scenario.traffic.prompt_overhead_tokens
         stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,

@@ -52,6 +52,12 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     if mode == "aggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
+    if transfer is not None and transfer.via == "storage":
+        host = roles["prefill"].kv_cache.host_offload
+        if host is None or host.storage is None or not host.storage.shared:
+            raise ScenarioError(f"{node.node('kv_transfer').at('via')}: storage hands the KV off through a store the "
+                                f"prefill workers write and the decode workers read; give the prefill role one "
+                                f"(engine.workers.prefill.kv_cache.host_offload.storage with shared: true)")
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
                   dtype, transfer, speculation, overhead)
@@ -125,7 +131,21 @@ def _speculation(node: _Node, seed: int) -> SpeculationSpec | None:
     return SpeculationSpec("mtp", k, mean_accepted=mean)
 
 
+LINK_FIELDS = ("bandwidth_gb_per_second", "latency_ms", "bytes_per_token", "contention")
+"""The ``kv_transfer`` fields that describe the network link (not read by a handoff through storage)."""
+
+
 def _kv_transfer(node: _Node) -> KvTransferSpec:
+    via = node.choice("via", ("link", "storage"), "link")
+    if via == "storage":
+        for key in LINK_FIELDS:
+            if node.raw(key, None) is not None:
+                raise ScenarioError(f"{node.at(key)}: describes the link between the pools; with via: storage the "
+                                    f"KV moves through the prefill role's storage tier at its own figures "
+                                    f"(kv_cache.host_offload.storage), so remove it")
+        mode = node.choice("timing_mode", ("full_prompt", "destination_missing"), "full_prompt")
+        node.done()
+        return KvTransferSpec(timing_mode=mode, via=via)
     bandwidth = node.number("bandwidth_gb_per_second", None, positive=True)
     latency = node.number("latency_ms", 0.0)
     per_token = node.raw("bytes_per_token", "auto")

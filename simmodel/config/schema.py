@@ -369,6 +369,9 @@ class KvTransferSpec:
     """None: ``auto``, the prefill role's KV bytes per token per GPU."""
     timing_mode: str = "full_prompt"
     contention: str = "none"
+    via: str = "link"
+    """``link``: over the network between the pools (the fields above); ``storage``: through the prefill role's
+    shared storage tier, written by the prefill rank and read by the decode rank (``transfer.routes``)."""
 
 
 @dataclass(frozen=True, slots=True)

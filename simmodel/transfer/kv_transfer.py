@@ -20,7 +20,9 @@ decoded one.
 
 With ``contention: shared_link`` each prefill worker has one outgoing and each decode worker one
 incoming link (``simpy.Resource`` of capacity 1): concurrent transfers queue on them, and the waiting
-shows in TTFT. With ``none`` transfers overlap freely.
+shows in TTFT. With ``none`` transfers overlap freely. With ``via: storage`` the KV goes through the prefill
+role's shared store instead, written as the prefill pass ends and read once the decode rank has reserved
+(``routes.StoreRoute``); the prefill rank then frees it once its write is over.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ from typing import Any
 
 import simpy
 
-from simmodel.config.schema import KvTransferSpec
-from simmodel.engine.clock import NS_PER_S
+from simmodel.config.schema import KvTransferSpec, StorageSpec
 from simmodel.engine.placement import take_prefill_figures
 from simmodel.engine.rank import Rank
 from simmodel.engine.recorder import EventKind, Recorder
 from simmodel.engine.request import Request
 from simmodel.engine.worker import Worker
+from simmodel.transfer.routes import ROUTES
 
 
 class KvTransfer:
@@ -44,27 +46,20 @@ class KvTransfer:
 
     def __init__(self, env: simpy.Environment, spec: KvTransferSpec, bytes_per_token: float,
                  prefill_workers: list[Worker], decode_workers: list[Worker],
-                 pick_decode: Callable[[Request], Rank], recorder: Recorder, destination_first: bool = False) -> None:
+                 pick_decode: Callable[[Request], Rank], recorder: Recorder, destination_first: bool = False,
+                 store: StorageSpec | None = None) -> None:
         self.env, self.spec, self.recorder, self.pick_decode = env, spec, recorder, pick_decode
         self.destination_first = destination_first
         self._expected: dict[Request, tuple[Rank, Callable[[Request], None]]] = {}
         """Destination-first: the decode rank each routed request reserves on, and how to place its leg."""
         self.bytes_per_token = bytes_per_token
-        shared = spec.contention == "shared_link"
         self.prefill_workers = prefill_workers
-        self.out_links = {id(w): simpy.Resource(env, 1) for w in prefill_workers} if shared else {}
-        self.in_links = {id(w): simpy.Resource(env, 1) for w in decode_workers} if shared else {}
+        self.route = ROUTES[spec.via](env, spec, bytes_per_token, prefill_workers, decode_workers, store)
+        """How the KV moves (``routes``): over the link, or through the prefill role's shared store (``store``)."""
         self.num_transfers = 0
         for worker in decode_workers:
             for rank in worker.ranks:
                 rank.scheduler.on_kv_reserved = self._reserved_on(rank)
-
-    def duration_ns(self, num_tokens: int) -> int:
-        """Link latency plus the prompt's KV bytes over the bandwidth (no bandwidth: no transfer time)."""
-        seconds = self.spec.latency_ms / 1000.0
-        if self.spec.bandwidth_gb_per_second is not None:
-            seconds += num_tokens * self.bytes_per_token / (self.spec.bandwidth_gb_per_second * 1e9)
-        return int(round(seconds * NS_PER_S))
 
     def expect(self, target: Rank, client: Request, place_leg: Callable[[Request], None]) -> None:
         """Destination-first: ``client`` is routed to ``target``; once it reserves, ``place_leg`` queues the
@@ -83,6 +78,8 @@ class KvTransfer:
         client.prefill_done_at = leg.finished_at
         take_prefill_figures(client, leg)
         client.source = (source, leg)
+        self.route.put(source, client, lambda: self._started(source, client),
+                       lambda: source.release_when_idle(leg, self._released))
         if self.destination_first:
             target, _ = self._expected.pop(client)
             self.env.process(self._transfer(target, client))
@@ -101,22 +98,16 @@ class KvTransfer:
             self.env.process(self._transfer(target, client))
         return reserved
 
-    def _transfer(self, target: Rank, client: Request) -> Generator[simpy.Event, Any, None]:
-        source, leg = client.source
-        links = []
-        if self.out_links:
-            for link in (self.out_links[id(source.worker)], self.in_links[id(target.worker)]):
-                request = link.request()
-                yield request
-                links.append((link, request))
+    def _started(self, source: Rank, client: Request) -> None:
         client.transfer_start_at = self.env.now
         self._event(EventKind.TRANSFER_START, source, client)
+
+    def _transfer(self, target: Rank, client: Request) -> Generator[simpy.Event, Any, None]:
+        source = None if client.source is None else client.source[0]  # (through a store: freed once written)
         tokens = client.num_prompt_tokens
         if self.spec.timing_mode == "destination_missing":  # only the decode blocks not already cached
             tokens = client.num_missing_blocks * target.pool.block_size
-        yield self.env.timeout(self.duration_ns(tokens))
-        for link, request in links:
-            link.release(request)
+        yield from self.route.move(source, target, client, tokens, lambda: self._started(source, client))
         client.transfer_end_at = self.env.now
         self.num_transfers += 1
         self._event(EventKind.TRANSFER_END, target, client)
@@ -125,7 +116,9 @@ class KvTransfer:
         else:
             target.add_handoff(client)
             target.worker.notify()
-        source.release_when_idle(leg, self._released)
+        if not self.route.releases_at_put:
+            assert source is not None
+            source.release_when_idle(client.source[1], self._released)
 
     def _released(self, leg: Request) -> None:
         client = leg.client

@@ -100,12 +100,8 @@ def test_unlimited_capacity_means_no_queueing(seed, concurrency):
     assert (res.requests.queue_ms == 0).all()
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.data())
-def test_disaggregated_runs_drain_without_loss(seed, data):
-    """Random 1–2 prefill and decode workers, tight KV on either side, shared or free links: every request
-    completes exactly once with its tokens, and every KV block comes back on both sides."""
-    draw = data.draw
+def _disaggregated(seed: int, draw) -> dict:
+    """Random 1–2 prefill and decode workers of 1–2 ranks, tight KV on either side, shared or free links."""
     context = draw(st.integers(64, 400))
     role = lambda: {  # noqa: E731
         "parallelism": {"replicas": draw(st.integers(1, 2)), "attention_data": draw(st.integers(1, 2))},
@@ -127,6 +123,12 @@ def test_disaggregated_runs_drain_without_loss(seed, data):
                                 "contention": draw(st.sampled_from(["none", "shared_link"]))},
                 "workers": {"prefill": role(), "decode": role()}})
     del scenario["engine"]["workers"]["aggregated"]
+    return scenario
+
+
+def _drains_without_loss(scenario: dict) -> None:
+    """Every request completes exactly once with its tokens, and every KV block comes back on both sides."""
+    context = scenario["engine"]["context_length"]
     sim = Simulation(parse_scenario(scenario, Path(".")))
     res = sim.run()
     req = res.requests
@@ -138,6 +140,30 @@ def test_disaggregated_runs_drain_without_loss(seed, data):
     for worker in sim.workers:
         for rank in worker.ranks:
             assert rank.pool.num_free_blocks == rank.pool.num_blocks and not rank.has_requests()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.data())
+def test_disaggregated_runs_drain_without_loss(seed, data):
+    """Random P/D deployments (``_disaggregated``) hand every request off once and leak no block."""
+    _drains_without_loss(_disaggregated(seed, data.draw))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.data())
+def test_handoffs_through_a_shared_store_drain_without_loss(seed, data):
+    """The same deployments handing off through the prefill role's shared store (``kv_transfer.via: storage``),
+    slow or fast, with a host tier that holds a prompt: every request handed off once, no block leaked (a
+    prefill rank frees a leg's blocks once its write ends, before or after the decode rank reads)."""
+    draw = data.draw
+    scenario = _disaggregated(seed, draw)
+    engine = scenario["engine"]
+    engine["kv_transfer"] = {"via": "storage", "timing_mode": draw(st.sampled_from(["full_prompt",
+                                                                                    "destination_missing"]))}
+    speed = draw(st.sampled_from([0.05, 2.0, 50.0]))
+    engine["workers"]["prefill"]["kv_cache"]["host_offload"] = {
+        "capacity_gib": 0.05, "storage": {"read_gb_per_s": speed, "write_gb_per_s": speed, "shared": True}}
+    _drains_without_loss(scenario)
 
 
 @st.composite
