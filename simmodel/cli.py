@@ -639,6 +639,35 @@ def traces_fetch(name: str, folder: Path, overwrite: bool) -> None:
     click.echo(str(path))
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=8000, show_default=True)
+@click.option("--token", envvar="SIMMODEL_API_TOKEN", help="Bearer token every call must carry (also "
+                                                           "SIMMODEL_API_TOKEN); none: no authentication.")
+@click.option("--max-requests", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Requests one call may simulate.")
+@click.option("--max-total-tokens", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Prompt plus output tokens one call may simulate.")
+@click.option("--max-passes", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Passes one call's run may take (a run needing more is refused).")
+def serve(host: str, port: int, token: str | None, max_requests: int, max_total_tokens: int,
+          max_passes: int) -> None:
+    """Serve the HTTP API: scenario runs (POST /api/scenarios), the ready scenarios, and OpenAI-compatible
+    timing estimates (POST /v1/completions, /v1/chat/completions); OpenAPI docs at /docs (docs/serve.md).
+    Needs the serve extra: pip install 'simmodel[serve]'."""
+    try:
+        import uvicorn
+
+        from simmodel.serve.app import create_app
+    except ImportError as exc:
+        raise click.UsageError(f"serve needs the serve extra ({exc.name} is missing): "
+                               f"pip install 'simmodel[serve]'") from None
+    from simmodel.serve.workload import ServeLimits
+
+    app = create_app(token or None, ServeLimits(max_requests, max_total_tokens, max_passes))
+    uvicorn.run(app, host=host, port=port)
+
+
 def main() -> None:
     cli()
 
