@@ -640,6 +640,36 @@ def traces_fetch(name: str, folder: Path, overwrite: bool) -> None:
 
 
 @cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--output", type=click.Path(path_type=Path), help="The HTML report to write (default: "
+                                                                 "RUN_DIR/report.html).")
+@click.option("--png", "png_dir", type=click.Path(path_type=Path), help="Also write each chart as a PNG into "
+                                                                         "this folder (needs kaleido).")
+def plot(run_dir: Path, output: Path | None, png_dir: Path | None) -> None:
+    """Draw a run folder (simmodel run --output-dir) as one self-contained HTML report: latency CDFs, latency
+    by arrival, queue depth, batch, token and KV timelines per worker and rank, per-stage bars (docs/plots.md).
+    Needs the plot extra: pip install 'simmodel[plot]'."""
+    try:
+        from simmodel.plots.report import PlotError, report_html, write_pngs
+    except ImportError as exc:
+        raise click.UsageError(f"plot needs the plot extra ({exc.name} is missing): pip install 'simmodel[plot]'") \
+            from None
+    try:
+        page = report_html(run_dir)
+        written = write_pngs(run_dir, png_dir) if png_dir is not None else []
+    except PlotError as exc:
+        click.echo(f"simmodel: plot: {exc}", err=True)
+        sys.exit(2)
+    target = output or run_dir / "report.html"
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(page)
+    partial.replace(target)
+    click.echo(str(target))
+    for path in written:
+        click.echo(str(path))
+
+
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=8000, show_default=True)
 @click.option("--token", envvar="SIMMODEL_API_TOKEN", help="Bearer token every call must carry (also "

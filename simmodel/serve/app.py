@@ -16,16 +16,21 @@ of its own.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import uuid
 from pathlib import Path
 from typing import Literal
 
+import plotly
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from simmodel.perf.hardware import HARDWARE
+from simmodel.perf.models import MODELS
+from simmodel.plots.charts import run_charts
 from simmodel.serve import openai, results
 from simmodel.serve.run import CallError, answer, simulate
 from simmodel.serve.workload import (
@@ -66,6 +71,8 @@ class ScenarioCall(Strict):
     arrival_rate_rps: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     requests: list[RequestSpec] | None = None
     scheduler: SchedulerOverrides | None = None
+    charts: bool = False
+    """Whether the answer carries the run's charts as plotly figures (``charts``: what the web page draws)."""
 
     @model_validator(mode="after")
     def _one_of_each(self) -> ScenarioCall:
@@ -105,6 +112,10 @@ class CompletionCall(BaseModel):
         return self
 
 
+STATIC = Path(__file__).parent / "static"
+"""The web page's files, shipped in the package (no build step, no network)."""
+ASSETS = ("app.js", "app.css")
+
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's ``max_tokens`` default for completions, taken for both routes when neither length is given."""
 
@@ -140,7 +151,27 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
                                  call.scheduler.model_dump() if call.scheduler else None, limits, folder)
         except (WorkloadError, CallError) as exc:
             raise _unprocessable(exc.field, exc.message) from None
-        return answer(simulated, arrivals)
+        got = answer(simulated, arrivals)
+        if call.charts:
+            got["charts"] = figures(simulated)
+        return got
+
+    @app.get("/api/catalog", dependencies=guard)
+    def catalog() -> dict:
+        """The model and GPU system ids the registries know (what an engine block may name)."""
+        return {"models": sorted(MODELS), "systems": sorted(HARDWARE)}
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> FileResponse:
+        if name == "plotly.min.js":  # (plotly's own copy: the page works offline)
+            return FileResponse(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
+        if name not in ASSETS:
+            raise HTTPException(404, "no such asset")
+        return FileResponse(STATIC / name)
 
     def estimate(call: CompletionCall, kind: Literal["text", "chat"]):
         prompt = call.prompt if not isinstance(call.prompt, list) else "".join(call.prompt)
@@ -187,6 +218,12 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
         return estimate(call, "chat")
 
     return app
+
+
+def figures(simulated) -> list[dict]:
+    """The run's charts (``plots.charts.run_charts``) as plotly figure JSON."""
+    res = simulated.results
+    return [json.loads(fig.to_json()) for fig in run_charts(res.requests, res.passes, res.summary)]
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:

@@ -1,0 +1,79 @@
+"""``simmodel plot``: a run's output folder as one self-contained HTML report, or as static images.
+
+The report embeds plotly's JavaScript once (from the plotly package: it opens with no network), a table of the
+run's headline figures, and every chart of ``charts.run_charts``. ``--png`` writes each chart as a PNG through
+plotly's static export (``kaleido``, which drives a local Chrome or Chromium).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
+from simmodel.plots.charts import run_charts
+
+NEEDED = ("summary.json", "requests.csv", "passes.csv")
+"""What a run folder must hold (``simmodel run --output-dir`` writes them)."""
+
+
+class PlotError(ValueError):
+    """The folder cannot be plotted: one line saying why."""
+
+
+def read_run(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """A run folder's requests, passes and summary."""
+    missing = [name for name in NEEDED if not (folder / name).is_file()]
+    if missing:
+        raise PlotError(f"{folder}: not a run folder (no {', '.join(missing)}; simmodel run --output-dir writes them)")
+    return (pd.read_csv(folder / "requests.csv"), pd.read_csv(folder / "passes.csv"),
+            json.loads((folder / "summary.json").read_text()))
+
+
+HEADLINE = (("completed_requests", "completed requests"), ("duration_s", "duration (s)"),
+            ("output_throughput_tok_s", "output tokens/s"), ("request_throughput_rps", "requests/s"),
+            ("num_passes", "passes"), ("num_preemptions", "preemptions"), ("gpu_count", "GPUs"))
+
+
+def report_html(folder: Path) -> str:
+    """The report of the run in ``folder``."""
+    requests, passes, summary = read_run(folder)
+    rows = [(label, summary.get(key)) for key, label in HEADLINE]
+    for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "inter-token latency"), ("e2e_latency_ms", "end-to-end")):
+        stats = summary.get(key) or {}
+        rows += [(f"{label} p50 / p99 (ms)", f"{stats.get('p50', float('nan')):.2f} / {stats.get('p99', float('nan')):.2f}")]
+    table = "".join(f"<tr><th>{html.escape(str(label))}</th><td>{html.escape(_show(value))}</td></tr>"
+                    for label, value in rows)
+    charts = "".join(f'<div class="chart">{fig.to_html(full_html=False, include_plotlyjs=False)}</div>'
+                     for fig in run_charts(requests, passes, summary))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>simmodel run: {html.escape(folder.name)}"
+            f"</title><script>{get_plotlyjs()}</script><style>body{{font-family:sans-serif;margin:24px;}}"
+            f"table{{border-collapse:collapse}}th,td{{padding:2px 12px;text-align:left}}"
+            f".chart{{max-width:1100px}}</style></head><body><h1>simmodel run: {html.escape(folder.name)}</h1>"
+            f"<table>{table}</table>{charts}</body></html>")
+
+
+def _show(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.4g}" if isinstance(value, float) else str(value)
+
+
+def write_pngs(folder: Path, out: Path) -> list[Path]:
+    """Each chart of the run as ``out/<n>-<title>.png``; needs kaleido and a local Chrome or Chromium."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        raise PlotError("--png needs kaleido (pip install kaleido) and a local Chrome or Chromium") from None
+    requests, passes, summary = read_run(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for n, fig in enumerate(run_charts(requests, passes, summary)):
+        title = fig.layout.title.text or f"chart {n}"
+        path = out / f"{n:02d}-{title.lower().replace(' ', '-')}.png"
+        fig.write_image(path)
+        written.append(path)
+    return written

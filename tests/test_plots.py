@@ -1,0 +1,89 @@
+"""The charts of a run (``simmodel.plots``) and ``simmodel plot``, on a run written out by hand.
+
+The run: fixed timing (a rank costs 20 ms if it prefills, plus 10 ms if it decodes), synchronous scheduling, no
+request overhead; A (100 → 3) arrives at 0, B (100 → 2) at 5 ms. A prefills 0–20 ms alone (B arrived during that
+pass); the pass 20–50 ms decodes A and prefills B (20 + 10 ms); the pass 50–60 ms decodes both, and both
+finish.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
+
+pytest.importorskip("plotly")
+from simmodel.cli import cli  # noqa: E402
+from simmodel.plots.charts import batch_timeline, kv_timeline, latency_cdfs, queue_depth, run_charts  # noqa: E402
+
+
+@pytest.fixture
+def run(tmp_path):
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 3), (0.005, 100, 2)])
+    return run_scenario(trace_scenario(trace))
+
+
+def test_queue_depth_counts_arrivals_up_and_admissions_down(run):
+    """A arrives and is admitted at 0 (1, then 0); B arrives at 5 ms (1) and is admitted at 20 ms (0)."""
+    trace = queue_depth(run.requests).data[0]
+    assert list(trace.x) == pytest.approx([0, 0, 0.005, 0.02])
+    assert list(trace.y) == [1, 0, 1, 0]
+
+
+def test_the_batch_timeline_is_each_pass_s_sequences(run):
+    """Passes start at 0, 20 and 50 ms with 1, 2 and 2 sequences."""
+    trace = batch_timeline(run.passes).data[0]
+    assert list(trace.x) == pytest.approx([0, 0.02, 0.05]) and list(trace.y) == [1, 2, 2]
+    assert trace.name == "aggregated w0 r0"
+
+
+def test_latency_cdfs_are_the_requests_fractions(run):
+    """TTFT: A 20 ms, B 45 ms (arrived at 5, first token at 50): 0.5 at 20, 1 at 45."""
+    ttft = latency_cdfs(run.requests).data[0]
+    assert list(ttft.x) == pytest.approx([20, 45]) and list(ttft.y) == pytest.approx([0.5, 1.0])
+
+
+def test_kv_timeline_marks_the_passes_that_preempted():
+    """A KV pool of 12 blocks of 16 tokens, two 80 → 60 requests at once: both fit at first (5 + 5 blocks, the
+    first pass's plan), then their decodes outgrow the pool (9 blocks each at the end) and the later one is
+    preempted; the marker trace holds exactly the passes whose ``num_preempted`` is positive."""
+    data = make_scenario(engine={"context_length": 160, "workers": {"aggregated": {"kv_cache": {
+        "capacity": {"type": "fixed", "blocks": 12}}}}})
+    data["traffic"] = {"source": {"type": "synthetic", "input_tokens": 80, "output_tokens": 60},
+                       "load": {"type": "concurrency", "concurrency": 2}, "stop": {"requests": 2}}
+    res = run_scenario(data)
+    preempting = res.passes[res.passes.num_preempted > 0]
+    assert len(preempting) > 0
+    fig = kv_timeline(res.passes)
+    marks = [t for t in fig.data if t.name.endswith("preemptions")][0]
+    assert list(marks.x) == pytest.approx(preempting.start_s.tolist())
+
+
+def test_simmodel_plot_writes_one_self_contained_report(run, tmp_path):
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["run", "-c", str(_yaml(tmp_path)), "--output-dir", str(out),
+                                    "--quiet"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["plot", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "report.html").read_text()
+    for title in ("Latency CDFs", "Latency by arrival time", "Queue depth", "Batch size per pass",
+                  "Scheduled tokens per pass", "KV blocks used"):
+        assert title in page
+    assert '<script src="http' not in page and "plotly.js v" in page  # (its JavaScript inside: opens offline)
+    assert len(run_charts(run.requests, run.passes)) == 6
+
+
+def test_simmodel_plot_refuses_a_folder_that_is_not_a_run(tmp_path):
+    result = CliRunner().invoke(cli, ["plot", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "not a run folder (no summary.json, requests.csv, passes.csv" in result.output
+    assert not (tmp_path / "report.html").exists()
+
+
+def _yaml(tmp_path):
+    import yaml
+
+    trace = write_csv_trace(tmp_path / "t2.csv", [(0.0, 100, 3), (0.005, 100, 2)])
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(trace_scenario(trace)))
+    return path
