@@ -452,7 +452,9 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
         if progress is not None:
             progress.close()
     ranked = rank(entries, spec)
-    write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite, scenario)
+    if not write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite, scenario):
+        click.echo("simmodel: recommend: pareto.html not written: it needs plotly (pip install 'simmodel[plot]')",
+                   err=True)
     if interrupted:
         how = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
         click.echo(f"simmodel: {how} after {len(entries)} of {planned(spec, space)} candidates; "
@@ -513,10 +515,16 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
         writer = csv.DictWriter(text, fieldnames=list(COLUMNS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        write_files(output_dir, overwrite, {"compare.csv": text.getvalue(),
-                                            "compare.json": json.dumps(report, indent=2) + "\n",
-                                            "summary.json": summary_json(results.summary)},
-                    "compare", scenario)
+        files = {"compare.csv": text.getvalue(), "compare.json": json.dumps(report, indent=2) + "\n",
+                 "summary.json": summary_json(results.summary)}
+        try:
+            from simmodel.plots.charts import compare_chart
+        except ImportError:
+            click.echo("simmodel: compare: compare.html not written: it needs plotly (pip install "
+                       "'simmodel[plot]')", err=True)
+        else:
+            files["compare.html"] = compare_chart(rows, measurement.tool).to_html(include_plotlyjs=True)
+        write_files(output_dir, overwrite, files, "compare", scenario)
     click.echo(json.dumps(report, indent=2) if fmt == "json" else format_rows(rows, notes, measurement.tool))
 
 

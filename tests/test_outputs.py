@@ -188,8 +188,8 @@ def test_recommend_lists_its_subfolder_and_refuses_a_foreign_file_in_it(work):
     manifest = json.loads((work / "rec" / MANIFEST).read_text())
     # both candidates feasible (no SLA): two saved scenarios
     assert manifest["command"] == "recommend" and manifest["folders"] == ["recommendations"]
-    assert manifest["files"] == ["recommendation.csv", "recommendation.json", "recommendations/0001.yaml",
-                                 "recommendations/0002.yaml"]
+    assert manifest["files"] == ["pareto.html", "recommendation.csv", "recommendation.json",
+                                 "recommendations/0001.yaml", "recommendations/0002.yaml"]
     assert simmodel(*args, "--overwrite", cwd=work).returncode == 0
     (work / "rec" / "recommendations" / "mine.yaml").write_text("x: 1\n")
     proc = simmodel(*args, "--overwrite", cwd=work)
@@ -202,8 +202,8 @@ def test_compare_writes_a_manifest_and_overwrites_its_own(work):
                                              "mean_ttft_ms": 25.0}))
     args = ("compare", "-c", "s.yaml", "--measured", "m.json", "--output-dir", "cmp")
     assert simmodel(*args, cwd=work).returncode == 0
-    assert json.loads((work / "cmp" / MANIFEST).read_text())["files"] == ["compare.csv", "compare.json",
-                                                                           "summary.json"]
+    assert json.loads((work / "cmp" / MANIFEST).read_text())["files"] == ["compare.csv", "compare.html",
+                                                                           "compare.json", "summary.json"]
     assert simmodel(*args, cwd=work).returncode == 2
     assert simmodel(*args, "--overwrite", cwd=work).returncode == 0
     (work / "cmp" / "x").write_text("")

@@ -87,3 +87,38 @@ def _yaml(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(trace_scenario(trace)))
     return path
+
+
+def test_the_pareto_chart_marks_the_front_and_the_ranked_candidates():
+    """Three feasible candidates at (10, 5), (8, 8) and (7, 4) tokens/s per GPU and per user, and an infeasible
+    one: (7, 4) is beaten on both by (8, 8), so the front joins (8, 8) and (10, 5) by throughput per GPU; the
+    ranked ones are numbered in their saved order."""
+    from simmodel.plots.charts import pareto_chart
+
+    def entry(i, x, y, status="feasible"):
+        return {"id": i, "status": status, "choices": {"tensor": i},
+                "metrics": {"output_throughput_per_gpu": x, "throughput_per_user": y}}
+
+    a, b, c, bad = entry(0, 10, 5), entry(1, 8, 8), entry(2, 7, 4), entry(3, 20, 20, "infeasible")
+    fig = pareto_chart([a, b, c, bad], [a, b])
+    traces = {t.name: t for t in fig.data}
+    assert list(traces["feasible"].x) == [10, 8, 7] and list(traces["infeasible"].x) == [20]
+    assert list(traces["front"].x) == [8, 10] and list(traces["front"].y) == [8, 5]
+    assert list(traces["ranked (saved)"].text) == ["#1", "#2"] and list(traces["ranked (saved)"].x) == [10, 8]
+
+
+def test_the_compare_chart_sets_measured_beside_simulated_per_metric():
+    """Two metrics, three rows: one panel per metric, a measured and a simulated bar per scope and statistic."""
+    from simmodel.plots.charts import compare_chart
+
+    rows = [{"scope": "run", "metric": "ttft_ms", "stat": "mean", "measured": 25.0, "simulated": 20.0,
+             "error_pct": -20.0},
+            {"scope": "run", "metric": "ttft_ms", "stat": "p99", "measured": 50.0, "simulated": 55.0, "error_pct": 10.0},
+            {"scope": "run", "metric": "output_throughput", "stat": "value", "measured": 100.0, "simulated": 90.0,
+             "error_pct": -10.0}]
+    fig = compare_chart(rows, "vllm-bench")
+    bars = [(t.name, list(t.x), list(t.y)) for t in fig.data]
+    assert bars == [("measured (vllm-bench)", ["run mean", "run p99"], [25.0, 50.0]),
+                    ("simulated", ["run mean", "run p99"], [20.0, 55.0]),
+                    ("measured (vllm-bench)", ["run value"], [100.0]), ("simulated", ["run value"], [90.0])]
+    assert list(fig.data[1].hovertext) == ["error -20.0 %", "error +10.0 %"]

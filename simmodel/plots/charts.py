@@ -116,3 +116,66 @@ def run_charts(requests: pd.DataFrame, passes: pd.DataFrame, summary: dict | Non
                batch_timeline(passes), tokens_timeline(passes), kv_timeline(passes)]
     bars = stage_bars(summary or {})
     return figures + ([bars] if bars is not None else [])
+
+
+def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
+    """A search's candidates (``simmodel recommend``'s ledger entries) by output tokens per second per GPU and per
+    user: feasible and infeasible ones apart, the feasible ones no other beats on both joined as the front, and
+    the ranked (saved) ones numbered as they were saved."""
+    simulated = [e for e in entries if e.get("metrics") and e["metrics"].get("output_throughput_per_gpu") is not None]
+
+    def xy(group):
+        return ([e["metrics"]["output_throughput_per_gpu"] for e in group],
+                [e["metrics"]["throughput_per_user"] for e in group])
+
+    def hover(group):
+        return [f"candidate {e['id']}: {e['status']}<br>" + "<br>".join(f"{k} = {v}" for k, v in
+                                                                      e.get("choices", {}).items()) for e in group]
+
+    fig = go.Figure()
+    for status, colour in (("feasible", "#1f77b4"), ("infeasible", "#bbbbbb")):
+        group = [e for e in simulated if (e["status"] == "feasible") == (status == "feasible")]
+        if group:
+            x, y = xy(group)
+            fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=status, text=hover(group), hoverinfo="text",
+                                     marker={"color": colour, "size": 8}))
+    feasible = [e for e in simulated if e["status"] == "feasible"]
+    front = [e for e in feasible if not any(
+        o["metrics"]["output_throughput_per_gpu"] >= e["metrics"]["output_throughput_per_gpu"]
+        and o["metrics"]["throughput_per_user"] >= e["metrics"]["throughput_per_user"]
+        and (o["metrics"]["output_throughput_per_gpu"] > e["metrics"]["output_throughput_per_gpu"]
+             or o["metrics"]["throughput_per_user"] > e["metrics"]["throughput_per_user"]) for o in feasible)]
+    if front:
+        front.sort(key=lambda e: e["metrics"]["output_throughput_per_gpu"])
+        x, y = xy(front)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="front", line={"color": "#1f77b4", "dash": "dot"}))
+    chosen = [e for e in ranked if e.get("metrics")]
+    if chosen:
+        x, y = xy(chosen)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers+text", name="ranked (saved)", text=[f"#{i}" for i in
+                                                                                            range(1, len(chosen) + 1)],
+                                 textposition="top center", marker={"color": "#d62728", "size": 12,
+                                                                    "symbol": "star"}))
+    return _layout(fig, "Candidates: throughput per GPU against per user", "output tokens/s per GPU",
+                   "output tokens/s per user")
+
+
+def compare_chart(rows: list[dict], tool: str) -> go.Figure:
+    """``simmodel compare``'s rows as bars, measured beside simulated: one panel per metric (each in its own
+    unit), a pair of bars per scope and statistic, the simulated bar's hover giving the error in percent."""
+    from plotly.subplots import make_subplots
+
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    fig = make_subplots(rows=len(metrics), cols=1, subplot_titles=metrics, vertical_spacing=0.25 / max(len(metrics), 1))
+    for i, metric in enumerate(metrics, start=1):
+        group = [r for r in rows if r["metric"] == metric]
+        labels = [f"{r['scope']} {r['stat']}" for r in group]
+        fig.add_trace(go.Bar(x=labels, y=[r["measured"] for r in group], name=f"measured ({tool})",
+                             marker_color="#7f7f7f", showlegend=i == 1, legendgroup="measured"), row=i, col=1)
+        fig.add_trace(go.Bar(x=labels, y=[r["simulated"] for r in group], name="simulated", marker_color="#1f77b4",
+                             showlegend=i == 1, legendgroup="simulated",
+                             hovertext=[None if r["error_pct"] is None else f"error {r['error_pct']:+.1f} %"
+                                        for r in group]), row=i, col=1)
+    fig.update_layout(title=f"Measured ({tool}) against simulated", barmode="group", template="plotly_white",
+                      height=260 * len(metrics) + 120, margin={"l": 60, "r": 20, "t": 80, "b": 40})
+    return fig
