@@ -17,7 +17,7 @@ import click
 from simmodel.config.domains import search_field
 from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
-from simmodel.export import has_pyarrow, probe_output_dir, summary_json, write_files, write_results
+from simmodel.export import has_pyarrow, note_written, probe_output_dir, summary_json, write_files, write_results
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.offload import host_blocks, storage_blocks
 from simmodel.perf.timings import make_timing
@@ -672,6 +672,7 @@ def plot(run_dir: Path, output: Path | None, png_dir: Path | None) -> None:
     partial = target.with_name(target.name + ".partial")
     partial.write_text(page)
     partial.replace(target)
+    note_written(run_dir, [target, *written])  # (a run folder stays simmodel's to --overwrite)
     click.echo(str(target))
     for path in written:
         click.echo(str(path))

@@ -248,6 +248,29 @@ def write_manifest(folder: Path, command: str) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
+def note_written(folder: Path, written: list[Path]) -> None:
+    """Add files simmodel wrote later into an output folder of its own (``simmodel plot``'s report and images in a
+    run folder) to its manifest, with the folders between, so that ``--overwrite`` still replaces the folder
+    whole. A folder without simmodel's manifest, or a file outside it, is left alone."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return
+    root = folder.resolve()
+    files, folders = list(manifest["files"]), list(manifest["folders"])
+    for path in written:
+        try:
+            rel = path.resolve().relative_to(root)
+        except ValueError:
+            continue
+        for parent in reversed(rel.parents[:-1]):
+            if parent.as_posix() not in folders:
+                folders.append(parent.as_posix())
+        if rel.as_posix() not in files:
+            files.append(rel.as_posix())
+    manifest |= {"files": files, "folders": folders}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
 def _remove_listed(target: Path) -> None:
     """Remove simmodel's earlier output in ``target``, and the folder: the entries its manifest lists, files
     first, deepest folders first. Whatever else is there (checked just before) stops it."""

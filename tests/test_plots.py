@@ -122,3 +122,29 @@ def test_the_compare_chart_sets_measured_beside_simulated_per_metric():
                     ("simulated", ["run mean", "run p99"], [20.0, 55.0]),
                     ("measured (vllm-bench)", ["run value"], [100.0]), ("simulated", ["run value"], [90.0])]
     assert list(fig.data[1].hovertext) == ["error -20.0 %", "error +10.0 %"]
+
+
+def test_a_plotted_run_folder_is_still_simmodel_s_to_overwrite(tmp_path):
+    """The report (and images) ``simmodel plot`` writes into a run folder join its manifest: ``simmodel run
+    --overwrite`` into it replaces it whole instead of refusing a file it did not write."""
+    out = tmp_path / "out"
+    scenario = str(_yaml(tmp_path))
+    assert CliRunner().invoke(cli, ["run", "-c", scenario, "--output-dir", str(out), "--quiet"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["plot", str(out)]).exit_code == 0
+    again = CliRunner().invoke(cli, ["run", "-c", scenario, "--output-dir", str(out), "--quiet", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert not (out / "report.html").exists()
+
+
+@pytest.mark.skipif(__import__("shutil").which("chromium") is None, reason="no chromium (.ci/run installs it)")
+def test_plot_png_writes_one_image_per_chart(run, tmp_path):
+    pytest.importorskip("kaleido")
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["run", "-c", str(_yaml(tmp_path)), "--output-dir", str(out),
+                                    "--quiet"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["plot", str(out), "--png", str(tmp_path / "png")])
+    assert result.exit_code == 0, result.output
+    images = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert images == ["00-latency-cdfs.png", "01-latency-by-arrival-time.png", "02-queue-depth.png",
+                      "03-batch-size-per-pass.png", "04-scheduled-tokens-per-pass.png", "05-kv-blocks-used.png"]
+    assert all((tmp_path / "png" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in images)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -63,17 +64,25 @@ def _show(value) -> str:
 
 
 def write_pngs(folder: Path, out: Path) -> list[Path]:
-    """Each chart of the run as ``out/<n>-<title>.png``; needs kaleido and a local Chrome or Chromium."""
+    """Each chart of the run as ``out/<n>-<title>.png``; needs kaleido and a local Chrome or Chromium. The images
+    are made in a temporary folder and moved into ``out`` once all of them are: a failed export leaves nothing."""
     try:
         import kaleido  # noqa: F401
     except ImportError:
         raise PlotError("--png needs kaleido (pip install kaleido) and a local Chrome or Chromium") from None
+    import plotly.io as pio
+
     requests, passes, summary = read_run(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for n, fig in enumerate(run_charts(requests, passes, summary)):
-        title = fig.layout.title.text or f"chart {n}"
-        path = out / f"{n:02d}-{title.lower().replace(' ', '-')}.png"
-        fig.write_image(path)
-        written.append(path)
-    return written
+    figures = run_charts(requests, passes, summary)
+    names = [f"{n:02d}-{(fig.layout.title.text or f'chart {n}').lower().replace(' ', '-')}.png"
+             for n, fig in enumerate(figures)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as tmp:
+        try:
+            pio.write_images(figures, [Path(tmp) / name for name in names])  # (one browser session for them all)
+        except Exception as exc:  # (kaleido's own errors: no Chrome found, the browser failed)
+            raise PlotError(f"--png: plotly's image export failed: {' '.join(str(exc).split())[:300]}") from None
+        out.mkdir(exist_ok=True)
+        for name in names:
+            (Path(tmp) / name).replace(out / name)
+    return [out / name for name in names]
