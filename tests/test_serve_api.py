@@ -223,3 +223,32 @@ def test_simmodel_serve_binds_to_loopback_with_the_token_from_the_environment(mo
     app = TestClient(started["app"])
     assert app.get("/api/scenarios/ready").status_code == 401
     assert app.get("/api/scenarios/ready", headers={"Authorization": "Bearer t0k"}).status_code == 200
+
+
+def test_the_prompt_is_counted_by_the_model_s_tokenizer_when_there_is_one(monkeypatch):
+    """A tokenizer found locally counts the prompt (here one token per word); a chat goes through its chat
+    template (here the words plus 2 tokens per message), or, if the template refuses, the messages joined with
+    newlines; without one, UTF-8 bytes / 4, rounded up ("héllo": 6 bytes → 2)."""
+    from simmodel.serve import openai
+
+    class Words:
+        def __init__(self, template: bool) -> None:
+            self.template = template
+
+        def encode(self, text):
+            return text.split()
+
+        def apply_chat_template(self, messages, **_):
+            if not self.template:
+                raise ValueError("no template")
+            return [w for m in messages for w in ["<m>", *m["content"].split(), "</m>"]]
+
+    chat = [{"role": "user", "content": "one two"}, {"role": "user", "content": "three"}]
+    monkeypatch.setattr(openai, "_local_tokenizer", lambda model: Words(template=True))
+    assert openai.count_prompt("m", "a b c", None) == (3, "tokenizer")
+    assert openai.count_prompt("m", None, chat) == (7, "tokenizer:chat_template")
+    monkeypatch.setattr(openai, "_local_tokenizer", lambda model: Words(template=False))
+    assert openai.count_prompt("m", None, chat) == (3, "tokenizer:joined")
+    monkeypatch.setattr(openai, "_local_tokenizer", lambda model: None)
+    assert openai.count_prompt("m", "héllo", None) == (2, "estimated:utf8-bytes/4")
+    assert openai.count_prompt("m", "", None) == (1, "estimated:utf8-bytes/4")

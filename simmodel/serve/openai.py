@@ -40,14 +40,44 @@ def count_prompt(model_id: str, prompt: str | None, messages: list[dict] | None)
 
 
 def _local_tokenizer(model_id: str):
-    """The model's tokenizer from files already on this machine, or None (no ``transformers``, no files)."""
+    """The model's tokenizer from files already on this machine: through ``transformers`` (which knows its chat
+    template), else its ``tokenizer.json`` in the Hugging Face cache through ``tokenizers``; None if neither is
+    installed or the files are not here (nothing is downloaded)."""
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        return None
+        return _cached_tokenizer_json(model_id)
     try:
         return AutoTokenizer.from_pretrained(model_id, local_files_only=True)
     except (OSError, ValueError):
+        return _cached_tokenizer_json(model_id)
+
+
+class _FastTokenizer:
+    """A ``tokenizers.Tokenizer`` with the one method counting needs (it has no chat template)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def apply_chat_template(self, messages, **_) -> list[int]:
+        raise ValueError("no chat template without transformers")
+
+
+def _cached_tokenizer_json(model_id: str):
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    path = try_to_load_from_cache(model_id, "tokenizer.json")
+    if not isinstance(path, str):
+        return None
+    try:
+        return _FastTokenizer(Tokenizer.from_file(path))
+    except Exception:  # (tokenizers raises its own errors on a corrupt file: count by bytes, and say so)
         return None
 
 
