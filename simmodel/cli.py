@@ -669,9 +669,18 @@ def plot(run_dir: Path, output: Path | None, png_dir: Path | None) -> None:
         click.echo(f"simmodel: plot: {exc}", err=True)
         sys.exit(2)
     target = output or run_dir / "report.html"
+    if target.is_dir() or not target.parent.is_dir():
+        click.echo(f"simmodel: plot: --output {target}: "
+                   f"{'is a folder' if target.is_dir() else 'its folder does not exist'}", err=True)
+        sys.exit(2)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(page)
-    partial.replace(target)
+    try:
+        partial.write_text(page)
+        partial.replace(target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        click.echo(f"simmodel: plot: --output {target}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
     note_written(run_dir, [target, *written])  # (a run folder stays simmodel's to --overwrite)
     click.echo(str(target))
     for path in written:

@@ -673,6 +673,7 @@ class Simulation:
         if disaggregated:
             assert self.transfer is not None
             summary["num_kv_transfers"] = self.transfer.num_transfers
+            summary.update(self.transfer.route.figures(end_ns))
         offloads = [(w.role, rank) for w in self.workers for rank in w.ranks if rank.offload is not None]
         if offloads:  # a host KV tier: what it held and moved, and each request's tokens loaded from it
             summary["kv_offload"] = offload_summary(offloads, end_ns)

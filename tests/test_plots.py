@@ -148,3 +148,31 @@ def test_plot_png_writes_one_image_per_chart(run, tmp_path):
     assert images == ["00-latency-cdfs.png", "01-latency-by-arrival-time.png", "02-queue-depth.png",
                       "03-batch-size-per-pass.png", "04-scheduled-tokens-per-pass.png", "05-kv-blocks-used.png"]
     assert all((tmp_path / "png" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in images)
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda d: (d / "summary.json").write_text("{x"), "summary.json: not a summary simmodel wrote"),
+    (lambda d: (d / "requests.csv").write_text(""), "requests.csv: not a table simmodel wrote"),
+    (lambda d: (d / "passes.csv").write_text("a,b\n1,2\n"), "passes.csv: not a table simmodel wrote (no column role"),
+])
+def test_a_spoilt_run_folder_is_one_line(tmp_path, spoil, message):
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["run", "-c", str(_yaml(tmp_path)), "--output-dir", str(out),
+                                    "--quiet"]).exit_code == 0
+    spoil(out)
+    result = CliRunner().invoke(cli, ["plot", str(out)])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert not (out / "report.html").exists()
+
+
+def test_a_bad_output_path_is_one_line_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, ["run", "-c", str(_yaml(tmp_path)), "--output-dir", str(out),
+                                    "--quiet"]).exit_code == 0
+    folder = CliRunner().invoke(cli, ["plot", str(out), "--output", str(tmp_path)])
+    assert folder.exit_code == 2 and "is a folder" in folder.output
+    missing = CliRunner().invoke(cli, ["plot", str(out), "--output", str(tmp_path / "no" / "r.html")])
+    assert missing.exit_code == 2 and "its folder does not exist" in missing.output
+    assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "no").exists()
+    gone = CliRunner().invoke(cli, ["plot", str(tmp_path / "nothere")])
+    assert gone.exit_code == 2 and "no such folder" in gone.output

@@ -40,7 +40,17 @@ def test_the_ready_scenarios_are_listed_with_their_deployment(client):
     assert ready["quickstart"] == {"name": "quickstart", "model": "meta-llama/Llama-3.1-8B-Instruct",
                                    "hardware": "h100_sxm", "backend": "vllm", "mode": "aggregated"}
     assert ready["disagg-llama70b-h200"]["mode"] == "disaggregated"
-    assert ready["recommend-aggregated"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"  # (its base deployment)
+    # (not listed: a search's space, a deployment that needs image traffic, one whose workers need a planner)
+    assert not {"recommend-aggregated", "recommend-disaggregated", "qwen3-vl-sglang", "planner-step-load"} & set(ready)
+
+
+def test_a_ready_scenario_a_call_cannot_run_is_refused_with_why(client):
+    got = client.post("/api/scenarios", json={"scenario": "qwen3-vl-sglang", "num_requests": 1, "prompt_tokens": 10,
+                                               "output_tokens": 2})
+    assert got.status_code == 422 and _fields(got) == ["scenario"]
+    assert "is not a deployment a call can run" in got.json()["detail"][0]["msg"]
+    got = client.post("/v1/completions", json={"model": "recommend-aggregated", "prompt": "x"})
+    assert got.status_code == 422 and _fields(got) == ["model"]
 
 
 def test_explicit_requests_by_hand(client):
@@ -173,7 +183,17 @@ def test_steps_above_5000_rows_are_sampled_keeping_the_first_and_last(client):
      "requests.0.prompt_tokens"),
     ({"scenario": "nope", "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1}, "scenario"),
     ({"engine": {**ENGINE, "hardware": "tpu"}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1},
+     "engine.hardware"),
+    ({"engine": {**ENGINE, "hardware": "/etc/passwd"}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1},
+     "engine.hardware"),
+    ({"engine": {**ENGINE, "context_length": "long"}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1},
      "engine"),
+    ({"engine": ENGINE, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1,
+      "scheduler": {"max_num_batched_tokens": 8}}, "scheduler"),
+    ({"engine": ENGINE, "num_requests": True, "prompt_tokens": 1, "output_tokens": 1}, "num_requests"),
+    ({"engine": ENGINE, "num_requests": 1, "prompt_tokens": 4000, "output_tokens": 200}, "prompt_tokens"),
+    ({"engine": ENGINE, "requests": [{"id": "", "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}]},
+     "requests.0.id"),
     ({"engine": ENGINE, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1, "colour": "red"}, "colour"),
 ])
 def test_bad_calls_are_422_naming_the_field(client, body, field):
@@ -188,10 +208,12 @@ def test_the_server_s_limits_refuse_a_call_instead_of_running_it():
     small = TestClient(create_app(limits=ServeLimits(max_requests=2, max_total_tokens=300, max_passes=10)))
     base = {"engine": ENGINE, "prompt_tokens": 100, "output_tokens": 2}
     assert small.post("/api/scenarios", json={**base, "num_requests": 3}).status_code == 422
-    assert "requests" in _fields(small.post("/api/scenarios", json={**base, "num_requests": 2,
-                                                                      "prompt_tokens": 200}))
+    assert "num_requests" in _fields(small.post("/api/scenarios", json={**base, "num_requests": 2,
+                                                                          "prompt_tokens": 200}))
     long_run = small.post("/api/scenarios", json={**base, "num_requests": 1, "output_tokens": 50})
-    assert long_run.status_code == 422 and "past the server's limits" in long_run.json()["detail"][0]["msg"]
+    assert long_run.status_code == 422 and "more than 10 passes" in long_run.json()["detail"][0]["msg"]
+    explicit = [{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 2}] * 3
+    assert _fields(small.post("/api/scenarios", json={"engine": ENGINE, "requests": explicit})) == ["requests"]
     assert small.post("/api/scenarios", json={**base, "num_requests": 2}).status_code == 200
 
 
@@ -252,3 +274,60 @@ def test_the_prompt_is_counted_by_the_model_s_tokenizer_when_there_is_one(monkey
     monkeypatch.setattr(openai, "_local_tokenizer", lambda model: None)
     assert openai.count_prompt("m", "héllo", None) == (2, "estimated:utf8-bytes/4")
     assert openai.count_prompt("m", "", None) == (1, "estimated:utf8-bytes/4")
+
+
+
+def test_a_huge_call_is_refused_before_anything_is_built(client):
+    """A billion requests (the most a count may say) are refused by the limit at once; a count beyond that by
+    the body's own rule."""
+    got = client.post("/api/scenarios", json={"engine": ENGINE, "num_requests": 10**9, "prompt_tokens": 1,
+                                               "output_tokens": 1})
+    assert got.status_code == 422 and _fields(got) == ["num_requests"]
+    assert client.post("/api/scenarios", json={"engine": ENGINE, "num_requests": 10**20, "prompt_tokens": 1,
+                                                "output_tokens": 1}).status_code == 422
+
+
+@pytest.mark.parametrize("text, field", [
+    ('{"engine": {}, "requests": [{"arrival_s": NaN, "prompt_tokens": 1, "output_tokens": 1}]}', "requests.0.arrival_s"),
+    ('{"engine": {}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1, "arrival_rate_rps": Infinity}',
+     "arrival_rate_rps"),
+])
+def test_non_finite_numbers_are_422_not_a_server_error(client, text, field):
+    got = client.post("/api/scenarios", content=text, headers={"Content-Type": "application/json"})
+    assert got.status_code == 422 and field in _fields(got)
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"model": "quickstart", "prompt": "x", "n": 2}, "n is 2"),
+    ({"model": "quickstart", "prompt": ["a", "b"]}, "holds 2 prompts"),
+    ({"model": "quickstart", "prompt": ""}, "prompt is empty"),
+    ({"model": "quickstart", "messages": []}, "at least 1 item"),
+    ({"model": "quickstart", "prompt": "x", "seed": 1.5}, "valid integer"),
+])
+def test_openai_fields_simmodel_cannot_honour_are_refused(client, body, message):
+    got = client.post("/v1/chat/completions" if "messages" in body else "/v1/completions", json=body)
+    assert got.status_code == 422 and message in got.text
+
+
+def test_a_streamed_completion_may_end_with_its_usage(client):
+    with client.stream("POST", "/v1/completions", json={"model": "quickstart", "prompt": "abcdefgh", "max_tokens": 2,
+                                                        "stream": True, "stream_options": {"include_usage": True}}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    usage = json.loads(lines[-2][len("data: "):])
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+
+
+def test_the_token_is_checked_before_the_body_and_its_scheme_in_any_case():
+    guarded = TestClient(create_app(token="s3cret"))
+    assert guarded.post("/api/scenarios", content="{not json", headers={"Content-Type": "application/json"}
+                        ).status_code == 401
+    assert guarded.get("/api/catalog", headers={"Authorization": "bearer s3cret"}).status_code == 200
+    assert guarded.get("/").status_code == 200 and guarded.get("/openapi.json").status_code == 200
+
+
+def test_the_assumptions_count_a_worker_s_gpus():
+    """disagg-llama70b-h200: prefill workers of tensor 4 (the pool holds several)."""
+    got = TestClient(create_app()).post("/api/scenarios", json={"scenario": "disagg-llama70b-h200", "num_requests": 1,
+                                                                "prompt_tokens": 100, "output_tokens": 2}).json()
+    prefill = [a for a in got["assumptions"] if a.startswith("prefill:")][0]
+    assert "4 GPU(s) a worker" in prefill

@@ -25,13 +25,36 @@ class PlotError(ValueError):
     """The folder cannot be plotted: one line saying why."""
 
 
+REQUEST_COLUMNS = ("arrival_s", "first_admit_s", "ttft_ms", "tpot_ms", "e2e_ms")
+PASS_COLUMNS = ("role", "worker", "dp_rank", "start_s", "num_scheduled_tokens", "num_prefill_seqs", "num_decode_seqs",
+                "kv_blocks_used", "num_preempted")
+"""The columns the charts read."""
+
+
 def read_run(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """A run folder's requests, passes and summary."""
+    """A run folder's requests, passes and summary, each checked for what the charts read."""
+    if not folder.is_dir():
+        raise PlotError(f"{folder}: no such folder")
     missing = [name for name in NEEDED if not (folder / name).is_file()]
     if missing:
         raise PlotError(f"{folder}: not a run folder (no {', '.join(missing)}; simmodel run --output-dir writes them)")
-    return (pd.read_csv(folder / "requests.csv"), pd.read_csv(folder / "passes.csv"),
-            json.loads((folder / "summary.json").read_text()))
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PlotError(f"{folder / 'summary.json'}: not a summary simmodel wrote ({exc})") from None
+    if not isinstance(summary, dict):
+        raise PlotError(f"{folder / 'summary.json'}: not a summary simmodel wrote (not a JSON object)")
+    tables = []
+    for name, columns in (("requests.csv", REQUEST_COLUMNS), ("passes.csv", PASS_COLUMNS)):
+        try:
+            table = pd.read_csv(folder / name)
+        except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
+            raise PlotError(f"{folder / name}: not a table simmodel wrote ({' '.join(str(exc).split())})") from None
+        lacking = [c for c in columns if c not in table.columns]
+        if lacking:
+            raise PlotError(f"{folder / name}: not a table simmodel wrote (no column {', '.join(lacking)})")
+        tables.append(table)
+    return tables[0], tables[1], summary
 
 
 HEADLINE = (("completed_requests", "completed requests"), ("duration_s", "duration (s)"),

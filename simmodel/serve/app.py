@@ -17,47 +17,45 @@ of its own.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import plotly
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
 from simmodel.plots.charts import run_charts
 from simmodel.serve import openai, results
-from simmodel.serve.run import CallError, answer, simulate
-from simmodel.serve.workload import (
-    READY_DIR,
-    ServeLimits,
-    WorkloadError,
-    describe,
-    explicit,
-    ready_scenarios,
-    shorthand,
-)
+from simmodel.serve.run import CallError, answer, simulate, usable_scenarios
+from simmodel.serve.workload import READY_DIR, ServeLimits, WorkloadError, check_size, describe, explicit, shorthand
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Count = Annotated[StrictInt, Field(ge=1, le=10**9)]
+"""A positive whole number (``true`` is not one) up to a billion."""
+
+
 class RequestSpec(Strict):
-    id: str | None = None
+    id: str | None = Field(default=None, min_length=1)
     arrival_s: float = Field(ge=0, allow_inf_nan=False)
-    prompt_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=1)
+    prompt_tokens: Count
+    output_tokens: Count
 
 
 class SchedulerOverrides(Strict):
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: Count | None = None
+    max_num_batched_tokens: Count | None = None
 
 
 class ScenarioCall(Strict):
@@ -65,13 +63,13 @@ class ScenarioCall(Strict):
 
     scenario: str | None = None
     engine: dict | None = None
-    num_requests: int | None = Field(default=None, ge=1)
-    prompt_tokens: int | None = Field(default=None, ge=1)
-    output_tokens: int | None = Field(default=None, ge=1)
+    num_requests: Count | None = None
+    prompt_tokens: Count | None = None
+    output_tokens: Count | None = None
     arrival_rate_rps: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     requests: list[RequestSpec] | None = None
     scheduler: SchedulerOverrides | None = None
-    charts: bool = False
+    charts: StrictBool = False
     """Whether the answer carries the run's charts as plotly figures (``charts``: what the web page draws)."""
 
     @model_validator(mode="after")
@@ -92,23 +90,36 @@ class Message(BaseModel):
     content: str
 
 
+class StreamOptions(BaseModel):
+    include_usage: StrictBool = False
+
+
 class CompletionCall(BaseModel):
-    """The OpenAI request fields simmodel reads (others are accepted and ignored, as OpenAI servers do)."""
+    """The OpenAI request fields simmodel reads. Sampling fields (``temperature``, ``top_p`` …) are accepted and
+    change nothing (the text is placeholder words, the lengths are ``max_tokens``), as the docs say."""
 
     model: str
     prompt: str | list[str] | None = None
-    messages: list[Message] | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stream: bool = False
-    seed: int | None = None
+    messages: list[Message] | None = Field(default=None, min_length=1)
+    max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None
+    n: StrictInt = 1
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    seed: StrictInt | None = None
 
     @model_validator(mode="after")
-    def _lengths(self) -> CompletionCall:
+    def _rules(self) -> CompletionCall:
         if (self.max_tokens is not None and self.max_completion_tokens is not None
                 and self.max_tokens != self.max_completion_tokens):
             raise ValueError(f"max_tokens ({self.max_tokens}) and max_completion_tokens "
                              f"({self.max_completion_tokens}) disagree; give one")
+        if self.n != 1:
+            raise ValueError(f"n is {self.n}: simmodel estimates one completion a call; send n: 1")
+        if isinstance(self.prompt, list) and len(self.prompt) != 1:
+            raise ValueError(f"prompt holds {len(self.prompt)} prompts: simmodel estimates one a call")
+        if self.prompt is not None and not (self.prompt if isinstance(self.prompt, str) else self.prompt[0]):
+            raise ValueError("prompt is empty")
         return self
 
 
@@ -127,36 +138,51 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
     app = FastAPI(title="simmodel", description="GPU-free LLM serving simulation: scenario runs and timing "
                                                 "estimates.")
 
-    def authorized(request: Request) -> None:
-        if token is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not (given.startswith("Bearer ") and secrets.compare_digest(given[7:], token)):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+    @app.middleware("http")
+    async def bearer(request: Request, call_next):
+        """With a token, every route but the page, its files and the OpenAPI pages wants it (checked before the
+        body is read: a caller without it learns nothing of the body's rules)."""
+        path = request.url.path
+        if token is not None and path not in OPEN_PATHS and not path.startswith("/static/"):
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.encode()):
+                return JSONResponse({"detail": "missing or wrong bearer token"}, 401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
 
-    guard = [Depends(authorized)]
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422, with what it echoes made JSON (a NaN or Infinity sent is shown as text)."""
+        return JSONResponse({"detail": _json_safe(exc.errors())}, 422)
 
-    @app.get("/api/scenarios/ready", dependencies=guard)
+    @app.get("/api/scenarios/ready")
     def ready() -> list[dict]:
-        return [describe(path) for path in ready_scenarios(folder).values()]
+        """The ready scenarios a call can run (not a search, nor one that needs its own traffic or planner)."""
+        return [describe(path) for path in usable_scenarios(folder).values()]
 
-    @app.post("/api/scenarios", dependencies=guard)
+    @app.post("/api/scenarios")
     def run_scenario(call: ScenarioCall) -> dict:
+        short = call.requests is None
         try:
-            if call.requests is not None:
-                arrivals = explicit([r.model_dump() for r in call.requests])
-            else:
+            if short:
+                check_size(call.num_requests, call.num_requests * (call.prompt_tokens + call.output_tokens), limits,
+                           "num_requests", "num_requests")
                 arrivals = shorthand(call.num_requests, call.prompt_tokens, call.output_tokens, call.arrival_rate_rps)
+            else:
+                check_size(len(call.requests), sum(r.prompt_tokens + r.output_tokens for r in call.requests), limits,
+                           "requests", "requests")
+                arrivals = explicit([r.model_dump() for r in call.requests])
             simulated = simulate(call.scenario, call.engine, arrivals,
                                  call.scheduler.model_dump() if call.scheduler else None, limits, folder)
         except (WorkloadError, CallError) as exc:
-            raise _unprocessable(exc.field, exc.message) from None
+            field = _shorthand_field(exc.field) if short else exc.field
+            raise _unprocessable(field, exc.message) from None
         got = answer(simulated, arrivals)
         if call.charts:
             got["charts"] = figures(simulated)
         return got
 
-    @app.get("/api/catalog", dependencies=guard)
+    @app.get("/api/catalog")
     def catalog() -> dict:
         """The model and GPU system ids the registries know (what an engine block may name)."""
         return {"models": sorted(MODELS), "systems": sorted(HARDWARE)}
@@ -174,14 +200,14 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
         return FileResponse(STATIC / name)
 
     def estimate(call: CompletionCall, kind: Literal["text", "chat"]):
-        prompt = call.prompt if not isinstance(call.prompt, list) else "".join(call.prompt)
-        if kind == "chat" and call.messages is None:
-            raise _unprocessable("messages", "a chat completion needs messages")
-        if kind == "text" and prompt is None:
-            raise _unprocessable("prompt", "a completion needs a prompt")
-        ready_paths = ready_scenarios(folder)
+        prompt = call.prompt[0] if isinstance(call.prompt, list) else call.prompt
+        if kind == "chat" and (call.messages is None or call.prompt is not None):
+            raise _unprocessable("messages", "a chat completion takes messages (and no prompt)")
+        if kind == "text" and (prompt is None or call.messages is not None):
+            raise _unprocessable("prompt", "a completion takes a prompt (and no messages)")
+        ready_paths = usable_scenarios(folder)
         if call.model not in ready_paths:
-            raise _unprocessable("model", f"no ready scenario named {call.model!r} (ready: "
+            raise _unprocessable("model", f"no ready scenario named {call.model!r} that a call can run (ready: "
                                           f"{', '.join(ready_paths) or 'none found'})")
         model_id = describe(ready_paths[call.model])["model"]
         messages = None if call.messages is None else [m.model_dump() for m in call.messages]
@@ -191,7 +217,7 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
             arrivals = shorthand(1, prompt_tokens, output_tokens, None)
             simulated = simulate(call.model, None, arrivals, None, limits, folder)
         except (WorkloadError, CallError) as exc:
-            field = {"requests[0].prompt_tokens": "max_tokens"}.get(exc.field, exc.field)
+            field = {"requests[0].prompt_tokens": "max_tokens", "scenario": "model"}.get(exc.field, exc.field)
             raise _unprocessable(field, exc.message) from None
         res = simulated.results
         row = answer(simulated, arrivals)["requests"][0]
@@ -205,15 +231,17 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
         ident = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if call.stream:
-            return StreamingResponse(openai.stream(kind, ident, created, call.model, tokens, estimate_),
+            usage = call.stream_options is not None and call.stream_options.include_usage
+            return StreamingResponse(openai.stream(kind, ident, created, call.model, tokens, estimate_,
+                                                   prompt_tokens if usage else None),
                                      media_type="text/event-stream")
         return openai.completion(kind, ident, created, call.model, tokens, prompt_tokens, estimate_)
 
-    @app.post("/v1/completions", dependencies=guard)
+    @app.post("/v1/completions")
     def completions(call: CompletionCall):
         return estimate(call, "text")
 
-    @app.post("/v1/chat/completions", dependencies=guard)
+    @app.post("/v1/chat/completions")
     def chat_completions(call: CompletionCall):
         return estimate(call, "chat")
 
@@ -226,8 +254,33 @@ def figures(simulated) -> list[dict]:
     return [json.loads(fig.to_json()) for fig in run_charts(res.requests, res.passes, res.summary)]
 
 
+OPEN_PATHS = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+"""Served without the token: the page (it holds no data; its calls carry the token) and the OpenAPI pages."""
+
+
+def _shorthand_field(field: str) -> str:
+    """The shorthand field an error about the requests it made is about."""
+    if field.startswith("requests["):
+        return field.split(".", 1)[1] if "." in field else "num_requests"
+    return "num_requests" if field == "requests" else field
+
+
+def _json_safe(value):
+    """``value`` as JSON can hold it: non-finite numbers and other objects (an exception in ``ctx``) as text."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
 def _unprocessable(field: str, message: str) -> HTTPException:
-    """A 422 in FastAPI's own shape, naming the field."""
-    return HTTPException(422, [{"loc": ["body", *field.replace("[", ".").replace("]", "").split(".")],
-                                "msg": message, "type": "value_error"}])
+    """A 422 in FastAPI's own shape, naming the field (list positions as numbers, as pydantic gives them)."""
+    parts = field.replace("[", ".").replace("]", "").split(".")
+    return HTTPException(422, [{"loc": ["body", *(int(p) if p.isdigit() else p for p in parts)], "msg": message,
+                                "type": "value_error"}])
 

@@ -112,9 +112,11 @@ def completion(kind: str, ident: str, created: int, model: str, tokens: list[str
             "simmodel": estimate}
 
 
-def stream(kind: str, ident: str, created: int, model: str, tokens: list[str], estimate: dict):
+def stream(kind: str, ident: str, created: int, model: str, tokens: list[str], estimate: dict,
+           prompt_tokens: int | None = None):
     """The answer as server-sent events: one chunk per token, a last chunk with the finish reason and the
-    ``simmodel`` estimate, then ``[DONE]``."""
+    ``simmodel`` estimate, with ``prompt_tokens`` (``stream_options.include_usage``) a chunk of no choices
+    carrying ``usage``, then ``[DONE]``."""
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
     def chunk(delta: dict, finish: str | None, extra: dict | None = None) -> str:
@@ -130,4 +132,9 @@ def stream(kind: str, ident: str, created: int, model: str, tokens: list[str], e
     for token in tokens:
         yield chunk({"content": token}, None)
     yield chunk({}, "length", {"simmodel": estimate})
+    if prompt_tokens is not None:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens),
+                 "total_tokens": prompt_tokens + len(tokens)}
+        body = {"id": ident, "object": obj, "created": created, "model": model, "choices": [], "usage": usage}
+        yield f"data: {json.dumps(body)}\n\n"
     yield "data: [DONE]\n\n"

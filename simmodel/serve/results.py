@@ -83,6 +83,6 @@ def assumptions(scenario) -> list[str]:
             "requests have the exact prompt and output lengths given (output stops at its length, as ignore_eos)",
             "arrivals at the instants given; no client or network time beyond the scenario's request overhead"]
     for name, role in engine.workers.items():
-        said.append(f"{name}: timing {role.timing.type}, {role.parallelism.gpu_count} GPU(s) a worker, "
+        said.append(f"{name}: timing {role.timing.type}, {role.parallelism.gpus_per_worker} GPU(s) a worker, "
                     f"{role.parallelism.replicas} worker(s)")
     return said

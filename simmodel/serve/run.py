@@ -23,6 +23,7 @@ from simmodel.serve.workload import (
     arrival_order,
     check,
     deployment,
+    ready_scenarios,
     with_requests,
 )
 from simmodel.sim import Results, Simulation, serving_context_length
@@ -50,8 +51,11 @@ def simulate(scenario: str | None, engine: dict | None, arrivals: list[Arrival],
     """Run ``arrivals`` on the deployment (a ready scenario's name, or an engine block)."""
     try:
         data, base_dir = deployment(scenario, engine, folder)
+        if scenario is not None and (why := unusable(ready_scenarios(folder)[scenario], folder)) is not None:
+            raise WorkloadError("scenario", f"{scenario!r} is not a deployment a call can run: {why}")
     except WorkloadError as exc:
         raise CallError(exc.field, exc.message) from None
+    sim = None
     with tempfile.TemporaryDirectory(prefix="simmodel-call-") as tmp:
         trace = Path(tmp) / "requests.csv"
         try:
@@ -63,10 +67,50 @@ def simulate(scenario: str | None, engine: dict | None, arrivals: list[Arrival],
         except WorkloadError as exc:
             raise CallError(exc.field, exc.message) from None
         except ScenarioError as exc:
-            raise CallError("engine" if engine is not None else "scenario", str(exc)) from None
+            raise CallError(_scenario_field(str(exc), engine is not None, bool(scheduler)), str(exc)) from None
         except SimulationError as exc:
-            raise CallError("requests", f"the run went past the server's limits: {exc}") from None
+            if sim.limits is not None and sim.limits.num_passes >= limits.max_passes:
+                raise CallError("requests", f"the run needs more than {limits.max_passes:,} passes, the most a call "
+                                            f"may take (simmodel serve --max-passes)") from None
+            raise CallError("requests", f"the run stopped: {exc}") from None
     return Simulated(parsed, res, arrival_order(arrivals))
+
+
+def _scenario_field(message: str, engine: bool, scheduler: bool) -> str:
+    """The call's field a configuration error is about: the scheduler overrides when it names a scheduler field
+    they set, else the engine block or the ready scenario."""
+    path = message.split(":", 1)[0]
+    if scheduler and ".scheduler." in path and path.rsplit(".", 1)[-1] in ("max_sequences", "max_batched_tokens"):
+        return "scheduler"
+    return "engine" if engine else "scenario"
+
+
+_usable: dict[Path, tuple[float, str | None]] = {}
+"""Per ready scenario, its file's modification time and why a call cannot run it (None: it can)."""
+
+
+def unusable(path: Path, folder: Path = READY_DIR) -> str | None:
+    """Why a call cannot run a ready scenario's deployment (it needs its own traffic, a planner or a search), or
+    None. Asked of a one-request workload, and kept until the file changes."""
+    mtime = path.stat().st_mtime
+    known = _usable.get(path)
+    if known is not None and known[0] == mtime:
+        return known[1]
+    why = None
+    try:
+        data, base_dir = deployment(path.stem, None, folder)
+        with tempfile.TemporaryDirectory(prefix="simmodel-probe-") as tmp:
+            parse_scenario(with_requests(data, Path(tmp) / "r.csv", [Arrival("probe", 0.0, 1, 1)], None,
+                                         ServeLimits()), base_dir)
+    except (ScenarioError, WorkloadError) as exc:
+        why = " ".join(str(exc).split())
+    _usable[path] = (mtime, why)
+    return why
+
+
+def usable_scenarios(folder: Path = READY_DIR) -> dict[str, Path]:
+    """The ready scenarios a call can run (``unusable``), by name."""
+    return {name: path for name, path in ready_scenarios(folder).items() if unusable(path, folder) is None}
 
 
 def answer(call: Simulated, arrivals: list[Arrival]) -> dict:

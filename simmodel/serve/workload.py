@@ -88,7 +88,44 @@ def deployment(scenario: str | None, engine: dict | None, folder: Path = READY_D
         for key in ("planner", "evaluation", "sla", "limits", "optimization", "optimizer"):
             data.pop(key, None)  # (a call's run is its requests alone, on its deployment, under the server's limits)
         return data, path.parent
+    _registry_ids_only(engine)
     return {"engine": copy.deepcopy(engine)}, Path(".")
+
+
+def _registry_ids_only(engine: dict) -> None:
+    """An engine block sent over HTTP names models and systems by registry id, and no file: a path would let a
+    caller read the server's files (and learn which exist)."""
+    from simmodel.perf.hardware import HARDWARE
+    from simmodel.perf.models import MODELS
+
+    if not isinstance(engine, dict):
+        raise WorkloadError("engine", "must be a mapping (an engine block as in YAML)")
+    model = engine.get("model")
+    if model is not None and model not in MODELS:
+        raise WorkloadError("engine.model", f"unknown model {model!r}: over HTTP give a registry id (GET /api/catalog)")
+    places = [("engine.hardware", engine.get("hardware"))]
+    workers = engine.get("workers")
+    for name, role in (workers.items() if isinstance(workers, dict) else ()):
+        if isinstance(role, dict):
+            places.append((f"engine.workers.{name}.hardware", role.get("hardware")))
+            for key in ("host_profile",):
+                if key in role:
+                    raise WorkloadError(f"engine.workers.{name}.{key}", "names a file; not taken over HTTP")
+            timing = role.get("timing")
+            if isinstance(timing, dict) and "calibration" in timing:
+                raise WorkloadError(f"engine.workers.{name}.timing.calibration", "names a file; not taken over HTTP")
+    for field, value in places:
+        if value is not None and value not in HARDWARE:
+            raise WorkloadError(field, f"unknown system {value!r}: over HTTP give a registry id (GET /api/catalog)")
+
+
+def check_size(count: int, total_tokens: int, limits: ServeLimits, count_field: str, tokens_field: str) -> None:
+    """A call's request count and prompt + output tokens within the limits, checked before any list is built."""
+    if count > limits.max_requests:
+        raise WorkloadError(count_field, f"{count} requests; the server takes at most {limits.max_requests} a call")
+    if total_tokens > limits.max_total_tokens:
+        raise WorkloadError(tokens_field, f"{total_tokens:,} prompt + output tokens in all; the server takes at most "
+                                          f"{limits.max_total_tokens:,} a call")
 
 
 def shorthand(num_requests: int, prompt_tokens: int, output_tokens: int,

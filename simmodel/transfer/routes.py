@@ -54,6 +54,10 @@ class LinkRoute:
             written: Callable[[], None]) -> None:
         """The prompt is done on ``source``: nothing moves before the decode rank has reserved."""
 
+    def figures(self, end_ns: int) -> dict:
+        """(The link's transfers are in the requests' transfer columns: nothing more to report.)"""
+        return {}
+
     def move(self, source: Rank | None, target: Rank, client: Request, tokens: int,
              started: Callable[[], None]) -> Generator[simpy.Event, Any, None]:
         """Carry ``tokens`` of KV from ``source`` to ``target`` (a SimPy process's body): queue for the links
@@ -79,8 +83,8 @@ class StoreRoute:
     rank reads on a queue of its own, the tokens it lacks (``timing_mode``) as one job from the later of its
     reservation and the write's end. Both at the storage tier's figures (``latency_us`` a job, then the bytes
     over ``write_gb_per_s`` or ``read_gb_per_s``), a block's bytes over all the prefill rank's GPUs (each writes
-    its own shard). The handed-off KV is the request's own object in the store: it is not among the blocks the
-    prefill workers' lookups find."""
+    its own shard). The handed-off KV is the request's own object in the store, held only until it is read: it is
+    not among the blocks the prefill workers' lookups find, nor counted against the store's ``capacity_gib``."""
 
     releases_at_put = True
     """The prefill rank frees the KV once its write to the store is over (``KvTransfer``)."""
@@ -99,6 +103,19 @@ class StoreRoute:
         """Each decode rank's queue of handoff reads."""
         self.written_at: dict[Request, int] = {}
         """When each handed-off request's write to the store ends (until its read is queued)."""
+        self.bytes_written = 0.0
+        self.bytes_read = 0.0
+
+    def figures(self, end_ns: int) -> dict:
+        """The summary's ``kv_transfer_storage``: bytes the handoffs wrote and read, and how busy the ranks' handoff
+        queues were up to ``end_ns`` (averaged over the ranks that used them)."""
+        def busy(links: dict) -> float | None:
+            span = len(links) * end_ns
+            return sum(link.busy_until(end_ns) for link in links.values()) / span if span else None
+
+        return {"kv_transfer_storage": {"bytes_written": round(self.bytes_written), "bytes_read": round(self.bytes_read),
+                                        "write_utilization": busy(self.writes), "read_utilization": busy(self.reads),
+                                        "writing_ranks": len(self.writes), "reading_ranks": len(self.reads)}}
 
     def put(self, source: Rank, client: Request, started: Callable[[], None],
             written: Callable[[], None]) -> None:
@@ -107,7 +124,9 @@ class StoreRoute:
         link = self.writes.get(source)
         if link is None:
             link = self.writes[source] = self._writer()
-        end = link.transfer(self.env.now, client.num_prompt_tokens * self.bytes_per_token)[1]
+        size = client.num_prompt_tokens * self.bytes_per_token
+        end = link.transfer(self.env.now, size)[1]
+        self.bytes_written += size
         self.written_at[client] = end
         started()
         self.env.timeout(end - self.env.now).callbacks.append(lambda _: written())
@@ -120,6 +139,7 @@ class StoreRoute:
             link = self.reads[target] = self._reader()
         at = max(self.env.now, self.written_at.pop(client))
         end = link.transfer(at, tokens * self.bytes_per_token)[1]
+        self.bytes_read += tokens * self.bytes_per_token
         yield self.env.timeout(end - self.env.now)
 
 

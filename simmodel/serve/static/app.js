@@ -14,6 +14,12 @@ function headers() {
 async function load() {
   const [ready, catalog] = await Promise.all([fetch("api/scenarios/ready", {headers: headers()}),
                                               fetch("api/catalog", {headers: headers()})]);
+  if (ready.status === 401) {
+    $("status").textContent = "this server wants its API token: enter it under Advanced scheduler assumptions, then Run";
+    $("status").className = "error";
+    return;
+  }
+  $("scenario").innerHTML = ""; $("models").innerHTML = ""; $("systems").innerHTML = "";
   if (ready.ok) {
     for (const s of await ready.json()) {
       const o = document.createElement("option");
@@ -90,6 +96,8 @@ function charts(figures) {
 
 $("call").onsubmit = async (event) => {
   event.preventDefault();
+  if (!$("scenario").options.length) await load();  // (a token entered since the page loaded)
+  if (!$("scenario").options.length && document.querySelector("input[name=pick]:checked").value === "scenario") return;
   $("status").textContent = "running…"; $("status").className = "";
   const response = await fetch("api/scenarios", {method: "POST", headers: headers(), body: JSON.stringify(body())});
   const got = await response.json();
