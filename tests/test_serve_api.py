@@ -331,3 +331,16 @@ def test_the_assumptions_count_a_worker_s_gpus():
                                                                 "prompt_tokens": 100, "output_tokens": 2}).json()
     prefill = [a for a in got["assumptions"] if a.startswith("prefill:")][0]
     assert "4 GPU(s) a worker" in prefill
+
+
+def test_concurrent_calls_never_share_a_batch(client):
+    """Four calls at once, each of two 100 → 3 requests at zero on fixed timing: each answers as a lone call does
+    (TTFT 20 ms for both: one prefill pass of the call's own two prompts), not as one batch of eight."""
+    import concurrent.futures
+
+    body = {"engine": ENGINE, "num_requests": 2, "prompt_tokens": 100, "output_tokens": 3}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: client.post("/api/scenarios", json=body).json(), range(4)))
+    for got in answers:
+        assert [r["ttft_ms"] for r in got["requests"]] == pytest.approx([20, 20])
+        assert got["steps_total"] == 3  # (the call's own three passes: a prefill, two decodes)
