@@ -452,9 +452,10 @@ def recommend(scenario: Path, overrides: tuple[str, ...], output_dir: Path, over
         if progress is not None:
             progress.close()
     ranked = rank(entries, spec)
-    if not write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite, scenario):
-        click.echo("simmodel: recommend: pareto.html not written: it needs plotly (pip install 'simmodel[plot]')",
-                   err=True)
+    missing = write_ledger(output_dir, spec, entries, ranked, base_dir, interrupted, overwrite, scenario)
+    if missing is not None:
+        click.echo(f"simmodel: recommend: pareto.html not written: it needs plotly (pip install 'simmodel[plot]'): "
+                   f"{missing}", err=True)
     if interrupted:
         how = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
         click.echo(f"simmodel: {how} after {len(entries)} of {planned(spec, space)} candidates; "
@@ -519,9 +520,9 @@ def compare(scenario: Path, overrides: tuple[str, ...], measured: Path, tool: st
                  "summary.json": summary_json(results.summary)}
         try:
             from simmodel.plots.charts import compare_chart
-        except ImportError:
-            click.echo("simmodel: compare: compare.html not written: it needs plotly (pip install "
-                       "'simmodel[plot]')", err=True)
+        except ImportError as exc:
+            click.echo(f"simmodel: compare: compare.html not written: it needs plotly (pip install "
+                       f"'simmodel[plot]'): {exc}", err=True)
         else:
             files["compare.html"] = compare_chart(rows, measurement.tool).to_html(include_plotlyjs=True)
         write_files(output_dir, overwrite, files, "compare", scenario)

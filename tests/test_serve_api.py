@@ -344,3 +344,64 @@ def test_concurrent_calls_never_share_a_batch(client):
     for got in answers:
         assert [r["ttft_ms"] for r in got["requests"]] == pytest.approx([20, 20])
         assert got["steps_total"] == 3  # (the call's own three passes: a prefill, two decodes)
+
+
+def test_instants_come_back_on_the_caller_s_clock(client):
+    """Requests at 5 s and 7 s (fixed timing, each alone): first tokens at 5.02 and 7.02 s, the first pass from
+    5 s (the run itself starts at the first arrival)."""
+    got = client.post("/api/scenarios", json={"engine": ENGINE, "requests": [
+        {"id": "a", "arrival_s": 5, "prompt_tokens": 10, "output_tokens": 2},
+        {"id": "b", "arrival_s": 7, "prompt_tokens": 10, "output_tokens": 2}]}).json()
+    assert [r["first_token_s"] for r in got["requests"]] == pytest.approx([5.02, 7.02])
+    assert [r["finish_s"] for r in got["requests"]] == pytest.approx([5.03, 7.03])
+    assert got["steps"][0]["start_s"] == pytest.approx(5.0)
+    spread = client.post("/api/scenarios", json={"engine": ENGINE, "requests": [
+        {"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2},
+        {"arrival_s": 5e8, "prompt_tokens": 10, "output_tokens": 2}]})
+    assert spread.status_code == 200 and spread.json()["requests"][1]["first_token_s"] == pytest.approx(5e8 + 0.02)
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"engine": {**ENGINE, "model": ["a"]}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1},
+     "engine.model"),
+    ({"engine": {**ENGINE, "hardware": {"x": 1}}, "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1},
+     "engine.hardware"),
+    ({"engine": {**ENGINE, "workers": {"aggregated": {"scheduler": json.loads("[" * 40 + "1" + "]" * 40)}}},
+      "num_requests": 1, "prompt_tokens": 1, "output_tokens": 1}, "engine"),
+    ({"engine": ENGINE, "num_requests": 2, "prompt_tokens": 1, "output_tokens": 1, "arrival_rate_rps": 1e-300},
+     "arrival_rate_rps"),
+    ({"engine": ENGINE, "requests": [{"arrival_s": "1", "prompt_tokens": 1, "output_tokens": 1}]},
+     "requests.0.arrival_s"),
+])
+def test_odd_values_are_422_naming_the_field(client, body, field):
+    got = client.post("/api/scenarios", json=body)
+    assert got.status_code == 422 and field in _fields(got)
+
+
+def test_text_that_is_not_text_is_422_and_a_long_echo_is_cut(client):
+    surrogate = '{"engine": {}, "requests": [{"id": "\\ud800", "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}]}'
+    got = client.post("/api/scenarios", content=surrogate, headers={"Content-Type": "application/json"})
+    assert got.status_code == 422 and "requests.0.id" in _fields(got)
+    chat = client.post("/v1/chat/completions", content='{"model": "quickstart", "messages": [{"role": "user", '
+                                                         '"content": "\\ud800"}]}',
+                       headers={"Content-Type": "application/json"})
+    assert chat.status_code == 200 and chat.json()["usage"]["prompt_tokens"] == 1  # (3 bytes as UTF-8 would be)
+    long = client.post("/api/scenarios", json={"scenario": "x" * 100_000, "colour": "y" * 100_000})
+    assert long.status_code == 422 and len(long.content) < 5_000
+    unknown = client.post("/api/scenarios", json={"scenario": "nope", "num_requests": 1, "prompt_tokens": 1,
+                                                  "output_tokens": 1})
+    assert "recommend-aggregated" not in unknown.json()["detail"][0]["msg"]
+
+
+def test_chat_messages_as_openai_sends_them(client):
+    """Text parts are joined (12 bytes → 3 tokens); an assistant's tool call with no content counts nothing; n
+    null is one completion; messages without any text, and n 2, are 422 naming their field."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "abcdef"}, {"type": "text", "text": "ghijkl"}]},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "t", "type": "function"}]}]
+    got = client.post("/v1/chat/completions", json={"model": "quickstart", "messages": messages, "n": None,
+                                                    "max_tokens": 2})
+    assert got.status_code == 200 and got.json()["usage"]["prompt_tokens"] == 4  # ("abcdefghijkl\n": 13 bytes)
+    empty = client.post("/v1/chat/completions", json={"model": "quickstart", "messages": [{"role": "user",
+                                                                                        "content": ""}]})
+    assert empty.status_code == 422 and _fields(empty) == ["messages"]
+    assert _fields(client.post("/v1/completions", json={"model": "quickstart", "prompt": "x", "n": 2})) == ["n"]

@@ -222,16 +222,17 @@ def with_sla(config: dict, sla: Sla) -> dict:
 
 
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
-                 interrupted: int = 0, overwrite: bool = False, scenario: Path | None = None) -> bool:
+                 interrupted: int = 0, overwrite: bool = False, scenario: Path | None = None) -> str | None:
     """recommendation.json, recommendation.csv, recommendations/0001.yaml … (best first) and, with plotly
     installed, pareto.html (``plots.charts.pareto_chart``, self-contained), written to a temporary folder beside
     ``folder`` and moved into place whole (``staged_folder``: a folder that filled up while the search ran is
-    refused as at the start). ``interrupted``: the signal that stopped the search (0: none). Returns whether
-    pareto.html was written."""
+    refused as at the start). ``interrupted``: the signal that stopped the search (0: none). Returns why
+    pareto.html was not written (the import that failed), or None."""
+    missing = None
     try:
         from simmodel.plots.charts import pareto_chart
-    except ImportError:  # (the plot extra is not installed: the caller says so)
-        pareto_chart = None
+    except ImportError as exc:  # (the plot extra is not installed: the caller says so, with the import's error)
+        pareto_chart, missing = None, str(exc)
     with staged_folder(folder, overwrite, "recommend", scenario) as staging:
         if pareto_chart is not None:
             (staging / "pareto.html").write_text(pareto_chart(entries, ranked).to_html(include_plotlyjs=True))
@@ -256,4 +257,4 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         for i, e in enumerate(ranked, start=1):
             scenario_data = with_sla(runnable(e["config"], base_dir), spec.sla)
             (saved / f"{i:04d}.yaml").write_text(yaml.safe_dump(scenario_data, sort_keys=False))
-    return pareto_chart is not None
+    return missing

@@ -28,7 +28,16 @@ import plotly
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
@@ -46,9 +55,21 @@ Count = Annotated[StrictInt, Field(ge=1, le=10**9)]
 """A positive whole number (``true`` is not one) up to a billion."""
 
 
+def _utf8(text: str) -> str:
+    """A string JSON can carry back (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone surrogate, which is not text") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
+
+
 class RequestSpec(Strict):
-    id: str | None = Field(default=None, min_length=1)
-    arrival_s: float = Field(ge=0, allow_inf_nan=False)
+    id: Text | None = Field(default=None, min_length=1)
+    arrival_s: float = Field(ge=0, allow_inf_nan=False, strict=True)
     prompt_tokens: Count
     output_tokens: Count
 
@@ -85,9 +106,23 @@ class ScenarioCall(Strict):
         return self
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
 class Message(BaseModel):
+    """A chat message: its text (a string or text parts, as OpenAI takes them; none for an assistant's tool
+    calls); its other fields (``name``, ``tool_calls`` …) are accepted and not counted."""
+
     role: str
-    content: str
+    content: str | list[TextPart] | None = None
+
+    @property
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
 class StreamOptions(BaseModel):
@@ -103,23 +138,40 @@ class CompletionCall(BaseModel):
     messages: list[Message] | None = Field(default=None, min_length=1)
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
-    n: StrictInt = 1
+    n: StrictInt | None = 1
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     seed: StrictInt | None = None
 
+    @field_validator("n")
+    @classmethod
+    def _one(cls, n: int | None) -> int | None:
+        if n not in (None, 1):
+            raise ValueError(f"n is {n}: simmodel estimates one completion a call; send n: 1")
+        return n
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(prompt, list) and len(prompt) != 1:
+            raise ValueError(f"holds {len(prompt)} prompts: simmodel estimates one a call")
+        if prompt is not None and not (prompt if isinstance(prompt, str) else prompt[0]):
+            raise ValueError("prompt is empty")
+        return prompt
+
+    @field_validator("messages")
+    @classmethod
+    def _some_text(cls, messages: list[Message] | None) -> list[Message] | None:
+        if messages is not None and not any(m.text for m in messages):
+            raise ValueError("the messages hold no text")
+        return messages
+
     @model_validator(mode="after")
-    def _rules(self) -> CompletionCall:
+    def _lengths(self) -> CompletionCall:
         if (self.max_tokens is not None and self.max_completion_tokens is not None
                 and self.max_tokens != self.max_completion_tokens):
             raise ValueError(f"max_tokens ({self.max_tokens}) and max_completion_tokens "
                              f"({self.max_completion_tokens}) disagree; give one")
-        if self.n != 1:
-            raise ValueError(f"n is {self.n}: simmodel estimates one completion a call; send n: 1")
-        if isinstance(self.prompt, list) and len(self.prompt) != 1:
-            raise ValueError(f"prompt holds {len(self.prompt)} prompts: simmodel estimates one a call")
-        if self.prompt is not None and not (self.prompt if isinstance(self.prompt, str) else self.prompt[0]):
-            raise ValueError("prompt is empty")
         return self
 
 
@@ -210,7 +262,7 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
             raise _unprocessable("model", f"no ready scenario named {call.model!r} that a call can run (ready: "
                                           f"{', '.join(ready_paths) or 'none found'})")
         model_id = describe(ready_paths[call.model])["model"]
-        messages = None if call.messages is None else [m.model_dump() for m in call.messages]
+        messages = None if call.messages is None else [{"role": m.role, "content": m.text} for m in call.messages]
         prompt_tokens, source = openai.count_prompt(model_id, prompt, messages)
         output_tokens = call.max_completion_tokens or call.max_tokens or DEFAULT_MAX_TOKENS
         try:
@@ -231,7 +283,8 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
         ident = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         if call.stream:
-            usage = call.stream_options is not None and call.stream_options.include_usage
+            usage = call.stream_options is not None and call.stream_options.include_usage  # (then usage: null
+            # in every chunk before the usage chunk, as OpenAI sends it)
             return StreamingResponse(openai.stream(kind, ident, created, call.model, tokens, estimate_,
                                                    prompt_tokens if usage else None),
                                      media_type="text/event-stream")
@@ -261,7 +314,8 @@ OPEN_PATHS = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc", "/opena
 def _shorthand_field(field: str) -> str:
     """The shorthand field an error about the requests it made is about."""
     if field.startswith("requests["):
-        return field.split(".", 1)[1] if "." in field else "num_requests"
+        rest = field.split(".", 1)[1] if "." in field else "num_requests"
+        return "arrival_rate_rps" if rest == "arrival_s" else rest
     return "num_requests" if field == "requests" else field
 
 
@@ -273,9 +327,16 @@ def _json_safe(value):
         return [_json_safe(v) for v in value]
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if value is None or isinstance(value, (str, int, bool)):
+    if isinstance(value, str):  # (a lone surrogate escaped; a long echo cut)
+        text = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return text if len(text) <= ECHO else text[:ECHO] + f"… ({len(text):,} characters)"
+    if value is None or isinstance(value, (int, bool)):
         return value
-    return str(value)
+    return _json_safe(str(value))
+
+
+ECHO = 200
+"""The most characters of a value a 422 echoes back."""
 
 
 def _unprocessable(field: str, message: str) -> HTTPException:

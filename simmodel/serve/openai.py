@@ -36,7 +36,7 @@ def count_prompt(model_id: str, prompt: str | None, messages: list[dict] | None)
                 "tokenizer:chat_template"
         except (ValueError, TypeError, KeyError):
             return len(tokenizer.encode(joined)), "tokenizer:joined"
-    return max(1, math.ceil(len(joined.encode("utf-8")) / 4)), "estimated:utf8-bytes/4"
+    return max(1, math.ceil(len(joined.encode("utf-8", "surrogatepass")) / 4)), "estimated:utf8-bytes/4"
 
 
 def _local_tokenizer(model_id: str):
@@ -119,12 +119,15 @@ def stream(kind: str, ident: str, created: int, model: str, tokens: list[str], e
     carrying ``usage``, then ``[DONE]``."""
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
+    usage_key = {} if prompt_tokens is None else {"usage": None}
+
     def chunk(delta: dict, finish: str | None, extra: dict | None = None) -> str:
         if kind == "chat":
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": delta.get("content", ""), "logprobs": None, "finish_reason": finish}
-        body = {"id": ident, "object": obj, "created": created, "model": model, "choices": [choice], **(extra or {})}
+        body = {"id": ident, "object": obj, "created": created, "model": model, "choices": [choice], **usage_key,
+                **(extra or {})}
         return f"data: {json.dumps(body)}\n\n"
 
     if kind == "chat":

@@ -34,9 +34,15 @@ def aggregate(summary: dict) -> dict:
             "output_tokens_per_s": _number(summary["output_throughput_tok_s"])}
 
 
-def request_rows(requests, arrivals: list[Arrival], order: list[int]) -> list[dict]:
+def _later(value, start: float):
+    """A simulated instant on the call's clock (the run starts at the call's first arrival, ``start``)."""
+    value = _number(value)
+    return None if value is None else value + start
+
+
+def request_rows(requests, arrivals: list[Arrival], order: list[int], start: float = 0.0) -> list[dict]:
     """Each request's metrics under the id the call gave it (``order``: which call request each simulated id
-    is), in the call's order."""
+    is), in the call's order, its instants on the call's clock (``start``: its first arrival)."""
     rows: list[dict | None] = [None] * len(arrivals)
     for row in requests.itertuples(index=False):
         k = order[int(row.request_id)]
@@ -44,13 +50,14 @@ def request_rows(requests, arrivals: list[Arrival], order: list[int]) -> list[di
         rows[k] = {"id": a.id, "status": row.status, "arrival_s": a.arrival_s, "prompt_tokens": a.prompt_tokens,
                    "output_tokens": int(row.output_tokens), "ttft_ms": _number(row.ttft_ms),
                    "tpot_ms": _number(row.tpot_ms), "e2e_ms": _number(row.e2e_ms), "queue_ms": _number(row.queue_ms),
-                   "first_token_s": _number(row.first_token_s), "finish_s": _number(row.finish_s),
+                   "first_token_s": _later(row.first_token_s, start), "finish_s": _later(row.finish_s, start),
                    "preemptions": int(row.preemptions), "cached_tokens": int(row.cached_tokens)}
     return [row for row in rows if row is not None]
 
 
-def steps(passes) -> dict:
-    """The pass rows (all of them up to ``MAX_STEPS``, else a uniform sample keeping the first and last)."""
+def steps(passes, start: float = 0.0) -> dict:
+    """The pass rows (all of them up to ``MAX_STEPS``, else a uniform sample keeping the first and last), their
+    instants on the call's clock (``start``: its first arrival)."""
     total = len(passes)
     if total > MAX_STEPS:
         keep = np.unique(np.linspace(0, total - 1, MAX_STEPS).round().astype(np.int64))
@@ -58,7 +65,8 @@ def steps(passes) -> dict:
         keep = np.arange(total)
     chosen = passes.iloc[keep]
     rows = [{"index": int(k), "role": r.role, "worker": int(r.worker), "dp_rank": int(r.dp_rank),
-             "start_s": float(r.start_s), "end_s": float(r.end_s), "num_scheduled_tokens": int(r.num_scheduled_tokens),
+             "start_s": float(r.start_s) + start, "end_s": float(r.end_s) + start,
+             "num_scheduled_tokens": int(r.num_scheduled_tokens),
              "num_prefill_seqs": int(r.num_prefill_seqs), "num_decode_seqs": int(r.num_decode_seqs),
              "kv_blocks_used": int(r.kv_blocks_used), "num_preempted": int(r.num_preempted),
              "provenance": r.provenance}

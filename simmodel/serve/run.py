@@ -50,6 +50,9 @@ def simulate(scenario: str | None, engine: dict | None, arrivals: list[Arrival],
              limits: ServeLimits, folder: Path = READY_DIR) -> Simulated:
     """Run ``arrivals`` on the deployment (a ready scenario's name, or an engine block)."""
     try:
+        if scenario is not None and scenario not in ready_scenarios(folder):
+            names = ", ".join(usable_scenarios(folder)) or "none found"
+            raise WorkloadError("scenario", f"no ready scenario named {scenario!r} (ready: {names})")
         data, base_dir = deployment(scenario, engine, folder)
         if scenario is not None and (why := unusable(ready_scenarios(folder)[scenario], folder)) is not None:
             raise WorkloadError("scenario", f"{scenario!r} is not a deployment a call can run: {why}")
@@ -116,9 +119,11 @@ def usable_scenarios(folder: Path = READY_DIR) -> dict[str, Path]:
 def answer(call: Simulated, arrivals: list[Arrival]) -> dict:
     """``POST /api/scenarios``'s answer."""
     res = call.results
+    # (a trace is replayed from its first arrival: the call's clock is that much later)
+    start = min(a.arrival_s for a in arrivals)
     return {"aggregate": results.aggregate(res.summary),
-            "requests": results.request_rows(res.requests, arrivals, call.order),
-            **results.steps(res.passes),
+            "requests": results.request_rows(res.requests, arrivals, call.order, start),
+            **results.steps(res.passes, start),
             "scheduler": results.scheduler_of(call.scenario), "assumptions": results.assumptions(call.scenario),
             "provenance_counts": res.summary.get("provenance_counts", {}), "summary": _jsonable(res.summary)}
 

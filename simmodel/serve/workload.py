@@ -89,7 +89,21 @@ def deployment(scenario: str | None, engine: dict | None, folder: Path = READY_D
             data.pop(key, None)  # (a call's run is its requests alone, on its deployment, under the server's limits)
         return data, path.parent
     _registry_ids_only(engine)
+    if _depth(engine) > MAX_DEPTH:
+        raise WorkloadError("engine", f"nested deeper than {MAX_DEPTH} levels; an engine block is a few levels deep")
     return {"engine": copy.deepcopy(engine)}, Path(".")
+
+
+MAX_DEPTH = 16
+"""How deep an engine block sent over HTTP may nest (a real one is five or six levels)."""
+
+
+def _depth(value, level: int = 0) -> int:
+    """How deeply ``value`` nests mappings and lists (stopping once past ``MAX_DEPTH``)."""
+    if level > MAX_DEPTH or not isinstance(value, (dict, list)):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 def _registry_ids_only(engine: dict) -> None:
@@ -101,6 +115,8 @@ def _registry_ids_only(engine: dict) -> None:
     if not isinstance(engine, dict):
         raise WorkloadError("engine", "must be a mapping (an engine block as in YAML)")
     model = engine.get("model")
+    if model is not None and not isinstance(model, str):
+        raise WorkloadError("engine.model", "must be a model's registry id (a string)")
     if model is not None and model not in MODELS:
         raise WorkloadError("engine.model", f"unknown model {model!r}: over HTTP give a registry id (GET /api/catalog)")
     places = [("engine.hardware", engine.get("hardware"))]
@@ -115,6 +131,8 @@ def _registry_ids_only(engine: dict) -> None:
             if isinstance(timing, dict) and "calibration" in timing:
                 raise WorkloadError(f"engine.workers.{name}.timing.calibration", "names a file; not taken over HTTP")
     for field, value in places:
+        if value is not None and not isinstance(value, str):
+            raise WorkloadError(field, "must be a GPU system's registry id (a string)")
         if value is not None and value not in HARDWARE:
             raise WorkloadError(field, f"unknown system {value!r}: over HTTP give a registry id (GET /api/catalog)")
 
@@ -182,7 +200,8 @@ def with_requests(data: dict, trace: Path, arrivals: list[Arrival], scheduler: d
     data = copy.deepcopy(data)
     data["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "csv"},
                        "load": {"type": "trace_timestamps"}}
-    data["limits"] = {"max_passes": limits.max_passes}
+    # (the run starts at the first arrival and may reach the last, up to 1e9 s later: the most the limit allows)
+    data["limits"] = {"max_passes": limits.max_passes, "max_virtual_time_seconds": 1e9}
     if scheduler:
         renamed = {"max_num_seqs": "max_sequences", "max_num_batched_tokens": "max_batched_tokens"}
         for role in data["engine"].get("workers", {}).values():
