@@ -17,7 +17,15 @@ import click
 from simmodel.config.domains import search_field
 from simmodel.config.load import apply_overrides, load_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError, StopOnSigterm, signal_of
-from simmodel.export import has_pyarrow, note_written, probe_output_dir, summary_json, write_files, write_results
+from simmodel.export import (
+    has_pyarrow,
+    note_written,
+    probe_output_dir,
+    summary_json,
+    write_files,
+    write_results,
+    write_whole,
+)
 from simmodel.metrics.summarize import LATENCY_METRICS
 from simmodel.offload import host_blocks, storage_blocks
 from simmodel.perf.timings import make_timing
@@ -674,12 +682,9 @@ def plot(run_dir: Path, output: Path | None, png_dir: Path | None) -> None:
         click.echo(f"simmodel: plot: --output {target}: "
                    f"{'is a folder' if target.is_dir() else 'its folder does not exist'}", err=True)
         sys.exit(2)
-    partial = target.with_name(target.name + ".partial")
     try:
-        partial.write_text(page)
-        partial.replace(target)
+        write_whole(target, page)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         click.echo(f"simmodel: plot: --output {target}: {exc.strerror or exc}", err=True)
         sys.exit(2)
     note_written(run_dir, [target, *written])  # (a run folder stays simmodel's to --overwrite)

@@ -139,17 +139,35 @@ def check_output_dir(path: Path, overwrite: bool, scenario: Path | None = None,
                               f"{MANIFEST}); --overwrite replaces only simmodel's own output: move it away")
 
 
-def _clean(value):
-    """JSON has no NaN: write ``null`` instead."""
+def write_whole(path: Path, text: str) -> None:
+    """Write ``path`` whole: a temporary file beside it, renamed over it, with an ordinary new file's permissions.
+    An OS error (a full disk) is raised with ``path`` as it was and no temporary file left."""
+    name = None
+    try:
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(handle, "w") as f:
+            f.write(text)
+        os.chmod(name, 0o666 & ~current_umask())  # (not mkstemp's private mode)
+        os.replace(name, path)
+        name = None
+    finally:
+        if name is not None:
+            Path(name).unlink(missing_ok=True)
+
+
+def json_clean(value):
+    """JSON has no NaN nor infinities: ``null`` instead, in mappings and lists at any depth."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_clean(v) for v in value]
     return value
 
 
 def summary_json(summary: dict) -> str:
-    return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
+    return json.dumps(json_clean(summary), indent=2, sort_keys=False) + "\n"
 
 
 CSV_CHUNK_ROWS = 65_536

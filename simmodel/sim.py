@@ -40,7 +40,7 @@ from simmodel.metrics.summarize import (
     stage_summaries,
     summarize,
 )
-from simmodel.offload import StoredBlocks, offload_summary
+from simmodel.offload import StoredBlocks, host_blocks, offload_summary
 from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
@@ -252,10 +252,10 @@ def kv_transfer_bytes_per_token(scenario: Scenario) -> float:
     spec = scenario.engine.kv_transfer
     if spec is not None and spec.bytes_per_token is not None:
         return spec.bytes_per_token
-    deployment = scenario.engine.workers["prefill"].deployment
-    if spec is not None and spec.via == "storage":  # (a job of the prefill rank's: its GPUs' shards together)
-        return deployment.kv_bytes_per_token_per_gpu * deployment.tensor
-    return deployment.kv_bytes_per_token_per_gpu
+    prefill = scenario.engine.workers["prefill"]
+    if spec is not None and spec.via == "storage":  # (a job of the prefill rank's tier: its GPUs' shards together)
+        return host_blocks(prefill)[1] / prefill.kv_cache.block_size
+    return prefill.deployment.kv_bytes_per_token_per_gpu
 
 
 def _prefill_store(scenario: Scenario) -> StorageSpec | None:

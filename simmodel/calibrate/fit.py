@@ -35,7 +35,8 @@ from simmodel.config.calibration import (
 )
 from simmodel.config.load import _Node, apply_overrides, parse_scenario, read_yaml
 from simmodel.errors import ScenarioError, SimulationError
-from simmodel.paths import current_umask, is_file
+from simmodel.export import write_whole
+from simmodel.paths import is_file
 from simmodel.sim import Simulation
 
 DEFAULT_PARAMETERS = ("compute_efficiency", "memory_efficiency", "host_prefill_ms", "host_decode_ms")
@@ -566,20 +567,11 @@ def write_calibration(path: Path, document: dict, overwrite: bool = False) -> No
     ``check_output`` just before, as a file may have appeared while the fit ran). An OS error (a full
     disk) leaves ``path`` as it was and no temporary file."""
     check_output(path, overwrite)
-    name = None
     try:
-        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(handle, "w") as f:
-            f.write(yaml.safe_dump(document, sort_keys=False))
-        os.chmod(name, 0o666 & ~current_umask())  # as an ordinary new file, not mkstemp's private one
-        os.replace(name, path)
-        name = None
+        write_whole(path, yaml.safe_dump(document, sort_keys=False))
     except OSError as exc:
         raise OSError(exc.errno, f"cannot write: {exc.strerror or exc}; {path} is left as it was",
                       f"--output {path}") from None
-    finally:
-        if name is not None:
-            Path(name).unlink(missing_ok=True)
 
 
 def format_report(document: dict) -> str:

@@ -343,9 +343,8 @@ class Worker:
             self.open_pass_ends.remove(int(run.end[d]))
             if d + 1 == length:
                 break
-            if self._placement_ends(run) or run.holds_waiting and self.storage_marks() != run.storage_marks:  # (its plan may prefill,
-                break  # or look up what storage now holds; the loop's release is then the hop after which the
-                # ranks plan, as pass by pass)
+            if self._placement_ends(run) or self._storage_moved(run):  # (its plan may prefill, or find more)
+                break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)
             if called_back:  # what the callbacks set going runs before the ranks plan (the barrier's release)
                 yield self.env.timeout(0)
                 # Placed by what the callbacks set going, within the hop the barrier's release takes: the ranks
@@ -383,6 +382,11 @@ class Worker:
         """Whether something placed on the worker since its ranks last planned ends a synchronous run that does
         not take placements (asked again after each hop: what a run takes can change as it goes)."""
         return self._placed_since_plan and not (run.takes_placements or run.lag)
+
+    def _storage_moved(self, run: Run | AsyncRun) -> bool:
+        """Whether a run that holds waiting requests must end here: a storage write has ended since it was planned,
+        and a waiting request's lookup at this plan could find what it wrote (``Run.holds_waiting``)."""
+        return run.holds_waiting and self.storage_marks() != run.storage_marks
 
     def storage_marks(self) -> list[tuple]:
         """Each rank's ``Offload.storage_mark`` now (a run that holds waiting requests ends once they change)."""

@@ -16,7 +16,7 @@ from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import Offload
 from simmodel.offload.sglang_hicache import SglangHiCache
 from simmodel.offload.sglang_storage import SglangStorage
-from simmodel.offload.storage import StorageTier, StoredBlocks
+from simmodel.offload.storage import StorageTier, StoredBlocks, storage_queue
 from simmodel.offload.tier import HostTier
 from simmodel.offload.vllm_connector import VllmCpuOffload
 
@@ -88,9 +88,8 @@ def _storage(role: WorkerRole, block_bytes: float, stores: dict[str, StoredBlock
             store = stores[role.name] = StoredBlocks(storage_blocks(role), shared=True)
     else:
         store = StoredBlocks(storage_blocks(role))
-    latency_ns = int(round(spec.latency_us * 1e3))
-    return StorageTier(store, HostLink(spec.read_gb_per_s * 1e9, latency_ns),
-                       HostLink(spec.write_gb_per_s * 1e9, latency_ns), block_bytes)
+    return StorageTier(store, storage_queue(spec.read_gb_per_s, spec.latency_us),
+                       storage_queue(spec.write_gb_per_s, spec.latency_us), block_bytes)
 
 
 def _vllm(env: simpy.Environment, role: WorkerRole, scheduler, stores: dict) -> VllmCpuOffload:

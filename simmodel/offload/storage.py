@@ -34,6 +34,12 @@ from heapq import heapify, heappop, heappush
 from simmodel.offload.link import HostLink
 
 
+def storage_queue(gb_per_s: float, latency_us: float) -> HostLink:
+    """One of a rank's queues to a storage tier at the tier's figures (``StorageSpec``): a job costs ``latency_us``,
+    then its bytes at ``gb_per_s``."""
+    return HostLink(gb_per_s * 1e9, int(round(latency_us * 1e3)))
+
+
 class StoredBlocks:
     """The blocks a storage tier holds, by their content keys: up to ``capacity`` (None: unbounded), least
     recently written or read first, and the writes on their way to it (from one rank's queue, or several
@@ -128,18 +134,24 @@ class StorageTier:
 
     def __init__(self, store: StoredBlocks, reads: HostLink, writes: HostLink, block_bytes: float) -> None:
         self.store = store
-        self.capacity = store.capacity
         self.read_link, self.write_link = reads, writes
         self.block_bytes = block_bytes
         """KV bytes of one block over all of the rank's GPUs (what a read or write moves per block)."""
-        self.blocks = store.blocks
-        """Keys held (their write has ended), least recently written or read first (the store's)."""
         self.blocks_written = 0
         self.blocks_read = 0
         self.num_reads = 0
 
     def __len__(self) -> int:
         return len(self.store)
+
+    @property
+    def capacity(self) -> int | None:
+        return self.store.capacity
+
+    @property
+    def blocks(self) -> OrderedDict:
+        """Keys held (their write has ended), least recently written or read first (the store's)."""
+        return self.store.blocks
 
     @property
     def version(self) -> int:

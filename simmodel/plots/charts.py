@@ -14,6 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from simmodel.recommend.search import pareto_front
+from simmodel.recommend.spec import PARETO
+
 LAYOUT = {"template": "plotly_white", "height": 360, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
           "legend": {"orientation": "h", "y": -0.2}}
 
@@ -122,7 +125,8 @@ def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
     """A search's candidates (``simmodel recommend``'s ledger entries) by output tokens per second per GPU and per
     user: feasible and infeasible ones apart, the feasible ones no other beats on both joined as the front, and
     the ranked (saved) ones numbered as they were saved."""
-    simulated = [e for e in entries if e.get("metrics") and e["metrics"].get("output_throughput_per_gpu") is not None]
+    simulated = [e for e in entries if e.get("metrics") and e["metrics"].get("output_throughput_per_gpu") is not None
+                 and e["metrics"].get("throughput_per_user") is not None]
 
     def xy(group):
         return ([e["metrics"]["output_throughput_per_gpu"] for e in group],
@@ -139,12 +143,8 @@ def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
             x, y = xy(group)
             fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=status, text=hover(group), hoverinfo="text",
                                      marker={"color": colour, "size": 8}))
-    feasible = [e for e in simulated if e["status"] == "feasible"]
-    front = [e for e in feasible if not any(
-        o["metrics"]["output_throughput_per_gpu"] >= e["metrics"]["output_throughput_per_gpu"]
-        and o["metrics"]["throughput_per_user"] >= e["metrics"]["throughput_per_user"]
-        and (o["metrics"]["output_throughput_per_gpu"] > e["metrics"]["output_throughput_per_gpu"]
-             or o["metrics"]["throughput_per_user"] > e["metrics"]["throughput_per_user"]) for o in feasible)]
+    feasible = [{**e, "objectives": e["metrics"]} for e in simulated if e["status"] == "feasible"]
+    front = pareto_front(feasible, PARETO) if feasible else []  # (the search's own rule, whatever its target)
     if front:
         front.sort(key=lambda e: e["metrics"]["output_throughput_per_gpu"])
         x, y = xy(front)

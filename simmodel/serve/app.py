@@ -9,7 +9,8 @@
 
 Bodies are checked by pydantic (422 naming the field); what only a run can tell (a context exceeded, a run past
 the server's limits) is 422 too, with the field named. With a token (``--token`` or ``SIMMODEL_API_TOKEN``)
-every route but the OpenAPI pages wants ``Authorization: Bearer <token>`` (401 without). Routes are plain
+every route but the page, its files and the OpenAPI pages wants ``Authorization: Bearer <token>`` (401
+without). Routes are plain
 functions, which FastAPI runs in its worker threads: concurrent calls run side by side, each in a simulation
 of its own.
 """
@@ -43,7 +44,7 @@ from simmodel.perf.hardware import HARDWARE
 from simmodel.perf.models import MODELS
 from simmodel.plots.charts import run_charts
 from simmodel.serve import openai, results
-from simmodel.serve.run import CallError, answer, simulate, usable_scenarios
+from simmodel.serve.run import CallError, answer, ready_path, simulate, usable_scenarios
 from simmodel.serve.workload import READY_DIR, ServeLimits, WorkloadError, check_size, describe, explicit, shorthand
 
 
@@ -224,8 +225,9 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
                 check_size(len(call.requests), sum(r.prompt_tokens + r.output_tokens for r in call.requests), limits,
                            "requests", "requests")
                 arrivals = explicit([r.model_dump() for r in call.requests])
-            simulated = simulate(call.scenario, call.engine, arrivals,
-                                 call.scheduler.model_dump() if call.scheduler else None, limits, folder)
+            ready = None if call.scenario is None else ready_path(call.scenario, folder)
+            simulated = simulate(ready, call.engine, arrivals,
+                                 call.scheduler.model_dump() if call.scheduler else None, limits)
         except (WorkloadError, CallError) as exc:
             field = _shorthand_field(exc.field) if short else exc.field
             raise _unprocessable(field, exc.message) from None
@@ -257,24 +259,18 @@ def create_app(token: str | None = None, limits: ServeLimits | None = None, fold
             raise _unprocessable("messages", "a chat completion takes messages (and no prompt)")
         if kind == "text" and (prompt is None or call.messages is not None):
             raise _unprocessable("prompt", "a completion takes a prompt (and no messages)")
-        ready_paths = usable_scenarios(folder)
-        if call.model not in ready_paths:
-            raise _unprocessable("model", f"no ready scenario named {call.model!r} that a call can run (ready: "
-                                          f"{', '.join(ready_paths) or 'none found'})")
-        model_id = describe(ready_paths[call.model])["model"]
         messages = None if call.messages is None else [{"role": m.role, "content": m.text} for m in call.messages]
-        prompt_tokens, source = openai.count_prompt(model_id, prompt, messages)
-        output_tokens = call.max_completion_tokens or call.max_tokens or DEFAULT_MAX_TOKENS
         try:
+            ready = ready_path(call.model, folder)
+            prompt_tokens, source = openai.count_prompt(describe(ready)["model"], prompt, messages)
+            output_tokens = call.max_completion_tokens or call.max_tokens or DEFAULT_MAX_TOKENS
             arrivals = shorthand(1, prompt_tokens, output_tokens, None)
-            simulated = simulate(call.model, None, arrivals, None, limits, folder)
+            simulated = simulate(ready, None, arrivals, None, limits)
         except (WorkloadError, CallError) as exc:
             field = {"requests[0].prompt_tokens": "max_tokens", "scenario": "model"}.get(exc.field, exc.field)
             raise _unprocessable(field, exc.message) from None
         res = simulated.results
-        row = answer(simulated, arrivals)["requests"][0]
-        itl = res.summary["itl_ms"]
-        row |= {"itl_ms_mean": itl.get("mean"), "itl_ms_p50": itl.get("p50")}
+        row = results.request_rows(res.requests, arrivals, simulated.order)[0]
         assumptions = [f"prompt tokens counted by {source}",
                        "the request arrives alone at time zero: no batch is shared with other calls",
                        *results.assumptions(simulated.scenario)]

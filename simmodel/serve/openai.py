@@ -88,9 +88,11 @@ def placeholder(n: int, seed: int | None) -> list[str]:
 
 
 def timing(row: dict, summary: dict, prompt_tokens: int, source: str, assumptions: list[str]) -> dict:
-    """The ``simmodel`` object: the request's TTFT, inter-token latencies (mean and p50 over its own intervals),
-    E2E, token counts, how the prompt was counted, the passes' provenance and the assumptions."""
-    return {"ttft_ms": row["ttft_ms"], "itl_ms_mean": row["itl_ms_mean"], "itl_ms_p50": row["itl_ms_p50"],
+    """The ``simmodel`` object: the request's TTFT, inter-token latencies (mean and p50 over its own intervals:
+    the run's, as it ran alone), E2E, token counts, how the prompt was counted, the passes' provenance and the
+    assumptions."""
+    itl = summary["itl_ms"]
+    return {"ttft_ms": row["ttft_ms"], "itl_ms_mean": itl.get("mean"), "itl_ms_p50": itl.get("p50"),
             "e2e_ms": row["e2e_ms"], "prompt_tokens": prompt_tokens, "output_tokens": row["output_tokens"],
             "prompt_token_source": source, "provenance_counts": summary.get("provenance_counts", {}),
             "assumptions": assumptions, "note": "timing estimate only: the text is placeholder tokens, not generated"}

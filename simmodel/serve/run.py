@@ -14,6 +14,7 @@ from pathlib import Path
 from simmodel.config.load import parse_scenario
 from simmodel.config.schema import Scenario
 from simmodel.errors import ScenarioError, SimulationError
+from simmodel.export import json_clean
 from simmodel.serve import results
 from simmodel.serve.workload import (
     READY_DIR,
@@ -46,16 +47,23 @@ class Simulated:
     order: list[int]
 
 
-def simulate(scenario: str | None, engine: dict | None, arrivals: list[Arrival], scheduler: dict | None,
-             limits: ServeLimits, folder: Path = READY_DIR) -> Simulated:
-    """Run ``arrivals`` on the deployment (a ready scenario's name, or an engine block)."""
+def ready_path(name: str, folder: Path = READY_DIR) -> Path:
+    """The file of the ready scenario a call names, if a call can run it (``unusable``)."""
+    ready = ready_scenarios(folder)
+    if name not in ready:
+        names = ", ".join(usable_scenarios(folder)) or "none found"
+        raise WorkloadError("scenario", f"no ready scenario named {name!r} (ready: {names})")
+    why = unusable(ready[name])
+    if why is not None:
+        raise WorkloadError("scenario", f"{name!r} is not a deployment a call can run: {why}")
+    return ready[name]
+
+
+def simulate(ready: Path | None, engine: dict | None, arrivals: list[Arrival], scheduler: dict | None,
+             limits: ServeLimits) -> Simulated:
+    """Run ``arrivals`` on the deployment (a ready scenario's file, ``ready_path``, or an engine block)."""
     try:
-        if scenario is not None and scenario not in ready_scenarios(folder):
-            names = ", ".join(usable_scenarios(folder)) or "none found"
-            raise WorkloadError("scenario", f"no ready scenario named {scenario!r} (ready: {names})")
-        data, base_dir = deployment(scenario, engine, folder)
-        if scenario is not None and (why := unusable(ready_scenarios(folder)[scenario], folder)) is not None:
-            raise WorkloadError("scenario", f"{scenario!r} is not a deployment a call can run: {why}")
+        data, base_dir = deployment(ready, engine)
     except WorkloadError as exc:
         raise CallError(exc.field, exc.message) from None
     sim = None
@@ -72,7 +80,7 @@ def simulate(scenario: str | None, engine: dict | None, arrivals: list[Arrival],
         except ScenarioError as exc:
             raise CallError(_scenario_field(str(exc), engine is not None, bool(scheduler)), str(exc)) from None
         except SimulationError as exc:
-            if sim.limits is not None and sim.limits.num_passes >= limits.max_passes:
+            if sim is not None and sim.limits is not None and sim.limits.num_passes >= limits.max_passes:
                 raise CallError("requests", f"the run needs more than {limits.max_passes:,} passes, the most a call "
                                             f"may take (simmodel serve --max-passes)") from None
             raise CallError("requests", f"the run stopped: {exc}") from None
@@ -92,7 +100,7 @@ _usable: dict[Path, tuple[float, str | None]] = {}
 """Per ready scenario, its file's modification time and why a call cannot run it (None: it can)."""
 
 
-def unusable(path: Path, folder: Path = READY_DIR) -> str | None:
+def unusable(path: Path) -> str | None:
     """Why a call cannot run a ready scenario's deployment (it needs its own traffic, a planner or a search), or
     None. Asked of a one-request workload, and kept until the file changes."""
     mtime = path.stat().st_mtime
@@ -101,7 +109,7 @@ def unusable(path: Path, folder: Path = READY_DIR) -> str | None:
         return known[1]
     why = None
     try:
-        data, base_dir = deployment(path.stem, None, folder)
+        data, base_dir = deployment(path, None)
         with tempfile.TemporaryDirectory(prefix="simmodel-probe-") as tmp:
             parse_scenario(with_requests(data, Path(tmp) / "r.csv", [Arrival("probe", 0.0, 1, 1)], None,
                                          ServeLimits()), base_dir)
@@ -113,7 +121,7 @@ def unusable(path: Path, folder: Path = READY_DIR) -> str | None:
 
 def usable_scenarios(folder: Path = READY_DIR) -> dict[str, Path]:
     """The ready scenarios a call can run (``unusable``), by name."""
-    return {name: path for name, path in ready_scenarios(folder).items() if unusable(path, folder) is None}
+    return {name: path for name, path in ready_scenarios(folder).items() if unusable(path) is None}
 
 
 def answer(call: Simulated, arrivals: list[Arrival]) -> dict:
@@ -125,17 +133,4 @@ def answer(call: Simulated, arrivals: list[Arrival]) -> dict:
             "requests": results.request_rows(res.requests, arrivals, call.order, start),
             **results.steps(res.passes, start),
             "scheduler": results.scheduler_of(call.scenario), "assumptions": results.assumptions(call.scenario),
-            "provenance_counts": res.summary.get("provenance_counts", {}), "summary": _jsonable(res.summary)}
-
-
-def _jsonable(value):
-    """The summary as JSON holds it (NaN and infinities as null, numpy scalars as numbers)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    return value
+            "provenance_counts": res.summary.get("provenance_counts", {}), "summary": json_clean(res.summary)}

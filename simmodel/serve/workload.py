@@ -72,22 +72,16 @@ def describe(path: Path) -> dict:
             "backend": engine.get("backend", "vllm"), "mode": engine.get("mode", "aggregated")}
 
 
-def deployment(scenario: str | None, engine: dict | None, folder: Path = READY_DIR) -> tuple[dict, Path]:
-    """The scenario mapping to build on (its traffic replaced later) and the folder its paths are relative to:
-    a ready scenario's, or a bare one around ``engine``. Exactly one of the two selects it."""
-    if (scenario is None) == (engine is None):
-        raise WorkloadError("scenario", "give exactly one deployment: scenario (a ready scenario's name) or engine "
-                                        "(an engine block as in YAML)")
-    if scenario is not None:
-        ready = ready_scenarios(folder)
-        if scenario not in ready:
-            names = ", ".join(ready) or "none found"
-            raise WorkloadError("scenario", f"no ready scenario named {scenario!r} (ready: {names})")
-        path = ready[scenario]
-        data = yaml.safe_load(path.read_text())
+def deployment(ready: Path | None, engine: dict | None) -> tuple[dict, Path]:
+    """The scenario mapping to build on (its traffic replaced later) and the folder its paths are relative to: a
+    ready scenario's file (``run.ready_path``: its planner, evaluation, limits and search left out) or a bare one
+    around an ``engine`` block sent over HTTP (registry ids only, not nested too deep). One of the two is given."""
+    assert (ready is None) != (engine is None)
+    if ready is not None:
+        data = yaml.safe_load(ready.read_text())
         for key in ("planner", "evaluation", "sla", "limits", "optimization", "optimizer"):
             data.pop(key, None)  # (a call's run is its requests alone, on its deployment, under the server's limits)
-        return data, path.parent
+        return data, ready.parent
     _registry_ids_only(engine)
     if _depth(engine) > MAX_DEPTH:
         raise WorkloadError("engine", f"nested deeper than {MAX_DEPTH} levels; an engine block is a few levels deep")
@@ -124,9 +118,8 @@ def _registry_ids_only(engine: dict) -> None:
     for name, role in (workers.items() if isinstance(workers, dict) else ()):
         if isinstance(role, dict):
             places.append((f"engine.workers.{name}.hardware", role.get("hardware")))
-            for key in ("host_profile",):
-                if key in role:
-                    raise WorkloadError(f"engine.workers.{name}.{key}", "names a file; not taken over HTTP")
+            if "host_profile" in role:
+                raise WorkloadError(f"engine.workers.{name}.host_profile", "names a file; not taken over HTTP")
             timing = role.get("timing")
             if isinstance(timing, dict) and "calibration" in timing:
                 raise WorkloadError(f"engine.workers.{name}.timing.calibration", "names a file; not taken over HTTP")
@@ -171,9 +164,6 @@ def check(arrivals: list[Arrival], limits: ServeLimits, context_length: int) -> 
     prompt + output within the context, and the call's totals within the limits."""
     if not arrivals:
         raise WorkloadError("requests", "must hold at least one request")
-    if len(arrivals) > limits.max_requests:
-        raise WorkloadError("requests", f"{len(arrivals)} requests; the server takes at most {limits.max_requests} "
-                                        f"a call")
     total = 0
     for i, a in enumerate(arrivals):
         if not math.isfinite(a.arrival_s) or not 0 <= a.arrival_s <= limits.max_arrival_s:
@@ -184,18 +174,16 @@ def check(arrivals: list[Arrival], limits: ServeLimits, context_length: int) -> 
                                                                 f"tokens exceeds the deployment's context length "
                                                                 f"({context_length})")
         total += a.prompt_tokens + a.output_tokens
-    if total > limits.max_total_tokens:
-        raise WorkloadError("requests", f"{total:,} prompt + output tokens in all; the server takes at most "
-                                        f"{limits.max_total_tokens:,} a call")
+    check_size(len(arrivals), total, limits, "requests", "requests")
 
 
 def with_requests(data: dict, trace: Path, arrivals: list[Arrival], scheduler: dict | None,
                   limits: ServeLimits) -> dict:
     """``data`` serving ``arrivals`` (written to ``trace`` as a CSV of exact lengths, in arrival order), with the
     scheduler overrides applied to every role and the pass limit set."""
-    order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i].arrival_s, i))
     lines = ["arrival_s,input_tokens,output_tokens"]
-    lines += [f"{arrivals[i].arrival_s!r},{arrivals[i].prompt_tokens},{arrivals[i].output_tokens}" for i in order]
+    lines += [f"{arrivals[i].arrival_s!r},{arrivals[i].prompt_tokens},{arrivals[i].output_tokens}"
+              for i in arrival_order(arrivals)]
     trace.write_text("\n".join(lines) + "\n")
     data = copy.deepcopy(data)
     data["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "csv"},

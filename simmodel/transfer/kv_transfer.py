@@ -52,7 +52,6 @@ class KvTransfer:
         self.destination_first = destination_first
         self._expected: dict[Request, tuple[Rank, Callable[[Request], None]]] = {}
         """Destination-first: the decode rank each routed request reserves on, and how to place its leg."""
-        self.bytes_per_token = bytes_per_token
         self.prefill_workers = prefill_workers
         self.route = ROUTES[spec.via](env, spec, bytes_per_token, prefill_workers, decode_workers, store)
         """How the KV moves (``routes``): over the link, or through the prefill role's shared store (``store``)."""

@@ -22,6 +22,7 @@ import simpy
 
 from simmodel.engine.clock import NS_PER_S
 from simmodel.offload.link import HostLink
+from simmodel.offload.storage import storage_queue
 
 if TYPE_CHECKING:
     from simmodel.config.schema import KvTransferSpec, StorageSpec
@@ -94,9 +95,7 @@ class StoreRoute:
         assert store is not None
         self.env, self.bytes_per_token = env, bytes_per_token
         """KV bytes of one token over all of a prefill rank's GPUs."""
-        latency_ns = int(round(store.latency_us * 1e3))
-        self._writer = lambda: HostLink(store.write_gb_per_s * 1e9, latency_ns)
-        self._reader = lambda: HostLink(store.read_gb_per_s * 1e9, latency_ns)
+        self.store = store
         self.writes: dict[Rank, HostLink] = {}
         """Each prefill rank's queue of handoff writes (made as the rank first hands off)."""
         self.reads: dict[Rank, HostLink] = {}
@@ -123,7 +122,7 @@ class StoreRoute:
         and ``written`` is called once the write is over."""
         link = self.writes.get(source)
         if link is None:
-            link = self.writes[source] = self._writer()
+            link = self.writes[source] = storage_queue(self.store.write_gb_per_s, self.store.latency_us)
         size = client.num_prompt_tokens * self.bytes_per_token
         end = link.transfer(self.env.now, size)[1]
         self.bytes_written += size
@@ -136,7 +135,7 @@ class StoreRoute:
         """The decode rank has reserved: it reads ``tokens`` of KV from the store once the write has ended."""
         link = self.reads.get(target)
         if link is None:
-            link = self.reads[target] = self._reader()
+            link = self.reads[target] = storage_queue(self.store.read_gb_per_s, self.store.latency_us)
         at = max(self.env.now, self.written_at.pop(client))
         end = link.transfer(at, tokens * self.bytes_per_token)[1]
         self.bytes_read += tokens * self.bytes_per_token

@@ -154,12 +154,12 @@ _SHARED_PREFIX_LOAD = {"source": {"type": "synthetic", "input_tokens": {"distrib
      {"capacity_gib": 0.05, "read_gb_per_s": 0.2, "write_gb_per_s": 20, "latency_us": 5000}, 2),
 ], ids=["waiting-past-writes", "prefill-interval"])
 def test_runs_that_hold_waiting_requests_end_where_pass_by_pass_would_plan(scheduler, storage, ranks):
-    """``fuzz_host_offload.py --storage --shared`` seeds 4 and 8, which found the rules of a run that goes on past
-    waiting requests (``Run.holds_waiting``): a waiting request's lookup at a plan reads what storage gained since
-    (seed 4: its promotions evicted each other on a small host tier, and a write ended by another worker, or one of
-    the rank's own, changed what the next plan read), so such a run ends at the first pass end after a write ended;
-    and under a prefill schedule interval a waiting request is held back by the interval, not for want of room, so
-    no run goes on past it (seed 8)."""
+    """Cut-down forms of ``fuzz_host_offload.py --storage --shared`` seeds 4 and 8, which found the rules of a run
+    that goes on past waiting requests (``Run.holds_waiting``): a waiting request's lookup at a plan reads what
+    storage gained since (seed 4: its promotions evicted each other on a small host tier, and a write ended by
+    another worker, or one of the rank's own, changed what the next plan read), so such a run ends at the first
+    pass end after a write ended; and under a prefill schedule interval a waiting request is held back by the
+    interval, not for want of room, so no run goes on past it (seed 8). Each case fails without its rule."""
     data = make_scenario(traffic=_SHARED_PREFIX_LOAD, engine={"context_length": 4800, "workers": {"aggregated": {
         "parallelism": {"attention_data": ranks, "replicas": 4 - ranks}, "scheduler": scheduler,
         "kv_cache": {"capacity": {"type": "fixed", "blocks": 300},
