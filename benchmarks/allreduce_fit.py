@@ -1,5 +1,5 @@
-"""Each GPU system's all-reduce under each engine, fitted on the latencies NVIDIA measured under vLLM and SGLang
-(``benchmarks/data/aic_allreduce.csv``, recorded by ``tools/oracles/record_aic_allreduce.py``): the
+"""Each GPU system's all-reduce under each engine, fitted on the latencies NVIDIA measured under vLLM, SGLang and
+TensorRT-LLM (``benchmarks/data/aic_allreduce.csv``, recorded by ``tools/oracles/record_aic_allreduce.py``): the
 ``simmodel.perf.roofline.ALL_REDUCE`` table the default timing prices tensor parallelism's all-reduces with.
 
     python3 benchmarks/allreduce_fit.py       # print the section and the fitted table
@@ -88,8 +88,9 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     w = lines.append
     w("### All-reduce: each GPU system's, by group size")
     w("")
-    w(f"`{path.relative_to(REPO)}`: the BF16 all-reduce latencies AIConfigurator measured under vLLM and SGLang")
-    w("(their custom all-reduces, CUDA graphs) among 2, 4 and 8 GPUs of one node, for messages of 256 B to 1 GiB.")
+    w(f"`{path.relative_to(REPO)}`: the BF16 all-reduce latencies AIConfigurator measured under vLLM, SGLang and")
+    w("TensorRT-LLM (their custom all-reduces, TRT-LLM's AUTO strategy; CUDA graphs) among 2, 4 and 8 GPUs of one")
+    w("node, for messages of 256 B to 1 GiB.")
     w("The default timing prices an all-reduce of M bytes among n GPUs as the engine's custom all-reduce runs it, one-shot")
     w("(one step latency, (n − 1) × M bytes over the link) or two-shot (two steps, 2(n − 1)/n × M bytes),")
     w("whichever is faster, with the step latency and the link fraction of each engine, system and group size")
@@ -121,10 +122,13 @@ def section(path: Path = DATA) -> tuple[list[str], dict]:
     w("")
     w("Other group sizes inside a node take the values interpolated between the measured ones (a group larger")
     w("than the largest measured, the largest's); a group larger than a node goes over the NIC. GB200's tables")
-    w("stop at 4 GPUs (AIC models its node as 4). L40S has no NVLink: its GPUs reduce over PCIe, at 12 % and")
-    w("6 % of the link beyond 2 GPUs, where the custom all-reduces decline (more than two PCIe-only GPUs) and")
+    w("stop at 4 GPUs (AIC models its node as 4). L40S has no NVLink: its GPUs reduce over PCIe, at 12–16 % and")
+    w("5–6 % of the link beyond 2 GPUs, where the custom all-reduces decline (more than two PCIe-only GPUs) and")
     w("NCCL runs: the same form is fitted to that measured curve. SGLang's (0.5.14; A100's rows 0.5.10) takes")
-    w("2.6–3.4 µs a step on Hopper where vLLM's takes 4.2–5.0. Systems not measured (mi300x, every system file)")
+    w("2.6–3.4 µs a step on Hopper where vLLM's takes 4.2–5.0. TRT-LLM's (1.3.0rc20; A100's and L40S's rows 1.0.0)")
+    w("takes 2.7–3.4 µs, but its 8-GPU curves fit worst (median 16 % on Hopper): the fit prices its medium")
+    w("messages (256 KB to 8 MB) up to 47 % short on H100 and its largest (128 MB) 55 % long. Systems not measured")
+    w("(mi300x, every system file)")
     w("take the registry's or the file's link latency as the step latency, and 0.72 of the link.")
     w("")
     return lines, fitted

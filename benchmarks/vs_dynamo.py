@@ -30,7 +30,7 @@ when it installed them, while an editable simmodel checkout, where ``PYTHONDONTW
 would recompile its sources at every start (about 0.1 s). simmodel's commands therefore run with a
 bytecode cache of their own (``PYTHONPYCACHEPREFIX`` in the temporary folder), filled by one untimed run.
 
-    python3 benchmarks/vs_dynamo.py [--rows NAME,...] [--repeat N] [--requests N] [--backend vllm|sglang]
+    python3 benchmarks/vs_dynamo.py [--rows NAME,...] [--repeat N] [--requests N] [--backend vllm|sglang|trtllm]
         [--peers-python PATH] [--mocker-driver dynamo_replay.py]
 """
 
@@ -86,6 +86,9 @@ def worker(backend: str, timing: str, prefix_caching: bool = True, replicas: int
             "timing": {"type": timing}}
     if backend == "vllm":
         role["scheduler"] |= {"max_batched_tokens": 8192, "async_scheduling": False}
+        role["kv_cache"] |= {"block_size": HASH_BLOCK, "prefix_caching": prefix_caching}
+    if backend == "trtllm":  # (the mocker does not cut chunks to whole blocks: chunk_unit 1)
+        role["scheduler"] |= {"max_batched_tokens": 8192, "chunk_unit": 1}
         role["kv_cache"] |= {"block_size": HASH_BLOCK, "prefix_caching": prefix_caching}
     if replicas != 1 or dp != 1:
         role["parallelism"] = {"replicas": replicas, "attention_data": dp}
@@ -191,7 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", help="comma-separated row names to run (default: all; see the module docstring)")
     parser.add_argument("--requests", type=int, default=10_000, help="requests of the issue-7 rows")
-    parser.add_argument("--backend", choices=("vllm", "sglang"), default="vllm", help="of the issue-7 rows")
+    parser.add_argument("--backend", choices=("vllm", "sglang", "trtllm"), default="vllm", help="of the issue-7 rows")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds; each round runs every command once, in turn, and each time reported is the "
                              "best of the rounds (a shared machine's noise only ever adds time)")

@@ -137,3 +137,13 @@ def run_both_ways(data: dict) -> tuple[Results, list[str]]:
     differ = [] if runs.summary.get("kv_offload") == single.summary.get("kv_offload") else ["kv_offload"]
     return runs, differ + [table for table in ("requests", "passes", "events")
                            if not getattr(runs, table).equals(getattr(single, table))]
+
+
+def write_golden_trace(requests: list[dict], path: Path) -> None:
+    """A Mooncake trace of a Dynamo golden's requests (``tools/oracles/record_dynamo_*.py``): arrival, lengths and
+    hash ids, given there as runs ``[[first_id, count], ...]``."""
+    with path.open("w") as f:
+        for r in requests:
+            hashes = [h for start, count in r["hash_runs"] for h in range(start, start + count)]
+            f.write(json.dumps({"timestamp": r["arrival_ms"], "input_length": r["input_tokens"],
+                                "output_length": r["output_tokens"], "hash_ids": hashes}) + "\n")

@@ -19,8 +19,10 @@ from simmodel.config.node import _backend_only, _Node
 from simmodel.config.schedulers import (
     DEFAULT_BATCHED_TOKENS,
     SGLANG_SCHEDULER,
+    TRTLLM_SCHEDULER,
     VLLM_SCHEDULER,
     sglang_scheduler,
+    trtllm_scheduler,
     vllm_scheduler,
 )
 from simmodel.config.schema import (
@@ -204,5 +206,34 @@ class SglangRules(BackendRules):
                                     f"SGLang {name} worker; remove it")
 
 
-BACKEND_RULES: dict[str, BackendRules] = {rules.name: rules for rules in (VllmRules(), SglangRules())}
+class TrtllmRules(BackendRules):
+    """TensorRT-LLM's: its scheduler's knobs, KV in blocks of 32 tokens by default (``tokens_per_block``), and what
+    is not modelled for it yet (host KV tiers, speculative decoding)."""
+
+    name, label, default_block_size = "trtllm", "TensorRT-LLM", 32
+    scheduler_keys = TRTLLM_SCHEDULER
+
+    def scheduler(self, node: _Node, context_length: int, chunked: bool, max_sequences: int,
+                  speculation: SpeculationSpec | None) -> SchedulerSpec:
+        self.refuse_others(node, lambda rules: rules.scheduler_keys)
+        return trtllm_scheduler(node, context_length, chunked, max_sequences)
+
+    def blocks_needed(self, context_length: int, block_size: int) -> int:
+        """TensorRT-LLM allocates whole blocks."""
+        return cdiv(context_length, block_size)
+
+    def check_speculation(self, node: _Node, speculation: SpeculationSpec | None) -> None:
+        if speculation is not None:
+            key = "speculation" if speculation.kind == "ngram" else "nextn"
+            raise ScenarioError(f"{node.at(key)}: speculative decoding is not yet modeled for backend trtllm")
+
+    def check_roles(self, workers: _Node, roles: dict[str, WorkerRole], mode: str) -> None:
+        for name, role in roles.items():
+            if role.kv_cache.host_offload is not None:
+                raise ScenarioError(f"{workers.at(name)}.kv_cache.host_offload: a host KV tier is not yet modeled "
+                                    f"for backend trtllm; remove it, or use backend vllm or sglang")
+        VllmRules.check_roles(self, workers, roles, mode)  # (the same bound on prefix-caching blocks in memory)
+
+
+BACKEND_RULES: dict[str, BackendRules] = {rules.name: rules for rules in (VllmRules(), SglangRules(), TrtllmRules())}
 """The rules of each ``engine.backend`` value (its accepted values, in this order)."""

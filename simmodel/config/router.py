@@ -103,9 +103,9 @@ def _check_pool(node: _Node, spec: RouterSpec, engine: Engine, traffic: Traffic,
     if spec.reads_cache:
         what = "a kv_aware router" if spec.type == "kv_aware" else "the prefix-cache scorer"
         if engine.backend != "vllm":
-            raise ScenarioError(f"{where}: {what} follows vLLM's KV block events; SGLang's radix-cache events are "
-                                f"not modelled yet (route SGLang round_robin, random, least_loaded, or scored "
-                                f"without prefix-cache)")
+            raise ScenarioError(f"{where}: {what} follows vLLM's KV block events; {engine.backend}'s cache events "
+                                f"are not modelled yet (route {engine.backend} workers round_robin, random, "
+                                f"least_loaded, or scored without prefix-cache)")
         if not engine.workers[role].kv_cache.prefix_caching:
             raise ScenarioError(f"{where}: {what} reads the workers' prefix caches, but "
                                 f"engine.workers.{role}.kv_cache.prefix_caching is false")

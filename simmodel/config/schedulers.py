@@ -1,13 +1,14 @@
 """``engine.workers.<role>.scheduler``: the knobs of vLLM's scheduler (token budget, sequence limit, long
-prefill threshold, async scheduling, full-prompt reservation, prefill schedule interval, pass launch) and
-of SGLang's (chunked prefill size, prefill token cap, schedule policy and conservativeness, new-token
-ratio); ``backends`` picks one by ``engine.backend`` and refuses the other's fields.
+prefill threshold, async scheduling, full-prompt reservation, prefill schedule interval, pass launch), of
+SGLang's (chunked prefill size, prefill token cap, schedule policy and conservativeness, new-token ratio) and
+of TensorRT-LLM's (capacity policy, chunk unit); ``backends`` picks one by ``engine.backend`` and refuses the
+others' fields.
 """
 
 from __future__ import annotations
 
 from simmodel.config.node import _Node
-from simmodel.config.schema import LaunchSpec, SchedulerSpec, SglangSchedulerSpec, SpeculationSpec
+from simmodel.config.schema import LaunchSpec, SchedulerSpec, SglangSchedulerSpec, SpeculationSpec, TrtllmSchedulerSpec
 from simmodel.errors import ScenarioError
 
 SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_policy", "schedule_conservativeness",
@@ -17,6 +18,10 @@ SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_poli
 VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl", "prefill_schedule_interval",
                   "launch")
 """The ``scheduler`` fields only vLLM reads."""
+TRTLLM_SCHEDULER = ("capacity_policy", "chunk_unit")
+"""The ``scheduler`` fields only TensorRT-LLM reads."""
+CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization", "static_batch")
+"""TensorRT-LLM's ``CapacitySchedulerPolicy`` values (``simmodel.engine.scheduler.trtllm.CAPACITY_POLICIES``)."""
 DEFAULT_BATCHED_TOKENS = SchedulerSpec().max_batched_tokens
 """``max_batched_tokens`` when unset (vLLM's ``max_num_batched_tokens`` as simmodel defaults it; SGLang's
 host loop takes it as its chunked prefill size)."""
@@ -28,6 +33,22 @@ def sglang_scheduler(node: _Node, max_sequences: int) -> SchedulerSpec:
                          max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
                          sglang=_sglang_knobs(node))
     node.done()
+    return spec
+
+
+def trtllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int) -> SchedulerSpec:
+    """TensorRT-LLM's scheduler: ``max_batched_tokens`` is its ``max_num_tokens``, ``max_sequences`` its
+    ``max_batch_size``; planned synchronously (its overlap scheduler is not modelled)."""
+    spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
+                         max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
+                         trtllm=TrtllmSchedulerSpec(
+                             capacity_policy=node.choice("capacity_policy", CAPACITY_POLICIES, "guaranteed_no_evict"),
+                             chunk_unit=node.int("chunk_unit", None)))
+    node.done()
+    if not chunked and spec.max_batched_tokens < context_length:
+        raise ScenarioError(f"{node.at('max_batched_tokens')}: with enable_chunked_prefill false (TensorRT-LLM's "
+                            f"enable_chunked_context) a whole prompt must fit one pass, so it must be >= "
+                            f"context_length ({context_length}); got {spec.max_batched_tokens}")
     return spec
 
 

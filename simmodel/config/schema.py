@@ -226,6 +226,17 @@ class SglangSchedulerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class TrtllmSchedulerSpec:
+    """TensorRT-LLM's own scheduler knobs (``backend: trtllm``): its ``SchedulerConfig``'s capacity policy and the
+    unit a truncated context chunk is cut to."""
+
+    capacity_policy: str = "guaranteed_no_evict"
+    """``guaranteed_no_evict``, ``max_utilization`` or ``static_batch`` (``engine.scheduler.trtllm``)."""
+    chunk_unit: int | None = None
+    """Tokens a truncated context chunk is a whole number of; None: the KV block size, as TensorRT-LLM cuts it."""
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSpec:
     max_batched_tokens: int = 8192
     max_sequences: int = 256
@@ -236,6 +247,8 @@ class SchedulerSpec:
     launch: LaunchSpec | None = None
     sglang: SglangSchedulerSpec | None = None
     """``backend: sglang`` only."""
+    trtllm: TrtllmSchedulerSpec | None = None
+    """``backend: trtllm`` only."""
 
 
 @dataclass(frozen=True, slots=True)

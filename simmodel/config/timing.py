@@ -19,28 +19,29 @@ from simmodel.config.calibration import (
 from simmodel.config.node import _Node, _show
 from simmodel.config.schema import TimingSpec
 from simmodel.errors import ScenarioError
-from simmodel.perf.roofline import ACHIEVED, REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
+from simmodel.perf.roofline import ACHIEVED, ENGINE_KERNELS, REQUEST_OVERHEAD_MS, Efficiency, HostOverhead
 from simmodel.perf.timings import TIMINGS
 
 
-def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = None) -> TimingSpec:
+def _timing(node: _Node, base_dir: Path | None = None, system_id: str | None = None,
+            backend: str = "vllm") -> TimingSpec:
     """The role's timing; the default one starts from the fractions of its GPU's peaks that its kernels were
     measured to reach (``ACHIEVED``, by ``system_id``: given for the registry's own systems only, never for a
-    system file), else the H100-fitted ``Efficiency``; its link fraction, unset, is the GPU system's measured
-    all-reduce's (``roofline.collective``)."""
+    system file), else the H100-fitted ``Efficiency``, and ``HostOverhead``'s fixed times (both the engine's own
+    where its kernels were fitted apart: ``ENGINE_KERNELS``); its link fraction, unset, is the GPU system's
+    measured all-reduce's (``roofline.collective``)."""
     kind = node.choice("type", tuple(TIMINGS), "default")
     if kind == "fixed":
         spec = TimingSpec(kind, prefill_ms=node.number("prefill_ms"), decode_ms=node.number("decode_ms"))
     elif kind == "default":
         host = node.node("host_overhead_ms")
-        base = HostOverhead()
+        eff, base = ENGINE_KERNELS.get(backend, (Efficiency(), HostOverhead()))
         overhead = HostOverhead(host.number("prefill", base.prefill_ms), host.number("decode", base.decode_ms),
                                 host.number("mixed", base.mixed_ms), node.number("per_layer_us", base.per_layer_us),
                                 node.number("collective_latency_us", None, maximum=1000.0),
                                 node.number("moe_layer_us", base.moe_layer_us, maximum=1000.0),
                                 node.number("block_fp8_gemm_us", base.block_fp8_gemm_us, maximum=1000.0))
         host.done()
-        eff = Efficiency()
         if system_id in ACHIEVED:
             eff = replace(eff, **dict(zip(("compute", "memory"), ACHIEVED[system_id], strict=True)))
         efficiency = Efficiency(_fraction(node, "compute_efficiency", eff.compute),

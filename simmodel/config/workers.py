@@ -138,7 +138,13 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
-    timing = _timing(node.node("timing"), base_dir, hardware.system_id if hardware.registry else None)
+    trt = scheduler.trtllm
+    unit = None if trt is None else (kv_cache.block_size if trt.chunk_unit is None else trt.chunk_unit)
+    if unit is not None and chunked and scheduler.max_batched_tokens < unit:
+        raise ScenarioError(f"{node.at('scheduler.max_batched_tokens')}: TensorRT-LLM cuts a prompt chunk to whole "
+                            f"units of {unit} tokens (scheduler.chunk_unit, else kv_cache.block_size), so a pass must "
+                            f"hold one; got {scheduler.max_batched_tokens}")
+    timing = _timing(node.node("timing"), base_dir, hardware.system_id if hardware.registry else None, backend)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:
         raise ScenarioError(f"{node.at('parallelism.prefill_context')}: prefill context parallelism is not "

@@ -187,6 +187,12 @@ class PrefixCachingBlockPool:
                 self.free_queue.remove(b)
             self.ref_cnt[b] += 1
 
+    def take_hits(self, request, hits: list[int]) -> None:
+        """A request starting from its cached prefix (``find_hits``' blocks) holds those blocks from now."""
+        self.touch(hits)
+        request.block_ids = list(hits)
+        request.num_blocks = request.num_cached_blocks = len(hits)
+
     def allocate_ids(self, num_blocks: int) -> list[int]:
         queue = self.free_queue
         if num_blocks > queue.size:
@@ -292,6 +298,26 @@ class PrefixCachingBlockPool:
             queue.extend(last)
         request.block_ids = []
         request.num_cached_blocks = 0
+        request.num_blocks = 0
+
+
+def take_blocks(pool: BlockPool | PrefixCachingBlockPool, request, num_blocks: int) -> None:
+    """Give the request ``num_blocks`` more blocks of ``pool``: ids taken from its free queue with prefix caching,
+    else counted."""
+    if pool.caching:
+        request.block_ids.extend(pool.allocate_ids(num_blocks))
+        request.num_blocks = len(request.block_ids)
+    else:
+        pool.allocate(num_blocks)
+        request.num_blocks += num_blocks
+
+
+def free_blocks(pool: BlockPool | PrefixCachingBlockPool, request) -> None:
+    """Return every block the request holds to ``pool`` (it finished, was preempted or handed off)."""
+    if pool.caching:
+        pool.free_request(request)
+    else:
+        pool.free(request.num_blocks)
         request.num_blocks = 0
 
 

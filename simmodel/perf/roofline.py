@@ -111,6 +111,14 @@ ALL_REDUCE: dict[str, dict[str, dict[int, tuple[float, float]]]] = {
         "h200_sxm": {2: (2.6, 0.66), 4: (2.8, 0.72), 8: (3.4, 0.67)},
         "l40s": {2: (5.4, 0.59), 4: (7.7, 0.12), 8: (11.0, 0.06)},
     },
+    "trtllm": {
+        "a100_sxm": {2: (4.5, 0.48), 4: (5.4, 0.57), 8: (7.2, 0.51)},
+        "b200_sxm": {2: (4.8, 0.53), 4: (5.0, 0.59), 8: (5.5, 0.47)},
+        "gb200": {2: (4.1, 0.52), 4: (4.7, 0.58)},
+        "h100_sxm": {2: (2.8, 0.60), 4: (3.1, 0.64), 8: (3.4, 0.59)},
+        "h200_sxm": {2: (2.7, 0.62), 4: (3.0, 0.65), 8: (3.4, 0.59)},
+        "l40s": {2: (7.9, 0.60), 4: (10.2, 0.16), 8: (11.1, 0.05)},
+    },
 }
 """Per engine (``engine.backend``), GPU system and group size inside a node: (step latency in µs, fraction of
 the link's per-direction bandwidth) of the engine's custom all-reduce, one-shot or two-shot
@@ -119,7 +127,10 @@ graphs) for AIConfigurator (``benchmarks/data/aic_allreduce.csv``, ``benchmarks/
 messages of 4 KB to 128 MB: vLLM on H100, median error 4.5 %, 3.2 % and 2.2 % at 2, 4 and 8 GPUs, where
 one latency (5 µs), a ring's bytes and one fraction (0.72) for every size were 14 %, 10 % and 10 % off,
 and up to 41 % short on the medium messages of decode passes. No single fraction fits L40S (PCIe, no
-NVLink): vLLM's reaches 0.60 of its link at 2 GPUs, 0.06 at 8."""
+NVLink): vLLM's reaches 0.60 of its link at 2 GPUs, 0.06 at 8. TensorRT-LLM's come from the same kind of
+tables: its ``AllReduce`` with the default AUTO strategy, in CUDA graphs, of TRT-LLM 1.3.0rc20 (A100's and
+L40S's rows 1.0.0); on H100 median error 3.4 %, 6.8 % and 15.9 % at 2, 4 and 8 GPUs, the 8-GPU fit up to
+47 % short on 256 KB–8 MB messages and 55 % long at 128 MB: no one latency and fraction follow that curve."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +158,20 @@ class HostOverhead:
     block_fp8_gemm_us: float = 19.7
     """Fixed GPU time each block-scaled FP8 GEMM adds to a pass (the per-group quantization of its
     activations and the kernel's floor): only checkpoints with block scales (DeepSeek-V3)."""
+
+
+ENGINE_KERNELS: dict[str, tuple[Efficiency, HostOverhead]] = {
+    "trtllm": (Efficiency(compute=0.75, memory=0.83),
+               HostOverhead(prefill_ms=1.30, decode_ms=0.0, mixed_ms=1.30, per_layer_us=35.9)),
+}
+"""Per engine (``engine.backend``) whose kernels AIConfigurator measured apart, the default timing's efficiencies
+and fixed GPU time per pass and layer in place of ``Efficiency()`` and ``HostOverhead()`` (fitted on its vLLM
+kernels; SGLang's share them). TensorRT-LLM's: fitted the same way on AIConfigurator's TensorRT-LLM 1.3.0rc20
+kernel tables of the same H100 grid points (``benchmarks/trtllm_fit.py`` on ``benchmarks/data/aic_grid_trtllm.csv``:
+median error 2.3 % on the fit points, 3.1 % held out, against 3.4 % and 5.3 % with vLLM's constants, which run
+about 5 % fast on TensorRT-LLM's slightly slower kernels); the decode constant fitted to its floor, 0, the
+per-layer term taking it. A GPU system's ``ACHIEVED`` fractions still replace the efficiencies (fitted on vLLM's
+kernels of that GPU: no TensorRT-LLM grid was fitted there); ``mixed_ms`` is ``prefill_ms``, as for vLLM."""
 
 
 REQUEST_OVERHEAD_MS = 8.2
@@ -201,7 +226,7 @@ def all_reduce_seconds(message_bytes, group: int, bandwidth: float, latency_s: f
     """Seconds of one all-reduce of ``message_bytes`` (a number or an array) among ``group`` GPUs, whose link
     carries ``bandwidth`` bytes/s per GPU and direction and takes ``latency_s`` a step.
 
-    Inside a node, the engine's custom all-reduce (vLLM's, SGLang's): one-shot (one step, each GPU reads the other n − 1 GPUs' whole
+    Inside a node, the engine's custom all-reduce (vLLM's, SGLang's, TRT-LLM's): one-shot (one step, each GPU reads the other n − 1 GPUs' whole
     buffers: (n − 1) × M bytes) for small messages, two-shot (a reduce-scatter and an all-gather, two steps,
     2(n − 1)/n × M bytes) for large ones, switching where two-shot gets faster: the faster of the two. Among
     2 GPUs both move M bytes, so one-shot always. Over the NIC, a ring's bytes, 2(n − 1)/n × M, and one

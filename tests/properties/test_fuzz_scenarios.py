@@ -21,7 +21,8 @@ BASES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted(SCENARIOS.glob("*
 VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.integers(-(2**70), 2**70),
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["", "auto", "x", "1e5", "sglang", "vllm",
-                                                                        "tp", "dp", "lpm", "fixed", "default"]),
+                                                                        "trtllm", "static_batch", "tp", "dp", "lpm",
+                                                                        "fixed", "default"]),
     st.lists(st.integers(-2, 5), max_size=3), st.dictionaries(st.sampled_from(["a", "type", "blocks"]),
                                                                st.integers(-1, 3), max_size=2),
 )

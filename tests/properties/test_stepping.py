@@ -20,8 +20,9 @@ from simmodel.config.load import parse_scenario
 from simmodel.engine.request import Request
 from simmodel.metrics.records import EventKind
 
-DEPLOYMENTS = ("one worker, sync", "one worker, async", "replicas 2", "attention_data 2", "disaggregated", "sglang")
-SEEDS = range(24)  # four of each deployment
+DEPLOYMENTS = ("one worker, sync", "one worker, async", "replicas 2", "attention_data 2", "disaggregated", "sglang",
+               "trtllm")
+SEEDS = range(28)  # four of each deployment
 
 REFERENCES = ("client", "prefill_leg")
 """Request fields that hold another request: compared by its id."""
@@ -49,6 +50,19 @@ def random_scenario(seed: int) -> dict:
     if deployment == "sglang":
         data = make_sglang_scenario(traffic=traffic, engine={"seed": seed, "context_length": context})
         data["engine"]["workers"]["aggregated"]["kv_cache"]["capacity"]["blocks"] = int(rng.integers(context, 8 * context))
+        data["traffic"]["source"] = source
+        return data
+
+    if deployment == "trtllm":  # each capacity policy, block reuse off and on, a chunk unit of 16 or 1
+        data = make_scenario(traffic=traffic, engine={"seed": seed, "context_length": context, "backend": "trtllm"})
+        blocks = -(-context // 16)
+        data["engine"]["workers"]["aggregated"] = {
+            "scheduler": {"max_sequences": int(rng.integers(2, 16)), "chunk_unit": int(rng.choice([1, 16])),
+                          "capacity_policy": str(rng.choice(["guaranteed_no_evict", "max_utilization",
+                                                             "static_batch"]))},
+            "kv_cache": {"block_size": 16, "prefix_caching": bool(rng.random() < 0.5),
+                         "capacity": {"type": "fixed", "blocks": int(rng.integers(blocks, 6 * blocks))}},
+            "timing": timing}
         data["traffic"]["source"] = source
         return data
 

@@ -26,34 +26,39 @@ from pathlib import Path
 import pytest
 from factories import make_scenario, run_scenario, write_csv_trace
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "dynamo_disagg"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDENS = {"vllm": GOLDEN / "dynamo_disagg", "trtllm": GOLDEN / "dynamo_disagg_trtllm"}
+"""Per backend, its goldens (``record_dynamo_disagg.py --backend``): the same streams and settings under the
+mocker's vLLM and TRT-LLM schedulers."""
 PARITY = ("paced_overlap", "paced_osl_mix", "paced_slow_link", "paced_long_outputs", "paced_chunked", "sparse_long")
 
 
 def golden_runs():
-    for path in sorted(GOLDEN / f"{name}.json" for name in PARITY):
-        data = json.loads(path.read_text())
-        for run in data["runs"]:
-            yield pytest.param(data, run, id=f"{path.stem}-{run['topology']}")
+    for backend, folder in GOLDENS.items():
+        for path in sorted(folder / f"{name}.json" for name in PARITY):
+            data = json.loads(path.read_text())
+            for run in data["runs"]:
+                yield pytest.param(backend, data, run, id=f"{backend}-{path.stem}-{run['topology']}")
 
 
-def scenario_for(data: dict, run: dict, tmp_path: Path) -> dict:
+def scenario_for(data: dict, run: dict, tmp_path: Path, backend: str = "vllm") -> dict:
     cfg = data["config"]
     rows = [(r["arrival_ms"] / 1000, r["input_tokens"], r["output_tokens"]) for r in data["requests"]]
     trace = write_csv_trace(tmp_path / "trace.csv", rows)
     role = {
         "timing": {"type": "fixed", "prefill_ms": cfg["timing"]["prefill_ms"], "decode_ms": cfg["timing"]["decode_ms"]},
         "kv_cache": {"block_size": cfg["block_size"], "capacity": {"type": "fixed", "blocks": cfg["num_gpu_blocks"]}},
-        # the mocker's engine is synchronous: an arrival at a pass end joins the next pass
+        # the mocker's engine is synchronous: an arrival at a pass end joins the next pass; its TRT-LLM policy
+        # does not cut a chunk to whole blocks
         "scheduler": {"max_sequences": cfg["max_num_seqs"], "max_batched_tokens": cfg["max_num_batched_tokens"],
-                      "async_scheduling": False},
+                      **({"async_scheduling": False} if backend == "vllm" else {"chunk_unit": 1})},
     }
     transfer = cfg["kv_transfer"]
     scenario = make_scenario()
     scenario["traffic"] = {"source": {"type": "trace", "path": str(trace), "format": "csv"},
                            "load": {"type": "trace_timestamps"}}
     scenario["engine"].update({
-        "mode": "disaggregated", "context_length": 32768,
+        "mode": "disaggregated", "context_length": 32768, "backend": backend,
         "kv_transfer": {"bandwidth_gb_per_second": transfer["bandwidth_gb_per_second"],
                         "bytes_per_token": transfer["bytes_per_token"]},
         "workers": {"prefill": {**role, "parallelism": {"replicas": run["num_prefill_workers"]}},
@@ -62,10 +67,10 @@ def scenario_for(data: dict, run: dict, tmp_path: Path) -> dict:
     return scenario
 
 
-@pytest.mark.parametrize("data, run", list(golden_runs()))
-def test_ttft_and_e2e_match_dynamo(data, run, tmp_path):
+@pytest.mark.parametrize("backend, data, run", list(golden_runs()))
+def test_ttft_and_e2e_match_dynamo(backend, data, run, tmp_path):
     """Every request of 1P1D, 2P1D, 1P2D and 2P2D: TTFT and E2E equal within 1e-6 s (1e-3 ms)."""
-    res = run_scenario(scenario_for(data, run, tmp_path))
+    res = run_scenario(scenario_for(data, run, tmp_path, backend))
     rows = [dict(zip(run["fields"], row)) for row in run["results"]]
     expected = {r["id"]: r for r in rows}
     got = res.requests.set_index("request_id")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from factories import write_golden_trace
 
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "unit"))
@@ -39,11 +40,7 @@ def _runs():
 
 def scenario_for(golden: dict, run: dict, trace_path: Path) -> dict:
     """The scenario mapping of one golden run (the trace is written to ``trace_path``)."""
-    with trace_path.open("w") as f:
-        for r in golden["requests"]:
-            hashes = [h for start, count in r["hash_runs"] for h in range(start, start + count)]
-            f.write(json.dumps({"timestamp": r["arrival_ms"], "input_length": r["input_tokens"],
-                                "output_length": r["output_tokens"], "hash_ids": hashes}) + "\n")
+    write_golden_trace(golden["requests"], trace_path)
     eng = run["engine_args"]["engine"]
     sg = eng["sglang"]
     scheduler = {"max_sequences": eng["max_num_seqs"], "chunked_prefill_size": sg["chunked_prefill_size"],

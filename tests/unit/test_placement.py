@@ -6,6 +6,7 @@ import pytest
 
 from simmodel.engine.backends import BACKENDS
 from simmodel.engine.backends.sglang import SglangBackend
+from simmodel.engine.backends.trtllm import TrtllmBackend
 from simmodel.engine.backends.vllm import VllmBackend
 from simmodel.engine.placement import ArrivalRoutes, RoundRobin, prefill_leg
 from simmodel.engine.request import Request
@@ -65,8 +66,10 @@ def test_a_prefill_leg_is_a_one_token_bootstrap_of_its_client():
 
 
 def test_the_backend_table_names_each_engine():
-    assert BACKENDS == {"vllm": VllmBackend, "sglang": SglangBackend}
-    # vLLM's NIXL connector reserves on the decode side at the transfer's start; SGLang before the prefill.
-    assert not VllmBackend.destination_first and SglangBackend.destination_first
-    # Only vLLM's arrivals go straight to the scheduler (SGLang's may pass frontend stages first).
-    assert VllmBackend.routes_ahead and not SglangBackend.routes_ahead
+    assert BACKENDS == {"vllm": VllmBackend, "sglang": SglangBackend, "trtllm": TrtllmBackend}
+    # vLLM's NIXL connector and TensorRT-LLM's generation side reserve on the decode side at the transfer's start;
+    # SGLang before the prefill.
+    assert not VllmBackend.destination_first and not TrtllmBackend.destination_first
+    assert SglangBackend.destination_first
+    # vLLM's and TensorRT-LLM's arrivals go straight to the scheduler (SGLang's may pass frontend stages first).
+    assert VllmBackend.routes_ahead and TrtllmBackend.routes_ahead and not SglangBackend.routes_ahead

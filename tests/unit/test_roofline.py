@@ -139,11 +139,12 @@ def test_a_decode_pass_pays_the_measured_all_reduce_of_its_tensor_parallel_group
 
 def test_the_all_reduce_table_is_the_fit_on_the_measured_latencies():
     """ALL_REDUCE equals what benchmarks/allreduce_fit.py fitted on benchmarks/data/aic_allreduce.csv (its
-    JSON), so the code's constants are the fitted ones, for both engines."""
+    JSON), so the code's constants are the fitted ones, for every engine the CSV records: vLLM, SGLang and
+    TensorRT-LLM."""
     fitted = json.loads((REPO / "benchmarks" / "data" / "aic_allreduce_fit.json").read_text())
     assert {e: {s: {int(n): tuple(v) for n, v in t.items()} for s, t in systems.items()}
             for e, systems in fitted.items()} == ALL_REDUCE
-    assert set(ALL_REDUCE) == {"vllm", "sglang"}
+    assert set(ALL_REDUCE) == {"vllm", "sglang", "trtllm"}
 
 
 def test_every_backend_a_scenario_can_name_has_a_measured_all_reduce():
@@ -170,6 +171,19 @@ def test_an_sglang_worker_prices_its_all_reduces_with_sglangs_measured_figures()
     timing = RooflineTiming(Deployment(llama, h100, tensor=4), engine="sglang")
     comm = timing.breakdown(make_batch([[(1, 500, True, True)] * 32]))["communication"][0]
     assert comm == pytest.approx(1.258496e-3, rel=1e-5)
+
+
+def test_a_trtllm_worker_prices_its_all_reduces_with_trtllms_measured_figures():
+    """TensorRT-LLM's all-reduce on H100 among 4 GPUs: a 3.1 µs step and 0.64 of 450 GB/s = 288 GB/s.
+    Llama-3.1-70B at TP 4, 32 decodes: 160 all-reduces of 524,288 B, one-shot 3.1 + 3 · 524,288 / 288e9 =
+    3.1 + 5.461333 = 8.561333 µs (two-shot 6.2 + 1.5 · 524,288 / 288e9 = 6.2 + 2.730667 = 8.930667), 160 of
+    them 1.369813 ms."""
+    h100 = HARDWARE["h100_sxm"]
+    assert collective(h100, Efficiency(), 4, engine="trtllm") == pytest.approx((288e9, 3.1e-6))
+    llama = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
+    timing = RooflineTiming(Deployment(llama, h100, tensor=4), engine="trtllm")
+    comm = timing.breakdown(make_batch([[(1, 500, True, True)] * 32]))["communication"][0]
+    assert comm == pytest.approx(1.369813e-3, rel=1e-5)
 
 
 def test_intermediate_prefill_chunk_pays_no_lm_head_or_sampler():

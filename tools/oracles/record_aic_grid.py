@@ -9,6 +9,8 @@ Regenerate (from the repo root, /work/main), with a Python that has ``aiconfigur
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --grid moe   # writes benchmarks/data/aic_grid_moe.csv
     /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --systems a100_sxm,l40s,b200_sxm,gb200 \
         --out benchmarks/data/aic_grid_gpus.csv                          # the dense grid on the other GPUs
+    /work/venv-aic/bin/python tools/oracles/record_aic_grid.py --backend trtllm
+                                                         # writes benchmarks/data/aic_grid_trtllm.csv
 
 (/work/venv-aic was made as ../shared/oracles/install_peers.sh makes its AIC venv: ``python3 -m venv``,
 then ``pip install`` of the two 0.12.0 wheels, aiconfigurator_core-0.12.0-cp311-abi3-manylinux_2_28_x86_64.whl
@@ -55,6 +57,22 @@ On gb200, AIC's custom all-reduce table (and its NCCL table) holds 2 and 4 GPUs 
 "node" as 4 GPUs); at tp 8 AIC silently scales the 4-GPU curve by the ring factor (7/8)/(3/4) and still
 reports it as silicon, so those points are kept as skipped rows (``aic-extrapolated``, below).
 
+TensorRT-LLM (``--backend trtllm``, benchmarks/data/aic_grid_trtllm.csv, the fifth command; about 15 seconds,
+deterministic too, dense grid only: ``--grid moe`` stays vLLM's): the same points, systems and columns, queried
+the same way (SDK session cross-checked against ``EngineHandle`` compiled for ``trtllm``; every priced point
+has ``last_provenance()`` None), with AIC's backend ``trtllm`` at its "current" database slot
+(``get_latest_database_version``), 1.3.0rc20 on both h100_sxm and h200_sxm (``aic_version``
+aic0.12.0/trtllm1.3.0rc20). AIC composes the same operator list as for vLLM (embedding, add+norm, QKV GEMM,
+attention, projection GEMM, gate/up GEMM, activation, down GEMM, LM head, two all-reduces a layer): the GEMMs,
+context/generation attention and the all-reduce come from the TRT-LLM 1.3.0rc20 silicon tables (the
+all-reduce: TRT-LLM's ``AllReduce`` with the AUTO strategy, measured at 2, 4 and 8 GPUs on both systems,
+so no point is ``aic-extrapolated``; version directories such as 1.3.0rc20 order as rc releases before
+1.3.0), the norms, activation and embedding from the same empirical formulas as vLLM's (identical
+milliseconds). AIC's memory estimate is the same as for vLLM here, so the same 177 points are ``aic-oom``
+with the same reasons (among them every Llama-3.1-70B point at tp 1 on h100_sxm); there is no
+``aic-error``. AIC's TRT-LLM static step has no host/scheduler term either. Relative to aic_grid.csv,
+point by point: prefill median 1.04× (10th–90th percentile 0.98–1.11×), decode 1.02× (0.96–1.09×).
+
 Points AIC flags are kept as rows with an empty ``aic_ms`` and a ``skip_reason``:
 ``aic-oom: <total> GiB >= <capacity> GiB`` when AIC's memory estimate for the point (weights +
 activations + KV for batch × (ISL + OSL) + NCCL + AIC's 3.5 GiB "others") reaches the GPU's memory
@@ -71,7 +89,7 @@ tp GPUs, so AIC's number is not measured data; the reason quotes the number AIC 
     context_or_isl  prefill: prompt tokens; decode: tokens already in KV per sequence
     aic_ms          AIC latency of the pass, ms (empty when skipped)
     aic_version     aiconfigurator-core version / backend database version, e.g. aic0.12.0/vllm0.24.0
-                    (aic0.12.0/vllm0.14.0 on a100_sxm)
+                    (aic0.12.0/vllm0.14.0 on a100_sxm; aic0.12.0/trtllm1.3.0rc20 in aic_grid_trtllm.csv)
     skip_reason     empty, or why AIC gave no usable number
 
 ``--grid moe`` (benchmarks/data/aic_grid_moe.csv): the same prefill ISLs, decode batches and contexts,
@@ -113,6 +131,7 @@ import csv
 import io
 import logging
 import math
+import re
 import sys
 from importlib.metadata import version as pkg_version
 from pathlib import Path
@@ -120,8 +139,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "benchmarks" / "data" / "aic_grid.csv"
 MOE_OUT = REPO / "benchmarks" / "data" / "aic_grid_moe.csv"
+TRTLLM_OUT = REPO / "benchmarks" / "data" / "aic_grid_trtllm.csv"
 
 BACKEND = "vllm"
+BACKENDS = ("vllm", "trtllm")  # --backend: the dense grid's AIC backend (the MoE grid is vLLM's only)
 SYSTEMS = ("h100_sxm", "h200_sxm")
 # (our registry id, AIC's bundled model id, tensor-parallel sizes)
 MODELS = (
@@ -155,7 +176,7 @@ class Config:
     records them in ``weight_dtype`` / ``kv_dtype``."""
 
     def __init__(self, aic_model: str, system: str, tp: int, moe_tp: int = 1, moe_ep: int = 1,
-                 kv_dtype: str | None = None, moe: bool = False) -> None:
+                 kv_dtype: str | None = None, moe: bool = False, backend: str = BACKEND) -> None:
         from aiconfigurator.sdk.backends.factory import get_backend
         from aiconfigurator.sdk.config_builders import build_model_config
         from aiconfigurator.sdk.inference_session import InferenceSession
@@ -164,14 +185,14 @@ class Config:
         from aiconfigurator_core.sdk.engine import EngineHandle
 
         # Exactly what cli_estimate resolves for backend_version=None (the "current" slot), BF16.
-        self.db_version = get_latest_database_version(system=system, backend=BACKEND)
-        database = get_database_view(system, BACKEND, self.db_version, allow_missing_data=True,
+        self.db_version = get_latest_database_version(system=system, backend=backend)
+        database = get_database_view(system, backend, self.db_version, allow_missing_data=True,
                                      database_mode=None, transfer_policy=None)
         model_config = build_model_config(
             tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=moe_tp, moe_ep_size=moe_ep,
             gemm_quant_mode=None, kvcache_quant_mode=kv_dtype, fmha_quant_mode=None, moe_quant_mode=None,
             comm_quant_mode=None)
-        model = get_model(aic_model, model_config, BACKEND)  # infers the quant modes from the model config
+        model = get_model(aic_model, model_config, backend)  # infers the quant modes from the model config
         quant = {field: getattr(getattr(model_config, field), "name", None)
                  for field in ("gemm_quant_mode", "kvcache_quant_mode", "fmha_quant_mode", "moe_quant_mode")}
         expect = {"fmha_quant_mode": "bfloat16"} if moe else dict.fromkeys(
@@ -186,10 +207,10 @@ class Config:
         self.weight_dtype, self.kv_dtype = quant["gemm_quant_mode"], quant["kvcache_quant_mode"]
         self.moe = moe
         self.allreduce_gpus = _allreduce_gpus(Path(database.systems_root) / database.system_spec["data_dir"],
-                                              self.db_version)
-        self.session = InferenceSession(model, database, get_backend(BACKEND))
+                                              self.db_version, backend)
+        self.session = InferenceSession(model, database, get_backend(backend))
         layout = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep, "kvcache_quant_mode": kv_dtype} if moe else {}
-        self.handle = EngineHandle.compile(aic_model, system, BACKEND, tp_size=tp, backend_version=self.db_version,
+        self.handle = EngineHandle.compile(aic_model, system, backend, tp_size=tp, backend_version=self.db_version,
                                            **layout)
 
     def _run(self, mode: str, batch: int, isl: int) -> tuple[float | None, str]:
@@ -231,20 +252,24 @@ class Config:
 
 
 def _version_key(version: str) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(part) for part in version.split("."))
-    except ValueError:
+    """A database version directory's order (1.3.0rc10 < 1.3.0rc20 < 1.3.0 < 1.3.0.post1 < 1.3.1), None for a
+    name that is not a version."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:rc(\d+)|\.post(\d+))?", version)
+    if match is None:
         return None
+    major, minor, patch, rc, post = match.groups()
+    stage = (0, int(rc)) if rc is not None else (2, int(post)) if post is not None else (1, 0)
+    return (int(major), int(minor), int(patch), *stage)
 
 
-def _allreduce_gpus(data_dir: Path, db_version: str) -> frozenset[int]:
-    """GPU counts in the system's vLLM custom all-reduce table at ``db_version`` or the older version
+def _allreduce_gpus(data_dir: Path, db_version: str, backend: str = BACKEND) -> frozenset[int]:
+    """GPU counts in the system's custom all-reduce table of ``backend`` at ``db_version`` or the older version
     directories AIC backward-fills it from (AIC prices other counts by scaling a measured curve)."""
     import pandas as pd
 
     top = _version_key(db_version)
     gpus: set[int] = set()
-    for table in data_dir.glob(f"**/{BACKEND}/*/custom_allreduce_perf.parquet"):
+    for table in data_dir.glob(f"**/{backend}/*/custom_allreduce_perf.parquet"):
         key = _version_key(table.parent.name)
         if key is not None and top is not None and key <= top:
             gpus.update(int(n) for n in pd.read_parquet(table, columns=["num_gpus"])["num_gpus"])
@@ -263,20 +288,20 @@ def grid_passes(cfg: Config) -> list[tuple]:
                      for context in DECODE_CONTEXT for batch in DECODE_BATCH]
 
 
-def record(systems: tuple[str, ...]) -> tuple[list[dict], str]:
+def record(systems: tuple[str, ...], backend: str = BACKEND) -> tuple[list[dict], str]:
     aic = pkg_version("aiconfigurator-core")
     rows = []
     for ours, aic_model, tps in MODELS:
         for system in systems:
             for tp in tps:
-                cfg = Config(aic_model, system, tp)
-                tag = f"aic{aic}/{BACKEND}{cfg.db_version}"
+                cfg = Config(aic_model, system, tp, backend=backend)
+                tag = f"aic{aic}/{backend}{cfg.db_version}"
                 base = {"model": ours, "system": system, "tp": tp, "aic_version": tag}
                 passes = grid_passes(cfg)
                 measured = tp == 1 or tp in cfg.allreduce_gpus
                 for kind, batch, context, ms, why in passes:
                     if ms is not None and not measured:
-                        ms, why = None, (f"aic-extrapolated: {system} {BACKEND} custom all-reduce measured at "
+                        ms, why = None, (f"aic-extrapolated: {system} {backend} custom all-reduce measured at "
                                          f"{'/'.join(map(str, sorted(cfg.allreduce_gpus)))} GPUs only; "
                                          f"AIC gave {ms:.6g} ms")
                     rows.append({**base, "kind": kind, "batch": batch, "context_or_isl": context, "aic_ms": ms,
@@ -322,13 +347,18 @@ def main(argv=None) -> int:
                    help="dense: benchmarks/data/aic_grid.csv (default); moe: benchmarks/data/aic_grid_moe.csv")
     p.add_argument("--out", type=Path, default=None, help="default: the grid's file under benchmarks/data")
     p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--backend", choices=BACKENDS, default=BACKEND,
+                   help="AIC backend of the dense grid: vllm (default; aic_grid.csv) or trtllm (aic_grid_trtllm.csv)")
     args = p.parse_args(argv)
+    if args.grid == "moe" and args.backend != BACKEND:
+        p.error("--grid moe records vLLM's tables only")
     logging.disable(logging.WARNING)  # AIC logs data-fallback notes at WARNING
     systems = tuple(s for s in args.systems.split(",") if s)
     if args.grid == "moe":
         rows, columns, out = record_moe(systems), MOE_COLUMNS, args.out or MOE_OUT
     else:
-        (rows, _), columns, out = record(systems), COLUMNS, args.out or DEFAULT_OUT
+        default_out = TRTLLM_OUT if args.backend == "trtllm" else DEFAULT_OUT
+        (rows, _), columns, out = record(systems, args.backend), COLUMNS, args.out or default_out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(to_csv(rows, columns))
     priced = sum(r["aic_ms"] is not None for r in rows)

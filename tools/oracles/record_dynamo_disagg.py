@@ -5,6 +5,8 @@ Regenerate (from the repo root, /work/main; needs the peers venv of ../shared/or
 
     /work/venv-peers/bin/python tools/oracles/record_dynamo_disagg.py            # all streams
     /work/venv-peers/bin/python tools/oracles/record_dynamo_disagg.py --check    # compare, write nothing
+    /work/venv-peers/bin/python tools/oracles/record_dynamo_disagg.py --backend trtllm   # the mocker's TRT-LLM
+                                                  # policy on both pools: tests/golden/dynamo_disagg_trtllm/
 
 It drives every request stream below through ``dynamo.replay.run_trace_replay`` (ai-dynamo 1.6.1,
 round-robin routing, virtual clock) on several topologies (1P1D, 2P1D, 1P2D, 2P2D) and writes
@@ -68,7 +70,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from golden_io import REPO, compact, emit, package_versions, parse_args  # noqa: E402
 
-OUT_DIR = REPO / "tests" / "golden" / "dynamo_disagg"
+OUT_DIRS = {"vllm": REPO / "tests" / "golden" / "dynamo_disagg",
+            "trtllm": REPO / "tests" / "golden" / "dynamo_disagg_trtllm"}
+"""Per ``--backend``: where its goldens go. TRT-LLM's runs the same streams and settings under the mocker's
+TRT-LLM scheduler (``guaranteed_no_evict``; chunks not cut to whole blocks), whose handoff is the same
+source-first order; its decode side reserves a handoff's KV only if its whole sequence fits."""
 
 PREFILL_MS = 20.0
 DECODE_MS = 10.0
@@ -217,11 +223,11 @@ STREAMS = [
 # Mocker runs
 # ---------------------------------------------------------------------------------------------
 
-def engine_args(worker_type: str, bandwidth_gbps: float) -> dict:
+def engine_args(worker_type: str, bandwidth_gbps: float, backend: str = "vllm") -> dict:
     return {
         "dp_size": 1,
         "engine": {
-            "backend": "vllm",
+            "backend": backend,
             "block_size": BLOCK_SIZE,
             "num_gpu_blocks": NUM_GPU_BLOCKS,
             "max_num_seqs": MAX_NUM_SEQS,
@@ -252,15 +258,16 @@ def write_mooncake(reqs: list[dict], path: str) -> None:
             next_id += nblocks
 
 
-def replay(reqs: list[dict], n_p: int, n_d: int, bandwidth_gbps: float, tmpdir: str) -> tuple[list, float]:
+def replay(reqs: list[dict], n_p: int, n_d: int, bandwidth_gbps: float, tmpdir: str,
+           backend: str = "vllm") -> tuple[list, float]:
     from dynamo.replay import run_trace_replay
 
     path = os.path.join(tmpdir, f"trace_{n_p}p{n_d}d.jsonl")
     write_mooncake(reqs, path)
     report = run_trace_replay(
         path,
-        prefill_engine_args=engine_args("prefill", bandwidth_gbps),
-        decode_engine_args=engine_args("decode", bandwidth_gbps),
+        prefill_engine_args=engine_args("prefill", bandwidth_gbps, backend),
+        decode_engine_args=engine_args("decode", bandwidth_gbps, backend),
         num_prefill_workers=n_p,
         num_decode_workers=n_d,
         router_mode="round_robin",
@@ -297,7 +304,7 @@ def match(reqs: list[dict], records: list[dict]) -> list[dict]:
     return [out[r["id"]] for r in reqs]
 
 
-def record_stream(spec: dict, tmpdir: str) -> dict:
+def record_stream(spec: dict, tmpdir: str, backend: str = "vllm") -> dict:
     from dynamo._core import _normalize_mocker_config
 
     reqs = make_requests(**spec["requests"])
@@ -308,8 +315,8 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
                 for r in reqs]
     runs = []
     for n_p, n_d in TOPOLOGIES:
-        records, duration = replay(reqs, n_p, n_d, bw, tmpdir)
-        again, duration2 = replay(reqs, n_p, n_d, bw, tmpdir)
+        records, duration = replay(reqs, n_p, n_d, bw, tmpdir, backend)
+        again, duration2 = replay(reqs, n_p, n_d, bw, tmpdir, backend)
         results = match(reqs, records)
         if match(reqs, again) != results or duration2 != duration:
             raise SystemExit(f"{spec['name']} {n_p}P{n_d}D: two replays differ (nondeterministic)")
@@ -332,8 +339,8 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
             "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
             "enable_prefix_caching": False,
             "enable_chunked_prefill": True,
-            "prefill_engine_args": _normalize_mocker_config(engine_args("prefill", bw)),
-            "decode_engine_args": _normalize_mocker_config(engine_args("decode", bw)),
+            "prefill_engine_args": _normalize_mocker_config(engine_args("prefill", bw, backend)),
+            "decode_engine_args": _normalize_mocker_config(engine_args("decode", bw, backend)),
         },
         "requests": requests,
         "runs": runs,
@@ -372,18 +379,25 @@ def dumps(golden: dict) -> str:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    backend = "vllm"
+    if "--backend" in argv:  # (the shared command line has --check and --only; this recorder adds --backend)
+        at = argv.index("--backend")
+        backend = argv[at + 1]
+        del argv[at:at + 2]
+        if backend not in OUT_DIRS:
+            raise SystemExit(f"--backend: one of {', '.join(OUT_DIRS)}, got {backend!r}")
     args = parse_args(__doc__, argv)
-
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    out_dir = OUT_DIRS[backend]
+    out_dir.mkdir(parents=True, exist_ok=True)
     stale = 0
     with tempfile.TemporaryDirectory(prefix="dyn_disagg_") as tmpdir:
         for spec in STREAMS:
             if args.only and spec["name"] not in args.only:
                 continue
-            text = dumps(record_stream(spec, tmpdir))
+            text = dumps(record_stream(spec, tmpdir, backend))
             json.loads(text)  # well-formed
-            path = OUT_DIR / f"{spec['name']}.json"
-            stale += emit(path, text, args.check)
+            stale += emit(out_dir / f"{spec['name']}.json", text, args.check)
     return 1 if stale else 0
 
 

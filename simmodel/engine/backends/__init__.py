@@ -1,4 +1,4 @@
-"""Serving engines: what vLLM and SGLang each bring to a simulation, picked by ``engine.backend``.
+"""Serving engines: what vLLM, SGLang and TensorRT-LLM each bring to a simulation, picked by ``engine.backend``.
 
 A backend builds a role's workers (each rank's scheduler and KV pool), places a new request on them, says
 the longest prompt it serves and adds its own figures to the summary. Everything else (traffic, routers,
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from simmodel.engine.backends.sglang import SglangBackend
+from simmodel.engine.backends.trtllm import TrtllmBackend
 from simmodel.engine.backends.vllm import VllmBackend
 
 if TYPE_CHECKING:
@@ -49,5 +50,5 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: dict[str, type] = {"vllm": VllmBackend, "sglang": SglangBackend}
+BACKENDS: dict[str, type] = {"vllm": VllmBackend, "sglang": SglangBackend, "trtllm": TrtllmBackend}
 """The backend of each ``engine.backend`` value."""

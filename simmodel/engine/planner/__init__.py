@@ -1,5 +1,6 @@
 """The pass planner: a worker's passes planned as one run, in closed form (vLLM's below, for every
-attention-DP rank; SGLang's runs of decode passes in ``sglang_run``; ``PLANNERS`` picks one by scheduler).
+attention-DP rank, which also plans TensorRT-LLM's, whose passes between starts are vLLM's synchronous ones;
+SGLang's runs of decode passes in ``sglang_run``; ``PLANNERS`` picks one by scheduler).
 
 In steady serving every pass is a decode of the same running requests (``running`` reads them as
 arrays), and an admission only adds a column to that picture: the prompt's prefill in the pass that admits
@@ -13,7 +14,7 @@ Two ways to drive a run (``docs/speed.md``):
   placed by a router that reads no state) applies the run when it starts and yields to its end. A run does
   not stop at an arrival: the request is created as at its arrival time (``WorkerArrivals.arrive_early``:
   creating it schedules nothing), each rank's scheduler admits with its
-  own admission (``VllmScheduler.admit_waiting``) when the pass after the arrival is planned — on the pool
+  own admission (``admit_waiting``: vLLM's, or TensorRT-LLM's capacity policy) when the pass after the arrival is planned — on the pool
   and queue as they are then — and the run prices the passes from there on again with the new columns.
   When an admission is not whole prompts admitted alone (a chunk, a resumption), that pass, planned by the
   schedulers, is handed to the worker to run on its own (see ``Worker._carry``; async, where the plan that

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv
+from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv, free_blocks, take_blocks
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
 
@@ -97,20 +97,11 @@ class VllmScheduler:
 
     def _take(self, request: Request, num_blocks: int) -> None:
         """Give the request ``num_blocks`` more blocks."""
-        if self.caching:
-            request.block_ids.extend(self.pool.allocate_ids(num_blocks))
-            request.num_blocks = len(request.block_ids)
-        else:
-            self.pool.allocate(num_blocks)
-            request.num_blocks += num_blocks
+        take_blocks(self.pool, request, num_blocks)
 
     def free(self, request: Request) -> None:
         """Return every KV block a request holds to the pool (it finished, was preempted or handed off)."""
-        if self.caching:
-            self.pool.free_request(request)
-        else:
-            self.pool.free(request.num_blocks)
-            request.num_blocks = 0
+        free_blocks(self.pool, request)
 
     def retire(self, request: Request) -> None:
         """A request reached its stop: finished, its blocks freed (a prefill leg keeps its KV until its
@@ -321,9 +312,7 @@ class VllmScheduler:
                     break
                 queue.popleft()
                 if hits:
-                    pool.touch(hits)
-                    request.block_ids = list(hits)
-                    request.num_blocks = request.num_cached_blocks = len(hits)
+                    pool.take_hits(request, hits)
                 self._take(request, blocks - len(hits))
                 request.num_missing_blocks = blocks - len(hits)
                 request.awaiting_kv = False
@@ -373,9 +362,7 @@ class VllmScheduler:
                     pool.num_hits += computed
                     request.num_cached_tokens = computed
                 if hits:
-                    pool.touch(hits)
-                    request.block_ids = list(hits)
-                    request.num_blocks = request.num_cached_blocks = len(hits)
+                    pool.take_hits(request, hits)
                 request.num_computed_tokens = computed
             request.status = RequestStatus.RUNNING
             self._schedule(request, num_new, num_needed, out)
@@ -405,9 +392,7 @@ class VllmScheduler:
             request.num_host_cached_tokens = found * bs
             self.offload.num_hit_tokens += found * bs
         if hits:
-            pool.touch(hits)
-            request.block_ids = list(hits)
-            request.num_blocks = request.num_cached_blocks = len(hits)
+            pool.take_hits(request, hits)
         self._take(request, found)
         self.loading.add(request)
         self.offload.load(request, len(hits), found)
