@@ -77,6 +77,8 @@ def format_table(summary: dict) -> str:
         lines += _sla_lines(summary["sla"])
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
+    if "num_pauses" in summary:
+        lines.append(f"{'Pauses (TensorRT-LLM max_utilization)':<46} {summary['num_pauses']}")
     for role, tier in (summary.get("kv_offload") or {}).items():
         storage = "storage_hit_ratio" in tier
         keys = ("gpu_hit_ratio", "host_hit_ratio", *(("storage_hit_ratio",) if storage else ()), "hit_ratio")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,15 @@ def test_an_sglang_host_pool_no_larger_than_the_gpu_pool_is_warned_of():
             "per GPU, no more than the GPU pool's 140000") in proc.stderr
     quiet = simmodel("validate", "-c", "scenarios/mooncake-hicache-sglang.yaml")
     assert quiet.returncode == 0 and "warning" not in quiet.stderr
+
+
+def test_the_table_shows_tensorrt_llms_pauses():
+    """A TensorRT-LLM worker under max_utilization with 300 blocks of 32 tokens pauses requests: the table's Pauses
+    row is the summary's num_pauses, and equals its preemptions (each pause is one)."""
+    sets = ["engine.workers.aggregated.scheduler.capacity_policy=max_utilization", "engine.context_length=8192",
+            "engine.workers.aggregated.kv_cache.capacity={type: fixed, blocks: 300}", "traffic.stop.requests=120"]
+    args = ["run", "-c", "scenarios/trtllm-llama8b-h100.yaml", *(x for s in sets for x in ("--set", s))]
+    summary = json.loads(simmodel(*args, "--format", "json").stdout)
+    table = simmodel(*args).stdout
+    assert summary["num_pauses"] == summary["num_preemptions"] > 0
+    assert re.search(rf"^Pauses \(TensorRT-LLM max_utilization\) +{summary['num_pauses']}$", table, re.M)

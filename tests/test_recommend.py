@@ -662,3 +662,30 @@ def test_a_search_over_planner_bounds_counts_each_candidates_peak_gpus(tmp_path)
     ledger = json.loads((out / "recommendation.json").read_text())
     gpus = {e["choices"]["planner.pools.aggregated.max_replicas"]: e["metrics"]["gpu_count"] for e in ledger["candidates"]}
     assert gpus == {1: 1, 2: 2}
+
+
+def test_the_serving_engine_can_be_searched(tmp_path):
+    """``engine.backend`` searched over vLLM and TensorRT-LLM on ``search``'s one worker: vLLM's candidates give
+    ``search``'s numbers by hand (1 sequence: 75 ms, 4: 30 ms); TensorRT-LLM's are unsupported, naming the vLLM-only
+    ``async_scheduling`` the search sets. Without that field TensorRT-LLM's candidates (always synchronous, and with
+    no KV pressure its passes are vLLM's synchronous ones) give the same 75 and 30 ms."""
+    data = search()
+    data["engine"]["backend"] = {"choices": ["vllm", "trtllm"]}
+    data["engine"]["workers"]["aggregated"]["parallelism"]["replicas"] = 1
+    out = tmp_path / "out"
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    by_choice = {(e["choices"]["engine.backend"], e["choices"]["engine.workers.aggregated.scheduler.max_sequences"]): e
+                 for e in json.loads((out / "recommendation.json").read_text())["candidates"]}
+    assert {k: by_choice[("vllm", k[1])]["metrics"]["mean_e2e_ms"] for k in (("vllm", 1), ("vllm", 4))} == \
+        pytest.approx({("vllm", 1): 75, ("vllm", 4): 30})
+    for seqs in (1, 4):
+        entry = by_choice[("trtllm", seqs)]
+        assert entry["status"] == "unsupported"
+        assert entry["reason"] == ("engine.workers.aggregated.scheduler.async_scheduling: vLLM only; "
+                                   "engine.backend is trtllm")
+    del data["engine"]["workers"]["aggregated"]["scheduler"]["async_scheduling"]
+    data["engine"]["backend"] = {"choices": ["trtllm"]}
+    out = tmp_path / "out2"
+    assert simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out)).returncode == 0
+    ledger = json.loads((out / "recommendation.json").read_text())
+    assert [e["metrics"]["mean_e2e_ms"] for e in ledger["candidates"]] == pytest.approx([75, 30])

@@ -215,8 +215,10 @@ class TrtllmRules(BackendRules):
 
     def scheduler(self, node: _Node, context_length: int, chunked: bool, max_sequences: int,
                   speculation: SpeculationSpec | None) -> SchedulerSpec:
+        """``max_sequences`` unset is TensorRT-LLM's ``max_batch_size`` default, 2048 (a prefill role's stays 1,
+        as for every engine)."""
         self.refuse_others(node, lambda rules: rules.scheduler_keys)
-        return trtllm_scheduler(node, context_length, chunked, max_sequences)
+        return trtllm_scheduler(node, context_length, chunked, max_sequences if max_sequences == 1 else 2048)
 
     def blocks_needed(self, context_length: int, block_size: int) -> int:
         """TensorRT-LLM allocates whole blocks."""

@@ -7,6 +7,7 @@ does not read is refused, so that every knob given has an effect.
 
 from __future__ import annotations
 
+from simmodel.config.backends import BACKEND_RULES
 from simmodel.config.node import _Node
 from simmodel.config.schema import (
     DEFAULT_SCORER_WEIGHTS,
@@ -103,9 +104,10 @@ def _check_pool(node: _Node, spec: RouterSpec, engine: Engine, traffic: Traffic,
     if spec.reads_cache:
         what = "a kv_aware router" if spec.type == "kv_aware" else "the prefix-cache scorer"
         if engine.backend != "vllm":
-            raise ScenarioError(f"{where}: {what} follows vLLM's KV block events; {engine.backend}'s cache events "
-                                f"are not modelled yet (route {engine.backend} workers round_robin, random, "
-                                f"least_loaded, or scored without prefix-cache)")
+            label = BACKEND_RULES[engine.backend].label
+            raise ScenarioError(f"{where}: {what} follows vLLM's KV block events; {label}'s cache events are not "
+                                f"modelled yet (route {label} workers round_robin, random, least_loaded, or scored "
+                                f"without prefix-cache)")
         if not engine.workers[role].kv_cache.prefix_caching:
             raise ScenarioError(f"{where}: {what} reads the workers' prefix caches, but "
                                 f"engine.workers.{role}.kv_cache.prefix_caching is false")

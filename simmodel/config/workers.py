@@ -86,6 +86,24 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     return p
 
 
+def _check_chunk_unit(node: _Node, scheduler: SchedulerSpec, block_size: int, chunked: bool) -> None:
+    """TensorRT-LLM cuts a truncated prompt chunk to whole KV blocks (``chunk_unit`` may ask for 1 token, as Dynamo's
+    mocker cuts, or whole multiples of a block); a pass must hold one unit."""
+    unit = scheduler.trtllm.chunk_unit
+    if unit is not None and not chunked:
+        raise ScenarioError(f"{node.at('scheduler.chunk_unit')}: only cuts chunks of prompts, and "
+                            f"enable_chunked_prefill is false; remove it")
+    if unit is not None and unit != 1 and unit % block_size:
+        raise ScenarioError(f"{node.at('scheduler.chunk_unit')}: a chunk ends on a KV block boundary, so it must be "
+                            f"a multiple of kv_cache.block_size ({block_size}), or 1 to cut anywhere as Dynamo's "
+                            f"mocker does; got {unit}")
+    unit = block_size if unit is None else unit
+    if chunked and scheduler.max_batched_tokens < unit:
+        raise ScenarioError(f"{node.at('scheduler.max_batched_tokens')}: TensorRT-LLM cuts a prompt chunk to whole "
+                            f"units of {unit} tokens (scheduler.chunk_unit, else kv_cache.block_size), so a pass must "
+                            f"hold one; got {scheduler.max_batched_tokens}")
+
+
 def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, engine_context: int,
             chunked: bool, name: str = "aggregated", speculation: SpeculationSpec | None = None,
             backend: str = "vllm", base_dir: Path | None = None) -> WorkerRole:
@@ -138,12 +156,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if sg is not None and name != "decode" and not (sg.ignore_eos and not kv_cache.prefix_caching):
         # (with ignore_eos and the radix cache off SGLang cuts a prompt at the budget itself, not at a page)
         _check_chunk_holds_a_page(node, scheduler, kv_cache.block_size, parallelism.attention_data, host_loop)
-    trt = scheduler.trtllm
-    unit = None if trt is None else (kv_cache.block_size if trt.chunk_unit is None else trt.chunk_unit)
-    if unit is not None and chunked and scheduler.max_batched_tokens < unit:
-        raise ScenarioError(f"{node.at('scheduler.max_batched_tokens')}: TensorRT-LLM cuts a prompt chunk to whole "
-                            f"units of {unit} tokens (scheduler.chunk_unit, else kv_cache.block_size), so a pass must "
-                            f"hold one; got {scheduler.max_batched_tokens}")
+    if scheduler.trtllm is not None:
+        _check_chunk_unit(node, scheduler, kv_cache.block_size, chunked)
     timing = _timing(node.node("timing"), base_dir, hardware.system_id if hardware.registry else None, backend)
     node.done()
     if timing.type == "default" and parallelism.prefill_context > 1:

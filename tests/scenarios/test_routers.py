@@ -333,3 +333,20 @@ def test_disaggregated_routers_are_one_spec_or_one_per_pool(tmp_path):
     data["engine"].update(mode="disaggregated", context_length=1024, workers={"prefill": role(), "decode": role()})
     assert ("router.type: give one router for every pool (type, …) or one per pool (prefill, decode), not both"
             in scenario_error(data))
+
+
+@pytest.mark.parametrize("router", [{"type": "least_loaded"}, {"type": "random", "seed": 3}], ids=lambda r: r["type"])
+def test_trtllm_workers_take_routers_that_do_not_read_the_cache(tmp_path, router):
+    """TensorRT-LLM workers (2 of 2 attention-DP ranks) routed as each request arrives: the same outputs in runs as
+    pass by pass, every request served once; a router reading the prefix cache is refused, naming the engine."""
+    trace = mooncake(tmp_path / "t.jsonl", random_rows(40, seed=9))
+    data = two_workers(trace, router, POLY, parallelism={"replicas": 2, "attention_data": 2},
+                       kv_cache={"prefix_caching": True, "block_size": 16, "capacity": {"type": "fixed", "blocks": 300}})
+    data["engine"].update(backend="trtllm", context_length=1024)
+    data["engine"]["workers"]["aggregated"]["scheduler"] = {"max_sequences": 16}
+    _, a = run(data)
+    _, b = run(data, coalesce=False)
+    assert_same(a, b)
+    assert sorted(a.requests["request_id"]) == list(range(40)) and (a.requests["status"] == "completed").all()
+    data["router"] = {"type": "kv_aware"}
+    assert "TensorRT-LLM's cache events are not modelled yet" in scenario_error(data)

@@ -115,8 +115,14 @@ def test_a_capacity_too_small_for_one_request_is_named_in_the_backends_unit(tmp_
     ({"scheduler": {"max_batched_tokens": 12}}, {},
      r"^engine\.workers\.aggregated\.scheduler\.max_batched_tokens: TensorRT-LLM cuts a prompt chunk to whole "
      r"units of 16 tokens \(scheduler\.chunk_unit, else kv_cache\.block_size\), so a pass must hold one; got 12$"),
-    ({"scheduler": {"max_batched_tokens": 12, "chunk_unit": 13}}, {},
-     r"units of 13 tokens .* got 12$"),
+    ({"scheduler": {"max_batched_tokens": 24, "chunk_unit": 32}}, {},
+     r"units of 32 tokens .* got 24$"),
+    ({"scheduler": {"chunk_unit": 24}}, {},
+     r"^engine\.workers\.aggregated\.scheduler\.chunk_unit: a chunk ends on a KV block boundary, so it must be a "
+     r"multiple of kv_cache\.block_size \(16\), or 1 to cut anywhere as Dynamo's mocker does; got 24$"),
+    ({"scheduler": {"chunk_unit": 1, "max_batched_tokens": 8192}}, {"enable_chunked_prefill": False, "context_length": 8192},
+     r"^engine\.workers\.aggregated\.scheduler\.chunk_unit: only cuts chunks of prompts, and "
+     r"enable_chunked_prefill is false; remove it$"),
     ({"kv_cache": {"host_offload": {"capacity_gib": 4}}}, {},
      r"^engine\.workers\.aggregated\.kv_cache\.host_offload: a host KV tier is not yet modeled for backend "
      r"trtllm"),
@@ -132,10 +138,13 @@ def test_trtllm_knobs_and_what_it_does_not_model_are_checked(tmp_path, worker, e
 
 def test_trtllm_defaults(tmp_path):
     # 32-token blocks, guaranteed_no_evict, a truncated chunk cut to whole blocks (chunk_unit None: the block size),
-    # planned synchronously.
-    role = parse_scenario(scenario("trtllm"), tmp_path).engine.workers["aggregated"]
+    # planned synchronously, TensorRT-LLM's max_batch_size of 2048 sequences.
+    data = scenario("trtllm")
+    del data["engine"]["workers"]["aggregated"]["kv_cache"]["block_size"]  # (make_scenario's 16)
+    role = parse_scenario(data, tmp_path).engine.workers["aggregated"]
     assert role.scheduler.trtllm.capacity_policy == "guaranteed_no_evict"
     assert role.scheduler.trtllm.chunk_unit is None and not role.scheduler.async_scheduling
+    assert (role.scheduler.max_sequences, role.scheduler.max_batched_tokens, role.kv_cache.block_size) == (2048, 8192, 32)
 
 
 def test_trtllm_default_timing_takes_its_own_kernel_constants(tmp_path):

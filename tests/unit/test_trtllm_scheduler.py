@@ -146,20 +146,36 @@ def test_unchunked_prompt_waits_for_a_pass_it_fits_whole():
     assert planned(step(s)[0]) == {0: 1, 1: 5, 2: 2}
 
 
-def test_hit_blocks_another_request_holds_lower_the_need():
+def test_cached_blocks_give_no_credit_toward_a_start():
     # 6 blocks with block reuse. A: 9 prompt tokens, 3 outputs → 3 blocks to completion; it takes 3 and caches
-    # its 2 full ones. B shares A's first 8 tokens, 9 + 7 → 4 blocks to completion, 2 of them hits A holds:
-    # it needs 2 ≤ 3 free − 0 owed, and starts with 1 token to compute. Without the credit (no reuse) it would
-    # need 4 > 3 and wait.
+    # its 2 full ones: 3 free, none owed. B shares A's first 8 tokens, 9 + 7 → 4 blocks to completion: TensorRT-LLM
+    # counts them all (getRemainingBlocksToCompletion), 4 > 3, so B waits although 2 of them are A's cached blocks
+    # (Dynamo's mocker would credit them and start B). C (4 + 4 → 2 ≤ 3) is behind B and waits too.
     shared = list(range(8))
-    for caching, starts in ((True, {0: 9, 1: 1}), (False, {0: 9})):
-        s = scheduler(6, caching=caching)
-        s.add_request(request(0, 9, 3, shared + [100]))
-        s.add_request(request(1, 9, 7, shared + [200]))
-        plan, _ = step(s)
-        assert planned(plan) == starts, caching
-        if caching:
-            assert plan.requests[1].num_cached_tokens == 8
+    s = scheduler(6, caching=True)
+    s.add_request(request(0, 9, 3, shared + [100]))
+    s.add_request(request(1, 9, 7, shared + [200]))
+    s.add_request(request(2, 4, 4, [300, 301, 302, 303]))
+    plan, _ = step(s)
+    assert planned(plan) == {0: 9} and [r.request_id for r in s.waiting] == [1, 2]
+    # Once A finishes (its 3rd token, pass 3) its blocks are free (the 2 cached ones evictable): B starts from its
+    # 2 cached blocks, computing its last prompt token; C then needs 2 ≤ 6 − 3 held by B − 1 owed by B.
+    step(s)
+    step(s)
+    plan, _ = step(s)
+    assert planned(plan) == {1: 1, 2: 4} and plan.requests[0].num_cached_tokens == 8
+
+
+def test_decodes_go_before_a_prompt_being_chunked():
+    # Budget 10, unit 4. A's 30-token prompt gets 8 (10 // 4 × 4), leaving 2: B's 1-token prompt starts with them.
+    # Next pass B decodes first (TensorRT-LLM's micro-batch scheduler counts generation requests, then gives the
+    # contexts what is left): B 1, A 9 // 4 × 4 = 8.
+    s = scheduler(100, budget=10)
+    s.add_request(request(0, 30, 2))
+    s.add_request(request(1, 1, 5))
+    assert planned(step(s)[0]) == {0: 8, 1: 1}
+    plan, _ = step(s)
+    assert [(r.request_id, n) for r, n in zip(plan.requests, plan.num_new_tokens)] == [(1, 1), (0, 8)]
 
 
 def test_the_generation_side_reserves_a_handoff_only_if_its_whole_sequence_fits():

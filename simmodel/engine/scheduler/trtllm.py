@@ -5,15 +5,16 @@ requests may hold KV this iteration, then its micro-batch scheduler (``microBatc
 tokens each of them runs under ``max_num_tokens`` and ``max_batch_size``. Reproduced here, synchronously
 (no overlap scheduler):
 
-- Running requests come first, in the order they started: a decode runs one token, a prompt being chunked
-  its next chunk; the token budget can run out on them (the rest wait a pass).
+- Running requests come first: every decode one token, then every prompt being chunked its next chunk (the
+  micro-batch scheduler counts generation requests first), each in the order they started; the token budget
+  can run out on them (the rest wait a pass).
 - Then the waiting queue, first come first served, while a sequence slot and budget are left; the first
   request the capacity policy refuses blocks the ones behind it (``CAPACITY_POLICIES``):
 
   - ``guaranteed_no_evict`` (the default): a request starts only if the blocks of its whole sequence (prompt
-    plus maximum output) fit beside what every running request will still take until it completes, so a
-    started request is never evicted;
-  - ``max_utilization``: a request starts if its prompt's blocks fit now; when a running request's next
+    plus maximum output, no credit for cached blocks it will share) fit beside what every started request
+    will still take until it completes, so a started request is never evicted;
+  - ``max_utilization``: a request starts if its whole prompt's blocks fit now; when a running request's next
     block does not, the most recently started request is paused (its KV freed, recomputed later from the
     front of the queue), as vLLM preempts;
   - ``static_batch``: ``guaranteed_no_evict`` that starts requests only when nothing runs (a batch drains
@@ -32,8 +33,10 @@ tokens each of them runs under ``max_num_tokens`` and ``max_batch_size``. Reprod
 What the real engine does that is not modelled (docs/trtllm.md): its overlap scheduler (one pass in flight
 while the next is planned), beam search, and the capacity scheduler's skipping of a request whose first new
 block another request computes in the same iteration (here it reuses it at once, as Dynamo's mocker does).
+P/D: the generation (decode) side reserves a handoff's prompt blocks when its policy would start it (``_reserve``).
 Checked against Dynamo's mocker (its TRT-LLM policy, ``tests/golden/dynamo_trtllm``) with ``chunk_unit`` 1,
-the mocker not cutting chunks to whole blocks. Runs of passes are planned by vLLM's planner
+the mocker not cutting chunks to whole blocks (and where the mocker credits shared cached blocks toward a start,
+TensorRT-LLM does not: docs/trtllm.md). Runs of passes are planned by vLLM's planner
 (``TrtllmScheduler``'s docstring says why that holds).
 """
 
@@ -83,7 +86,7 @@ class TrtllmSchedulerConfig:
 
 class GuaranteedNoEvict:
     """TensorRT-LLM's ``GUARANTEED_NO_EVICT``: start a request only if its whole sequence's blocks fit beside
-    what the running requests will still take to complete; never evict."""
+    what the started requests will still take to complete; never evict."""
 
     pauses = False
 
@@ -92,13 +95,12 @@ class GuaranteedNoEvict:
         return True
 
     @staticmethod
-    def fits(scheduler: TrtllmScheduler, request: Request, hits: list[int], first_chunk: int) -> bool:
-        """Blocks to completion of the new request (less the hit blocks another request holds already: they
-        cost nothing) within the free blocks not promised to the running ones."""
-        pool, bs = scheduler.pool, scheduler.block_size
-        held_by_others = len(hits) - pool.num_evictable(hits) if hits else 0
-        needed = cdiv(scheduler.final_tokens(request), bs) - held_by_others
-        return needed <= pool.num_free_blocks - scheduler.promised_blocks()
+    def fits(scheduler: TrtllmScheduler, request: Request) -> bool:
+        """The new request's blocks to completion (``getRemainingBlocksToCompletion``: its whole sequence, no
+        credit for cached blocks it will share) within the free blocks not owed to the started ones. The same
+        for a P/D handoff's reservation."""
+        needed = cdiv(scheduler.final_tokens(request), scheduler.block_size)
+        return needed <= scheduler.pool.num_free_blocks - scheduler.promised_blocks()
 
 
 class StaticBatch(GuaranteedNoEvict):
@@ -120,13 +122,11 @@ class MaxUtilization:
         return True
 
     @staticmethod
-    def fits(scheduler: TrtllmScheduler, request: Request, hits: list[int], first_chunk: int) -> bool:
-        """The prompt's blocks (TensorRT-LLM allocates a context's KV whole at its first chunk), hit blocks that
-        sit free counting as taken."""
-        pool = scheduler.pool
-        evictable = pool.num_evictable(hits) if hits else 0
-        needed = cdiv(request.num_tokens, scheduler.block_size) - len(hits) + evictable
-        return needed <= pool.num_free_blocks
+    def fits(scheduler: TrtllmScheduler, request: Request) -> bool:
+        """The prompt's blocks (``getNeededBlocksOneStep`` of a first context chunk: TensorRT-LLM allocates a
+        context's KV whole then; no credit for cached blocks) within the free blocks (cached ones no request
+        holds count as free). The same for a P/D handoff's reservation."""
+        return cdiv(request.num_tokens, scheduler.block_size) <= scheduler.pool.num_free_blocks
 
 
 CAPACITY_POLICIES = {"guaranteed_no_evict": GuaranteedNoEvict, "max_utilization": MaxUtilization,
@@ -197,9 +197,9 @@ class TrtllmScheduler:
         free_blocks(self.pool, request)
 
     def _reserve(self, request: Request) -> bool:
-        """Reserve the prompt's blocks of a remote request if its whole sequence fits (no prefix credit: its KV
-        comes whole from the prefill side); False if it does not (it then blocks the queue)."""
-        if cdiv(self.final_tokens(request), self.block_size) > self.pool.num_free_blocks - self.promised_blocks():
+        """Reserve the prompt's blocks of a remote request if its capacity policy would start it (its KV comes
+        whole from the prefill side: no cached prefix is looked up); False if not (it then blocks the queue)."""
+        if not self.policy.fits(self, request):
             return False
         self.waiting.popleft()
         blocks = cdiv(request.num_prompt_tokens, self.block_size)
@@ -286,33 +286,36 @@ class TrtllmScheduler:
         self.prefill_capacity_bound = capacity_bound
 
     def schedule(self, arrived_before: int | None = None, throttle_prefills: bool = False) -> SchedulerOutput:
-        """Plan one pass: the running requests in order, then FCFS starts (see the module docstring).
+        """Plan one pass: the running requests (decodes, then prompts being chunked), then FCFS starts (see the
+        module docstring).
         (``arrived_before`` and ``throttle_prefills`` are other engines' knobs: TensorRT-LLM is planned
         synchronously here, with no prefill interval.)"""
         out = SchedulerOutput()
         budget = self.config.max_num_tokens
         policy = self.policy
-        i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
+        # Generation requests first, then prompts being chunked (the micro-batch scheduler gives contexts what
+        # the decodes leave), each in the order they started.
+        order = [r for r in self.running if not r.is_prefill_chunk] + [r for r in self.running if r.is_prefill_chunk]
+        for request in order:
+            if budget <= 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # paused in this pass to make room
             computed = request.num_computed_tokens
             num_new = self._chunk(request.num_tokens - computed, budget)
             if num_new <= 0:
-                break  # (only a prompt being chunked, the last running request, can get no whole unit)
+                break  # (a prompt being chunked gets no whole unit: nor do the ones after it)
             needed = cdiv(computed + num_new, self.block_size) - request.num_blocks
-            if policy.pauses:
-                paused_self = False
+            if policy.pauses and needed > self.pool.num_free_blocks:
                 while needed > self.pool.num_free_blocks:
                     victim = self.running.pop()
                     self._pause(victim, out)
                     if victim is request:
-                        paused_self = True
                         break
-                if paused_self:
+                if request.status is not RequestStatus.RUNNING:
                     break
             self._run(request, num_new, out)
             budget -= num_new
-            i += 1
         if not out.preempted and policy.starts_any(self):
             self._start_waiting(budget, out)
         return out
@@ -340,7 +343,7 @@ class TrtllmScheduler:
             hits = pool.find_hits(request) if fresh else []
             computed = len(hits) * bs
             num_new = self._chunk(request.num_tokens - computed, budget)
-            if num_new <= 0 or not policy.fits(self, request, hits, num_new):
+            if num_new <= 0 or not policy.fits(self, request):
                 break
             self.waiting.popleft()
             if self.caching:
