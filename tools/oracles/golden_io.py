@@ -19,6 +19,32 @@ def parse_args(doc: str | None, argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def mocker_records(reqs: list[dict], records: list[dict]) -> list[tuple[int, dict]]:
+    """Dynamo's per-request records (random uuids) mapped back to the stream's requests by (arrival, prompt,
+    output), each checked to have completed with all its outputs: (request id, record) in the stream's order."""
+    by_key = {(r["arrival_ms"], r["input_tokens"], r["output_tokens"]): r["id"] for r in reqs}
+    out = {}
+    for rec in records:
+        key = (round(rec["arrival_time_ms"], 3), rec["input_length"], rec["requested_output_length"])
+        rid = by_key.get(key)
+        if rid is None or rid in out:
+            raise SystemExit(f"cannot match mocker record {key}")
+        if rec["terminal_status"] != "completed" or rec["output_length"] != rec["requested_output_length"]:
+            raise SystemExit(f"request {rid} did not complete: {rec['terminal_status']}")
+        out[rid] = rec
+    if len(out) != len(reqs):
+        raise SystemExit(f"{len(reqs) - len(out)} requests missing from the mocker's records")
+    return [(r["id"], out[r["id"]]) for r in reqs]
+
+
+def only_route(rid: int, rec: dict) -> tuple[int, int]:
+    """The (logical worker, attention-DP rank) of a record's one routing decision."""
+    routing = rec.get("routing_history") or []
+    if len(routing) != 1:
+        raise SystemExit(f"request {rid}: expected one routing decision, got {len(routing)}")
+    return routing[0]["logical_worker_id"], routing[0]["dp_rank"]
+
+
 def compact(x) -> str:
     """One JSON value on one line, keys in insertion order."""
     return json.dumps(x, separators=(",", ":"), sort_keys=False)

@@ -68,7 +68,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, compact, emit, package_versions, parse_args  # noqa: E402
+from golden_io import REPO, compact, emit, mocker_records, package_versions, parse_args  # noqa: E402
 
 OUT_DIRS = {"vllm": REPO / "tests" / "golden" / "dynamo_disagg",
             "trtllm": REPO / "tests" / "golden" / "dynamo_disagg_trtllm"}
@@ -282,26 +282,17 @@ def r6(x):
 
 
 def match(reqs: list[dict], records: list[dict]) -> list[dict]:
-    """Map the mocker's records (random uuids) back to requests by (arrival, prompt, output)."""
-    by_key = {(r["arrival_ms"], r["input_tokens"], r["output_tokens"]): r["id"] for r in reqs}
-    out = {}
-    for rec in records:
-        key = (round(rec["arrival_time_ms"], 3), rec["input_length"], rec["requested_output_length"])
-        rid = by_key.get(key)
-        if rid is None or rid in out:
-            raise SystemExit(f"cannot match mocker record {key}")
-        if rec["terminal_status"] != "completed" or rec["output_length"] != rec["requested_output_length"]:
-            raise SystemExit(f"request {rid} did not complete: {rec['terminal_status']}")
+    """The mocker's records as result rows, in the stream's order (``golden_io.mocker_records``)."""
+    rows = []
+    for rid, rec in mocker_records(reqs, records):
         if rec.get("readmission_count"):
             raise SystemExit(f"request {rid} was preempted; the goldens assume no KV pressure")
         row = {"id": rid}
         for ours, theirs in RESULT_FIELDS:
             v = rec.get(theirs)
             row[ours] = v if ours.endswith("_idx") else r6(v)
-        out[rid] = row
-    if len(out) != len(reqs):
-        raise SystemExit(f"{len(reqs) - len(out)} requests missing from the mocker's records")
-    return [out[r["id"]] for r in reqs]
+        rows.append(row)
+    return rows
 
 
 def record_stream(spec: dict, tmpdir: str, backend: str = "vllm") -> dict:

@@ -47,7 +47,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, emit, package_versions, parse_args  # noqa: E402
+from golden_io import REPO, emit, mocker_records, only_route, package_versions, parse_args  # noqa: E402
 from record_dynamo_sglang import dumps, hash_ids, make_requests, r6, write_mooncake  # noqa: E402
 
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_trtllm"
@@ -177,30 +177,18 @@ def replay(reqs: list[dict], spec: dict, variant: dict, tmpdir: str):
 
 
 def match(reqs: list[dict], records: list[dict], dp_size: int) -> list[dict]:
-    """Map the mocker's records (random uuids) back to requests by (arrival, prompt, output)."""
-    by_key = {(r["arrival_ms"], r["input_tokens"], r["output_tokens"]): r["id"] for r in reqs}
-    out = {}
-    for rec in records:
-        key = (round(rec["arrival_time_ms"], 3), rec["input_length"], rec["requested_output_length"])
-        rid = by_key.get(key)
-        if rid is None or rid in out:
-            raise SystemExit(f"cannot match mocker record {key}")
-        if rec["terminal_status"] != "completed" or rec["output_length"] != rec["requested_output_length"]:
-            raise SystemExit(f"request {rid} did not complete with all its outputs: {rec['terminal_status']}")
-        routing = rec.get("routing_history") or []
-        if len(routing) != 1:
-            raise SystemExit(f"request {rid}: expected one routing decision, got {len(routing)}")
-        worker, rank = routing[0]["logical_worker_id"], routing[0]["dp_rank"]
+    """The mocker's records as result rows, in the stream's order (``golden_io.mocker_records``)."""
+    rows = []
+    for rid, rec in mocker_records(reqs, records):
+        worker, rank = only_route(rid, rec)
         if rec["admission_count"] != 1:
             raise SystemExit(f"request {rid}: admitted {rec['admission_count']} times (guaranteed_no_evict never "
                              f"evicts)")
-        out[rid] = {"id": rid, "worker": worker, "dp_rank": rank, "first_admit_ms": r6(rec["first_admit_ms"]),
-                    "first_token_ms": r6(rec["first_token_ms"]), "last_token_ms": r6(rec["last_token_ms"]),
-                    "ttft_ms": r6(rec["ttft_ms"]), "e2e_ms": r6(rec["e2e_latency_ms"]),
-                    "admissions": rec["admission_count"], "reused_input_tokens": rec["reused_input_tokens"]}
-    if len(out) != len(reqs):
-        raise SystemExit(f"{len(reqs) - len(out)} requests missing from the mocker's records")
-    return [out[r["id"]] for r in reqs]
+        rows.append({"id": rid, "worker": worker, "dp_rank": rank, "first_admit_ms": r6(rec["first_admit_ms"]),
+                     "first_token_ms": r6(rec["first_token_ms"]), "last_token_ms": r6(rec["last_token_ms"]),
+                     "ttft_ms": r6(rec["ttft_ms"]), "e2e_ms": r6(rec["e2e_latency_ms"]),
+                     "admissions": rec["admission_count"], "reused_input_tokens": rec["reused_input_tokens"]})
+    return rows
 
 
 SUMMARY_KEYS = ("duration_ms", "completed_requests", "committed_prefill_tokens", "prefix_cache_reused_ratio")
