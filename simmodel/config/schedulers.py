@@ -18,7 +18,7 @@ SGLANG_SCHEDULER = ("chunked_prefill_size", "max_prefill_tokens", "schedule_poli
 VLLM_SCHEDULER = ("long_prefill_token_threshold", "async_scheduling", "reserve_full_isl", "prefill_schedule_interval",
                   "launch")
 """The ``scheduler`` fields only vLLM reads."""
-TRTLLM_SCHEDULER = ("capacity_policy", "chunk_unit")
+TRTLLM_SCHEDULER = ("capacity_policy", "chunk_unit", "client_max_tokens")
 """The ``scheduler`` fields only TensorRT-LLM reads."""
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization", "static_batch")
 """TensorRT-LLM's ``CapacitySchedulerPolicy`` values (``simmodel.engine.scheduler.trtllm.CAPACITY_POLICIES``)."""
@@ -43,13 +43,25 @@ def trtllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequen
                          max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
                          trtllm=TrtllmSchedulerSpec(
                              capacity_policy=node.choice("capacity_policy", CAPACITY_POLICIES, "guaranteed_no_evict"),
-                             chunk_unit=node.int("chunk_unit", None)))
+                             chunk_unit=node.int("chunk_unit", None),
+                             client_max_tokens=_client_max_tokens(node)))
     node.done()
     if not chunked and spec.max_batched_tokens < context_length:
         raise ScenarioError(f"{node.at('max_batched_tokens')}: with enable_chunked_prefill false (TensorRT-LLM's "
                             f"enable_chunked_context) a whole prompt must fit one pass, so it must be >= "
                             f"context_length ({context_length}); got {spec.max_batched_tokens}")
     return spec
+
+
+def _client_max_tokens(node: _Node) -> int | str:
+    """``client_max_tokens``: ``output``, ``context_length`` or a positive number of tokens."""
+    value = node.raw("client_max_tokens", "output")
+    if value in ("output", "context_length"):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScenarioError(f"{node.at('client_max_tokens')}: must be output, context_length or a positive number "
+                            f"of tokens, got {value!r}")
+    return node.int("client_max_tokens")
 
 
 def vllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int,

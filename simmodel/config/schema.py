@@ -234,6 +234,11 @@ class TrtllmSchedulerSpec:
     """``guaranteed_no_evict``, ``max_utilization`` or ``static_batch`` (``engine.scheduler.trtllm``)."""
     chunk_unit: int | None = None
     """Tokens a truncated context chunk is a whole number of; None: the KV block size, as TensorRT-LLM cuts it."""
+    client_max_tokens: int | str = "output"
+    """The ``max_tokens`` clients send, which ``guaranteed_no_evict`` holds blocks for: ``output`` (each request's
+    own output length, as benchmark clients send it with ``ignore_eos``), ``context_length`` (left unset: up to
+    ``max_seq_len``), or a number of tokens (a request still stops at its own output length, its end of sequence,
+    if that comes first)."""
 
 
 @dataclass(frozen=True, slots=True)

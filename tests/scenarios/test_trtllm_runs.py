@@ -35,6 +35,8 @@ SCENARIOS = {
     "max-utilization-tight-counted": trtllm(kv_cache={"prefix_caching": False, **TIGHT},
                                             scheduler={"capacity_policy": "max_utilization"}),
     "static-batch": trtllm(scheduler={"capacity_policy": "static_batch", "max_sequences": 16}),
+    "clients-leave-max-tokens-unset": trtllm(timing={"type": "polynomial"}, kv_cache=TIGHT,
+                                             scheduler={"client_max_tokens": "context_length"}),
     "dp2-small-budget": trtllm(timing={"type": "default"}, parallelism={"attention_data": 2},
                                scheduler={"max_batched_tokens": 256, "chunk_unit": 64}),
     "two-workers-seqs8": trtllm(parallelism={"replicas": 2}, scheduler={"max_sequences": 8}),
@@ -71,3 +73,7 @@ def test_the_scenarios_reach_what_they_are_for():
     assert tight["num_pauses"] == tight["num_preemptions"] > 0
     assert guaranteed["num_pauses"] == 0 == guaranteed["num_preemptions"]
     assert guaranteed["num_requests_waiting_peak"] > 30 and guaranteed["completed_requests"] == 100
+    # (clients leaving max_tokens unset: a start holds ceil(4096 / 32) = 128 of the 150 blocks to completion, so one
+    # request runs at a time)
+    passes = run(SCENARIOS["clients-leave-max-tokens-unset"], coalesce=False)[1].passes
+    assert (passes["num_prefill_seqs"] + passes["num_decode_seqs"]).max() == 1

@@ -123,6 +123,10 @@ def test_a_capacity_too_small_for_one_request_is_named_in_the_backends_unit(tmp_
     ({"scheduler": {"chunk_unit": 1, "max_batched_tokens": 8192}}, {"enable_chunked_prefill": False, "context_length": 8192},
      r"^engine\.workers\.aggregated\.scheduler\.chunk_unit: only cuts chunks of prompts, and "
      r"enable_chunked_prefill is false; remove it$"),
+    ({"scheduler": {"client_max_tokens": 0}}, {},
+     r"^engine\.workers\.aggregated\.scheduler\.client_max_tokens: must be output, context_length or a positive "
+     r"number of tokens, got 0$"),
+    ({"scheduler": {"client_max_tokens": "all"}}, {}, r"client_max_tokens: must be output, .* got 'all'$"),
     ({"kv_cache": {"host_offload": {"capacity_gib": 4}}}, {},
      r"^engine\.workers\.aggregated\.kv_cache\.host_offload: a host KV tier is not yet modeled for backend "
      r"trtllm"),
@@ -145,6 +149,10 @@ def test_trtllm_defaults(tmp_path):
     assert role.scheduler.trtllm.capacity_policy == "guaranteed_no_evict"
     assert role.scheduler.trtllm.chunk_unit is None and not role.scheduler.async_scheduling
     assert (role.scheduler.max_sequences, role.scheduler.max_batched_tokens, role.kv_cache.block_size) == (2048, 8192, 32)
+    assert role.scheduler.trtllm.client_max_tokens == "output"
+    for value in ("context_length", 512):
+        data["engine"]["workers"]["aggregated"]["scheduler"]["client_max_tokens"] = value
+        assert parse_scenario(data, tmp_path).engine.workers["aggregated"].scheduler.trtllm.client_max_tokens == value
 
 
 def test_trtllm_default_timing_takes_its_own_kernel_constants(tmp_path):

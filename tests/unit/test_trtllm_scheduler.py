@@ -10,10 +10,12 @@ from simmodel.engine.scheduler.trtllm import TrtllmScheduler, TrtllmSchedulerCon
 
 
 def scheduler(blocks: int, policy: str = "guaranteed_no_evict", budget: int = 8192, unit: int = 4,
-              chunked: bool = True, caching: bool = False, max_batch: int = 256) -> TrtllmScheduler:
+              chunked: bool = True, caching: bool = False, max_batch: int = 256, max_seq_len: int = 10_000,
+              client_max_tokens: int = 0) -> TrtllmScheduler:
     pool = (PrefixCachingBlockPool if caching else BlockPool)(blocks, 4)
-    config = TrtllmSchedulerConfig(max_batch_size=max_batch, max_num_tokens=budget, max_seq_len=10_000,
-                                   capacity_policy=policy, enable_chunked_context=chunked, chunk_unit=unit)
+    config = TrtllmSchedulerConfig(max_batch_size=max_batch, max_num_tokens=budget, max_seq_len=max_seq_len,
+                                   capacity_policy=policy, enable_chunked_context=chunked, chunk_unit=unit,
+                                   client_max_tokens=client_max_tokens)
     return TrtllmScheduler(config, pool)
 
 
@@ -54,6 +56,22 @@ def test_guaranteed_no_evict_starts_only_what_fits_to_completion():
     assert finished == [a]
     plan, _ = step(s)
     assert planned(plan) == {1: 1, 2: 4}
+
+
+def test_guaranteed_no_evict_holds_blocks_for_the_max_tokens_clients_send():
+    # The same A (8 prompt tokens, 8 out), B (8, 12), C (4, 4) on 10 blocks, their clients sending max_tokens 20:
+    # A holds ceil((8 + 20) / 4) = 7 to completion, starts (7 ≤ 10) holding 2: free 8, owed 5; B needs 7 > 3 and
+    # waits behind it. Left unset (max_seq_len 20: up to 20 tokens), each needs ceil(20 / 4) = 5: A starts (free 8,
+    # owed 3), B too (5 ≤ 5: free 6, owed 6), C (5 > 0) waits. A request still stops at its own output length.
+    for max_seq_len, client, started in ((10_000, 20, {0: 8}), (20, 20, {0: 8, 1: 8})):
+        s = scheduler(10, max_seq_len=max_seq_len, client_max_tokens=client)
+        a = request(0, 8, 8)
+        for r in (a, request(1, 8, 12), request(2, 4, 4)):
+            s.add_request(r)
+        assert planned(step(s)[0]) == started, max_seq_len
+    while a.status is RequestStatus.RUNNING:
+        step(s)
+    assert a.num_output_tokens == 8
 
 
 def test_max_utilization_starts_on_the_prompt_alone():

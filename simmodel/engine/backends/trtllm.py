@@ -30,7 +30,9 @@ class TrtllmBackend(VllmBackend):
             max_batch_size=role.scheduler.max_sequences, max_num_tokens=role.scheduler.max_batched_tokens,
             max_seq_len=role.context_length, capacity_policy=spec.capacity_policy,
             enable_chunked_context=self.sim.scenario.engine.enable_chunked_prefill,
-            chunk_unit=role.kv_cache.block_size if spec.chunk_unit is None else spec.chunk_unit)
+            chunk_unit=role.kv_cache.block_size if spec.chunk_unit is None else spec.chunk_unit,
+            client_max_tokens={"output": 0, "context_length": role.context_length}.get(spec.client_max_tokens,
+                                                                                     spec.client_max_tokens))
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []
         for w in range(role.parallelism.replicas if count is None else count):

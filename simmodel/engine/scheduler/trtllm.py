@@ -65,6 +65,9 @@ class TrtllmSchedulerConfig:
     enable_chunked_context: bool = True
     chunk_unit: int = 32
     """A truncated chunk is a whole number of these tokens (TensorRT-LLM: the KV block size)."""
+    client_max_tokens: int = 0
+    """The ``max_tokens`` clients send (0: each request's own output length; ``max_seq_len`` when they leave it
+    unset): ``guaranteed_no_evict`` holds blocks for the longer of it and the output."""
 
     # The same limits under vLLM's names, read by the pass planner that plans runs of passes for both engines
     # (``engine.planner``); TensorRT-LLM has no long-prefill threshold and no draft tokens here.
@@ -220,8 +223,11 @@ class TrtllmScheduler:
         return len(self.waiting)
 
     def final_tokens(self, request: Request) -> int:
-        """The tokens a request holds once it is done: its prompt and maximum output, within ``max_seq_len``."""
-        return min(request.num_prompt_tokens + request.max_tokens, self.config.max_seq_len)
+        """The tokens a request may hold once it is done as its client asked (``getRemainingBlocksToCompletion``'s
+        prompt plus ``max_new_tokens``): its prompt and the longer of its output and the client's ``max_tokens``,
+        within ``max_seq_len``."""
+        asked = max(request.max_tokens, self.config.client_max_tokens)
+        return min(request.num_prompt_tokens + asked, self.config.max_seq_len)
 
     def promised_blocks(self) -> int:
         """Blocks the started requests (running, or P/D handoffs reserved or arrived) will still take until they
