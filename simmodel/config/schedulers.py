@@ -42,7 +42,7 @@ def trtllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequen
     spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
                          max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
                          trtllm=TrtllmSchedulerSpec(
-                             capacity_policy=node.choice("capacity_policy", CAPACITY_POLICIES, "guaranteed_no_evict"),
+                             capacity_policy=_capacity_policy(node),
                              chunk_unit=node.int("chunk_unit", None),
                              client_max_tokens=_client_max_tokens(node)))
     node.done()
@@ -51,6 +51,14 @@ def trtllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequen
                             f"enable_chunked_context) a whole prompt must fit one pass, so it must be >= "
                             f"context_length ({context_length}); got {spec.max_batched_tokens}")
     return spec
+
+
+def _capacity_policy(node: _Node) -> str:
+    """``capacity_policy``, in simmodel's spelling or TensorRT-LLM's own (``GUARANTEED_NO_EVICT``)."""
+    value = node.raw("capacity_policy", "guaranteed_no_evict")
+    if isinstance(value, str) and value.lower() in CAPACITY_POLICIES:
+        return value.lower()
+    return node.choice("capacity_policy", CAPACITY_POLICIES)  # (refused, naming the choices)
 
 
 def _client_max_tokens(node: _Node) -> int | str:

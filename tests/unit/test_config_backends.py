@@ -150,6 +150,10 @@ def test_trtllm_defaults(tmp_path):
     assert role.scheduler.trtllm.chunk_unit is None and not role.scheduler.async_scheduling
     assert (role.scheduler.max_sequences, role.scheduler.max_batched_tokens, role.kv_cache.block_size) == (2048, 8192, 32)
     assert role.scheduler.trtllm.client_max_tokens == "output"
+    data["engine"]["workers"]["aggregated"]["scheduler"]["capacity_policy"] = "MAX_UTILIZATION"  # (TRT-LLM's spelling)
+    assert parse_scenario(data, tmp_path).engine.workers["aggregated"].scheduler.trtllm.capacity_policy == \
+        "max_utilization"
+    del data["engine"]["workers"]["aggregated"]["scheduler"]["capacity_policy"]
     for value in ("context_length", 512):
         data["engine"]["workers"]["aggregated"]["scheduler"]["client_max_tokens"] = value
         assert parse_scenario(data, tmp_path).engine.workers["aggregated"].scheduler.trtllm.client_max_tokens == value
