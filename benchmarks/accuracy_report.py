@@ -154,8 +154,9 @@ def rounded(c: Constants) -> Constants:
     return from_vector([round(v, d) for v, d in zip(c.vector(), DECIMALS, strict=True)])
 
 
-def price(points: list[Point], c: Constants) -> np.ndarray:
-    """Our model's milliseconds for every point, with constants ``c`` (mixed passes are not in the grid)."""
+def price(points: list[Point], c: Constants, engine: str = "vllm") -> np.ndarray:
+    """Our model's milliseconds for every point, with constants ``c`` (mixed passes are not in the grid) and
+    ``engine``'s measured all-reduce."""
     eff = Efficiency(compute=c.compute, memory=c.memory)
     host = HostOverhead(prefill_ms=c.host_prefill_ms, decode_ms=c.host_decode_ms, mixed_ms=HostOverhead().mixed_ms,
                         per_layer_us=c.per_layer_us)
@@ -165,7 +166,8 @@ def price(points: list[Point], c: Constants) -> np.ndarray:
         key = (p.model, p.system, p.tp)
         t = timings.get(key)
         if t is None:
-            t = timings[key] = RooflineTiming(Deployment(MODELS[p.model], HARDWARE[p.system], tensor=p.tp), eff, host)
+            t = timings[key] = RooflineTiming(Deployment(MODELS[p.model], HARDWARE[p.system], tensor=p.tp), eff, host,
+                                              engine=engine)
         if p.kind == "prefill":
             out[i] = prefill_pass_ms(t, p.context, CAPACITY_TOKENS, batch_size=p.batch)
         else:
@@ -182,11 +184,11 @@ def _soft_l1(r: np.ndarray) -> float:
     return float(np.sum(2 * (np.sqrt(1 + z) - 1)))
 
 
-def fit(points: list[Point], start: Constants) -> tuple[Constants, str]:
+def fit(points: list[Point], start: Constants, engine: str = "vllm") -> tuple[Constants, str]:
     aic = np.log(np.array([p.aic_ms for p in points]))
 
     def residual(x):
-        return np.log(price(points, from_vector(x))) - aic
+        return np.log(price(points, from_vector(x), engine)) - aic
 
     x0 = np.clip(start.vector(), LOWER + 1e-6, GRID_UPPER - 1e-6)
     try:

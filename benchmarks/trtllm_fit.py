@@ -24,30 +24,14 @@ Prints markdown tables; writes nothing.
 from __future__ import annotations
 
 import argparse
-import functools
-from contextlib import contextmanager
 from pathlib import Path
 
 import accuracy_report as ar
 import numpy as np
 
-from simmodel.perf.roofline import RooflineTiming
-
 REPO = Path(__file__).resolve().parents[1]
 TRTLLM_CSV = REPO / "benchmarks" / "data" / "aic_grid_trtllm.csv"
 ENGINE = "trtllm"
-
-
-@contextmanager
-def engine(name: str):
-    """``accuracy_report.price`` (and so ``accuracy_report.fit``) builds ``RooflineTiming`` with the default engine
-    (vLLM's all-reduce); inside this block it builds them for ``name``."""
-    saved = ar.RooflineTiming
-    ar.RooflineTiming = functools.partial(RooflineTiming, engine=name)
-    try:
-        yield
-    finally:
-        ar.RooflineTiming = saved
 
 
 def error_rows(label: str, points: list, err: np.ndarray) -> list[list[str]]:
@@ -77,11 +61,10 @@ def main(argv=None) -> int:
     aic = np.array([p.aic_ms for p in points])
     fit_pts = [p for p in points if p.fit]
     defaults = ar.current_defaults()
-    with engine(ENGINE):
-        fitted_raw, method = ar.fit(fit_pts, ar.FIT_START)
-        fitted = ar.rounded(fitted_raw)
-        err = {name: ar.price(points, c) / aic - 1
-               for name, c in (("current defaults", defaults), ("fitted (rounded)", fitted))}
+    fitted_raw, method = ar.fit(fit_pts, ar.FIT_START, ENGINE)
+    fitted = ar.rounded(fitted_raw)
+    err = {name: ar.price(points, c, ENGINE) / aic - 1
+           for name, c in (("current defaults", defaults), ("fitted (rounded)", fitted))}
 
     print(f"## TensorRT-LLM grid: {args.csv.name} ({', '.join(grid['versions'])})\n")
     print(f"{len(points)} priced points ({len(fit_pts)} fit, {len(points) - len(fit_pts)} held-out), "

@@ -121,21 +121,7 @@ class VllmRules(BackendRules):
         return cdiv(context_length, block_size)
 
     def check_roles(self, workers: _Node, roles: dict[str, WorkerRole], mode: str) -> None:
-        """The deployment's prefix-caching KV blocks (replicas × attention_data × blocks per rank, summed over the
-        roles that cache) are at most ``MAX_CACHED_BLOCKS``: a run that would hold more is refused here instead
-        of running out of memory (each block's state is kept, as vLLM's pool keeps it)."""
-        def blocks(role: WorkerRole) -> int:
-            p = role.parallelism
-            return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
-
-        total, largest = deployment_total(roles, blocks)
-        if total <= MAX_CACHED_BLOCKS:
-            return
-        raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
-                            f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel "
-                            f"keeps each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} "
-                            f"(about 10 GB): fewer replicas, a smaller kv_cache.capacity or a larger "
-                            f"kv_cache.block_size")
+        _bound_cached_blocks(workers, roles)
 
 
 class SglangRules(BackendRules):
@@ -234,7 +220,25 @@ class TrtllmRules(BackendRules):
             if role.kv_cache.host_offload is not None:
                 raise ScenarioError(f"{workers.at(name)}.kv_cache.host_offload: a host KV tier is not yet modeled "
                                     f"for backend trtllm; remove it, or use backend vllm or sglang")
-        VllmRules.check_roles(self, workers, roles, mode)  # (the same bound on prefix-caching blocks in memory)
+        _bound_cached_blocks(workers, roles)
+
+
+def _bound_cached_blocks(workers: _Node, roles: dict[str, WorkerRole]) -> None:
+    """The deployment's prefix-caching KV blocks (replicas × attention_data × blocks per rank, summed over the roles
+    that cache) are at most ``MAX_CACHED_BLOCKS``: a run that would hold more is refused here instead of running
+    out of memory (each block's state is kept, as vLLM's and TensorRT-LLM's block pool keeps it)."""
+    def blocks(role: WorkerRole) -> int:
+        p = role.parallelism
+        return p.replicas * p.attention_data * role.num_kv_blocks if role.kv_cache.prefix_caching else 0
+
+    total, largest = deployment_total(roles, blocks)
+    if total <= MAX_CACHED_BLOCKS:
+        return
+    raise ScenarioError(f"{workers.at(largest)}.parallelism.replicas: the deployment's prefix-caching KV pools "
+                        f"would hold {total:,} blocks (replicas × attention_data × blocks per rank); simmodel "
+                        f"keeps each block's state in memory (about 100 bytes), so at most {MAX_CACHED_BLOCKS:,} "
+                        f"(about 10 GB): fewer replicas, a smaller kv_cache.capacity or a larger "
+                        f"kv_cache.block_size")
 
 
 BACKEND_RULES: dict[str, BackendRules] = {rules.name: rules for rules in (VllmRules(), SglangRules(), TrtllmRules())}

@@ -1,7 +1,7 @@
 """``engine.workers.<role>.scheduler``: the knobs of vLLM's scheduler (token budget, sequence limit, long
 prefill threshold, async scheduling, full-prompt reservation, prefill schedule interval, pass launch), of
 SGLang's (chunked prefill size, prefill token cap, schedule policy and conservativeness, new-token ratio) and
-of TensorRT-LLM's (capacity policy, chunk unit); ``backends`` picks one by ``engine.backend`` and refuses the
+of TensorRT-LLM's (capacity policy, chunk unit, the clients' max_tokens); ``backends`` picks one by ``engine.backend`` and refuses the
 others' fields.
 """
 

@@ -227,8 +227,8 @@ class SglangSchedulerSpec:
 
 @dataclass(frozen=True, slots=True)
 class TrtllmSchedulerSpec:
-    """TensorRT-LLM's own scheduler knobs (``backend: trtllm``): its ``SchedulerConfig``'s capacity policy and the
-    unit a truncated context chunk is cut to."""
+    """TensorRT-LLM's own scheduler knobs (``backend: trtllm``): its ``SchedulerConfig``'s capacity policy, the unit
+    a truncated context chunk is cut to, and the ``max_tokens`` its clients send."""
 
     capacity_policy: str = "guaranteed_no_evict"
     """``guaranteed_no_evict``, ``max_utilization`` or ``static_batch`` (``engine.scheduler.trtllm``)."""

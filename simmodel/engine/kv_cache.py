@@ -187,6 +187,13 @@ class PrefixCachingBlockPool:
                 self.free_queue.remove(b)
             self.ref_cnt[b] += 1
 
+    def count_lookup(self, request, cached_tokens: int) -> None:
+        """A request's first lookup (not after a preemption): its tokens queried, ``cached_tokens`` of them found
+        (``prefix_cache_hit_ratio``; the request's ``cached_tokens``)."""
+        self.num_queries += request.num_tokens
+        self.num_hits += cached_tokens
+        request.num_cached_tokens = cached_tokens
+
     def take_hits(self, request, hits: list[int]) -> None:
         """A request starting from its cached prefix (``find_hits``' blocks) holds those blocks from now."""
         self.touch(hits)

@@ -68,6 +68,11 @@ def test_prefix_caching_blocks_of_the_deployment_are_bounded():
     assert "would hold 100,020,000 blocks" in error_of(cached(5_001, 10_000, attention_data=2))
     # Without prefix caching a pool only counts its blocks: nothing to bound.
     assert parse_scenario(cached(10_001, 10_000, prefix_caching=False), Path("."))
+    # TensorRT-LLM's block pool is the same: the same bound.
+    trtllm = cached(10_001, 10_000)
+    trtllm["engine"]["backend"] = "trtllm"
+    del trtllm["engine"]["workers"]["aggregated"]["scheduler"]["async_scheduling"]  # (vLLM's)
+    assert "would hold 100,010,000 blocks" in error_of(trtllm)
 
 
 def test_the_gpu_count_sums_the_roles_and_names_the_larger():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -86,3 +88,22 @@ def vllm_oracle_config(cfg: dict) -> dict:
         long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
         scheduler_reserve_full_isl=cfg["reserve_full_isl"],
     )
+
+
+def record_streams(streams: list[dict], out_dir: Path, args: argparse.Namespace, record: Callable[[dict, str], dict],
+                   render: Callable[[dict], str], note: Callable[[dict], str] | None = None) -> int:
+    """Record every stream ``args.only`` names (all by default) with ``record(spec, tmpdir)``, render it, check the
+    rendering reads back as what was recorded, and write it to ``out_dir/<name>.json`` (``--check``: compare);
+    returns the exit status, 1 if a file is stale."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = 0
+    with tempfile.TemporaryDirectory(prefix="golden_") as tmpdir:
+        for spec in streams:
+            if args.only and spec["name"] not in args.only:
+                continue
+            golden = record(spec, tmpdir)
+            text = render(golden)
+            if json.loads(text) != json.loads(json.dumps(golden)):
+                raise SystemExit(f"{spec['name']}: serialization round trip failed")
+            stale += emit(out_dir / f"{spec['name']}.json", text, args.check, note(golden) if note else "")
+    return 1 if stale else 0

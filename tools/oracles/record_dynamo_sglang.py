@@ -82,11 +82,18 @@ import math
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, compact, emit, mocker_records, only_route, package_versions, parse_args  # noqa: E402
+from golden_io import (  # noqa: E402
+    REPO,
+    compact,
+    mocker_records,
+    only_route,
+    package_versions,
+    parse_args,
+    record_streams,
+)
 
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_sglang"
 
@@ -465,22 +472,10 @@ def dumps(golden: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = parse_args(__doc__, argv)
+    def readmissions(golden: dict) -> str:
+        return "readmissions " + " ".join(f"{r['label']}:{r['summary']['readmissions']}" for r in golden["runs"])
 
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    stale = 0
-    with tempfile.TemporaryDirectory(prefix="dyn_sglang_") as tmpdir:
-        for spec in STREAMS:
-            if args.only and spec["name"] not in args.only:
-                continue
-            golden = record_stream(spec, tmpdir)
-            text = dumps(golden)
-            if json.loads(text) != json.loads(json.dumps(golden)):
-                raise SystemExit(f"{spec['name']}: serialization round trip failed")
-            path = OUT_DIR / f"{spec['name']}.json"
-            runs = " ".join(f"{r['label']}:{r['summary']['readmissions']}" for r in golden["runs"])
-            stale += emit(path, text, args.check, f"readmissions {runs}")
-    return 1 if stale else 0
+    return record_streams(STREAMS, OUT_DIR, parse_args(__doc__, argv), record_stream, dumps, readmissions)
 
 
 if __name__ == "__main__":

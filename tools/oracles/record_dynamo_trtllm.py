@@ -43,11 +43,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, emit, mocker_records, only_route, package_versions, parse_args  # noqa: E402
+from golden_io import REPO, mocker_records, only_route, package_versions, parse_args, record_streams  # noqa: E402
 from record_dynamo_sglang import dumps, hash_ids, make_requests, r6, write_mooncake  # noqa: E402
 
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_trtllm"
@@ -232,19 +231,7 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(__doc__, argv)
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    stale = 0
-    with tempfile.TemporaryDirectory(prefix="dyn_trtllm_") as tmpdir:
-        for spec in STREAMS:
-            if args.only and spec["name"] not in args.only:
-                continue
-            golden = record_stream(spec, tmpdir)
-            text = dumps(golden)
-            if json.loads(text) != json.loads(json.dumps(golden)):
-                raise SystemExit(f"{spec['name']}: serialization round trip failed")
-            stale += emit(OUT_DIR / f"{spec['name']}.json", text, args.check)
-    return 1 if stale else 0
+    return record_streams(STREAMS, OUT_DIR, parse_args(__doc__, argv), record_stream, dumps)
 
 
 if __name__ == "__main__":

@@ -312,14 +312,13 @@ class TrtllmScheduler:
             if num_new <= 0:
                 break  # (a prompt being chunked gets no whole unit: nor do the ones after it)
             needed = cdiv(computed + num_new, self.block_size) - request.num_blocks
-            if policy.pauses and needed > self.pool.num_free_blocks:
-                while needed > self.pool.num_free_blocks:
-                    victim = self.running.pop()
-                    self._pause(victim, out)
-                    if victim is request:
-                        break
-                if request.status is not RequestStatus.RUNNING:
+            while policy.pauses and needed > self.pool.num_free_blocks:
+                victim = self.running.pop()
+                self._pause(victim, out)
+                if victim is request:
                     break
+            if request.status is not RequestStatus.RUNNING:
+                break
             self._run(request, num_new, out)
             budget -= num_new
         if not out.preempted and policy.starts_any(self):
@@ -333,11 +332,7 @@ class TrtllmScheduler:
         max_batch = self.config.max_batch_size
         while budget > 0 and len(self.running) < max_batch and (self.handoffs or self.waiting):
             if self.handoffs:  # (its blocks reserved and counted already: it decodes its prompt's last token)
-                request = self.handoffs.popleft()
-                out.admitted.append(request)
-                request.status = RequestStatus.RUNNING
-                self.running.append(request)
-                self._run(request, 1, out)
+                self._start(self.handoffs.popleft(), 1, out)
                 budget -= 1
                 continue
             request = self.waiting[0]
@@ -354,19 +349,21 @@ class TrtllmScheduler:
             self.waiting.popleft()
             if self.caching:
                 if request.num_preemptions == 0:
-                    pool.num_queries += request.num_tokens
-                    pool.num_hits += computed
-                    request.num_cached_tokens = computed
+                    pool.count_lookup(request, computed)
                 if hits:
                     pool.take_hits(request, hits)
             request.num_computed_tokens = computed
-            (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
             if policy.pauses:  # (its prompt's KV taken whole at its first chunk)
                 self._take(request, cdiv(request.num_tokens, bs) - request.num_blocks)
-            self._run(request, num_new, out)
+            self._start(request, num_new, out)
             budget -= num_new
+
+    def _start(self, request: Request, num_new: int, out: SchedulerOutput) -> None:
+        """A request starts (or resumes after a pause) with ``num_new`` tokens in this pass."""
+        (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        self._run(request, num_new, out)
 
     def _run(self, request: Request, num_new: int, out: SchedulerOutput) -> None:
         """Put ``num_new`` tokens of the request in the pass: take the blocks they reach, cache the full ones."""

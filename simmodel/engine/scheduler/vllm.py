@@ -358,9 +358,7 @@ class VllmScheduler:
             (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
             if self.caching:
                 if request.num_preemptions == 0 and not request.kv_transferred and not request.num_host_cached_tokens:
-                    pool.num_queries += request.num_tokens
-                    pool.num_hits += computed
-                    request.num_cached_tokens = computed
+                    pool.count_lookup(request, computed)
                 if hits:
                     pool.take_hits(request, hits)
                 request.num_computed_tokens = computed
@@ -386,9 +384,7 @@ class VllmScheduler:
         if found + evictable > pool.num_free_blocks - self._reserved_for_prefills():
             return False
         if request.num_preemptions == 0:
-            pool.num_queries += request.num_tokens
-            pool.num_hits += len(hits) * bs
-            request.num_cached_tokens = len(hits) * bs
+            pool.count_lookup(request, len(hits) * bs)
             request.num_host_cached_tokens = found * bs
             self.offload.num_hit_tokens += found * bs
         if hits:
