@@ -68,7 +68,12 @@ def format_table(summary: dict) -> str:
         ("num_requests_waiting_mean", "Waiting requests, time average"),
         ("request_overhead_ms", "Time per request outside the passes (ms)"),
         ("duration_s", "Duration (s)"), ("gpu_count", "GPUs"), ("gpu_hours", "GPU-hours"),
-        ("num_passes", "Passes"), ("wall_time_s", "Wall time (s)"),
+        ("num_passes", "Passes"),
+        ("energy_kwh", "GPU energy (kWh)"), ("avg_power_w_per_gpu", "Average power per GPU (W)"),
+        ("energy_j_per_request", "Energy per completed request (J)"),
+        ("energy_j_per_output_token", "Energy per output token (J)"),
+        ("cost_per_million_tokens", "Cost per million output tokens"),
+        ("wall_time_s", "Wall time (s)"),
     ):
         value = summary.get(key)
         text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else str(value))

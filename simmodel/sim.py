@@ -26,6 +26,7 @@ from simmodel.engine.vision_encoder import image_tokens
 from simmodel.engine.worker import Worker
 from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
+from simmodel.metrics.energy import energy_summary, pass_joules
 from simmodel.metrics.records import EventKind, PassLog, Recorder
 from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
@@ -41,6 +42,7 @@ from simmodel.metrics.summarize import (
     summarize,
 )
 from simmodel.offload import StoredBlocks, host_blocks, offload_summary
+from simmodel.perf.energy import GpuPower, PassEnergy
 from simmodel.perf.timings import make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
@@ -78,8 +80,11 @@ class Results:
     def __init__(self, summary: dict, requests: RequestTable, passes: PassLog, num_passes: int,
                  events: list, num_events: int, stage_starts: np.ndarray | None = None,
                  by_worker: bool = False, replicas: dict | None = None,
-                 pass_bytes: dict[tuple[int, int], dict[int, list[float]]] | None = None) -> None:
+                 pass_bytes: dict[tuple[int, int], dict[int, list[float]]] | None = None,
+                 powers: dict[str, GpuPower | None] | None = None) -> None:
         self.summary = summary
+        self._powers = powers
+        """Per role, its GPU's power (``perf.energy``), for the pass table's ``energy_j``; None: no such column."""
         self._pass_bytes = pass_bytes
         """With host KV tiers: per (worker, rank), the bytes loaded and stored over the host link per pass index
         (``offload.protocol.PassBytes``), for the pass table's ``host_bytes_loaded`` and ``host_bytes_stored``."""
@@ -141,6 +146,10 @@ class Results:
         data = dict(passes) if isinstance(passes, dict) else pass_columns(passes, self._num_passes)
         if self._pass_bytes is not None and "host_bytes_loaded" not in data:
             data["host_bytes_loaded"], data["host_bytes_stored"] = _host_bytes(data, self._pass_bytes)
+        if self._powers is not None and "energy_j" not in data:
+            joules = pass_joules(data, self._powers)
+            if joules is not None:
+                data["energy_j"] = joules
         if self._by_worker:
             data = _by_end_and_worker(data)
         if self._stage_starts is not None:  # a staged load: each pass's stage, by its start
@@ -305,6 +314,12 @@ class Simulation:
                                           scaled[name].max_replicas if name in scaled else None)
             for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
+        self.energy: dict[str, PassEnergy] = {name: PassEnergy(role.deployment, engine.backend)
+                                              for name, role in engine.workers.items()}
+        """Per role, how its passes' energy is priced (``simmodel.perf.energy``)."""
+        for name, pool in self.pools.items():
+            for worker in pool:
+                worker.energy = self.energy[name]
         self.limits = RunLimits(scenario.limits)
         cutoff = scenario.traffic.stop.max_virtual_time_seconds
         self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
@@ -645,6 +660,9 @@ class Simulation:
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts(),
                             request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)
+        summary.update(energy_summary(roles, {name: e.power for name, e in self.energy.items()}, self.recorder.passes,
+                                      summary["total_output_tokens"], summary["completed_requests"],
+                                      self.scenario.gpu_hour_price))
         if self.scenario.engine.speculation is not None:
             scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
             verified = sum(s.num_drafts_verified for s in scheds)
@@ -720,4 +738,4 @@ class Simulation:
                       for w in self.workers for rank in w.ranks if rank.offload is not None} or None
         return Results(summary, requests, self.recorder.passes, len(self.recorder.passes), self.recorder.events,
                        len(self.recorder.events), starts, by_worker=self.order_by_worker, replicas=replicas,
-                       pass_bytes=pass_bytes)
+                       pass_bytes=pass_bytes, powers={name: e.power for name, e in self.energy.items()})

@@ -1,6 +1,6 @@
 """``evaluation``: the service-level agreement a run is measured against (``run``'s goodput, a search's
 feasibility): bounds on time to first token, time per output token and end-to-end latency, and the
-fraction of requests that must meet them.
+fraction of requests that must meet them; and the price of a GPU-hour, for the cost per million tokens.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from simmodel.config.schema import DEFAULT_ATTAINMENT, Sla
 from simmodel.errors import ScenarioError
 
 
-def parse_evaluation(node: _Node, attainment: float = DEFAULT_ATTAINMENT) -> Sla | None:
+def parse_evaluation(node: _Node, attainment: float = DEFAULT_ATTAINMENT) -> tuple[Sla | None, float | None]:
     """``evaluation``: the SLA a run is measured against (``run``'s goodput, a search's feasibility), or
-    None when there is no ``evaluation.sla``. ``attainment``: the default required fraction."""
+    None when there is no ``evaluation.sla``, and ``gpu_hour_price`` (what one GPU costs an hour, in any
+    currency; None: no cost figures). ``attainment``: the SLA's default required fraction."""
     sla = parse_sla(node.node("sla"), attainment) if node.has("sla") else None
+    price = node.number("gpu_hour_price", None, positive=True)
     node.done()
-    return sla
+    return sla, price
 
 
 def parse_sla(node: _Node, attainment: float = DEFAULT_ATTAINMENT) -> Sla:

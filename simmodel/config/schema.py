@@ -602,6 +602,9 @@ class Scenario:
     """``router``: per pool (role name), its router; a pool not named here is routed round robin."""
     planner: PlannerSpec | None = None
     """``planner``: adds and removes workers during the run; None: worker counts are fixed."""
+    gpu_hour_price: float | None = None
+    """``evaluation.gpu_hour_price``: what one GPU costs an hour, for ``cost_per_million_tokens``; None: not
+    reported."""
 
     def router(self, role: str) -> RouterSpec:
         """The router of the pool of ``role``."""

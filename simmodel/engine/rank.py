@@ -194,9 +194,10 @@ class Rank:
                             plan.total_num_scheduled_tokens, self.role, pass_index)
 
     def finish_pass(self, plan: SchedulerOutput, start_ns: int, end_ns: int, busy_ns: int,
-                    provenance: str = "", delivered_ns: int | None = None) -> None:
+                    provenance: str = "", delivered_ns: int | None = None, work_ns: int = 0) -> None:
         """Apply the pass outcome: sample tokens, retire finished requests, record the pass. Its tokens reach
-        the clients at ``delivered_ns`` (default: the pass end)."""
+        the clients at ``delivered_ns`` (default: the pass end); ``work_ns``: its work at datasheet peaks
+        (``PassEnergy.work_ns``)."""
         pass_end = end_ns
         end_ns = end_ns if delivered_ns is None else delivered_ns
         pass_index = self.num_passes
@@ -234,7 +235,7 @@ class Rank:
                          plan.total_num_scheduled_tokens,
                          sum(n for n, d in zip(plan.num_new_tokens, plan.is_decode) if not d),
                          len(plan.requests) - num_decode, num_decode, len(sampled), plan.kv_blocks_used,
-                         len(plan.preempted), busy_ns, provenance)
+                         len(plan.preempted), busy_ns, work_ns, provenance)
         self.record_pass_end(PassEnd(row, end_ns, intervals, first_tokens,
                                      [(request, request.num_output_tokens) for request in finished]))
 

@@ -73,6 +73,9 @@ class PassRecord(NamedTuple):
     kv_blocks_used: int
     num_preempted: int
     rank_busy_ns: int
+    rank_work_ns: int
+    """The rank's pass at datasheet peaks: its FLOPs' time plus its bytes' time (``perf.energy``), which sets
+    its dynamic power."""
     provenance: str
     """Where the pass time came from, labels joined by "+" (e.g. ``extrapolated:roofline+assumed-host``)."""
 

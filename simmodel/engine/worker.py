@@ -18,13 +18,13 @@ from simmodel.engine.rank import Rank
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.errors import SimulationError
-from simmodel.perf.timing import PassBatch, PassTiming
+from simmodel.perf.timing import PassBatch, PassCost, PassSums, PassTiming, pass_sums
 
 if TYPE_CHECKING:
     from simmodel.engine.planner.async_run import AsyncRun
     from simmodel.engine.planner.run import Run
 
-Pass = tuple  # a pass launched and not yet delivered: (plans, start, (busy ns per rank, provenance), end)
+Pass = tuple  # a pass launched and not yet delivered: (plans, start, (busy ns per rank, provenance, work ns per rank), end)
 
 
 class Ahead(NamedTuple):
@@ -84,6 +84,9 @@ class Worker:
         """End times of the passes started and not yet finished: their pass-end events are still to come."""
         self.limits = None
         """The run's ``RunLimits``, counting every pass started (None: unbounded, e.g. in unit tests)."""
+        self.energy = None
+        """The role's ``PassEnergy``, which prices each pass's work at datasheet peaks for its energy (None: the
+        pass rows' ``rank_work_ns`` are 0)."""
         self.coalesce = True
         """Plan runs of passes (``planner``); off, every pass is planned on its own."""
         self.quiet_callbacks = False
@@ -541,16 +544,26 @@ class Worker:
 
     def _start(self, plans: list[SchedulerOutput], start: int | None = None) -> tuple[int, tuple[np.ndarray, str]]:
         """Price a pass of every rank and record its start (now unless given); returns
-        (start, (busy ns per rank, provenance))."""
+        (start, (busy ns per rank, provenance, work ns per rank at datasheet peaks))."""
         start = self.env.now if start is None else start
         if self.limits is not None:
             self.limits.count_pass(start)
         self._wave_step += 1
         self._passes_in_flight += 1
-        cost = self.timing.price(self._batch(plans))
+        batch = self._batch(plans)
+        sums = pass_sums(batch)
+        own = getattr(self.timing, "price_sums", None)
+        if own is None:
+            cost = self.timing.price(batch)
+        else:  # (``price`` of a timing that prices sums: the same bits, the sums made once)
+            seconds, labels = own(sums)
+            cost = PassCost(seconds[0], labels[0])
         seconds = cost.total_s
-        if self.vision is not None:
-            seconds = seconds + np.array([v.pass_seconds(p) for v, p in zip(self.vision, plans)])
+        work = self.work_ns(sums)
+        if self.vision is not None:  # (the vision tower's GPU time counts as fully busy: ``perf.energy``)
+            encode = np.array([v.pass_seconds(p) for v, p in zip(self.vision, plans)])
+            seconds = seconds + encode
+            work = work + np.rint(encode * 1e9).astype(np.int64)
         busy = clock_ns(seconds)
         if busy is None:
             raise SimulationError(f"{self.role} worker {self.worker_id}: the timing model priced a pass at "
@@ -566,19 +579,25 @@ class Worker:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
         for rank, plan in zip(self.ranks, plans):  # its index: the rank's finished passes, then those in flight
             rank.begin_pass(plan, start, rank.num_passes + self._passes_in_flight - 1)
-        return start, (busy, "+".join(cost.provenance))
+        return start, (busy, "+".join(cost.provenance), work)
 
-    def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str],
+    def _finish(self, plans: list[SchedulerOutput], start: int, cost: tuple[np.ndarray, str, np.ndarray],
                 end: int | None = None) -> None:
         """Apply every rank's outcome now: the pass ran ``start``–``end`` (default: it ends now) and its
         outputs reach the clients at this instant."""
-        busy, provenance = cost
+        busy, provenance, work = cost
         end = self.env.now if end is None else end
         self._passes_in_flight -= 1
         self.num_passes += 1
-        for rank, plan, rank_busy in zip(self.ranks, plans, busy.tolist()):
-            rank.finish_pass(plan, start, end, rank_busy, provenance, self.env.now)
+        for rank, plan, rank_busy, rank_work in zip(self.ranks, plans, busy.tolist(), work.tolist()):
+            rank.finish_pass(plan, start, end, rank_busy, provenance, self.env.now, rank_work)
         self.open_pass_ends.remove(end)  # only now: its pass-end events are recorded
+
+    def work_ns(self, sums: PassSums) -> np.ndarray:
+        """Per row of ``sums`` (a rank of a pass): its work at datasheet peaks, ns (``PassEnergy.work_ns``)."""
+        if self.energy is None:
+            return np.zeros(len(sums.table), np.int64)
+        return self.energy.work_ns(sums)
 
     def _batch(self, plans: list[SchedulerOutput]) -> PassBatch:
         if len(plans) == 1:

@@ -203,14 +203,15 @@ def pass_columns(passes: PassLog, rows: int | None = None) -> dict[str, object]:
 
 def passes_table(data: dict[str, object]) -> dict[str, object]:
     """The columns of the pass table, in its order, from the pass rows' columns (``pass_columns``, plus any
-    added ones): times in seconds, the rank's own forward time in ms, added columns (a staged load's
-    ``stage``) last. The frame and the CSV file are both made from this."""
-    names = [name for name in PassRecord._fields if name not in ("start_ns", "end_ns", "rank_busy_ns")]
+    added ones): times in seconds, the rank's own forward time and its work at datasheet peaks in ms, added
+    columns (``energy_j``, a staged load's ``stage``) last. The frame and the CSV file are both made from this."""
+    names = [name for name in PassRecord._fields if name not in ("start_ns", "end_ns", "rank_busy_ns", "rank_work_ns")]
     table: dict[str, object] = {name: data[name] for name in names[:3]}  # role, worker, dp_rank
     table["start_s"] = np.asarray(data["start_ns"]) / NS_PER_S
     table["end_s"] = np.asarray(data["end_ns"]) / NS_PER_S
     table.update((name, data[name]) for name in names[3:])
     table["rank_busy_ms"] = np.asarray(data["rank_busy_ns"]) / 1e6
+    table["rank_work_ms"] = np.asarray(data["rank_work_ns"]) / 1e6
     for name in data:
         if name not in PassRecord._fields:
             table[name] = data[name]

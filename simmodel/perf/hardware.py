@@ -20,6 +20,8 @@ per direction (NVLink 4: 900 GB/s both ways → 450 GB/s each way; PCIe Gen5 x16
 NIC bandwidth is one 400 Gb/s ConnectX-7 per GPU (200 Gb/s HDR on A100 and L40S systems), as in the DGX
 reference designs. Link latencies are assumptions, not datasheet values.
 
+Board and idle power (``POWER``) are for the energy model (``simmodel.perf.energy``).
+
 A system file (``engine.hardware: ./my_gpu.yaml``) gives the same fields; see ``hardware_from_yaml``.
 """
 
@@ -52,6 +54,12 @@ class HardwareSpec:
     pcie_bytes_per_s: float
     nic_bytes_per_s: float
     gpus_per_node: int
+    board_power_w: float | None = None
+    """The GPU's board power limit (TDP / TBP), W: what a pass whose kernels keep the GPU's compute and memory
+    fully busy draws (``perf.energy``). None: not known (a system file without it has no energy figures)."""
+    idle_power_w: float | None = None
+    """What the GPU draws, W, while a serving process holds it (its CUDA context and weights loaded) and runs
+    nothing: between passes, and on a worker with no work."""
     registry: bool = False
     """One of the registry's own systems (``HARDWARE``), whose measured figures the default timing uses where
     it has them (``roofline.ACHIEVED``, ``roofline.ALL_REDUCE``); a system file's is not, whatever its
@@ -64,6 +72,8 @@ class HardwareSpec:
 
 HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec) if f.name != "registry")
 """The fields of a system file."""
+POWER_FIELDS = ("board_power_w", "idle_power_w")
+"""The fields a system file may leave out (both or neither): without them its runs have no energy figures."""
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
 # Not datasheet values: a small all-reduce over NVLink / xGMI costs about 5 µs (vLLM's custom all-reduce,
@@ -72,7 +82,26 @@ _GB, _TB, _TF = 1e9, 1e12, 1e12
 # has the measured ones, a step latency and a link fraction by group size).
 _LINK_S, _PCIE_S = 5e-6, 10e-6
 
-HARDWARE: dict[str, HardwareSpec] = {h.system_id: replace(h, registry=True) for h in (
+POWER: dict[str, tuple[float, float]] = {
+    "a100_sxm": (400.0, 80.0),
+    "h100_sxm": (700.0, 121.7),
+    "h200_sxm": (700.0, 121.7),
+    "b200_sxm": (1000.0, 174.0),
+    "gb200": (1200.0, 209.0),
+    "l40s": (350.0, 102.0),
+    "mi300x": (750.0, 130.0),
+}
+"""Per system: (board power limit, idle power) in W (docs/research/energy-sources.md has every source).
+Board power from the data sheets: A100 SXM 400 W, H100 and H200 SXM 700 W, L40S 350 W, MI300X 750 W;
+HGX B200 1,000 W and GB200 NVL72 1,200 W per GPU (NVIDIA's Blackwell data sheet as summarised by
+G. Klockwood, the B200 figure also in the ML.ENERGY Leaderboard and an MLPerf v6.0 system description).
+No data sheet gives idle power. Measured with a CUDA context held (S. S. Vadari, "The Model Parking Tax",
+arXiv:2605.23918): H100 121.7 W, A100 80.0 W, L40S 102.0 W. H200 takes H100's (the same GH100 die and 700 W
+board; a vendor page's 80.3 W did not say how it was taken). B200, GB200 and MI300X: no measurement found;
+H100's fraction of its limit (17.4 %) is assumed, an assumption a system file can replace."""
+
+HARDWARE: dict[str, HardwareSpec] = {h.system_id: replace(h, registry=True, board_power_w=POWER[h.system_id][0],
+                                                          idle_power_w=POWER[h.system_id][1]) for h in (
     #            id          memory     BF16        FP8         HBM          GPU link   latency  PCIe      NIC      GPUs
     HardwareSpec("a100_sxm", 80 * _GB,  312 * _TF,  312 * _TF,  2.039 * _TB, 300 * _GB, _LINK_S, 32 * _GB, 25 * _GB, 8),
     HardwareSpec("h100_sxm", 80 * _GB,  989 * _TF,  1979 * _TF, 3.35 * _TB,  450 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
@@ -118,8 +147,17 @@ def hardware_from_yaml(path: Path) -> HardwareSpec:
     values: dict[str, Any] = {"system_id": system_id}
     for name in HARDWARE_FIELDS[1:]:
         if name not in data:
+            if name in POWER_FIELDS:
+                continue
             raise ScenarioError(f"{where}: missing {name}")
         values[name] = _positive(where, name, data[name], integer=name == "gpus_per_node")
+    given = [name for name in POWER_FIELDS if name in values]
+    if len(given) == 1:
+        missing = next(name for name in POWER_FIELDS if name not in values)
+        raise ScenarioError(f"{where}: {given[0]} needs {missing} too (both, or neither: no energy figures)")
+    if given and values["idle_power_w"] > values["board_power_w"]:
+        raise ScenarioError(f"{where}: idle_power_w ({values['idle_power_w']:g}) must not exceed board_power_w "
+                            f"({values['board_power_w']:g})")
     return HardwareSpec(**values)
 
 
@@ -136,6 +174,8 @@ _RANGES: dict[str, tuple[float, float, str]] = {
     "pcie_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
     "nic_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
     "gpus_per_node": (1, 100_000, "GPUs in one GPU-link domain, 1 to 100,000"),
+    "board_power_w": (1.0, 1e5, "W, 1 W to 100 kW"),
+    "idle_power_w": (0.1, 1e5, "W, 0.1 W to 100 kW"),
 }
 
 

@@ -365,10 +365,11 @@ class RooflineTiming(SumsTiming):
         table = self._table(pass_sums(batch))
         return {name: table[:, i] for i, name in enumerate(GROUPS)}
 
-    def _table(self, sums: PassSums) -> np.ndarray:
-        """Seconds, one row per rank (of each pass) and one column per group of ``GROUPS``, every rank's
-        formulas running as arrays over its per-sequence totals. With several passes the experts' load
-        is each pass's own."""
+    def _kernels(self, sums: PassSums) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], tuple]:
+        """Per row, each kernel group's compute time and memory time at this model's peaks (FLOPs over the
+        reachable FLOP/s, bytes over the reachable bandwidth), for the groups of ``GROUPS`` up to
+        ``elementwise`` (None: a group that only moves bytes); then what the other groups need: (tokens,
+        busy rows, prefilling and decoding sequences, the worker's tokens or None)."""
         num_passes = sums.num_passes
         pre, dec = sums.kinds()
         prefills, decodes, pairs, decode_pairs = pre[:, SEQUENCES], dec[:, SEQUENCES], pre[:, PAIRS], dec[:, PAIRS]
@@ -377,7 +378,7 @@ class RooflineTiming(SumsTiming):
         span = pre[:, NEW_TOKENS] + pre[:, CONTEXT_TOKENS] + dec[:, NEW_TOKENS] + dec[:, CONTEXT_TOKENS]
         hbm, lin_peak = self.hbm, self.linear_peak
         busy = tokens > 0
-        experts = np.zeros(len(tokens))
+        moe_compute = moe_memory = np.zeros(len(tokens))
         sampling = samples > 0
         linear_flops = tokens * self.dense_flops_per_token
         # (a boolean times a non-negative constant: the constant or 0.0, as np.where would give, but cheaper)
@@ -386,14 +387,14 @@ class RooflineTiming(SumsTiming):
         if self.moe_flops_per_token or self.num_exchanges:  # (a dense model without exchanges adds nothing)
             per_pass = tokens.reshape(num_passes, -1)
             worker_tokens = per_pass.sum(axis=1) if num_passes > 1 else np.array([float(tokens.sum())])
-            moe_compute = np.zeros(num_passes)
+            moe_seconds = np.zeros(num_passes)
             moe_bytes = np.zeros(num_passes)
             if self.moe_flops_per_token:
                 # Experts serve the whole worker's tokens (expert parallelism spans the DP group), so even a
                 # rank with no sequences of its own runs its share; each expert is hit with probability
                 # 1 − (1 − k/E)^tokens, and the busiest expert-parallel GPU sets the pass.
                 busy_pass = worker_tokens > 0
-                moe_compute = worker_tokens * (self.moe_seconds_per_token / self.moe_gpus)
+                moe_seconds = worker_tokens * (self.moe_seconds_per_token / self.moe_gpus)
                 if self.route_fraction >= 1.0:  # every token to every expert (log1p(-1) is undefined)
                     hit = busy_pass * 1.0
                 else:
@@ -401,15 +402,39 @@ class RooflineTiming(SumsTiming):
                 touched = busiest_touched(self.experts_per_gpu, hit, self.moe_expert)
                 moe_bytes = busy_pass * (touched * self.expert_bytes_per_gpu + self.shared_bytes_per_gpu)
             ranks = per_pass.shape[1]
-            worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_compute, moe_bytes))
-            experts = np.maximum(moe_compute, moe_bytes / hbm) + (moe_compute > 0) * self.moe_layer_s
-        linear = np.maximum(linear_flops / lin_peak, linear_bytes / hbm)
+            worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_seconds, moe_bytes))
+            moe_memory = moe_bytes / hbm
         attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
-        attention = np.maximum(attention_flops / self.attention_peak,
-                               (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm)
-        lm_head = np.maximum(samples * self.lm_head_flops_per_seq / self.lm_head_peak,
-                             (sampling * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq)
-                             / hbm)
+        groups = [
+            (linear_flops / lin_peak, linear_bytes / hbm),
+            (moe_compute, moe_memory),
+            (attention_flops / self.attention_peak,
+             (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm),
+            (None, tokens * self.kv_bytes_per_token / hbm),
+            (samples * self.lm_head_flops_per_seq / self.lm_head_peak,
+             (sampling * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq) / hbm),
+            (None, samples * self.sampler_bytes_per_seq / hbm),
+            (None, tokens * self.elementwise_bytes_per_token / hbm),
+        ]
+        return groups, (tokens, busy, prefills, decodes, worker_tokens)
+
+    def work_seconds(self, sums: PassSums) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the time its kernels' FLOPs take at this model's compute peaks and the time their bytes
+        take at its memory bandwidth, each summed over the kernel groups (collectives, per-layer floors and
+        the host left out): with ``Efficiency(1, 1, expert=1)``, the pass's work at datasheet peaks."""
+        groups, _ = self._kernels(sums)
+        compute = sum(c for c, _ in groups if c is not None)
+        memory = sum(m for _, m in groups)
+        return compute, memory
+
+    def _table(self, sums: PassSums) -> np.ndarray:
+        """Seconds, one row per rank (of each pass) and one column per group of ``GROUPS``, every rank's
+        formulas running as arrays over its per-sequence totals; a group of kernels costs the longer of its
+        compute and memory times (``_kernels``). With several passes the experts' load is each pass's own."""
+        groups, (tokens, busy, prefills, decodes, worker_tokens) = self._kernels(sums)
+        moe_compute, moe_memory = groups[1]
+        groups[1] = (None, np.maximum(moe_compute, moe_memory) + (moe_compute > 0) * self.moe_layer_s
+                     if worker_tokens is not None and self.moe_flops_per_token else np.zeros(len(tokens)))
         comm = np.zeros(len(tokens))
         if self.num_all_reduces:
             comm = self.num_all_reduces * all_reduce_seconds(  # (an idle rank's empty message costs nothing)
@@ -422,10 +447,9 @@ class RooflineTiming(SumsTiming):
         # The host overhead by pass kind: decode only (or idle), prefill only, mixed.
         host_s = self.host_s_by_kind.take((prefills > 0) * 2 + (decodes > 0))
         table = np.empty((len(tokens), len(GROUPS)))  # C order: a row's groups are summed in the same order
-        for i, column in enumerate((linear, experts, attention, tokens * self.kv_bytes_per_token / hbm, lm_head,
-                                    samples * self.sampler_bytes_per_seq / hbm,
-                                    tokens * self.elementwise_bytes_per_token / hbm, comm,
-                                    busy * self.layer_overhead_s, busy * host_s)):
+        for i, (compute, memory) in enumerate(groups):
+            table[:, i] = memory if compute is None else np.maximum(compute, memory)
+        for i, column in enumerate((comm, busy * self.layer_overhead_s, busy * host_s), start=len(groups)):
             table[:, i] = column
         return table
 

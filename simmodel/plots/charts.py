@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from simmodel.recommend.search import pareto_front
-from simmodel.recommend.spec import PARETO
+from simmodel.recommend.spec import PARETO, TARGETS
 
 LAYOUT = {"template": "plotly_white", "height": 360, "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
           "legend": {"orientation": "h", "y": -0.2}}
@@ -121,16 +121,22 @@ def run_charts(requests: pd.DataFrame, passes: pd.DataFrame, summary: dict | Non
     return figures + ([bars] if bars is not None else [])
 
 
-def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
-    """A search's candidates (``simmodel recommend``'s ledger entries) by output tokens per second per GPU and per
-    user: feasible and infeasible ones apart, the feasible ones no other beats on both joined as the front, and
-    the ranked (saved) ones numbered as they were saved."""
-    simulated = [e for e in entries if e.get("metrics") and e["metrics"].get("output_throughput_per_gpu") is not None
-                 and e["metrics"].get("throughput_per_user") is not None]
+AXIS_TITLES = {"output_throughput_per_gpu": "output tokens/s per GPU", "throughput_per_user": "output tokens/s per user",
+               "output_tokens_per_joule": "output tokens per joule", "cost_per_million_tokens": "cost per million tokens"}
+"""Axis titles of the metrics a Pareto chart is most often drawn on (others show the metric's name)."""
+
+
+def pareto_chart(entries: list[dict], ranked: list[dict], targets: tuple[str, str] = PARETO) -> go.Figure:
+    """A search's candidates (``simmodel recommend``'s ledger entries) by the metrics of two targets (by default
+    output tokens per second per GPU and per user): feasible and infeasible ones apart, the feasible ones no
+    other beats on both joined as the front, and the ranked (saved) ones numbered as they were saved."""
+    objectives = tuple(TARGETS[t] for t in targets)
+    (mx, _), (my, _) = objectives
+    simulated = [e for e in entries if e.get("metrics") and e["metrics"].get(mx) is not None
+                 and e["metrics"].get(my) is not None]
 
     def xy(group):
-        return ([e["metrics"]["output_throughput_per_gpu"] for e in group],
-                [e["metrics"]["throughput_per_user"] for e in group])
+        return [e["metrics"][mx] for e in group], [e["metrics"][my] for e in group]
 
     def hover(group):
         return [f"candidate {e['id']}: {e['status']}<br>" + "<br>".join(f"{k} = {v}" for k, v in
@@ -144,9 +150,9 @@ def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
             fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=status, text=hover(group), hoverinfo="text",
                                      marker={"color": colour, "size": 8}))
     feasible = [{**e, "objectives": e["metrics"]} for e in simulated if e["status"] == "feasible"]
-    front = pareto_front(feasible, PARETO) if feasible else []  # (the search's own rule, whatever its target)
+    front = pareto_front(feasible, objectives) if feasible else []  # (the search's own rule, whatever its target)
     if front:
-        front.sort(key=lambda e: e["metrics"]["output_throughput_per_gpu"])
+        front.sort(key=lambda e: e["metrics"][mx])
         x, y = xy(front)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="front", line={"color": "#1f77b4", "dash": "dot"}))
     chosen = [e for e in ranked if e.get("metrics")]
@@ -156,8 +162,8 @@ def pareto_chart(entries: list[dict], ranked: list[dict]) -> go.Figure:
                                                                                             range(1, len(chosen) + 1)],
                                  textposition="top center", marker={"color": "#d62728", "size": 12,
                                                                     "symbol": "star"}))
-    return _layout(fig, "Candidates: throughput per GPU against per user", "output tokens/s per GPU",
-                   "output tokens/s per user")
+    x_title, y_title = AXIS_TITLES.get(mx, mx), AXIS_TITLES.get(my, my)
+    return _layout(fig, f"Candidates: {x_title} against {y_title}", x_title, y_title)
 
 
 def compare_chart(rows: list[dict], tool: str) -> go.Figure:

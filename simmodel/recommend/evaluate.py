@@ -117,7 +117,20 @@ def metrics(summary: dict, requests, spec: SearchSpec) -> dict:
         "mean_ttft_ms": mean("ttft_ms"), "p90_ttft_ms": summary["ttft_ms"]["p90"],
         "mean_tpot_ms": mean("tpot_ms"), "mean_e2e_ms": mean("e2e_ms"), "p90_e2e_ms": summary["e2e_latency_ms"]["p90"],
         "duration_s": duration, "num_passes": summary["num_passes"],
+        "output_tokens_per_joule": summary["output_tokens_per_joule"],
+        "energy_j_per_output_token": summary["energy_j_per_output_token"],
+        "avg_power_w_per_gpu": summary["avg_power_w_per_gpu"],
+        "cost_per_million_tokens": cost_per_million_tokens(summary, spec.gpu_hour_price),
     }
+
+
+def cost_per_million_tokens(summary: dict, gpu_hour_price: float | None) -> float | None:
+    """What a million output tokens cost: the run's GPU-hours at ``gpu_hour_price`` over its output tokens
+    (as the summary's own figure, which a candidate, run without the search's ``evaluation``, lacks)."""
+    tokens = summary["total_output_tokens"]
+    if gpu_hour_price is None or not tokens:
+        return None
+    return summary["gpu_hours"] * gpu_hour_price / (tokens / 1e6)
 
 
 def evaluate(number: int, config: dict, spec: SearchSpec, base_dir: str) -> dict:

@@ -27,7 +27,8 @@ from simmodel.recommend.spec import SearchSpec, parse_search
 TIE = 1e-9
 """Relative difference under which two objective values are the same."""
 CSV_METRICS = ("output_throughput_tok_s", "output_throughput_per_gpu", "throughput_per_user",
-               "goodput_rps", "sla_attainment", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms")
+               "goodput_rps", "sla_attainment", "mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms",
+               "output_tokens_per_joule", "cost_per_million_tokens")
 
 
 def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path]:
@@ -211,14 +212,16 @@ def runnable(config: dict, base_dir: Path) -> dict:
     return config
 
 
-def with_sla(config: dict, sla: Sla) -> dict:
+def with_sla(config: dict, sla: Sla, gpu_hour_price: float | None = None) -> dict:
     """A saved candidate with the search's SLA as its ``evaluation.sla`` (the required fraction as the search
-    resolved it, ``strict_sla`` included), so that ``simmodel run`` of it reports the goodput and attainment
-    the search ranked it by; unchanged when the search has no bound."""
-    if not sla.bounded:
-        return config
-    bounds = {k: v for k, v in asdict(sla).items() if v is not None}
-    return {**config, "evaluation": {"sla": bounds}}
+    resolved it, ``strict_sla`` included) and its ``gpu_hour_price``, so that ``simmodel run`` of it reports
+    the goodput, attainment and cost the search ranked it by; unchanged when the search has neither."""
+    evaluation: dict = {}
+    if sla.bounded:
+        evaluation["sla"] = {k: v for k, v in asdict(sla).items() if v is not None}
+    if gpu_hour_price is not None:
+        evaluation["gpu_hour_price"] = gpu_hour_price
+    return {**config, "evaluation": evaluation} if evaluation else config
 
 
 def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: list[dict], base_dir: Path,
@@ -235,7 +238,8 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         pareto_chart, missing = None, str(exc)
     with staged_folder(folder, overwrite, "recommend", scenario) as staging:
         if pareto_chart is not None:
-            (staging / "pareto.html").write_text(pareto_chart(entries, ranked).to_html(include_plotlyjs=True))
+            (staging / "pareto.html").write_text(pareto_chart(entries, ranked, spec.pareto).to_html(
+                include_plotlyjs=True))
         ledger = {"target": spec.target, "objectives": [m for m, _ in spec.objectives], "sla": asdict(spec.sla),
                   "algorithm": spec.algorithm, "seed": spec.seed, "interrupted": bool(interrupted),
                   "ranked": [e["id"] for e in ranked], "candidates": entries}
@@ -255,6 +259,6 @@ def write_ledger(folder: Path, spec: SearchSpec, entries: list[dict], ranked: li
         saved = staging / "recommendations"
         saved.mkdir()
         for i, e in enumerate(ranked, start=1):
-            scenario_data = with_sla(runnable(e["config"], base_dir), spec.sla)
+            scenario_data = with_sla(runnable(e["config"], base_dir), spec.sla, spec.gpu_hour_price)
             (saved / f"{i:04d}.yaml").write_text(yaml.safe_dump(scenario_data, sort_keys=False))
     return missing

@@ -9,7 +9,7 @@ from simmodel.metrics.records import PassLog, PassRecord
 
 def record(index: int, tokens: int) -> PassRecord:
     """Pass ``index`` of worker 1, rank 0: it runs 10·index to 10·index + 7 ns."""
-    return PassRecord("aggregated", 1, 0, index, 10 * index, 10 * index + 7, tokens, 0, 0, tokens, tokens, 3, 0, 7,
+    return PassRecord("aggregated", 1, 0, index, 10 * index, 10 * index + 7, tokens, 0, 0, tokens, tokens, 3, 0, 7, 5,
                       "fixed")
 
 
@@ -28,7 +28,7 @@ def test_rows_and_runs_read_back_in_order_across_joins():
         passes = np.arange(index, index + 2)
         log.extend("aggregated", ["fixed", "fixed"],
                    (1, 0, passes, 10 * passes, 10 * passes + 7, np.array([2, 2]), 0, 0, np.array([2, 2]),
-                    np.array([2, 2]), np.array([3, 3]), 0, np.array([7, 7])), int(10 * passes[-1] + 7))
+                    np.array([2, 2]), np.array([3, 3]), 0, np.array([7, 7]), 5), int(10 * passes[-1] + 7))
         expected += [record(int(i), 2) for i in passes]
         index += 2
         assert log.max_end_ns() == 10 * (index - 1) + 7

@@ -275,6 +275,8 @@ intra_node_latency_s: 5.0e-6
 pcie_bytes_per_s: 64000000000
 nic_bytes_per_s: 50000000000
 gpus_per_node: 8
+board_power_w: 700
+idle_power_w: 121.7
 """
 
 
@@ -284,6 +286,14 @@ def test_system_file_reads_every_field(tmp_path):
     assert hardware_from_yaml(path) == HardwareSpec("my_h100", **{
         f: getattr(HARDWARE["h100_sxm"], f) for f in HARDWARE_FIELDS if f != "system_id"})
     assert not hardware_from_yaml(path).registry  # (a system file never takes the registry's measured figures)
+
+
+def test_system_file_without_power_has_no_power(tmp_path):
+    """Board and idle power may be left out together (the run then has no energy figures), not one alone."""
+    path = tmp_path / "gpu.yaml"
+    path.write_text(H100_YAML.replace("board_power_w: 700\nidle_power_w: 121.7\n", ""), encoding="utf-8")
+    spec = hardware_from_yaml(path)
+    assert spec.board_power_w is None and spec.idle_power_w is None
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -298,6 +308,12 @@ def test_system_file_reads_every_field(tmp_path):
     (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 8.5"),
      "gpu.yaml: gpus_per_node must be an integer from 1 to 100,000"),
     (lambda t: "- a list\n", "gpu.yaml: a system file must be a YAML mapping"),
+    (lambda t: t.replace("idle_power_w: 121.7\n", ""),
+     "gpu.yaml: board_power_w needs idle_power_w too (both, or neither: no energy figures)"),
+    (lambda t: t.replace("idle_power_w: 121.7", "idle_power_w: 800"),
+     "gpu.yaml: idle_power_w (800) must not exceed board_power_w (700)"),
+    (lambda t: t.replace("board_power_w: 700", "board_power_w: 0"),
+     "gpu.yaml: board_power_w must be a number from 1 to 100000 (W, 1 W to 100 kW), got 0"),
     (lambda t: "a: [\n", "gpu.yaml: not valid YAML (line 2: "),
     # The physical ceilings: 1e300 bytes (once an OverflowError in the KV sizing), a peak or a bandwidth
     # above its ceiling, a count of 10**6 GPUs in a node, and the numbers that are not finite.
@@ -311,7 +327,7 @@ def test_system_file_reads_every_field(tmp_path):
     (lambda t: t.replace("5.0e-6", "2.0"), "gpu.yaml: intra_node_latency_s must be a number from 1e-09 to 1"),
     (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 1000000"),
      "gpu.yaml: gpus_per_node must be an integer from 1 to 100,000 (GPUs in one GPU-link domain"),
-    (lambda t: t + "gpus_per_node: 4\n", "gpu.yaml: not valid YAML (line 10: duplicate key 'gpus_per_node', "
+    (lambda t: t + "gpus_per_node: 4\n", "gpu.yaml: not valid YAML (line 12: duplicate key 'gpus_per_node', "
                                           "first set on line 9)"),
 ])
 def test_bad_system_file_is_one_line_naming_file_and_field(tmp_path, edit, message):

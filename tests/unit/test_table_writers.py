@@ -65,13 +65,13 @@ def test_pass_table_column_order():
     # The order pandas' frame had (start_s and end_s inserted after dp_rank, rank_busy_ms moved last,
     # added columns after it), written out from passes_frame's former inserts.
     log = PassLog()
-    log.append(PassRecord("aggregated", 0, 0, 0, 1_000, 3_500_000, 8, 8, 1, 0, 1, 2, 0, 2_499_000, "fixed"))
+    log.append(PassRecord("aggregated", 0, 0, 0, 1_000, 3_500_000, 8, 8, 1, 0, 1, 2, 0, 2_499_000, 1_200_000, "fixed"))
     data = {name: log.column(name) for name in PassLog.INT_FIELDS} | {"role": log.role, "provenance": log.provenance}
     data["stage"] = np.array([0])
     table = passes_table(data)
     assert list(table) == ["role", "worker", "dp_rank", "start_s", "end_s", "pass_index", "num_scheduled_tokens",
                            "num_prefill_tokens", "num_prefill_seqs", "num_decode_seqs", "num_sampled",
-                           "kv_blocks_used", "num_preempted", "provenance", "rank_busy_ms", "stage"]
+                           "kv_blocks_used", "num_preempted", "provenance", "rank_busy_ms", "rank_work_ms", "stage"]
     assert table["start_s"].tolist() == [1e-6] and table["rank_busy_ms"].tolist() == [2.499]
     assert list(passes_frame(log).columns) == list(table)[:-1]
 

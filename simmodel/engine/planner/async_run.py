@@ -28,10 +28,10 @@ class AsyncRun(Run):
 
     def __init__(self, worker: Worker, run: RunningRequests, now: int, rows: int, in_flight: tuple,
                  ticked: bool = False) -> None:
-        self.in_flight_plans, first_start, (first_busy, first_provenance), first_end = in_flight
+        self.in_flight_plans, first_start, (first_busy, first_provenance, first_work), first_end = in_flight
         super().__init__(worker, run, now, rows, ticked)
         self.start0 = first_start
-        self.busy[0], self.end[0] = first_busy, first_end  # priced when it started
+        self.busy[0], self.work_ns[0], self.end[0] = first_busy, first_work, first_end  # priced when it started
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
 
@@ -125,12 +125,14 @@ class AsyncRun(Run):
         return (in_flight,), self._hand_over(m + 1, int(self.end[m - 1]))
 
     def _in_flight(self, m: int, used: np.ndarray) -> tuple:
-        """Row m as the pass in flight the async loop keeps (plans, start, (busy per rank, provenance), end);
+        """Row m as the pass in flight the async loop keeps (plans, start, (busy per rank, provenance, active per
+        rank), end);
         ``used``: its blocks in use per rank when it was planned."""
         plans = self._row_plans(m)
         for plan, blocks in zip(plans, used.tolist()):
             plan.kv_blocks_used = blocks
-        return plans, int(self.end[m - 1]), (self.busy[m].copy(), "+".join(self.labels[m])), int(self.end[m])
+        cost = (self.busy[m].copy(), "+".join(self.labels[m]), self.work_ns[m].copy())
+        return plans, int(self.end[m - 1]), cost, int(self.end[m])
 
     def plan_first(self) -> None:
         """Decision −1: plan row 1 now (its blocks taken), after the outputs before it."""

@@ -80,7 +80,8 @@ class Recording:
             sampled = decodes[:m] + prefill_seqs[:m]
             rec.passes.extend(role, labels,
                               (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
-                               decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel()),
+                               decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel(),
+                               self.work_ns[lo:hi].ravel()),
                               int(ends[m - 1]))
         finished = self.finished
         if self.ranks[0].watcher is not None:
@@ -156,7 +157,7 @@ class Recording:
         index = self.base + k
         cells = self.cells[k].astype(np.int64).tolist()
         follow = [sums[DECODE] - first for sums, first in zip(cells, self.first_decodes[k].tolist())]
-        busy = self.busy[k].tolist()
+        busy, work = self.busy[k].tolist(), self.work_ns[k].tolist()
         label = "+".join(self.labels[k])
         rec = self.recorder
         # (for the events, and for a router watching the ranks)
@@ -170,7 +171,7 @@ class Recording:
             mine = done if self.num_ranks == 1 or not done else [i for i in done if rank_of[i] == r]
             # Its decodes' tokens follow ones sampled the pass before: one interval, the pass gap, for them all.
             row = PassRecord(role, w, r, index, start, end, decodes + prefill_tokens, prefill_tokens, prefill_seqs,
-                             decodes, decodes + prefill_seqs, used[r], 0, busy[r], label)
+                             decodes, decodes + prefill_seqs, used[r], 0, busy[r], work[r], label)
             pass_end = PassEnd(row, end, [(end - start, follow[r], self.stage)], firsts.get((k, r), ()),
                                [(requests[i], int(outputs[i] + left[i])) for i in mine] if mine else ())
             hook = (lambda j, mine=mine: self.deliver_finished([mine[j]])) if mine else None
@@ -193,9 +194,10 @@ class Recording:
         """Append row k's pass rows, one per rank (the values per rank)."""
         worker, passes = self.worker, self.recorder.passes
         role, w, index = worker.role, worker.worker_id, self.base + k
-        for r, (t, pt, ps, d, u, b) in enumerate(zip(tokens.tolist(), prefill_tokens.tolist(), prefill_seqs.tolist(),
-                                                       decodes.tolist(), used.tolist(), self.busy[k].tolist())):
-            passes.append(PassRecord(role, w, r, index, start, end, t, pt, ps, d, d + ps, u, 0, b, label))
+        for r, (t, pt, ps, d, u, b, a) in enumerate(zip(tokens.tolist(), prefill_tokens.tolist(), prefill_seqs.tolist(),
+                                                          decodes.tolist(), used.tolist(), self.busy[k].tolist(),
+                                                          self.work_ns[k].tolist())):
+            passes.append(PassRecord(role, w, r, index, start, end, t, pt, ps, d, d + ps, u, 0, b, a, label))
 
     def _begin_events(self, j: int, planned_at: int, start: int, tokens: list[int], add) -> None:
         """Append row j's admissions (planned at ``planned_at``) and every rank's begin event (at ``start``,

@@ -163,6 +163,8 @@ class Run(Admissions, Recording):
         """Row j: what a request with j tokens of context adds to a row's decode totals."""
         self.capacity = np.tile(worker.kv_capacity_tokens, rows)
         self.busy = np.zeros((rows, R), np.int64)
+        self.work_ns = np.zeros((rows, R), np.int64)
+        """Each row's rank passes at datasheet peaks (``PassEnergy.active_ns``)."""
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
         self.last = int(run.left.max())
@@ -238,8 +240,8 @@ class Run(Admissions, Recording):
         if k >= hi:
             return True
         n, R = hi - k, self.num_ranks
-        seconds, labels = self.worker.timing.price_sums(
-            PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n))
+        sums = PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n)
+        seconds, labels = self.worker.timing.price_sums(sums)
         busy = clock_ns(seconds)
         if busy is None:  # a price the clock cannot hold (the pass-by-pass path reports it): not taken
             j = int(np.argmax(~fits_clock(seconds).all(axis=1)))
@@ -249,6 +251,7 @@ class Run(Admissions, Recording):
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
             busy = clock_ns(seconds)
         self.busy[k:hi] = busy
+        self.work_ns[k:hi] = self.worker.work_ns(sums).reshape(n, R)[:hi - k]
         end = self.end[k:hi]
         (busy[:, 0] if R == 1 else busy.max(axis=1)).cumsum(out=end)
         end += int(self.end[k - 1]) if k else self.now

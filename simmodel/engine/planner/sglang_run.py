@@ -133,6 +133,7 @@ class DecodeRun:
         if calls and R > 1 and not worker.quiet_callbacks:  # (the pass where the first of them finishes)
             self.cap = min(self.cap, int(self.left[calls].min()) - 1)
         self.busy = np.zeros((rows, R), np.int64)
+        self.work_ns = np.zeros((rows, R), np.int64)
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
         self.used_at: list[list[int]] = [[]] * rows
@@ -181,12 +182,14 @@ class DecodeRun:
         """Price every row of every rank in one call; False if a price does not fit the clock (the loop reports
         it)."""
         worker, rows = self.worker, self.rows
-        seconds, labels = worker.timing.price_sums(PassSums(self.table, np.tile(worker.kv_capacity_tokens, rows),
-                                                            rows))
+        sums = PassSums(self.table, np.tile(worker.kv_capacity_tokens, rows), rows)
+        seconds, labels = worker.timing.price_sums(sums)
         busy = clock_ns(seconds)
         if busy is None:
             return False
         self.busy = busy
+        self.work_ns = worker.work_ns(sums).reshape(rows, self.num_ranks)
+        """Each row's rank passes at datasheet peaks (``PassEnergy.work_ns``)."""
         (busy[:, 0] if self.num_ranks == 1 else busy.max(axis=1)).cumsum(out=self.end)
         self.end += self.start0
         self.labels = labels
@@ -295,7 +298,7 @@ class DecodeRun:
                     finished.append((request, request.num_output_tokens))
             a = int(self.active[k, r])
             row = PassRecord(role, w, r, index, start, end, a, 0, 0, a, a, self.used_at[k][r], 0,
-                             int(self.busy[k, r]), label)
+                             int(self.busy[k, r]), int(self.work_ns[k, r]), label)
             called_back |= rank.record_pass_end(PassEnd(row, end, intervals, (), finished))
         return called_back
 
