@@ -42,8 +42,8 @@ from simmodel.metrics.summarize import (
     summarize,
 )
 from simmodel.offload import StoredBlocks, host_blocks, offload_summary
-from simmodel.perf.energy import GpuPower, PassEnergy
-from simmodel.perf.timings import make_timing
+from simmodel.perf.energy import GpuPower, PassEnergy, gpu_power
+from simmodel.perf.timings import make_energy, make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
 from simmodel.scaling import Fleet, ReplicaPlanner
@@ -301,7 +301,7 @@ class Simulation:
             event_sink.watermark = self._event_watermark
         engine = scenario.engine
         self.images = getattr(scenario.traffic.source, "images", None)
-        self.front_role = "prefill" if engine.mode == "disaggregated" else "aggregated"
+        self.front_role = engine.front_role
         self.image_tokens = 0 if self.images is None else image_tokens(engine.workers[self.front_role].deployment,
                                                                        self.images)
         self.frontends: dict[int, Frontend] = {}
@@ -314,7 +314,7 @@ class Simulation:
                                           scaled[name].max_replicas if name in scaled else None)
             for name, role in engine.workers.items()}
         self.workers: list[Worker] = [w for pool in self.pools.values() for w in pool]
-        self.energy: dict[str, PassEnergy] = {name: PassEnergy(role.deployment, engine.backend)
+        self.energy: dict[str, PassEnergy] = {name: make_energy(role, engine.backend)
                                               for name, role in engine.workers.items()}
         """Per role, how its passes' energy is priced (``simmodel.perf.energy``)."""
         for name, pool in self.pools.items():
@@ -660,9 +660,17 @@ class Simulation:
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts(),
                             request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)
-        summary.update(energy_summary(roles, {name: e.power for name, e in self.energy.items()}, self.recorder.passes,
-                                      summary["total_output_tokens"], summary["completed_requests"],
-                                      self.scenario.gpu_hour_price))
+        powers = {name: e.power for name, e in self.energy.items()}
+        companion = self.scenario.engine.workers[self.front_role].afd
+        if companion is not None:  # AFD: the FFN workers, priced with the attention passes, have GPUs of their own
+            ffn = roles["ffn"] = role_summary(companion.ffn.gpu_count, companion.ffn_gpus_per_worker,
+                                              companion.ffn.replicas, self.end_time(), 0, 0, 0)
+            ffn.update(kv_cache_usage_peak=None, kv_cache_usage_mean=None)
+            summary["gpu_count"] += ffn["gpu_count"]
+            summary["gpu_hours"] += ffn["gpu_hours"]
+            powers["ffn"] = gpu_power(companion.ffn_deployment)
+        summary.update(energy_summary(roles, powers, self.recorder.passes, summary["total_output_tokens"],
+                                      summary["completed_requests"], self.scenario.gpu_hour_price))
         if self.scenario.engine.speculation is not None:
             scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
             verified = sum(s.num_drafts_verified for s in scheds)

@@ -1,4 +1,5 @@
-"""``engine``: what serves the traffic. The mode (aggregated, or disaggregated prefill and decode), model,
+"""``engine``: what serves the traffic. The mode (aggregated, disaggregated prefill and decode, or AFD's attention
+workers and their FFN companion, ``simmodel.config.afd``), model,
 hardware, backend (its rules: ``backends``), context length, seed and speculative decoding shared by every
 worker; one worker role per mode (``simmodel.config.workers``); the P→D KV transfer; and the bounds on the
 whole deployment (GPUs; the backend's own, such as prefix-caching KV blocks) summed over its roles.
@@ -6,8 +7,10 @@ whole deployment (GPUs; the backend's own, such as prefix-caching KV blocks) sum
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from simmodel.config.afd import check_attention_role, parse_afd
 from simmodel.config.backends import BACKEND_RULES, BackendRules
 from simmodel.config.bounds import MAX_GPUS, deployment_total
 from simmodel.config.node import _Node
@@ -15,6 +18,7 @@ from simmodel.config.registries import _hardware, _model, _role_hardware
 from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, WorkerRole
 from simmodel.config.workers import _context_length, _worker
 from simmodel.errors import ScenarioError
+from simmodel.perf.afd import attention_side
 from simmodel.perf.deployment import DTYPE_BYTES
 
 MAX_OVERHEAD_MS = 3_600_000.0
@@ -22,7 +26,7 @@ MAX_OVERHEAD_MS = 3_600_000.0
 
 
 def _engine(node: _Node, base_dir: Path) -> Engine:
-    mode = node.choice("mode", ("aggregated", "disaggregated"), "aggregated")
+    mode = node.choice("mode", ("aggregated", "disaggregated", "afd"), "aggregated")
     model_id, model = _model(node, base_dir)
     hardware_id, hardware = _hardware(node, base_dir)
     backend = node.choice("backend", tuple(BACKEND_RULES), "vllm")
@@ -36,20 +40,33 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     speculation = _speculation(node, seed)
     rules.check_speculation(node, speculation)
     workers = node.node("workers", required=True)
-    names = ("aggregated",) if mode == "aggregated" else ("prefill", "decode")
+    names = {"aggregated": ("aggregated",), "afd": ("attention",)}.get(mode, ("prefill", "decode"))
     roles = {}
     for name in names:
         role_node = workers.node(name, required=True)
         role_hardware = hardware
         if mode == "disaggregated" and role_node.raw("hardware", None) is not None:
             role_hardware = _role_hardware(role_node, base_dir)
-        roles[name] = _worker(role_node, model, role_hardware, dtype, context_length, chunked, name, speculation,
+        served = attention_side(model) if mode == "afd" else model  # (AFD: the FFN lives on the companion)
+        roles[name] = _worker(role_node, served, role_hardware, dtype, context_length, chunked, name, speculation,
                               backend, base_dir)
+    if mode == "afd":
+        afd = parse_afd(node.node("afd"), workers.node("ffn", required=True), model, hardware, dtype)
+        check_attention_role(workers.node("attention"), roles["attention"], chunked, node)
+        roles["attention"] = replace(roles["attention"], afd=afd)
+    elif node.has("afd"):
+        raise ScenarioError(f"{node.at('afd')}: only applies to engine.mode: afd")
     overhead = _request_overhead(workers, roles, names, explicit_overhead, node.at("request_overhead_ms"), rules)
     _check_gpu_count(workers, roles)
+    companion = roles[names[0]].afd
+    if companion is not None:
+        total = roles["attention"].parallelism.gpu_count + companion.ffn.gpu_count
+        if total > MAX_GPUS:
+            raise ScenarioError(f"{workers.at('ffn')}.parallelism.replicas: the deployment would use {total:,} GPUs; "
+                                f"at most {MAX_GPUS:,} (the attention workers' and the FFN workers' together)")
     rules.check_roles(workers, roles, mode)
     workers.done()
-    if mode == "aggregated" and node.has("kv_transfer"):
+    if mode != "disaggregated" and node.has("kv_transfer"):
         raise ScenarioError(f"{node.at('kv_transfer')}: only applies to engine.mode: disaggregated")
     transfer = _kv_transfer(node.node("kv_transfer")) if mode == "disaggregated" else None
     if transfer is not None and transfer.via == "storage":

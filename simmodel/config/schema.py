@@ -373,6 +373,26 @@ class SpeculationSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AfdSpec:
+    """``engine.mode: afd``: the FFN companion of the attention workers (``engine.workers.ffn``) and the pipeline
+    between them (``engine.afd``; ``simmodel.perf.afd``)."""
+
+    ffn: Parallelism
+    """The FFN workers' parallelism: ``replicas``, ``tensor``, ``pipeline``, ``moe_tensor``, ``moe_expert``."""
+    ffn_deployment: Deployment
+    """The FFN side of the model on the FFN workers' GPUs, as the performance model prices it."""
+    micro_batches: int = 3
+    link_bytes_per_s: float = 50e9
+    link_latency_s: float = 10e-6
+    dispatch_bytes: float = 2.0
+    """Bytes per hidden value sent to the FFN: 2 (``dispatch_dtype: bf16``) or 1 (``fp8``)."""
+
+    @property
+    def ffn_gpus_per_worker(self) -> int:
+        return self.ffn.tensor * self.ffn.pipeline
+
+
+@dataclass(frozen=True, slots=True)
 class KvTransferSpec:
     """``engine.kv_transfer``: how a prefill worker's KV reaches a decode worker.
 
@@ -456,6 +476,9 @@ class WorkerRole:
     """SGLang: images encoded on this worker's GPUs."""
     startup_seconds: float = 0.0
     """How long a worker the replica planner adds takes before it serves (the initial workers serve at 0)."""
+    afd: AfdSpec | None = None
+    """``engine.mode: afd``: the attention role's FFN companion and pipeline (its ``deployment`` is the model's
+    attention side, ``perf.afd.attention_side``)."""
 
     @property
     def kv_tokens_per_rank(self) -> int:
@@ -486,6 +509,11 @@ class Engine:
     @property
     def roles(self) -> tuple[str, ...]:
         return tuple(self.workers)
+
+    @property
+    def front_role(self) -> str:
+        """The role requests arrive at: ``prefill`` disaggregated, ``attention`` under AFD, else ``aggregated``."""
+        return {"disaggregated": "prefill", "afd": "attention"}.get(self.mode, "aggregated")
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path, rules: Backe
     """Rules that join the traffic's images and the SGLang worker that takes them (``rules``: the engine's
     backend's, ``config.backends``); resolves host profiles."""
     images = getattr(traffic.source, "images", None)
-    front = "prefill" if engine.mode == "disaggregated" else "aggregated"
+    front = engine.front_role
     role = engine.workers[front]
     where = f"engine.workers.{front}"
     if images is not None and not rules.encodes_images:

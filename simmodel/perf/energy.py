@@ -27,6 +27,7 @@ the vision encoder's share of a pass, which counts as fully busy; power capping 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -35,6 +36,12 @@ from simmodel.perf.roofline import Efficiency, RooflineTiming
 from simmodel.perf.timing import DECODE, NEW_TOKENS, PREFILL, SAMPLED, SUM_COLUMNS, PassSums
 
 JOULES_PER_KWH = 3.6e6
+
+
+class PassWork(Protocol):
+    """Prices the work at datasheet peaks of each row (a rank of a pass) of ``PassSums``, in whole ns."""
+
+    def work_ns(self, sums: PassSums) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,15 @@ class GpuPower:
         return self.board_w - self.idle_w
 
 
+def gpu_power(deployment: Deployment) -> GpuPower | None:
+    """The deployment's GPU power, its rank being ``tensor × prefill_context`` GPUs; None where the GPU system's
+    power is not known."""
+    hw = deployment.hardware
+    if hw.board_power_w is None or hw.idle_power_w is None:
+        return None
+    return GpuPower(hw.board_power_w, hw.idle_power_w, deployment.tensor * deployment.prefill_context)
+
+
 class PassEnergy:
     """Prices the work of a worker's passes at datasheet peaks (``work_ns``) and turns pass rows into joules.
 
@@ -58,13 +74,14 @@ class PassEnergy:
     pass of a run at once); the joules are computed from the pass rows at the end (``rank_pass_joules``).
     """
 
-    def __init__(self, deployment: Deployment, engine: str = "vllm") -> None:
-        hw = deployment.hardware
-        self.power = None if hw.board_power_w is None else GpuPower(
-            hw.board_power_w, hw.idle_power_w, deployment.tensor * deployment.prefill_context)
+    def __init__(self, deployment: Deployment, engine: str = "vllm", work: PassWork | None = None) -> None:
+        """``work``: what prices a pass's work instead of the deployment's roofline (an AFD attention rank's,
+        which adds its FFN companion's: ``perf.afd.AfdWork``)."""
+        self.power = gpu_power(deployment)
         """None where the GPU's power is not known (a system file without it)."""
+        self._work = work
         self._peaks = RooflineTiming(deployment, Efficiency(compute=1.0, memory=1.0, expert=1.0), engine=engine)
-        self._affine = None if self._peaks.moe_flops_per_token else self._affine_terms()
+        self._affine = None if self._peaks.moe_flops_per_token or work is not None else self._affine_terms()
 
     def _affine_terms(self) -> tuple[np.ndarray, float, float]:
         """A dense model's work is affine in a row's ten sums, plus the weights read by any row that runs a token
@@ -83,6 +100,8 @@ class PassEnergy:
 
     def work_ns(self, sums: PassSums) -> np.ndarray:
         """Per row of ``sums``: its compute time plus its memory time at datasheet peaks, whole ns (int64)."""
+        if self._work is not None:
+            return self._work.work_ns(sums)
         if self._affine is None:  # (MoE: the experts a pass touches grow with the worker's tokens, not affinely)
             compute, memory = self._peaks.work_seconds(sums)
             seconds = compute + memory

@@ -362,7 +362,7 @@ class RooflineTiming(SumsTiming):
 
     def breakdown(self, batch: PassBatch) -> dict[str, np.ndarray]:
         """Seconds per kernel group and rank (the groups of ``GROUPS``)."""
-        table = self._table(pass_sums(batch))
+        table = self.group_seconds(pass_sums(batch))
         return {name: table[:, i] for i, name in enumerate(GROUPS)}
 
     def _kernels(self, sums: PassSums) -> tuple[list[tuple[np.ndarray, np.ndarray | None]], tuple]:
@@ -427,7 +427,7 @@ class RooflineTiming(SumsTiming):
         memory = sum(m for _, m in groups)
         return compute, memory
 
-    def _table(self, sums: PassSums) -> np.ndarray:
+    def group_seconds(self, sums: PassSums) -> np.ndarray:
         """Seconds, one row per rank (of each pass) and one column per group of ``GROUPS``, every rank's
         formulas running as arrays over its per-sequence totals; a group of kernels costs the longer of its
         compute and memory times (``_kernels``). With several passes the experts' load is each pass's own."""
@@ -454,4 +454,4 @@ class RooflineTiming(SumsTiming):
         return table
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, None]:
-        return self._table(sums).sum(axis=1), None
+        return self.group_seconds(sums).sum(axis=1), None

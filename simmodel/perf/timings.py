@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simmodel.errors import ScenarioError
+from simmodel.perf.afd import AfdLink, AfdShape, AfdTiming, AfdWork
+from simmodel.perf.energy import PassEnergy
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
 
@@ -27,11 +29,29 @@ def _roofline(role: WorkerRole, backend: str) -> PassTiming:
     """The default model: the GPU roofline, with its constants fitted to measured runs where the scenario says
     so (``simmodel calibrate``)."""
     spec = role.timing
+    if role.afd is not None:  # (AFD: the attention role's passes run the pipeline with its FFN companion)
+        return afd_timing(role, backend)
     timing = RooflineTiming(role.deployment, spec.efficiency, spec.host, engine=backend)
     if spec.calibration is not None:
         timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
                              *(("transferred",) if spec.transferred else ()))
     return timing
+
+
+def afd_shape(role: WorkerRole) -> AfdShape:
+    """What the AFD pipeline needs of an attention role and its FFN companion."""
+    afd, p, model = role.afd, role.parallelism, role.deployment.model
+    assert afd is not None
+    return AfdShape(afd.micro_batches, model.num_layers, model.hidden_size, p.tensor, afd.ffn.tensor,
+                    p.replicas / afd.ffn.replicas)
+
+
+def afd_timing(role: WorkerRole, backend: str) -> AfdTiming:
+    afd, spec = role.afd, role.timing
+    assert afd is not None
+    return AfdTiming(role.deployment, afd.ffn_deployment, afd_shape(role),
+                     AfdLink(afd.link_bytes_per_s, afd.link_latency_s, afd.dispatch_bytes), spec.efficiency, spec.host,
+                     backend)
 
 
 def _measured(role: WorkerRole, backend: str) -> PassTiming:
@@ -55,3 +75,13 @@ TIMINGS: dict[str, Callable[[WorkerRole, str], PassTiming]] = {
 def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
     """The role's pass timing model (``TIMINGS``)."""
     return TIMINGS[role.timing.type](role, backend)
+
+
+def make_energy(role: WorkerRole, backend: str = "vllm") -> PassEnergy:
+    """How the role's passes' energy is priced (``perf.energy``): an AFD attention role's work adds its FFN
+    companion's."""
+    work = None
+    if role.afd is not None:
+        work = AfdWork(role.deployment, role.afd.ffn_deployment, afd_shape(role), role.parallelism.attention_data,
+                       backend)
+    return PassEnergy(role.deployment, backend, work)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 SPANS = {"aggregated": ("queued_at", "first_admitted_at", "finished_at"),
+         "attention": ("queued_at", "first_admitted_at", "finished_at"),
          "prefill": (None, "first_admitted_at", "prefill_done_at"),
          "decode": ("prefill_done_at", "decode_admitted_at", "finished_at")}
 """Per role, the fields a request is placed, admitted and done at on that role's worker (see the module)."""

@@ -83,10 +83,10 @@ class VllmBackend:
         prefill pool, which hands it off when it finishes."""
         sim = self.sim
         if sim.transfer is None:
-            request.block_keys = self._block_keys(request, "aggregated")
+            request.block_keys = self._block_keys(request, sim.front_role)
             if sim.routes is not None:
                 return sim.routes.worker(request.request_id).place(request, at)
-            return sim.routers["aggregated"].pick(request).place(request)
+            return sim.routers[sim.front_role].pick(request).place(request)
         leg = prefill_leg(request, sim.transfer.leg_finished)
         leg.block_keys = self._block_keys(request, "prefill")
         request.block_keys = self._block_keys(request, "decode")

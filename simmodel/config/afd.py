@@ -1,0 +1,92 @@
+"""``engine.mode: afd``: attention workers (``engine.workers.attention``, scheduled as any worker, holding the KV
+cache) and their FFN companion (``engine.workers.ffn``, priced with them, never scheduled), and the pipeline
+between them (``engine.afd``). See ``simmodel.perf.afd`` and docs/afd-epd.md."""
+
+from __future__ import annotations
+
+from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
+from simmodel.config.node import _Node
+from simmodel.config.schema import AfdSpec, Parallelism, WorkerRole
+from simmodel.errors import ScenarioError
+from simmodel.perf.afd import ffn_side
+from simmodel.perf.deployment import DTYPE_BYTES, Deployment
+from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.models import ModelSpec
+
+FFN_PARALLELISM = ("replicas", "tensor", "pipeline", "moe_tensor", "moe_expert")
+"""What an FFN companion's ``parallelism`` takes: it has no attention, so no attention-DP or context
+parallelism."""
+MAX_MICRO_BATCHES = 16
+DEFAULT_LINK_LATENCY_MS = 0.01
+"""An RDMA message's latency (assumed, as the default timing's collective over the NIC)."""
+
+
+def parse_afd(node: _Node, ffn_node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> AfdSpec:
+    """``engine.afd`` and ``engine.workers.ffn``."""
+    micro = node.int("micro_batches", 3, maximum=MAX_MICRO_BATCHES)
+    link = node.node("link")
+    bandwidth = link.number("bandwidth_gb_per_second", hardware.nic_bytes_per_s / 1e9, positive=True,
+                            maximum=1e6)
+    latency = link.number("latency_ms", DEFAULT_LINK_LATENCY_MS, maximum=1e3)
+    link.done()
+    dispatch = node.choice("dispatch_dtype", ("bf16", "fp8"), "bf16")
+    node.done()
+    ffn = _ffn_parallelism(ffn_node.node("parallelism"), model)
+    ffn_node.done()
+    side = ffn_side(model)
+    deployment = Deployment(side, hardware, ffn.tensor, 1, ffn.moe_tensor, ffn.moe_expert,
+                            weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
+                            expert_weight_bytes=(model.expert_dtype_bytes or None) if dtype == "auto" else None)
+    per_gpu = deployment.weight_bytes_per_gpu / ffn.pipeline
+    if per_gpu > hardware.memory_bytes:
+        raise ScenarioError(f"{ffn_node.at('parallelism')}: the FFN weights take {per_gpu / 1e9:.1f} GB per GPU, more "
+                            f"than the {hardware.memory_bytes / 1e9:g} GB of {hardware.system_id}; raise tensor, "
+                            f"pipeline or moe_expert")
+    return AfdSpec(ffn, deployment, micro, bandwidth * 1e9, latency / 1000.0, float(DTYPE_BYTES[dispatch]))
+
+
+def _ffn_parallelism(node: _Node, model: ModelSpec) -> Parallelism:
+    for key in node.data:
+        if key not in FFN_PARALLELISM and key in Parallelism.__dataclass_fields__:
+            raise ScenarioError(f"{node.at(key)}: an FFN worker runs no attention, so it has no {key}; it takes "
+                                f"{', '.join(FFN_PARALLELISM)} (more FFN workers: replicas)")
+    p = Parallelism(**{f: node.int(f, 1, maximum=MAX_PARALLEL.get(f, MAX_INT)) for f in FFN_PARALLELISM})
+    node.done()
+    name = model.model_id
+    if p.pipeline > model.num_layers:
+        raise ScenarioError(f"{node.at('pipeline')}: {name} has {model.num_layers} layers to spread over the "
+                            f"pipeline stages, got {p.pipeline}")
+    if not model.is_moe:
+        if model.intermediate_size % p.tensor:
+            raise ScenarioError(f"{node.at('tensor')}: must divide the MLP's {model.intermediate_size} columns of "
+                                f"{name}, got {p.tensor}", category="invalid_shape")
+        for key in ("moe_tensor", "moe_expert"):
+            if getattr(p, key) != 1:
+                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1", category="invalid_shape")
+        return p
+    if p.moe_tensor == 1 and p.moe_expert == 1:
+        return Parallelism(p.replicas, p.tensor, p.pipeline, 1, p.tensor, 1)
+    if p.moe_tensor * p.moe_expert != p.tensor:
+        raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
+                            f"tensor ({p.tensor}), the GPUs of a stage the experts are spread over",
+                            category="invalid_shape")
+    if model.num_experts % p.moe_expert:
+        raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
+                            f"got {p.moe_expert}", category="invalid_shape")
+    return p
+
+
+def check_attention_role(node: _Node, role: WorkerRole, chunked: bool, engine: _Node) -> None:
+    """What the AFD pipeline prices and what it does not model, on the attention role."""
+    if role.timing.type != "default":
+        raise ScenarioError(f"{node.at('timing.type')}: an AFD pass is priced by the default timing's roofline on "
+                            f"both sides (the pipeline of engine.afd); got {role.timing.type}")
+    if role.timing.calibration is not None:
+        raise ScenarioError(f"{node.at('timing.calibration')}: was fitted on a whole model's passes, not on the "
+                            f"attention side of an AFD pipeline; remove it")
+    if not chunked:
+        raise ScenarioError(f"{engine.at('enable_chunked_prefill')}: false is not modeled with AFD (a prompt is "
+                            f"split into micro-batches, not run whole); remove it")
+    if role.vision is not None or role.host_loop or role.frontend is not None:
+        raise ScenarioError(f"{node.path}: SGLang's host loop, frontend and vision on the worker are not modeled "
+                            f"with AFD; remove them")
