@@ -316,6 +316,14 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
                      f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{host}, "
                      f"context_length {role.context_length}")
+        if role.afd is not None:
+            f = role.afd.ffn
+            parts.append(f"ffn: {f.replicas} worker(s) × {f.tensor} GPU(s) × {f.pipeline} stage(s), {f.gpu_count} "
+                         f"GPU(s), {role.afd.micro_batches} micro-batch(es) a pass")
+    encoder = loaded.engine.encoder
+    if encoder is not None:
+        parts.append(f"encoder: {encoder.replicas} worker(s) of {encoder.tensor} GPU(s), batches of up to "
+                     f"{encoder.max_batch_images} image(s)")
     click.echo(f"{scenario}: ok ({'; '.join(parts)})")
 
 

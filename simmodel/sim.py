@@ -8,6 +8,7 @@ import numbers
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from simmodel.config.load import load_scenario
 from simmodel.config.schema import Scenario, StorageSpec, TraceSource
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
+from simmodel.engine.encoder_pool import EncoderPool
 from simmodel.engine.environment import Environment
 from simmodel.engine.limits import RunLimits
 from simmodel.engine.placement import ArrivalRoutes, Router, take_prefill_figures
@@ -350,6 +352,12 @@ class Simulation:
                                        self.pools["prefill"], self.pools["decode"], self.pick_decode, self.recorder,
                                        destination_first=self.backend.destination_first,
                                        store=_prefill_store(scenario))
+        self.encoders: EncoderPool | None = None
+        """EPD: the encoder pool the requests' images go through before they reach the deployment."""
+        if engine.encoder is not None:
+            front = engine.workers[self.front_role]
+            self.encoders = EncoderPool(self.env, engine.encoder, replace(front.deployment, tensor=engine.encoder.tensor),
+                                        self.images, front.timing.efficiency, self._deliver)
         stream.extra_prompt_tokens = self.image_tokens + scenario.traffic.prompt_overhead_tokens
         stream.limits = self.limits
         self.source = TrafficSource(self.env, stream, self._place, self.recorder,
@@ -398,7 +406,8 @@ class Simulation:
         router that reads state, or a replica planner changing the pool, each request is routed as it arrives
         and the workers plan ahead up to that instant (``RoutedAtArrival``). Not where the ranks share a storage
         tier: a rank's lookup must see every other rank's writes ended by then, so no worker plans ahead."""
-        if engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop:
+        if (engine.mode != "aggregated" or not self.backend.routes_ahead or not self.source.open_loop
+                or self.encoders is not None):
             return
         if "aggregated" in self.shared_stores:
             return  # (its ranks look up a store the others write: none may plan ahead of the clock)
@@ -432,8 +441,16 @@ class Simulation:
 
     def _place(self, request: Request, at: int | None = None) -> Rank | None:
         """Send a new request to a worker, then a rank (``engine.backends``); ``at``: the arrival instant of a
-        request a worker makes ahead of the clock (routed loads only)."""
+        request a worker makes ahead of the clock (routed loads only). With an encoder pool, its images first
+        (placed when their embeddings arrive: returns None)."""
+        if self.encoders is not None:
+            self.encoders.submit(request)
+            return None
         return self.backend.place(request, at)
+
+    def _deliver(self, request: Request) -> None:
+        """A request whose embeddings the encoder pool has sent reaches the deployment."""
+        self.backend.place(request, None)
 
     def pick_decode(self, request: Request) -> Rank:
         """The decode rank a prefilled request goes to: the decode pool's router, then the worker's rank."""
@@ -669,8 +686,17 @@ class Simulation:
             summary["gpu_count"] += ffn["gpu_count"]
             summary["gpu_hours"] += ffn["gpu_hours"]
             powers["ffn"] = gpu_power(companion.ffn_deployment)
+        encoding = {}
+        if self.encoders is not None:  # EPD: the encoder pool's GPUs, busy while they encode
+            spec = self.encoders.spec
+            pool = roles["encoder"] = role_summary(spec.gpu_count, spec.tensor, spec.replicas, self.end_time(), 0, 0, 0)
+            pool.update(kv_cache_usage_peak=None, kv_cache_usage_mean=None)
+            summary["gpu_count"] += pool["gpu_count"]
+            summary["gpu_hours"] += pool["gpu_hours"]
+            powers["encoder"] = gpu_power(self.encoders.deployment)
+            encoding["encoder"] = sum(w.busy_ns for w in self.encoders.workers) / 1e9 * spec.tensor
         summary.update(energy_summary(roles, powers, self.recorder.passes, summary["total_output_tokens"],
-                                      summary["completed_requests"], self.scenario.gpu_hour_price))
+                                      summary["completed_requests"], self.scenario.gpu_hour_price, encoding))
         if self.scenario.engine.speculation is not None:
             scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
             verified = sum(s.num_drafts_verified for s in scheds)
@@ -718,7 +744,12 @@ class Simulation:
             assert spec is not None
             summary["frontend"] = frontend_summary(list(self.frontends.values()))
             summary["frontend_provenance"] = {"source": spec.source, "measured_for": spec.measured_for}
-        if self.images is not None:
+        if self.encoders is not None:
+            summary["encoder"] = {"image_tokens_per_request": self.image_tokens, **self.encoders.summary(end_ns)}
+            requests.add("encoder_worker", [r.encoder_worker for r in self.requests])
+            requests.add("encoder_ms", [float("nan") if r.embeddings_at is None
+                                        else (r.embeddings_at - r.arrived_at) / 1e6 for r in self.requests])
+        elif self.images is not None:
             encoders = [v for w in self.pools[self.front_role] for v in (w.vision or [])]
             hits = sum(v.cache.num_hits for v in encoders)
             misses = sum(v.cache.num_misses for v in encoders)

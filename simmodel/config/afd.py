@@ -7,6 +7,7 @@ from __future__ import annotations
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
 from simmodel.config.node import _Node
 from simmodel.config.schema import AfdSpec, Parallelism, WorkerRole
+from simmodel.config.workers import expert_layout
 from simmodel.errors import ScenarioError
 from simmodel.perf.afd import ffn_side
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
@@ -56,24 +57,10 @@ def _ffn_parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     if p.pipeline > model.num_layers:
         raise ScenarioError(f"{node.at('pipeline')}: {name} has {model.num_layers} layers to spread over the "
                             f"pipeline stages, got {p.pipeline}")
-    if not model.is_moe:
-        if model.intermediate_size % p.tensor:
-            raise ScenarioError(f"{node.at('tensor')}: must divide the MLP's {model.intermediate_size} columns of "
-                                f"{name}, got {p.tensor}", category="invalid_shape")
-        for key in ("moe_tensor", "moe_expert"):
-            if getattr(p, key) != 1:
-                raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1", category="invalid_shape")
-        return p
-    if p.moe_tensor == 1 and p.moe_expert == 1:
-        return Parallelism(p.replicas, p.tensor, p.pipeline, 1, p.tensor, 1)
-    if p.moe_tensor * p.moe_expert != p.tensor:
-        raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
-                            f"tensor ({p.tensor}), the GPUs of a stage the experts are spread over",
-                            category="invalid_shape")
-    if model.num_experts % p.moe_expert:
-        raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
-                            f"got {p.moe_expert}", category="invalid_shape")
-    return p
+    if not model.is_moe and model.intermediate_size % p.tensor:
+        raise ScenarioError(f"{node.at('tensor')}: must divide the MLP's {model.intermediate_size} columns of "
+                            f"{name}, got {p.tensor}", category="invalid_shape")
+    return expert_layout(node, model, p, p.tensor, "tensor (a stage's GPUs)")
 
 
 def check_attention_role(node: _Node, role: WorkerRole, chunked: bool, engine: _Node) -> None:

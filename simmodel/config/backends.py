@@ -174,7 +174,8 @@ class SglangRules(BackendRules):
     def check_with_traffic(self, engine: Engine, traffic: Traffic, front: str) -> None:
         """Which budget field an SGLang worker reads: ``max_batched_tokens`` with the host loop or images encoded
         on the worker, else ``chunked_prefill_size``; the other one set would have no effect."""
-        images = getattr(traffic.source, "images", None)
+        # (images the worker encodes itself: not those of an encoder pool)
+        images = getattr(traffic.source, "images", None) if engine.encoder is None else None
         role, where = engine.workers[front], f"engine.workers.{front}"
         sg = role.scheduler
         chunk_default = SglangSchedulerSpec().chunked_prefill_size

@@ -13,6 +13,7 @@ from pathlib import Path
 from simmodel.config.afd import check_attention_role, parse_afd
 from simmodel.config.backends import BACKEND_RULES, BackendRules
 from simmodel.config.bounds import MAX_GPUS, deployment_total
+from simmodel.config.encoder import parse_encoder
 from simmodel.config.node import _Node
 from simmodel.config.registries import _hardware, _model, _role_hardware
 from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, WorkerRole
@@ -75,9 +76,10 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
             raise ScenarioError(f"{node.node('kv_transfer').at('via')}: storage hands the KV off through a store the "
                                 f"prefill workers write and the decode workers read; give the prefill role one "
                                 f"(engine.workers.prefill.kv_cache.host_offload.storage with shared: true)")
+    encoder = parse_encoder(node.node("encoder"), hardware) if node.raw("encoder", None) is not None else None
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
-                  dtype, transfer, speculation, overhead)
+                  dtype, transfer, speculation, overhead, encoder)
 
 
 def _request_overhead(workers: _Node, roles: dict[str, WorkerRole], names: tuple[str, ...],

@@ -393,6 +393,26 @@ class AfdSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EncoderSpec:
+    """``engine.encoder``: EPD's encoder pool. Encoder workers of ``tensor`` GPUs run the vision tower on the
+    requests' images, batching up to ``max_batch_images`` images of whole requests a forward, keep recent
+    embeddings in a cache of ``cache_mib``, and send each request's embeddings over the link to the worker
+    that prefills it (``simmodel.engine.encoder_pool``)."""
+
+    replicas: int = 1
+    tensor: int = 1
+    encoder_parallel: str = "tp"
+    max_batch_images: int = 8
+    cache_mib: float = 100.0
+    link_bytes_per_s: float = 50e9
+    link_latency_s: float = 10e-6
+
+    @property
+    def gpu_count(self) -> int:
+        return self.replicas * self.tensor
+
+
+@dataclass(frozen=True, slots=True)
 class KvTransferSpec:
     """``engine.kv_transfer``: how a prefill worker's KV reaches a decode worker.
 
@@ -505,6 +525,8 @@ class Engine:
     tokenization, the hand-over to the engine, and streaming the tokens back), as a delay between the client
     sending the request and the engine receiving it: ``engine.request_overhead_ms`` where set, else the
     timing's of the role requests reach first (``TimingSpec.request_overhead_ms``)."""
+    encoder: EncoderSpec | None = None
+    """``engine.encoder``: the images' encoder pool (EPD); None: images are encoded on the front worker."""
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -109,6 +109,19 @@ def _frontend(node: _Node) -> FrontendSpec:
     return FrontendSpec(tuple(stages), measured, "frontend")
 
 
+def _check_encoder_pool(engine: Engine, images, role, where: str) -> None:
+    """An encoder pool encodes the traffic's images instead of the front worker: never both, nor a frontend in
+    front of it (their order is not modeled)."""
+    if images is None:
+        raise ScenarioError("engine.encoder: encodes the requests' images; needs traffic.source.images")
+    if role.vision is not None:
+        raise ScenarioError(f"{where}.vision: images are encoded by the encoder pool (engine.encoder), not on the "
+                            f"worker: give one of them")
+    if role.frontend is not None or role.host_profile is not None:
+        raise ScenarioError(f"{where}: an SGLang frontend (frontend or host_profile) in front of an encoder pool is "
+                            f"not modeled; remove one of them")
+
+
 def _check_images(engine: Engine, traffic: Traffic, base_dir: Path, rules: BackendRules) -> Engine:
     """Rules that join the traffic's images and the SGLang worker that takes them (``rules``: the engine's
     backend's, ``config.backends``); resolves host profiles."""
@@ -116,13 +129,15 @@ def _check_images(engine: Engine, traffic: Traffic, base_dir: Path, rules: Backe
     front = engine.front_role
     role = engine.workers[front]
     where = f"engine.workers.{front}"
-    if images is not None and not rules.encodes_images:
+    if engine.encoder is not None:
+        _check_encoder_pool(engine, images, role, where)
+    if images is not None and engine.encoder is None and not rules.encodes_images:
         raise ScenarioError("traffic.source.images: images are encoded by SGLang workers only; set engine.backend: "
                             "sglang")
     if images is None and role.vision is not None:
         raise ScenarioError(f"{where}.vision: sizes the image embedding cache and encoder; needs "
                             f"traffic.source.images")
-    if images is not None and role.timing.type != "default":
+    if images is not None and engine.encoder is None and role.timing.type != "default":
         raise ScenarioError(f"{where}.timing.type: images encoded on the worker are priced by the default "
                             f"timing (the vision tower's roofline); got {role.timing.type}")
     if images is not None and role.deployment.model.vision is None:

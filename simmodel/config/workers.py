@@ -67,19 +67,25 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
                             f"got {p.decode_context}")
     if p.prefill_context > 1 and p.decode_context > 1:
         raise ScenarioError(f"{node.path}: at most one of prefill_context and decode_context may be above 1")
+    # vLLM lays experts over the worker's tensor × attention_data GPUs; unset, they are tensor-sharded.
+    return expert_layout(node, model, p, p.tensor * p.attention_data, "tensor × attention_data")
+
+
+def expert_layout(node: _Node, model: ModelSpec, p: Parallelism, gpus: int, over: str) -> Parallelism:
+    """``moe_tensor`` and ``moe_expert``: 1 for a dense model; for an MoE model their product is the ``gpus`` the
+    experts are spread over (``over`` names them), tensor-sharded over all of them when both are unset, and
+    ``moe_expert`` divides the experts."""
+    name = model.model_id
     if not model.is_moe:
         for key in ("moe_tensor", "moe_expert"):
             if getattr(p, key) != 1:
                 raise ScenarioError(f"{node.at(key)}: {name} has no MoE experts; must be 1", category="invalid_shape")
         return p
-    # vLLM lays experts over the worker's tensor × attention_data GPUs; unset, they are tensor-sharded.
-    gpus = p.tensor * p.attention_data
     if p.moe_tensor == 1 and p.moe_expert == 1:
         p = replace(p, moe_tensor=gpus)
     elif p.moe_tensor * p.moe_expert != gpus:
         raise ScenarioError(f"{node.path}: moe_tensor × moe_expert ({p.moe_tensor} × {p.moe_expert}) must equal "
-                            f"tensor × attention_data ({gpus}), the GPUs the experts are spread over",
-                            category="invalid_shape")
+                            f"{over} ({gpus}), the GPUs the experts are spread over", category="invalid_shape")
     if model.num_experts % p.moe_expert:
         raise ScenarioError(f"{node.at('moe_expert')}: must divide the {model.num_experts} experts of {name}, "
                             f"got {p.moe_expert}", category="invalid_shape")

@@ -49,6 +49,9 @@ class Request:
         "prompt_segments", "queued_at", "frontend_ns",
         # Staged loads: the stage that sent the request.
         "stage",
+        # An encoder pool (EPD): the encoder worker that took its images, when it did, and when its embeddings
+        # reached the deployment.
+        "encoder_worker", "encode_start_at", "embeddings_at",
     )
 
     def __init__(self, request_id: int, arrived_at: int, num_prompt_tokens: int, max_tokens: int,
@@ -70,6 +73,9 @@ class Request:
         self.queued_at = arrived_at
         self.stage = 0
         self.frontend_ns = 0
+        self.encoder_worker = -1
+        self.encode_start_at: int | None = None
+        self.embeddings_at: int | None = None
         self.first_admitted_at: int | None = None
         self.first_token_at: int | None = None
         self.second_token_at: int | None = None

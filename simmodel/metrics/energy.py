@@ -29,9 +29,11 @@ def dynamic_joules(passes: PassLog, powers: dict[str, GpuPower]) -> dict[str, fl
 
 
 def energy_summary(roles: dict[str, dict], powers: dict[str, GpuPower | None], passes: PassLog,
-                   output_tokens: int, completed: int, gpu_hour_price: float | None) -> dict:
+                   output_tokens: int, completed: int, gpu_hour_price: float | None,
+                   busy_gpu_seconds: dict[str, float] | None = None) -> dict:
     """The run's energy figures (and each role's, added to ``roles``): every figure None where a role's GPU has
-    no known power (a system file without it). Cost figures need ``gpu_hour_price``."""
+    no known power (a system file without it). Cost figures need ``gpu_hour_price``. ``busy_gpu_seconds``: per
+    role that runs no passes of its own (an encoder pool), the GPU-seconds it was fully busy."""
     price_hours = sum(r["gpu_hours"] for r in roles.values())
     cost = None
     if gpu_hour_price is not None and output_tokens:
@@ -49,6 +51,7 @@ def energy_summary(roles: dict[str, dict], powers: dict[str, GpuPower | None], p
     for name, role in roles.items():
         gpu_seconds = role["gpu_hours"] * 3600.0
         joules = known[name].idle_w * gpu_seconds + dynamic[name]
+        joules += known[name].dynamic_w * (busy_gpu_seconds or {}).get(name, 0.0)
         role.update(energy_kwh=joules / JOULES_PER_KWH,
                     avg_power_w_per_gpu=joules / gpu_seconds if gpu_seconds > 0 else None)
         total += joules

@@ -176,3 +176,16 @@ def test_ffn_pipeline_counts_gpus_and_spreads_the_weights():
     assert scenario.engine.workers["attention"].afd.ffn.gpu_count == 2
     data["engine"]["workers"]["ffn"]["parallelism"] = {"tensor": 1}
     assert "the FFN weights take 112.7 GB per GPU, more than the 80 GB" in scenario_error(data)
+
+
+def test_moe_ffn_spreads_the_experts_over_a_stage():
+    """Qwen3-30B-A3B's 128 experts on an FFN worker of TP 4: moe_expert 4 holds 32 experts a GPU; moe_tensor ×
+    moe_expert must be the stage's 4 GPUs, and moe_expert divide the 128 experts."""
+    data = afd(model="Qwen/Qwen3-30B-A3B")
+    data["engine"]["workers"]["ffn"]["parallelism"] = {"tensor": 4, "moe_expert": 4}
+    scenario = parse_scenario(data, base_dir=__import__("pathlib").Path("."))
+    assert scenario.engine.workers["attention"].afd.ffn_deployment.moe_expert == 4
+    data["engine"]["workers"]["ffn"]["parallelism"] = {"tensor": 4, "moe_expert": 2}
+    assert "moe_tensor × moe_expert (1 × 2) must equal tensor (a stage's GPUs) (4)" in scenario_error(data)
+    data["engine"]["workers"]["ffn"]["parallelism"] = {"tensor": 3, "moe_expert": 3}
+    assert "engine.workers.ffn.parallelism.moe_expert: must divide the 128 experts" in scenario_error(data)

@@ -42,7 +42,8 @@ class SglangBackend:
         sim = self.sim
         spec = role.scheduler.sglang
         assert spec is not None
-        images = getattr(sim.scenario.traffic.source, "images", None) is not None
+        images = (getattr(sim.scenario.traffic.source, "images", None) is not None
+                  and sim.scenario.engine.encoder is None)  # (an encoder pool encodes them: EPD)
         on_worker = images and role.name == sim.front_role  # images are encoded on the front role
         chunk = role.scheduler.max_batched_tokens if (role.host_loop or on_worker) else spec.chunked_prefill_size
         trace_block = getattr(sim.scenario.traffic.source, "block_size", 64)
@@ -67,7 +68,7 @@ class SglangBackend:
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
                 attach_host_tier("sglang", rank, role, sim.shared_stores)
                 worker.add_rank(rank)
-            if sim.images is not None and role.name == sim.front_role:
+            if sim.images is not None and sim.scenario.engine.encoder is None and role.name == sim.front_role:
                 worker.vision = [RankVision(role.deployment, sim.images, role.vision, role.timing.efficiency,
                                             role.timing.host.collective_us)
                                  for _ in worker.ranks]

@@ -1,0 +1,37 @@
+"""``engine.encoder``: the encoder pool of EPD serving (encode, prefill, decode), which runs the vision tower on
+the requests' images before their prompts reach the workers (``simmodel.engine.encoder_pool``). Image traffic
+takes either this path or the front worker's own encoder (SGLang's ``vision``), never both."""
+
+from __future__ import annotations
+
+from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
+from simmodel.config.node import _Node
+from simmodel.config.schema import EncoderSpec
+from simmodel.errors import ScenarioError
+from simmodel.perf.hardware import HardwareSpec
+
+DEFAULT_LINK_LATENCY_MS = 0.01
+"""An RDMA message's latency (assumed, as the default timing's collective over the NIC)."""
+MAX_BATCH_IMAGES = 4096
+
+
+def parse_encoder(node: _Node, hardware: HardwareSpec) -> EncoderSpec:
+    """``engine.encoder``: ``parallelism`` (``replicas``, ``tensor``), ``encoder_parallel``, ``max_batch_images``
+    (SGLang's encoder server batches 8 by default, ``SGLANG_ENCODER_MAX_BATCH_SIZE``), ``cache_mib`` and
+    ``link``."""
+    p = node.node("parallelism")
+    for key in p.data:
+        if key not in ("replicas", "tensor"):
+            raise ScenarioError(f"{p.at(key)}: an encoder worker takes replicas and tensor only")
+    replicas = p.int("replicas", 1, maximum=MAX_INT)
+    tensor = p.int("tensor", 1, maximum=MAX_PARALLEL["tensor"])
+    p.done()
+    layout = node.choice("encoder_parallel", ("tp", "dp"), "tp")
+    batch = node.int("max_batch_images", 8, maximum=MAX_BATCH_IMAGES)
+    cache = node.number("cache_mib", 100.0, maximum=1e9)
+    link = node.node("link")
+    bandwidth = link.number("bandwidth_gb_per_second", hardware.nic_bytes_per_s / 1e9, positive=True, maximum=1e6)
+    latency = link.number("latency_ms", DEFAULT_LINK_LATENCY_MS, maximum=1e3)
+    link.done()
+    node.done()
+    return EncoderSpec(replicas, tensor, layout, batch, cache, bandwidth * 1e9, latency / 1000.0)
