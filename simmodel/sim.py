@@ -33,6 +33,7 @@ from simmodel.metrics.records import EventKind, PassLog, Recorder
 from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
     RequestTable,
+    companion_summary,
     event_columns,
     events_frame,
     pass_columns,
@@ -42,10 +43,11 @@ from simmodel.metrics.summarize import (
     role_summary,
     stage_summaries,
     summarize,
+    worker_pass_tokens,
 )
 from simmodel.offload import StoredBlocks, host_blocks, offload_summary
 from simmodel.perf.energy import GpuPower, PassEnergy, gpu_power
-from simmodel.perf.timings import make_energy, make_timing
+from simmodel.perf.timings import afd_ffn_work, make_energy, make_timing
 from simmodel.routing import make_router, router_predicts
 from simmodel.routing.report import routing_summary
 from simmodel.scaling import Fleet, ReplicaPlanner
@@ -679,24 +681,26 @@ class Simulation:
                             request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)
         powers = {name: e.power for name, e in self.energy.items()}
         companion = self.scenario.engine.workers[self.front_role].afd
+        busy_gpu_seconds = {}
         if companion is not None:  # AFD: the FFN workers, priced with the attention passes, have GPUs of their own
-            ffn = roles["ffn"] = role_summary(companion.ffn.gpu_count, companion.ffn_gpus_per_worker,
-                                              companion.ffn.replicas, self.end_time(), 0, 0, 0)
-            ffn.update(kv_cache_usage_peak=None, kv_cache_usage_mean=None)
+            ffn = roles["ffn"] = companion_summary(companion.ffn.gpu_count, companion.ffn_gpus_per_worker,
+                                                   companion.ffn.replicas, self.end_time())
             summary["gpu_count"] += ffn["gpu_count"]
             summary["gpu_hours"] += ffn["gpu_hours"]
             powers["ffn"] = gpu_power(companion.ffn_deployment)
-        encoding = {}
+            tokens, durations = worker_pass_tokens(pass_columns(self.recorder.passes))
+            front = self.scenario.engine.workers[self.front_role]
+            busy_gpu_seconds["ffn"] = afd_ffn_work(front, self.scenario.engine.backend).busy_gpu_seconds(tokens,
+                                                                                                       durations)
         if self.encoders is not None:  # EPD: the encoder pool's GPUs, busy while they encode
             spec = self.encoders.spec
-            pool = roles["encoder"] = role_summary(spec.gpu_count, spec.tensor, spec.replicas, self.end_time(), 0, 0, 0)
-            pool.update(kv_cache_usage_peak=None, kv_cache_usage_mean=None)
+            pool = roles["encoder"] = companion_summary(spec.gpu_count, spec.tensor, spec.replicas, self.end_time())
             summary["gpu_count"] += pool["gpu_count"]
             summary["gpu_hours"] += pool["gpu_hours"]
             powers["encoder"] = gpu_power(self.encoders.deployment)
-            encoding["encoder"] = sum(w.busy_ns for w in self.encoders.workers) / 1e9 * spec.tensor
+            busy_gpu_seconds["encoder"] = sum(w.gpu_busy_ns for w in self.encoders.workers) / 1e9
         summary.update(energy_summary(roles, powers, self.recorder.passes, summary["total_output_tokens"],
-                                      summary["completed_requests"], self.scenario.gpu_hour_price, encoding))
+                                      summary["completed_requests"], self.scenario.gpu_hour_price, busy_gpu_seconds))
         if self.scenario.engine.speculation is not None:
             scheds = [rank.scheduler for w in self.workers for rank in w.ranks]
             verified = sum(s.num_drafts_verified for s in scheds)

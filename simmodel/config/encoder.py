@@ -9,13 +9,14 @@ from simmodel.config.node import _Node
 from simmodel.config.schema import EncoderSpec
 from simmodel.errors import ScenarioError
 from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.models import ModelSpec
 
 DEFAULT_LINK_LATENCY_MS = 0.01
 """An RDMA message's latency (assumed, as the default timing's collective over the NIC)."""
 MAX_BATCH_IMAGES = 4096
 
 
-def parse_encoder(node: _Node, hardware: HardwareSpec) -> EncoderSpec:
+def parse_encoder(node: _Node, hardware: HardwareSpec, model: ModelSpec) -> EncoderSpec:
     """``engine.encoder``: ``parallelism`` (``replicas``, ``tensor``), ``encoder_parallel``, ``max_batch_images``
     (SGLang's encoder server batches 8 by default, ``SGLANG_ENCODER_MAX_BATCH_SIZE``), ``cache_mib`` and
     ``link``."""
@@ -27,6 +28,10 @@ def parse_encoder(node: _Node, hardware: HardwareSpec) -> EncoderSpec:
     tensor = p.int("tensor", 1, maximum=MAX_PARALLEL["tensor"])
     p.done()
     layout = node.choice("encoder_parallel", ("tp", "dp"), "tp")
+    tower = model.vision
+    if tower is not None and layout == "tp" and tower.num_heads % tensor:
+        raise ScenarioError(f"{p.at('tensor')}: the vision tower's {tower.num_heads} attention heads are sharded over "
+                            f"the encoder's GPUs (encoder_parallel tp), so tensor must divide them; got {tensor}")
     batch = node.int("max_batch_images", 8, maximum=MAX_BATCH_IMAGES)
     cache = node.number("cache_mib", 100.0, maximum=1e9)
     link = node.node("link")

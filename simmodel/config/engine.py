@@ -61,6 +61,11 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     _check_gpu_count(workers, roles)
     companion = roles[names[0]].afd
     if companion is not None:
+        a, f = roles["attention"].parallelism.replicas, companion.ffn.replicas
+        if a % f and f % a:
+            raise ScenarioError(f"{workers.at('ffn')}.parallelism.replicas: FFN workers either serve several attention "
+                                f"workers each or split each one's tokens, so one count must divide the other; "
+                                f"{a} attention and {f} FFN workers")
         total = roles["attention"].parallelism.gpu_count + companion.ffn.gpu_count
         if total > MAX_GPUS:
             raise ScenarioError(f"{workers.at('ffn')}.parallelism.replicas: the deployment would use {total:,} GPUs; "
@@ -76,7 +81,13 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
             raise ScenarioError(f"{node.node('kv_transfer').at('via')}: storage hands the KV off through a store the "
                                 f"prefill workers write and the decode workers read; give the prefill role one "
                                 f"(engine.workers.prefill.kv_cache.host_offload.storage with shared: true)")
-    encoder = parse_encoder(node.node("encoder"), hardware) if node.raw("encoder", None) is not None else None
+    encoder = parse_encoder(node.node("encoder"), hardware, model) if node.raw("encoder", None) is not None else None
+    if encoder is not None:
+        total = sum(r.parallelism.gpu_count for r in roles.values()) + encoder.gpu_count + (
+            companion.ffn.gpu_count if companion is not None else 0)
+        if total > MAX_GPUS:
+            raise ScenarioError(f"{node.at('encoder')}.parallelism.replicas: the deployment would use {total:,} GPUs; "
+                                f"at most {MAX_GPUS:,} (the workers' and the encoder pool's together)")
     node.done()
     return Engine(mode, model_id, hardware_id, backend, roles[names[0]].context_length, chunked, seed, roles,
                   dtype, transfer, speculation, overhead, encoder)

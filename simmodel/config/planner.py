@@ -23,6 +23,9 @@ def parse_planner(node: _Node, engine: Engine) -> PlannerSpec | None:
         node.done()
         _check_startup(engine, None)
         return None
+    if engine.mode == "afd":
+        raise ScenarioError(f"{node.path}: not modeled with engine.mode: afd (the FFN workers are shared by a fixed "
+                            f"number of attention workers)")
     mode = node.choice("mode", PLANNER_MODES)
     for key, value in node.data.items():
         owner = next((m for m, knobs in MODE_KNOBS.items() if key in knobs), None)

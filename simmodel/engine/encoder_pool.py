@@ -39,6 +39,9 @@ class EncoderWorker:
         self.worker_id = worker_id
         self.cache = EmbeddingCache(cache_bytes)
         self.busy_ns = 0
+        self.gpu_busy_ns = 0
+        """GPU-ns its GPUs worked: every GPU of a sharded tower (``tp``) for the forward; of a replicated one
+        (``dp``), only as many as there were images (the slowest one's time each: an upper bound)."""
         self.num_images_encoded = 0
         self.num_forwards = 0
 
@@ -105,6 +108,7 @@ class EncoderPool:
                                          efficiency=self.efficiency)
                 took = to_ns(seconds)
                 worker.busy_ns += took
+                worker.gpu_busy_ns += took * (spec.tensor if spec.encoder_parallel == "tp" else min(encode, spec.tensor))
                 worker.num_images_encoded += encode
                 worker.num_forwards += 1
                 yield env.timeout(took)

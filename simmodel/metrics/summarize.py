@@ -309,6 +309,26 @@ def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: 
     }
 
 
+def companion_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: float) -> dict:
+    """A pool that runs no passes of its own (an AFD FFN companion, an encoder pool): its GPUs and GPU-hours (the
+    whole run each), no passes, no KV."""
+    summary = role_summary(gpu_count, gpus_per_worker, num_workers, end_s, 0, 0, 0)
+    summary.update(kv_blocks_per_rank=None, kv_capacity_tokens_per_rank=None, kv_cache_usage_peak=None,
+                   kv_cache_usage_mean=None)
+    return summary
+
+
+def worker_pass_tokens(data: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per worker pass (over its ranks' rows of ``pass_columns``): its tokens and its duration in seconds."""
+    worker, index = np.asarray(data["worker"], np.int64), np.asarray(data["pass_index"], np.int64)
+    if not len(worker):
+        return np.zeros(0), np.zeros(0)
+    keys, first, group = np.unique((worker << 32) | index, return_index=True, return_inverse=True)
+    tokens = np.bincount(group, weights=np.asarray(data["num_scheduled_tokens"], np.float64), minlength=len(keys))
+    duration = (np.asarray(data["end_ns"])[first] - np.asarray(data["start_ns"])[first]) / NS_PER_S
+    return tokens, duration
+
+
 def request_figures(requests: RequestTable | dict[str, np.ndarray], itl_values: np.ndarray,
                     itl_counts: np.ndarray) -> dict:
     """What the requests of a run (or of one stage of it) measured: counts, tokens, duration from the

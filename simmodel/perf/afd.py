@@ -137,32 +137,38 @@ class AfdTiming(SumsTiming):
 
 
 class AfdWork:
-    """The work at datasheet peaks of an AFD attention rank's pass, for its energy (``perf.energy``): the work of
-    its own GPUs over the m micro-batches, plus its share of the FFN companion's, expressed per GPU of the rank
-    (both sides are one GPU system, so they draw the same power per unit of work). The pass row's
-    ``rank_work_ns`` thus carries both sides' dynamic energy; the FFN GPUs' idle power counts with their role's
-    GPU-hours."""
+    """The work at datasheet peaks of an AFD attention rank's pass, for its energy (``perf.energy``): its
+    attention side's work over the m micro-batches (the weights read once each)."""
 
-    def __init__(self, attention: Deployment, ffn: Deployment, shape: AfdShape, ranks_per_worker: int,
-                 engine: str = "vllm") -> None:
-        peaks = Efficiency(compute=1.0, memory=1.0, expert=1.0)
-        self.attention = RooflineTiming(attention, peaks, engine=engine)
-        self.ffn = RooflineTiming(ffn, peaks, engine=engine)
+    def __init__(self, attention: Deployment, shape: AfdShape, engine: str = "vllm") -> None:
+        self.attention = RooflineTiming(attention, Efficiency(compute=1.0, memory=1.0, expert=1.0), engine=engine)
         self.shape = shape
-        # FFN GPU-seconds of one FFN worker's pass, shared by the ranks it serves, per GPU of a rank.
-        self.share = shape.ffn_tensor / (shape.attention_per_ffn * ranks_per_worker
-                                         * attention.tensor * attention.prefill_context)
 
     def work_ns(self, sums: PassSums) -> np.ndarray:
         m = self.shape.micro_batches
         micro = PassSums(sums.table / m, sums.kv_capacity_tokens, sums.num_passes)
         compute, memory = self.attention.work_seconds(micro)
-        tokens, per_pass = ffn_tokens(micro, self.shape.attention_per_ffn)
-        f_compute, f_memory = self.ffn.work_seconds(ffn_rows(per_pass))
-        ffn = np.repeat(f_compute + f_memory, len(tokens) // sums.num_passes)
-        seconds = m * (compute + memory + self.share * ffn)
-        seconds[tokens <= 0] = 0.0
-        return np.rint(seconds * 1e9).astype(np.int64)
+        return np.rint(m * (compute + memory) * 1e9).astype(np.int64)
+
+
+class AfdFfnWork:
+    """The FFN workers' busy GPU-seconds over a run, for their dynamic energy: per attention worker's pass, the
+    FFN micro-batches its tokens make (``AfdTiming``'s), each one's work at datasheet peaks on an FFN GPU, at most
+    the pass's duration, times the FFN GPUs that are that attention worker's share."""
+
+    def __init__(self, ffn: Deployment, shape: AfdShape, ffn_gpus_per_worker: int, engine: str = "vllm") -> None:
+        self.ffn = RooflineTiming(ffn, Efficiency(compute=1.0, memory=1.0, expert=1.0), engine=engine)
+        self.shape = shape
+        self.share = ffn_gpus_per_worker / shape.attention_per_ffn
+        """FFN GPUs per attention worker."""
+
+    def busy_gpu_seconds(self, tokens: np.ndarray, duration_s: np.ndarray) -> float:
+        """``tokens``: each attention worker's pass's tokens (over its ranks); ``duration_s``: the pass's."""
+        if not len(tokens):
+            return 0.0
+        m = self.shape.micro_batches
+        compute, memory = self.ffn.work_seconds(ffn_rows(tokens / m * self.shape.attention_per_ffn))
+        return float(self.share * np.minimum(m * (compute + memory), duration_s).sum())
 
 
 def ffn_tokens(micro: PassSums, attention_per_ffn: float) -> tuple[np.ndarray, np.ndarray]:

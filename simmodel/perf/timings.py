@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simmodel.errors import ScenarioError
-from simmodel.perf.afd import AfdLink, AfdShape, AfdTiming, AfdWork
+from simmodel.perf.afd import AfdFfnWork, AfdLink, AfdShape, AfdTiming, AfdWork
 from simmodel.perf.energy import PassEnergy
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
@@ -54,6 +54,13 @@ def afd_timing(role: WorkerRole, backend: str) -> AfdTiming:
                      backend)
 
 
+def afd_ffn_work(role: WorkerRole, backend: str) -> AfdFfnWork:
+    """What an AFD attention role's FFN companion works, for its energy."""
+    afd = role.afd
+    assert afd is not None
+    return AfdFfnWork(afd.ffn_deployment, afd_shape(role), afd.ffn_gpus_per_worker, backend)
+
+
 def _measured(role: WorkerRole, backend: str) -> PassTiming:
     """aiconfigurator's measured kernel tables, queried once here (a few seconds)."""
     from simmodel.perf.measured import MeasuredTiming  # (an optional dependency, imported when used)
@@ -78,10 +85,9 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
 
 
 def make_energy(role: WorkerRole, backend: str = "vllm") -> PassEnergy:
-    """How the role's passes' energy is priced (``perf.energy``): an AFD attention role's work adds its FFN
-    companion's."""
+    """How the role's passes' energy is priced (``perf.energy``): an AFD attention role's passes run m
+    micro-batches (its FFN companion's energy: ``afd_ffn_work``)."""
     work = None
     if role.afd is not None:
-        work = AfdWork(role.deployment, role.afd.ffn_deployment, afd_shape(role), role.parallelism.attention_data,
-                       backend)
+        work = AfdWork(role.deployment, afd_shape(role), backend)
     return PassEnergy(role.deployment, backend, work)

@@ -14,6 +14,7 @@ import yaml
 from simmodel.config.catalog import is_builtin
 from simmodel.config.domains import is_domain
 from simmodel.config.load import _model, _Node, apply_overrides, parse_scenario, read_yaml
+from simmodel.config.registries import _hardware
 from simmodel.config.schema import Sla
 from simmodel.errors import ScenarioError, signal_of
 from simmodel.export import staged_folder
@@ -42,6 +43,10 @@ def load_search(path: Path, overrides=()) -> tuple[SearchSpec, SearchSpace, Path
             if is_domain(engine.get(key)):
                 raise ScenarioError(f"engine.{key}: one per search (not searched); run one search per {key}")
         model = _model(_Node(engine, "engine"), base_dir)[1]
+        energy = "tokens_per_joule" in (spec.target, *(spec.pareto if spec.target == "pareto" else ()))
+        if energy and _hardware(_Node(engine, "engine"), base_dir)[1].board_power_w is None:
+            raise ScenarioError("engine.hardware: the tokens_per_joule target needs the GPU's power (board_power_w "
+                                "and idle_power_w in the system file)")
         space = SearchSpace(data, lambda mode: model)
         check_unsearched(space, base_dir)
     except ScenarioError as exc:
@@ -170,12 +175,14 @@ def pareto_front(entries: list[dict], objectives) -> list[dict]:
 
 def rank(entries: list[dict], spec: SearchSpec) -> list[dict]:
     """Feasible candidates best first: by score, then fewer GPUs, then candidate order. For ``pareto``:
-    the Pareto front of the feasible candidates, by the first objective, then fewer GPUs, then order."""
+    the Pareto front of the feasible candidates, best first by the first objective (in its own direction),
+    then fewer GPUs, then order."""
     feasible = [e for e in entries if e["status"] == "feasible"]
     if spec.target == "pareto":
-        first = spec.objectives[0][0]
+        first, higher = spec.objectives[0]
+        sign = -1.0 if higher else 1.0
         return sorted(pareto_front(feasible, spec.objectives),
-                      key=lambda e: (-_rounded(e["objectives"][first]), e["metrics"]["gpu_count"], e["id"]))
+                      key=lambda e: (sign * _rounded(e["objectives"][first]), e["metrics"]["gpu_count"], e["id"]))
     return sorted(feasible, key=lambda e: (-_rounded(e["score"]), e["metrics"]["gpu_count"], e["id"]))
 
 

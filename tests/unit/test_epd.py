@@ -118,3 +118,20 @@ def test_an_encoder_pool_and_the_workers_own_encoder_are_never_both():
     data["engine"]["workers"]["aggregated"]["scheduler"] = {"max_sequences": 4}
     data["engine"]["workers"]["aggregated"]["vision"] = {"cache_mib": 10}
     assert "engine.workers.aggregated.vision: images are encoded by the encoder pool" in scenario_error(data)
+
+
+def test_encoder_tensor_shards_the_towers_heads():
+    """Qwen3-VL-8B's tower has 16 heads: a TP 3 encoder cannot shard them (TP 2 can; dp takes any count)."""
+    data = epd(parallelism={"tensor": 3})
+    assert "engine.encoder.parallelism.tensor: the vision tower's 16 attention heads" in scenario_error(data)
+    data["engine"]["encoder"]["encoder_parallel"] = "dp"
+    run_scenario(data)
+
+
+def test_a_replicated_tower_counts_only_the_gpus_that_encode():
+    """``dp`` on 4 GPUs with batches of one image: one GPU encodes each forward, so the pool's busy GPU-seconds
+    are its forwards' time, not four times it (``tp`` on 4 GPUs: all four work on each image)."""
+    data = epd(parallelism={"tensor": 4}, encoder_parallel="dp", max_batch_images=1)
+    s = run_scenario(data).summary
+    dynamic = s["roles"]["encoder"]["energy_kwh"] * 3.6e6 - 4 * 121.7 * s["end_time_s"]
+    assert dynamic == pytest.approx(578.3 * s["encoder"]["encoder_seconds"], rel=1e-6)
