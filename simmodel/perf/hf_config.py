@@ -1,7 +1,7 @@
 """Read a model's shape from a local Hugging Face ``config.json``; nothing is ever downloaded.
 
 Reads the keys the Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (and
-Kimi-K2) and OPT configs use (``transformers``' names, with its defaults where a key is absent):
+Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use (``transformers``' names, with its defaults where a key is absent):
 
 - every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
   ``max_position_embeddings``, ``intermediate_size`` (OPT: ``ffn_dim``); ``num_key_value_heads``
@@ -11,13 +11,13 @@ Kimi-K2) and OPT configs use (``transformers``' names, with its defaults where a
 - MoE: the expert count (``num_local_experts`` / ``num_experts`` / ``n_routed_experts``),
   ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: its ``intermediate_size``), shared
   experts (``n_shared_experts``, or Qwen2-MoE's ``shared_expert_intermediate_size`` as that many
-  expert widths), ``first_k_dense_replace``;
+  expert widths), ``first_k_dense_replace``, Qwen2-MoE's ``decoder_sparse_step`` (MoE on every k-th layer);
 - MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
 
 Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
 (Nemotron-H's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
-a ``ModelSpec`` cannot express (MoE on every n-th layer, dense layers between MoE ones, OPT's projected
-embeddings) and checkpoints quantized below 8 bits.
+a ``ModelSpec`` cannot express (DeepSeek's ``moe_layer_freq`` above 1, a list of dense layers between MoE
+ones, OPT's projected embeddings) and checkpoints quantized below 8 bits.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from simmodel.perf.models import ModelSpec
 
 # model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
-            "deepseek_v3", "kimi_k2", "opt")
+            "deepseek_v3", "kimi_k2", "phi3", "glm4_moe", "opt")
 # Two-projection ReLU MLP (fc1, fc2) instead of gate/up/down.
 _UNGATED = ("opt",)
 # transformers' OPTConfig keeps PretrainedConfig's tie_word_embeddings=True; the others default to False.
@@ -199,9 +199,14 @@ def _moe(cfg: _Config, intermediate: int) -> dict[str, int]:
     num_experts = cfg.int(key, 0, minimum=0)
     if num_experts == 0:
         return {}
-    for step_key in ("decoder_sparse_step", "moe_layer_freq"):
-        if cfg.int(step_key, 1) != 1:
-            cfg.fail(f"{step_key} {cfg.get(step_key)} (MoE on every n-th layer) is not modeled; only 1")
+    # Qwen2-MoE's decoder_sparse_step k makes layer i MoE when (i + 1) % k == 0 (``moe_layer_step``); DeepSeek's
+    # moe_layer_freq counts from the first MoE layer instead, which no published model sets above 1.
+    if cfg.int("moe_layer_freq", 1) != 1:
+        cfg.fail(f"moe_layer_freq {cfg.get('moe_layer_freq')} (MoE on every n-th layer) is not modeled; only 1")
+    step = cfg.int("decoder_sparse_step", 1)
+    first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
+    if step > 1 and first_dense:
+        cfg.fail("decoder_sparse_step above 1 with first_k_dense_replace is not modeled")
     if cfg.get("mlp_only_layers"):
         cfg.fail("mlp_only_layers (dense layers between MoE layers) is not modeled; only first_k_dense_replace")
     per_token = cfg.int("num_experts_per_tok")
@@ -209,8 +214,7 @@ def _moe(cfg: _Config, intermediate: int) -> dict[str, int]:
         cfg.fail(f"num_experts_per_tok {per_token} exceeds the {num_experts} experts ({key})")
     expert = cfg.int("moe_intermediate_size", intermediate)
     return dict(num_experts=num_experts, num_experts_per_token=per_token, moe_intermediate_size=expert,
-                num_shared_experts=_shared_experts(cfg, expert),
-                first_dense_layers=cfg.int("first_k_dense_replace", 0, minimum=0))
+                num_shared_experts=_shared_experts(cfg, expert), first_dense_layers=first_dense, moe_layer_step=step)
 
 
 def _shared_experts(cfg: _Config, expert: int) -> int:

@@ -71,6 +71,9 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
     first_dense_layers: int = 0
+    moe_layer_step: int = 1
+    """After the ``first_dense_layers``, every ``moe_layer_step``-th layer is MoE and the others dense (Llama 4
+    Maverick's ``interleave_moe_layer_step`` 2, Qwen2-MoE's ``decoder_sparse_step``); 1: every one."""
     expert_dtype_bytes: int = 0
     """Bytes per weight of the routed and shared experts when the checkpoint quantizes only those (RedHatAI's
     FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16; the routers, a few MB, are
@@ -103,7 +106,7 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+        return (self.num_layers - self.first_dense_layers) // self.moe_layer_step if self.is_moe else 0
 
     @property
     def num_dense_layers(self) -> int:
@@ -233,6 +236,25 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
      (48, 5120, 40, 8, 128, 16384, 202048, False, 10485760, 2), dict(
          num_experts=16, num_experts_per_token=1, moe_intermediate_size=8192, num_shared_experts=1,
          attention_chunk_size=8192, expert_dtype_bytes=1)),
+    # meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config (aic meta-llama--Llama-4-Maverick-17B-128E-Instruct):
+    # interleave_moe_layer_step 2, so 24 of the 48 layers are MoE (128 experts of intermediate_size 8192, top 1, and
+    # one shared expert of that size) and 24 dense (intermediate_size_mlp 16384); qk norms carry no weights. The
+    # model card's 400 B total and 17 B active parameters. The vision tower is left out.
+    (("meta-llama/Llama-4-Maverick-17B-128E-Instruct",),
+     (48, 5120, 40, 8, 128, 16384, 202048, False, 1048576, 2), dict(
+         num_experts=128, num_experts_per_token=1, moe_intermediate_size=8192, num_shared_experts=1,
+         moe_layer_step=2, attention_chunk_size=8192)),
+    # microsoft/phi-4 config.json (https://huggingface.co/microsoft/phi-4/blob/main/config.json, as Lightning-AI/litgpt
+    # litgpt/config.py transcribes it): Phi3ForCausalLM, fused qkv and gate-up projections (the same weights);
+    # head_dim 5120 / 40 = 128. The model card's 14 B (14.66 B).
+    (("microsoft/phi-4",), (40, 5120, 40, 10, 128, 17920, 100352, False, 16384, 2), {}),
+    # zai-org/GLM-4.5-Air config.json (a copy: triple-mu/aiconfigurator src/aiconfigurator/model_configs/
+    # zai-org--GLM-4.5-Air_config.json): 96 heads of 128 on hidden 4096, one dense layer then 45 MoE layers of 128
+    # experts (top 8, one shared, moe_intermediate_size 1408); q/k/v biases and the next-token (MTP) layer are left
+    # out. The model card's 106 B total.
+    (("zai-org/GLM-4.5-Air",), (46, 4096, 96, 8, 128, 10944, 151552, False, 131072, 2),
+     dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=1408, num_shared_experts=1,
+          first_dense_layers=1)),
     # Qwen/Qwen3-8B config.json (aic Qwen--Qwen3-8B)
     (("Qwen/Qwen3-8B",), (36, 4096, 32, 8, 128, 12288, 151936, False, 40960, 2), {}),
     # Qwen/Qwen3-8B-Base config.json: the same shape, max_position_embeddings 32768
@@ -253,6 +275,17 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     (("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),
      (32, 4096, 32, 8, 128, 14336, 32000, False, 32768, 2),
      dict(num_experts=8, num_experts_per_token=2, moe_intermediate_size=14336)),
+    # mistralai/Mixtral-8x22B-v0.1 config.json (aic mistralai--Mixtral-8x22B-v0.1): every layer MoE, the expert
+    # intermediate_size 16384; head_dim 6144 / 48 = 128. Mistral AI's announcement: 141 B total, 39 B active.
+    (("mistralai/Mixtral-8x22B-v0.1",), (56, 6144, 48, 8, 128, 16384, 32000, False, 65536, 2),
+     dict(num_experts=8, num_experts_per_token=2, moe_intermediate_size=16384)),
+    # moonshotai/Kimi-K2-Instruct config.json (aic moonshotai--Kimi-K2-Instruct): DeepSeek-V3's architecture with
+    # 64 heads, 384 experts (top 8, one shared), one dense layer first, vocabulary 163840; block-scaled FP8 weights.
+    # The model card's 1 T total and 32 B activated parameters.
+    (("moonshotai/Kimi-K2-Instruct",), (61, 7168, 64, 64, 112, 18432, 163840, False, 131072, 1),
+     dict(num_experts=384, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
+          first_dense_layers=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+          v_head_dim=128, weight_block_size=128)),
     # deepseek-ai/DeepSeek-V3 config.json (aic deepseek-ai--DeepSeek-V3; -R1 identical): weights ship as
     # block-scaled FP8 e4m3 (quantization_config, weight_block_size [128, 128]), so 1 byte; head_dim 7168/128
     # = 56 is unused under MLA

@@ -239,9 +239,19 @@ def test_bad_config_json_is_one_line_naming_file_and_key(tmp_path, change, messa
 
 
 def test_unrepresentable_moe_layouts_are_refused(tmp_path):
-    for change, key in (({"decoder_sparse_step": 2}, "decoder_sparse_step 2"), ({"mlp_only_layers": [3]}, "mlp_only_layers")):
+    for change, key in (({"moe_layer_freq": 2}, "moe_layer_freq 2"), ({"mlp_only_layers": [3]}, "mlp_only_layers")):
         with pytest.raises(ScenarioError, match=f"config.json: {key}"):
             model_from_hf_config(write_config(tmp_path, {**QWEN3_30B_A3B, **change}))
+
+
+def test_moe_on_every_other_layer(tmp_path):
+    """decoder_sparse_step 2 on Qwen3-30B-A3B's 48 layers: layers 1, 3, …, 47 are MoE (24), the others dense
+    MLPs of intermediate_size 6144, so the model holds 24 × 3 × 2048 × 6144 dense weights in place of 24 layers of
+    experts."""
+    half = model_from_hf_config(write_config(tmp_path, {**QWEN3_30B_A3B, "decoder_sparse_step": 2}))
+    full = model_from_hf_config(write_config(tmp_path, QWEN3_30B_A3B))
+    assert half.num_moe_layers == 24 and half.num_dense_layers == 24
+    assert full.num_parameters - half.num_parameters == 24 * (full.moe_layer_params - 3 * 2048 * 6144)
 
 
 def test_missing_and_malformed_files(tmp_path):

@@ -1,0 +1,103 @@
+"""The registry's newer model families (issue 27): parameter counts and KV bytes per token derived by hand from
+each published config.json, against the model cards' totals."""
+
+from __future__ import annotations
+
+import pytest
+
+from simmodel.perf.models import MODELS
+
+
+def test_mixtral_8x22b():
+    """56 layers of hidden 6144, 48 heads and 8 KV heads of 128: attention 2·6144·6144 + 2·6144·1024 = 88.08 M a
+    layer; 8 experts of 3·6144·16384 = 302.0 M and a 6144 × 8 router: 2416.0 M. Embeddings and LM head 2 × 32000
+    × 6144 = 393.2 M, norms 0.69 M: 140.62 B (Mistral AI: 141 B). Active, 2 experts: 39.15 B (39 B).
+    KV: 56 × 2 × 8 × 128 × 2 B = 229,376 B a token."""
+    m = MODELS["mistralai/Mixtral-8x22B-v0.1"]
+    assert m.num_parameters == 56 * (88_080_384 + 8 * 301_989_888 + 6144 * 8) + 2 * 32000 * 6144 + 2 * 6144 * 56 + 6144
+    assert m.num_parameters / 1e9 == pytest.approx(140.62, abs=0.01)
+    assert m.num_active_parameters / 1e9 == pytest.approx(39.15, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 229_376
+
+
+def test_kimi_k2():
+    """DeepSeek-V3's MLA with 64 heads: q 7168·1536 + 1536·64·192 = 29.88 M, kv 7168·576 + 512·64·256 = 12.52 M,
+    output 64·128·7168 = 58.72 M: 101.12 M a layer × 61. One dense layer 3·7168·18432 = 396.4 M; 60 MoE layers of
+    385 experts of 3·7168·2048 = 44.04 M and a 7168 × 384 router: 16,958.6 M each. Embeddings and LM head 2 ×
+    163840 × 7168 = 2348.8 M: 1026.4 B (the card: 1 T). Active, 8 routed + 1 shared: 32.86 B (the card: 32 B).
+    KV: 61 layers × one latent of 512 + 64 values × 2 B = 70,272 B a token."""
+    m = MODELS["moonshotai/Kimi-K2-Instruct"]
+    attention = 7168 * 1536 + 1536 * 64 * 192 + 7168 * 576 + 512 * 64 * 256 + 64 * 128 * 7168
+    expert = 3 * 7168 * 2048
+    total = (61 * attention + 3 * 7168 * 18432 + 60 * (385 * expert + 7168 * 384) + 2 * 163840 * 7168
+             + 2 * 7168 * 61 + 7168)
+    assert m.num_parameters == total
+    assert m.num_parameters / 1e9 == pytest.approx(1026.4, abs=0.1)
+    assert m.num_active_parameters / 1e9 == pytest.approx(32.86, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 70_272
+    assert m.num_moe_layers == 60 and m.num_dense_layers == 1
+
+
+def test_llama4_maverick_interleaves_moe_layers():
+    """interleave_moe_layer_step 2: 24 MoE layers (128 experts + 1 shared of 3·5120·8192 = 125.8 M, router 5120 ×
+    128) and 24 dense layers (3·5120·16384 = 251.7 M). Attention 2·5120·5120 + 2·5120·1024 = 62.9 M × 48;
+    embeddings and LM head 2 × 202048 × 5120: 400.7 B (the card: 400 B). Active, 1 routed + 1 shared: 17.18 B
+    (17 B). KV: 48 × 2 × 8 × 128 × 2 B = 196,608 B a token."""
+    m = MODELS["meta-llama/Llama-4-Maverick-17B-128E-Instruct"]
+    assert m.num_moe_layers == 24 and m.num_dense_layers == 24
+    expert = 3 * 5120 * 8192
+    total = (48 * (2 * 5120 * 5120 + 2 * 5120 * 1024) + 24 * 3 * 5120 * 16384 + 24 * (129 * expert + 5120 * 128)
+             + 2 * 202048 * 5120 + 2 * 5120 * 48 + 5120)
+    assert m.num_parameters == total
+    assert m.num_parameters / 1e9 == pytest.approx(400.7, abs=0.1)
+    assert m.num_active_parameters / 1e9 == pytest.approx(17.18, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 196_608
+
+
+def test_phi_4():
+    """40 layers of hidden 5120, 40 heads and 10 KV heads of 128: attention 2·5120·5120 + 2·5120·1280 = 65.5 M,
+    MLP 3·5120·17920 = 275.3 M a layer; embeddings and LM head 2 × 100352 × 5120: 14.66 B (the card: 14 B).
+    KV: 40 × 2 × 10 × 128 × 2 B = 204,800 B a token."""
+    m = MODELS["microsoft/phi-4"]
+    assert m.num_parameters == (40 * (2 * 5120 * 5120 + 2 * 5120 * 1280 + 3 * 5120 * 17920) + 2 * 100352 * 5120
+                                + 2 * 5120 * 40 + 5120)
+    assert m.num_parameters / 1e9 == pytest.approx(14.66, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 204_800
+
+
+def test_glm_45_air():
+    """96 query heads of 128 on hidden 4096 (q and output 4096 × 12288 each), 8 KV heads: 109.1 M of attention a
+    layer × 46; one dense layer 3·4096·10944 = 134.5 M; 45 MoE layers of 129 experts of 3·4096·1408 = 17.3 M and a
+    4096 × 128 router: 2232.5 M each; embeddings and LM head 2 × 151552 × 4096 = 1241.5 M: 106.86 B (the card:
+    106 B). Active, 8 routed + 1 shared: 13.42 B with the embeddings (the card's 12 B leaves them out: 12.18 B).
+    KV: 46 × 2 × 8 × 128 × 2 B = 188,416 B a token."""
+    m = MODELS["zai-org/GLM-4.5-Air"]
+    expert = 3 * 4096 * 1408
+    assert m.num_parameters == (46 * (2 * 4096 * 12288 + 2 * 4096 * 1024) + 3 * 4096 * 10944
+                                + 45 * (129 * expert + 4096 * 128) + 2 * 151552 * 4096 + 2 * 4096 * 46 + 4096)
+    assert m.num_parameters / 1e9 == pytest.approx(106.86, abs=0.01)
+    assert m.num_active_parameters / 1e9 == pytest.approx(13.42, abs=0.01)
+    assert (m.num_active_parameters - 2 * 151552 * 4096) / 1e9 == pytest.approx(12.18, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 188_416
+
+
+PHI_4 = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "num_hidden_layers": 40, "hidden_size": 5120,
+         "num_attention_heads": 40, "num_key_value_heads": 10, "intermediate_size": 17920, "vocab_size": 100352,
+         "tie_word_embeddings": False, "max_position_embeddings": 16384, "torch_dtype": "bfloat16"}
+GLM_45_AIR = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "num_hidden_layers": 46,
+              "hidden_size": 4096, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 10944, "vocab_size": 151552, "tie_word_embeddings": False,
+              "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "n_routed_experts": 128,
+              "num_experts_per_tok": 8, "moe_intermediate_size": 1408, "n_shared_experts": 1,
+              "first_k_dense_replace": 1, "partial_rotary_factor": 0.5, "attention_bias": True}
+
+
+@pytest.mark.parametrize(("config", "model_id"), [(PHI_4, "microsoft/phi-4"), (GLM_45_AIR, "zai-org/GLM-4.5-Air")])
+def test_a_local_config_json_reads_as_the_registry_row(tmp_path, config, model_id):
+    """The published config.json's keys (those the shape reads) give the registry's spec."""
+    import json
+
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert model_from_hf_config(tmp_path, model_id) == MODELS[model_id]
