@@ -7,7 +7,7 @@ from __future__ import annotations
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
 from simmodel.config.node import _Node
 from simmodel.config.schema import AfdSpec, Parallelism, WorkerRole
-from simmodel.config.workers import expert_layout
+from simmodel.config.workers import expert_layout, weight_fields
 from simmodel.errors import ScenarioError
 from simmodel.perf.afd import ffn_side
 from simmodel.perf.deployment import DTYPE_BYTES, Deployment
@@ -35,9 +35,7 @@ def parse_afd(node: _Node, ffn_node: _Node, model: ModelSpec, hardware: Hardware
     ffn = _ffn_parallelism(ffn_node.node("parallelism"), model)
     ffn_node.done()
     side = ffn_side(model)
-    deployment = Deployment(side, hardware, ffn.tensor, 1, ffn.moe_tensor, ffn.moe_expert,
-                            weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
-                            expert_weight_bytes=(model.expert_dtype_bytes or None) if dtype == "auto" else None)
+    deployment = Deployment(side, hardware, ffn.tensor, 1, ffn.moe_tensor, ffn.moe_expert, **weight_fields(model, dtype))
     per_gpu = deployment.weight_bytes_per_gpu / ffn.pipeline
     if per_gpu > hardware.memory_bytes:
         raise ScenarioError(f"{ffn_node.at('parallelism')}: the FFN weights take {per_gpu / 1e9:.1f} GB per GPU, more "

@@ -28,7 +28,7 @@ from simmodel.config.schema import (
 from simmodel.config.timing import _check_calibration, _timing
 from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
-from simmodel.perf.deployment import DTYPE_BYTES, Deployment
+from simmodel.perf.deployment import DTYPE_BYTES, WEIGHT_FORMATS, Deployment
 from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import ModelSpec
 
@@ -175,10 +175,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     # kv_cache_dtype "auto" is.
     deployment = Deployment(model, hardware, p.tensor, p.attention_data, p.moe_tensor, p.moe_expert,
                             p.prefill_context, p.decode_context,
-                            weight_bytes=min(model.dtype_bytes, 2) if dtype == "auto" else DTYPE_BYTES[dtype],
-                            expert_weight_bytes=(model.expert_dtype_bytes or None) if dtype == "auto" else None,
                             kv_bytes=2 if kv_cache.dtype == "auto" else DTYPE_BYTES[kv_cache.dtype],
-                            encoder_parallel="tp" if vision is None else vision.encoder_parallel)
+                            encoder_parallel="tp" if vision is None else vision.encoder_parallel,
+                            **weight_fields(model, dtype))
     _check_model_terms(node, deployment)
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
@@ -208,6 +207,15 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"rank more KV", category="kv_capacity")
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
                       host_loop, frontend, profile, vision, startup)
+
+
+def weight_fields(model: ModelSpec, dtype: str) -> dict:
+    """The ``Deployment`` fields of ``engine.dtype``: ``auto`` serves the checkpoint's own weights (16-bit at most:
+    a float32 checkpoint is served in 16 bits, as vLLM's dtype ``auto`` does; experts quantized on their own keep
+    their bytes), any other a format of ``WEIGHT_FORMATS`` for every weight."""
+    if dtype == "auto":
+        return dict(weight_bytes=min(model.dtype_bytes, 2), expert_weight_bytes=model.expert_dtype_bytes or None)
+    return dict(weight_bytes=WEIGHT_FORMATS[dtype].bytes_per_weight, weight_format=dtype)
 
 
 def _check_model_terms(node: _Node, deployment: Deployment) -> None:

@@ -16,6 +16,35 @@ from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import ModelSpec
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per value of the 8- and 16-bit formats (weights, KV, activations)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    """How weights of one ``engine.dtype`` are stored and multiplied."""
+
+    bytes_per_weight: float
+    """Stored bytes per weight, their scales included."""
+    gemm: str
+    """The tensor-core kind their GEMMs run on (``HardwareSpec.gemm_peak``): ``bf16``, ``fp8``, ``int8``, ``fp4``."""
+    weight_only: bool = False
+    """The weights are dequantized to BF16 inside the GEMM (activations stay 16-bit)."""
+
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    "bf16": WeightFormat(2.0, "bf16"),
+    "fp16": WeightFormat(2.0, "bf16"),
+    "fp8": WeightFormat(1.0, "fp8"),
+    "int8": WeightFormat(1.0, "int8"),
+    "fp4": WeightFormat(0.5 + 1 / 16, "fp4"),
+    "mxfp4": WeightFormat(0.5 + 1 / 32, "fp4"),
+    "int4": WeightFormat(0.5 + 2.5 / 128, "bf16", weight_only=True),
+}
+"""``engine.dtype`` → its weights. ``int8``: W8A8 (SmoothQuant), INT8 weights and activations on INT8 tensor cores.
+``fp4``: NVFP4, 4-bit E2M1 values with one FP8 scale per 16 (4.5 bits a weight); ``mxfp4``: OCP MXFP4, one E8M0
+scale per 32 (4.25 bits; gpt-oss's experts); both on FP4 tensor cores where the GPU has them, else dequantized
+to BF16 (vLLM's Marlin kernels). ``int4``: AWQ/GPTQ weight-only INT4 in groups of 128 with an FP16 scale and a
+4-bit zero point each (4.16 bits), dequantized to BF16 in the GEMM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +67,16 @@ class Deployment:
     activation_bytes: float = 2
     encoder_parallel: str = "tp"
     """Vision-language models: how the vision tower is laid out (``tp`` sharded, ``dp`` replicated)."""
+    weight_format: str | None = None
+    """The weights' ``engine.dtype`` (``WEIGHT_FORMATS``) when given; None: by ``weight_bytes`` (the checkpoint's
+    own dtype, ``auto``: 1 byte FP8, else BF16)."""
+
+    @property
+    def weight_kind(self) -> WeightFormat:
+        """How the weights are multiplied (``WEIGHT_FORMATS``)."""
+        if self.weight_format is not None:
+            return WEIGHT_FORMATS[self.weight_format]
+        return WEIGHT_FORMATS["fp8" if self.weight_bytes <= 1 else "bf16"]
 
     @property
     def embedding_bytes(self) -> float:
@@ -48,7 +87,7 @@ class Deployment:
     def block_scaled(self) -> bool:
         """The GEMMs run on the checkpoint's block-scaled FP8 weights (DeepSeek-V3 at ``dtype: auto`` or
         ``fp8``); FP8 cast from a 16-bit checkpoint is scaled per tensor or channel."""
-        return self.weight_bytes <= 1 and self.model.weight_block_size > 0
+        return self.weight_kind.gemm == "fp8" and self.model.weight_block_size > 0
 
     @property
     def expert_bytes(self) -> float:

@@ -54,6 +54,11 @@ class HardwareSpec:
     pcie_bytes_per_s: float
     nic_bytes_per_s: float
     gpus_per_node: int
+    int8_ops: float | None = None
+    """Dense INT8 tensor-core peak (OP/s), for W8A8 weights (``engine.dtype: int8``); None: not known."""
+    fp4_flops: float | None = None
+    """Dense FP4 tensor-core peak (FLOP/s), for NVFP4 and MXFP4 weights on GPUs that have FP4 units (Blackwell);
+    None: none, so FP4 weights are dequantized to BF16 in the GEMM (weight-only)."""
     board_power_w: float | None = None
     """The GPU's board power limit (TDP / TBP), W: what a pass whose kernels keep the GPU's compute and memory
     fully busy draws (``perf.energy``). None: not known (a system file without it has no energy figures)."""
@@ -69,11 +74,17 @@ class HardwareSpec:
         """Dense tensor-core peak for a GEMM whose operands are ``dtype_bytes`` wide."""
         return self.fp8_flops if dtype_bytes <= 1 else self.bf16_flops
 
+    def gemm_peak(self, kind: str) -> float | None:
+        """Dense tensor-core peak of a GEMM kind (``bf16``, ``fp8``, ``int8``, ``fp4``); None: no such units."""
+        return {"bf16": self.bf16_flops, "fp8": self.fp8_flops, "int8": self.int8_ops, "fp4": self.fp4_flops}[kind]
+
 
 HARDWARE_FIELDS = tuple(f.name for f in fields(HardwareSpec) if f.name != "registry")
 """The fields of a system file."""
 POWER_FIELDS = ("board_power_w", "idle_power_w")
 """The fields a system file may leave out (both or neither): without them its runs have no energy figures."""
+OPTIONAL_FIELDS = ("int8_ops", "fp4_flops", *POWER_FIELDS)
+"""The fields a system file may leave out: a GPU without INT8 or FP4 units, or whose power is not known."""
 
 _GB, _TB, _TF = 1e9, 1e12, 1e12
 # Not datasheet values: a small all-reduce over NVLink / xGMI costs about 5 µs (vLLM's custom all-reduce,
@@ -81,6 +92,20 @@ _GB, _TB, _TF = 1e9, 1e12, 1e12
 # The default timing uses them only for systems whose all-reduce was not measured (``roofline.ALL_REDUCE``
 # has the measured ones, a step latency and a link fraction by group size).
 _LINK_S, _PCIE_S = 5e-6, 10e-6
+
+LOW_PRECISION: dict[str, tuple[float, float | None]] = {
+    "a100_sxm": (624 * _TF, None),
+    "h100_sxm": (1979 * _TF, None),
+    "h200_sxm": (1979 * _TF, None),
+    "b200_sxm": (4500 * _TF, 9000 * _TF),
+    "gb200": (5000 * _TF, 10000 * _TF),
+    "l40s": (733 * _TF, None),
+    "mi300x": (2615 * _TF, None),
+}
+"""Per system: dense INT8 tensor-core OP/s and dense FP4 FLOP/s (None: no FP4 units), from the same data sheets
+as the peaks above, each the half of the "with sparsity" figure: A100 624 TOPS (1,248 sparse), H100 and H200
+1,979 (3,958), L40S 733 (1,466), MI300X 2,615 (5,230); HGX B200 4.5 POPS INT8 and 9 PFLOPS FP4 (9 and 18
+sparse), GB200 NVL72 5 and 10 (10 and 20 sparse) per GPU. Hopper, Ampere, Ada and CDNA3 have no FP4 units."""
 
 POWER: dict[str, tuple[float, float]] = {
     "a100_sxm": (400.0, 80.0),
@@ -101,7 +126,9 @@ board; a vendor page's 80.3 W did not say how it was taken). B200, GB200 and MI3
 H100's fraction of its limit (17.4 %) is assumed, an assumption a system file can replace."""
 
 HARDWARE: dict[str, HardwareSpec] = {h.system_id: replace(h, registry=True, board_power_w=POWER[h.system_id][0],
-                                                          idle_power_w=POWER[h.system_id][1]) for h in (
+                                                          idle_power_w=POWER[h.system_id][1],
+                                                          int8_ops=LOW_PRECISION[h.system_id][0],
+                                                          fp4_flops=LOW_PRECISION[h.system_id][1]) for h in (
     #            id          memory     BF16        FP8         HBM          GPU link   latency  PCIe      NIC      GPUs
     HardwareSpec("a100_sxm", 80 * _GB,  312 * _TF,  312 * _TF,  2.039 * _TB, 300 * _GB, _LINK_S, 32 * _GB, 25 * _GB, 8),
     HardwareSpec("h100_sxm", 80 * _GB,  989 * _TF,  1979 * _TF, 3.35 * _TB,  450 * _GB, _LINK_S, 64 * _GB, 50 * _GB, 8),
@@ -147,7 +174,7 @@ def hardware_from_yaml(path: Path) -> HardwareSpec:
     values: dict[str, Any] = {"system_id": system_id}
     for name in HARDWARE_FIELDS[1:]:
         if name not in data:
-            if name in POWER_FIELDS:
+            if name in OPTIONAL_FIELDS:
                 continue
             raise ScenarioError(f"{where}: missing {name}")
         values[name] = _positive(where, name, data[name], integer=name == "gpus_per_node")
@@ -174,6 +201,8 @@ _RANGES: dict[str, tuple[float, float, str]] = {
     "pcie_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
     "nic_bytes_per_s": (1e6, 1e15, "bytes/s, 1 MB/s to 1 PB/s"),
     "gpus_per_node": (1, 100_000, "GPUs in one GPU-link domain, 1 to 100,000"),
+    "int8_ops": (1e9, 1e18, "OP/s, 1 GOP/s to 1 EOP/s"),
+    "fp4_flops": (1e9, 1e18, "FLOP/s, 1 GFLOP/s to 1 EFLOP/s"),
     "board_power_w": (1.0, 1e5, "W, 1 W to 100 kW"),
     "idle_power_w": (0.1, 1e5, "W, 0.1 W to 100 kW"),
 }

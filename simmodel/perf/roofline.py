@@ -242,6 +242,36 @@ def all_reduce_seconds(message_bytes, group: int, bandwidth: float, latency_s: f
     return float(seconds) if seconds.ndim == 0 else seconds
 
 
+WEIGHT_ONLY_COMPUTE = 0.92
+"""What a weight-only GEMM (INT4, or FP4 on a GPU without FP4 units) reaches of the BF16 GEMMs' compute rate,
+its weights dequantized in the kernel: AIConfigurator's A100 ``int4_wo`` GEMMs (TensorRT-LLM 1.0.0,
+``a100_sxm/gemm/trtllm/1.0.0``) fitted with the roofline reach 0.73 of the BF16 peak where its BF16 GEMMs reach
+0.79 (the 2,531 and the BF16 kernels of at least 20 µs at datasheet peaks; median error 14.3 %): 0.92. Weight-only
+INT8 there, 0.97, and W8A8 (SmoothQuant) on the INT8 peak, 0.95, are taken as 1."""
+FP4_COMPUTE = 0.6
+"""What an FP4 GEMM reaches of the FP4 peak, relative to the fraction of the BF16 peak the BF16 GEMMs reach:
+AIConfigurator's NVFP4 GEMMs (vLLM 0.24.0's FlashInfer CuTe-DSL kernel, ``b200_sxm`` and ``gb200``
+``gemm/vllm/0.24.0``) fitted with the roofline reach 0.42 and 0.39 of the 9 and 10 PFLOP/s FP4 peaks where the
+BF16 GEMMs of the same tables reach 0.68 and 0.69 (kernels of at least 20 µs; median error 14–16 %): 0.62 and 0.57."""
+
+
+def weight_gemm_peak(d: Deployment, experts: bool = False) -> float:
+    """The tensor-core rate the weights' GEMMs reach, before the compute efficiency: their format's peak
+    (``Deployment.weight_kind``, ``HardwareSpec.gemm_peak``); BF16's for block-scaled FP8 checkpoints (dequantized
+    in the kernel, as DeepSeek's run) and, scaled by ``WEIGHT_ONLY_COMPUTE``, for weight-only formats and for FP4
+    on a GPU without FP4 units. ``experts``: the MoE experts' (a checkpoint that quantizes only them at ``auto``)."""
+    hw = d.hardware
+    if d.block_scaled:
+        return hw.bf16_flops
+    if experts and d.weight_format is None:
+        return hw.peak_flops(d.expert_bytes)
+    kind = d.weight_kind
+    peak = hw.gemm_peak(kind.gemm)
+    if peak is None or kind.weight_only:
+        return hw.bf16_flops * WEIGHT_ONLY_COMPUTE
+    return peak * (FP4_COMPUTE if kind.gemm == "fp4" else 1.0)
+
+
 def busiest_touched(experts: float, hit, groups: int):
     """Expected experts the busiest of ``groups`` expert-parallel GPUs touches, each GPU holding ``experts``
     of them and each expert hit with probability ``hit`` (a number, or an array: one per pass),
@@ -294,8 +324,7 @@ class RooflineTiming(SumsTiming):
         self.layer_overhead_s = m.num_layers * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
         self.host_s_by_kind = np.array([host.decode_ms, host.decode_ms, host.prefill_ms, host.mixed_ms]) / 1000.0
         """Seconds a pass adds on the host, indexed by 2 × (it prefills) + (it decodes)."""
-        gemm_bytes = 2 if d.block_scaled else d.weight_bytes  # (the tensor-core rate the GEMMs reach)
-        self.linear_peak = efficiency.compute * hw.peak_flops(gemm_bytes)
+        self.linear_peak = efficiency.compute * weight_gemm_peak(d)
         self.attention_peak = efficiency.compute * hw.bf16_flops
         self.hbm = efficiency.memory * hw.hbm_bytes_per_s
         tp, act = d.tensor, d.activation_bytes
@@ -309,7 +338,7 @@ class RooflineTiming(SumsTiming):
         # Each token runs its top-k routed experts as grouped GEMMs (one small GEMM per expert), at the experts'
         # dtype peak and their own efficiency; the shared experts and the router are ordinary dense GEMMs
         # over every token, at the dense efficiency (same dtype peak).
-        expert_rate = hw.peak_flops(2 if d.block_scaled else d.expert_bytes)
+        expert_rate = weight_gemm_peak(d, experts=True)
         expert_peak, shared_peak = efficiency.expert * expert_rate, efficiency.compute * expert_rate
         routed_flops = 2 * m.num_moe_layers * m.num_experts_per_token * m.expert_params
         shared_flops = 2 * m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)

@@ -65,6 +65,11 @@ def _measured(role: WorkerRole, backend: str) -> PassTiming:
     """aiconfigurator's measured kernel tables, queried once here (a few seconds)."""
     from simmodel.perf.measured import MeasuredTiming  # (an optional dependency, imported when used)
 
+    if role.deployment.weight_format not in (None, "bf16", "fp16", "fp8"):
+        raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices BF16 and FP8 weights from "
+                            f"aiconfigurator's tables; engine.dtype {role.deployment.weight_format} is priced by the "
+                            f"default timing")
+
     try:
         return MeasuredTiming(role.deployment, backend, backend_version=role.timing.backend_version,
                               context_length=role.context_length,

@@ -94,7 +94,7 @@ def test_a_system_file_without_power_has_no_energy_figures(tmp_path):
     h100 = HARDWARE["h100_sxm"]
     path = tmp_path / "gpu.yaml"
     path.write_text("".join(f"{f}: {getattr(h100, f)}\n" for f in HARDWARE_FIELDS
-                            if f not in ("system_id", "board_power_w", "idle_power_w")))
+                            if f not in ("system_id", "board_power_w", "idle_power_w") and getattr(h100, f) is not None))
     results = run_scenario(make_scenario(engine={"hardware": str(path)}, traffic={"stop": {"requests": 1}}))
     s = results.summary
     assert s["energy_kwh"] is None and s["avg_power_w_per_gpu"] is None and s["energy_j_per_output_token"] is None

@@ -285,6 +285,7 @@ intra_node_latency_s: 5.0e-6
 pcie_bytes_per_s: 64000000000
 nic_bytes_per_s: 50000000000
 gpus_per_node: 8
+int8_ops: 1979e12
 board_power_w: 700
 idle_power_w: 121.7
 """
@@ -337,7 +338,7 @@ def test_system_file_without_power_has_no_power(tmp_path):
     (lambda t: t.replace("5.0e-6", "2.0"), "gpu.yaml: intra_node_latency_s must be a number from 1e-09 to 1"),
     (lambda t: t.replace("gpus_per_node: 8", "gpus_per_node: 1000000"),
      "gpu.yaml: gpus_per_node must be an integer from 1 to 100,000 (GPUs in one GPU-link domain"),
-    (lambda t: t + "gpus_per_node: 4\n", "gpu.yaml: not valid YAML (line 12: duplicate key 'gpus_per_node', "
+    (lambda t: t + "gpus_per_node: 4\n", "gpu.yaml: not valid YAML (line 13: duplicate key 'gpus_per_node', "
                                           "first set on line 9)"),
 ])
 def test_bad_system_file_is_one_line_naming_file_and_field(tmp_path, edit, message):
@@ -354,7 +355,8 @@ def test_every_registry_system_passes_the_system_file_rules(tmp_path):
     within the same physical ranges a user's file must meet (the file is not the registry's own system)."""
     for system_id, spec in HARDWARE.items():
         path = tmp_path / f"{system_id}.yaml"
-        path.write_text("".join(f"{f}: {getattr(spec, f)!r}\n" for f in HARDWARE_FIELDS), encoding="utf-8")
+        path.write_text("".join(f"{f}: {getattr(spec, f)!r}\n" for f in HARDWARE_FIELDS
+                                if getattr(spec, f) is not None), encoding="utf-8")  # (None: an optional field left out)
         assert hardware_from_yaml(path) == replace(spec, registry=False)
 
 
