@@ -72,6 +72,9 @@ def check_attention_role(node: _Node, role: WorkerRole, chunked: bool, engine: _
     if not chunked:
         raise ScenarioError(f"{engine.at('enable_chunked_prefill')}: false is not modeled with AFD (a prompt is "
                             f"split into micro-batches, not run whole); remove it")
+    if role.draft_tokens:
+        raise ScenarioError(f"{engine.at('nextn')}: an MTP/EAGLE drafter beside the AFD pipeline is not modeled; "
+                            f"remove it")
     if role.vision is not None or role.host_loop or role.frontend is not None:
         raise ScenarioError(f"{node.path}: SGLang's host loop, frontend and vision on the worker are not modeled "
                             f"with AFD; remove them")

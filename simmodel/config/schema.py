@@ -499,6 +499,9 @@ class WorkerRole:
     afd: AfdSpec | None = None
     """``engine.mode: afd``: the attention role's FFN companion and pipeline (its ``deployment`` is the model's
     attention side, ``perf.afd.attention_side``)."""
+    draft_tokens: int = 0
+    """MTP/EAGLE drafts each pass's drafter proposes (``engine.nextn``), priced by the default timing
+    (``perf.drafting``); 0: none (n-gram drafts cost no GPU time)."""
 
     @property
     def kv_tokens_per_rank(self) -> int:

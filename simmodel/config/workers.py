@@ -205,8 +205,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
                             f"context_length {context_length} needs {needed}; lower context_length or give the "
                             f"rank more KV", category="kv_capacity")
+    drafts = speculation.num_speculative_tokens if speculation is not None and speculation.kind == "mtp" else 0
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
-                      host_loop, frontend, profile, vision, startup)
+                      host_loop, frontend, profile, vision, startup, draft_tokens=drafts)
 
 
 def weight_fields(model: ModelSpec, dtype: str) -> dict:

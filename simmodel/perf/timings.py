@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.errors import ScenarioError
 from simmodel.perf.afd import AfdFfnWork, AfdLink, AfdShape, AfdTiming, AfdWork
+from simmodel.perf.drafting import DraftedTiming
 from simmodel.perf.energy import PassEnergy
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
@@ -35,6 +36,8 @@ def _roofline(role: WorkerRole, backend: str) -> PassTiming:
     if spec.calibration is not None:
         timing.provenance = ("calibrated:roofline", *(("assumed-host",) if spec.host_assumed else ()),
                              *(("transferred",) if spec.transferred else ()))
+    if role.draft_tokens:  # MTP/EAGLE: the drafter's forwards run in the pass that verifies
+        return DraftedTiming(timing, role.deployment, role.draft_tokens, spec.efficiency, spec.host, backend)
     return timing
 
 

@@ -1,0 +1,86 @@
+"""The drafter of MTP/EAGLE speculative decoding (``engine.nextn``), priced inside the pass that verifies.
+
+vLLM runs its EAGLE/MTP proposer in the same step as the target model: after the target's forward samples
+each sequence's next token, the drafter (one decoder layer of the target's width, an MTP module or an
+EAGLE head, sharing the target's embeddings and LM head) proposes ``k`` draft tokens, one forward each.
+Its first forward runs over what the target's forward just ran (every new token of the pass: the verified
+tokens of each decoding sequence and the prompt chunk of each prefill, whose hidden states it consumes); the
+``k − 1`` after it over one token of each sequence that sampled. Each forward ends with the LM head, to pick
+the next draft.
+
+The drafter is priced by the same roofline as the target, on a one-layer view of the model
+(``draft_model``): a dense model's layer (attention and MLP), or an MoE model's MoE layer (DeepSeek-V3's MTP
+module is one), over the same contexts (the drafter keeps its own layer of KV). Left out: the MTP module's
+``eh_proj`` (a 2·hidden × hidden projection, under 1 % of DeepSeek-V3's MoE layer), the drafter's own KV
+cache in the memory budget (one layer in L), and its host-side bookkeeping. N-gram drafts
+(``engine.speculation``) come from a CPU lookup and are not priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from simmodel.perf.deployment import Deployment
+from simmodel.perf.models import ModelSpec
+from simmodel.perf.roofline import Efficiency, HostOverhead, RooflineTiming
+from simmodel.perf.timing import (
+    CONTEXT_TOKENS,
+    DECODE,
+    NEW_TOKENS,
+    PAIRS,
+    PREFILL,
+    SAMPLED,
+    SEQUENCES,
+    PassSums,
+    SumsTiming,
+)
+
+
+def draft_model(model: ModelSpec) -> ModelSpec:
+    """The drafter as a one-layer model: an MoE layer for an MoE model (its first dense layers left out), else a
+    dense layer; the target's embeddings and LM head."""
+    return replace(model, num_layers=1, first_dense_layers=0, moe_layer_step=1)
+
+
+def draft_sums(sums: PassSums) -> tuple[PassSums, PassSums]:
+    """What the drafter's first forward runs (every new token of the pass, over its context, every sequence
+    that samples picking a draft) and each later one (one token of each sequence that sampled)."""
+    table = sums.table
+    first = table.copy()
+    later = np.zeros_like(table)
+    sampled = table[:, PREFILL + SAMPLED] + table[:, DECODE + SAMPLED]
+    context = (table[:, PREFILL + CONTEXT_TOKENS] + table[:, PREFILL + NEW_TOKENS]
+               + table[:, DECODE + CONTEXT_TOKENS] + table[:, DECODE + NEW_TOKENS])
+    # One decoding token each, over the sequence's whole context so far (sums over sequences: exact for the
+    # token and pair counts, a token's context being its sequence's).
+    later[:, DECODE + SEQUENCES] = later[:, DECODE + NEW_TOKENS] = later[:, DECODE + SAMPLED] = sampled
+    later[:, DECODE + CONTEXT_TOKENS] = np.where(sampled > 0, context, 0.0)
+    later[:, DECODE + PAIRS] = later[:, DECODE + CONTEXT_TOKENS] + sampled
+    return (PassSums(first, sums.kv_capacity_tokens, sums.num_passes),
+            PassSums(later, sums.kv_capacity_tokens, sums.num_passes))
+
+
+class DraftedTiming(SumsTiming):
+    """A timing model whose passes also run the MTP/EAGLE drafter's ``k`` forwards (see the module docstring)."""
+
+    def __init__(self, target: SumsTiming, deployment: Deployment, drafts: int, efficiency: Efficiency,
+                 host: HostOverhead, engine: str = "vllm") -> None:
+        self.target, self.drafts = target, drafts
+        self.provenance = target.provenance
+        # The drafter adds no host time of its own (the target's pass has it) and one layer's floor a forward.
+        self.drafter = RooflineTiming(replace(deployment, model=draft_model(deployment.model)), efficiency,
+                                      replace(host, prefill_ms=0.0, decode_ms=0.0, mixed_ms=0.0), engine)
+
+    def draft_seconds(self, sums: PassSums) -> np.ndarray:
+        """Per row: the drafter's k forwards."""
+        first, later = draft_sums(sums)
+        seconds = self.drafter.group_seconds(first).sum(axis=1)
+        if self.drafts > 1:
+            seconds = seconds + (self.drafts - 1) * self.drafter.group_seconds(later).sum(axis=1)
+        return seconds
+
+    def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+        seconds, labels = self.target.price_sums(sums)
+        return seconds.reshape(-1) + self.draft_seconds(sums), labels
