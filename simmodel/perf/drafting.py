@@ -84,3 +84,24 @@ class DraftedTiming(SumsTiming):
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
         seconds, labels = self.target.price_sums(sums)
         return seconds.reshape(-1) + self.draft_seconds(sums), labels
+
+
+class DraftedWork:
+    """The work at datasheet peaks of a pass that verifies drafts and runs the drafter, for its energy
+    (``perf.energy``): the target's, plus the drafter's k forwards (``draft_sums``)."""
+
+    def __init__(self, deployment: Deployment, drafts: int, engine: str = "vllm") -> None:
+        peaks = Efficiency(compute=1.0, memory=1.0, expert=1.0)
+        self.target = RooflineTiming(deployment, peaks, engine=engine)
+        self.drafter = RooflineTiming(replace(deployment, model=draft_model(deployment.model)), peaks, engine=engine)
+        self.drafts = drafts
+
+    def work_ns(self, sums: PassSums) -> np.ndarray:
+        compute, memory = self.target.work_seconds(sums)
+        seconds = compute + memory
+        first, later = draft_sums(sums)
+        for part, times in ((first, 1), (later, self.drafts - 1)):
+            if times:
+                compute, memory = self.drafter.work_seconds(part)
+                seconds = seconds + times * (compute + memory)
+        return np.rint(seconds * 1e9).astype(np.int64)

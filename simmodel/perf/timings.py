@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from simmodel.errors import ScenarioError
 from simmodel.perf.afd import AfdFfnWork, AfdLink, AfdShape, AfdTiming, AfdWork
-from simmodel.perf.drafting import DraftedTiming
+from simmodel.perf.drafting import DraftedTiming, DraftedWork
 from simmodel.perf.energy import PassEnergy
 from simmodel.perf.roofline import RooflineTiming
 from simmodel.perf.timing import FixedTiming, PassTiming, PolynomialTiming
@@ -94,8 +94,10 @@ def make_timing(role: WorkerRole, backend: str = "vllm") -> PassTiming:
 
 def make_energy(role: WorkerRole, backend: str = "vllm") -> PassEnergy:
     """How the role's passes' energy is priced (``perf.energy``): an AFD attention role's passes run m
-    micro-batches (its FFN companion's energy: ``afd_ffn_work``)."""
+    micro-batches (its FFN companion's energy: ``afd_ffn_work``); an MTP/EAGLE drafter's forwards add theirs."""
     work = None
     if role.afd is not None:
         work = AfdWork(role.deployment, afd_shape(role), backend)
+    elif role.draft_tokens:
+        work = DraftedWork(role.deployment, role.draft_tokens, backend)
     return PassEnergy(role.deployment, backend, work)

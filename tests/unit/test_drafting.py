@@ -54,3 +54,19 @@ def test_a_run_with_nextn_prices_its_drafts():
                                            np.array([row.kv_blocks_used * 16 - 16]), np.ones(1, bool),
                                            np.ones(1, bool), np.array([1e6]))).total_s[0]
             assert row.rank_busy_ms / 1000 > alone + 1.0e-3  # (two drafter forwards, ≈ 1.1 ms)
+
+
+def test_the_drafters_work_counts_in_the_energy():
+    """At datasheet peaks (989 TFLOP/s, 3.35 TB/s) the two drafter forwards of the first test read twice the
+    layer's 436.2 MB and the LM head's 1.0512 GB: 2 × 1487.4 MB / 3.35 TB/s = 888.0 µs; their FLOPs (the layer's
+    2 × 218.1 M × 3 and × 1 tokens, the LM head's 2 × 1.05 G twice) 3.9 µs, sampling's 2 × 1.54 MB 0.92 µs, and
+    the KV, queries, activations and norms 0.5 µs: the pass's work grows by 893.3 µs."""
+    from simmodel.perf.drafting import DraftedWork
+    from simmodel.perf.energy import PassEnergy
+
+    d = Deployment(LLAMA, HARDWARE["h100_sxm"])
+    batch = PassBatch(1, np.zeros(1, np.int64), np.array([3]), np.array([100]), np.ones(1, bool), np.ones(1, bool),
+                      np.array([1e6]))
+    sums = pass_sums(batch)
+    extra = DraftedWork(d, 2).work_ns(sums)[0] - PassEnergy(d).work_ns(sums)[0]
+    assert extra / 1e3 == pytest.approx(893.3, rel=1e-3)
