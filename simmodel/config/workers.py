@@ -214,6 +214,8 @@ def weight_fields(model: ModelSpec, dtype: str) -> dict:
     """The ``Deployment`` fields of ``engine.dtype``: ``auto`` serves the checkpoint's own weights (16-bit at most:
     a float32 checkpoint is served in 16 bits, as vLLM's dtype ``auto`` does; experts quantized on their own keep
     their bytes), any other a format of ``WEIGHT_FORMATS`` for every weight."""
+    if dtype == "auto" and model.weight_format is not None:
+        dtype = model.weight_format
     if dtype == "auto":
         return dict(weight_bytes=min(model.dtype_bytes, 2), expert_weight_bytes=model.expert_dtype_bytes or None)
     return dict(weight_bytes=WEIGHT_FORMATS[dtype].bytes_per_weight, weight_format=dtype)

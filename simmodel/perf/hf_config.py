@@ -17,7 +17,7 @@ Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use (``transformers``' names, wit
 Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
 (Nemotron-H's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
 a ``ModelSpec`` cannot express (DeepSeek's ``moe_layer_freq`` above 1, a list of dense layers between MoE
-ones, OPT's projected embeddings) and checkpoints quantized below 8 bits.
+ones, OPT's projected embeddings) and quantizations other than FP8, 4-bit AWQ/GPTQ, NVFP4 and INT8 W8A8 of every linear layer.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
         vocab_size=cfg.int("vocab_size"),
         tie_word_embeddings=cfg.bool("tie_word_embeddings", family in _TIED_BY_DEFAULT),
         max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
-        gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), **_moe(cfg, intermediate), **_mla(cfg))
+        gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), weight_format=_weight_format(cfg),
+        **_moe(cfg, intermediate), **_mla(cfg))
 
 
 class _Config:
@@ -149,15 +150,41 @@ def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
     return cfg.int("head_dim", hidden // heads)
 
 
-def _dtype_bytes(cfg: _Config) -> int:
-    """Bytes per weight: 1 for an FP8 checkpoint, else from torch_dtype (bf16 where absent)."""
+def _weight_format(cfg: _Config) -> str | None:
+    """The format of a checkpoint quantized below 8 bits or to INT8 W8A8 (``WEIGHT_FORMATS``), None otherwise:
+    AWQ and GPTQ 4-bit (``quant_method`` awq or gptq, ``bits``/``w_bit`` 4), ModelOpt NVFP4 (``quant_algo``
+    NVFP4), compressed-tensors groups of 4-bit integer weights (weight-only) or of 8-bit integer weights and
+    activations (W8A8). FP8 is read by ``_dtype_bytes``; other quantizations are refused."""
     quant = cfg.get("quantization_config")
-    if quant is not None:
-        if _is_fp8(quant):
-            return 1
-        method = quant.get("quant_method", quant.get("quant_algo")) if isinstance(quant, dict) else quant
-        cfg.fail(f"quantization_config {json.dumps(method)} is not modeled (only FP8 weights); "
-                 f"point at the unquantized config and set engine.dtype")
+    if quant is None or _is_fp8(quant):
+        return None
+    method = quant.get("quant_method", quant.get("quant_algo")) if isinstance(quant, dict) else quant
+    if isinstance(quant, dict):
+        bits = quant.get("bits", quant.get("w_bit"))
+        if method in ("awq", "gptq") and bits == 4 and not quant.get("modules_to_not_convert"):
+            return "int4"
+        if quant.get("quant_algo") == "NVFP4" and not quant.get("exclude_modules"):
+            return "fp4"
+        groups = quant.get("config_groups")
+        if isinstance(groups, dict) and groups and not quant.get("ignore"):
+            weights = [g.get("weights") or {} for g in groups.values()]
+            inputs = [g.get("input_activations") or {} for g in groups.values()]
+            if all(w.get("num_bits") == 4 and w.get("type") == "int" for w in weights) and not any(inputs):
+                return "int4"
+            if all(w.get("num_bits") == 8 and w.get("type") == "int" for w in weights) and all(
+                    a.get("num_bits") == 8 and a.get("type") == "int" for a in inputs):
+                return "int8"
+    cfg.fail(f"quantization_config {json.dumps(method)} is not modeled (FP8, 4-bit AWQ/GPTQ, NVFP4 and INT8 W8A8 "
+             f"of every linear layer are); point at the unquantized config and set engine.dtype")
+    return None
+
+
+def _dtype_bytes(cfg: _Config) -> int:
+    """Bytes per weight: 1 for an FP8 checkpoint, else from torch_dtype (bf16 where absent; a checkpoint quantized
+    otherwise takes its format's, ``_weight_format``)."""
+    quant = cfg.get("quantization_config")
+    if quant is not None and _is_fp8(quant):
+        return 1
     key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
     name = cfg.get(key)
     if name is None:

@@ -78,6 +78,9 @@ class ModelSpec:
     """Bytes per weight of the routed and shared experts when the checkpoint quantizes only those (RedHatAI's
     FP8-dynamic Llama 4 keeps attention, the router and the LM head in BF16; the routers, a few MB, are
     counted with the experts); 0: ``dtype_bytes``."""
+    weight_format: str | None = None
+    """A checkpoint quantized below 8 bits or to INT8 (``perf.deployment.WEIGHT_FORMATS``: ``int4`` for AWQ and
+    GPTQ, ``fp4`` for NVFP4, ``int8`` for W8A8), which ``engine.dtype: auto`` serves; None: ``dtype_bytes``."""
     weight_block_size: int = 0
     """FP8 weights scaled per square block of this many weights a side (DeepSeek-V3's
     ``quantization_config.weight_block_size`` [128, 128]); 0: no block scales (per tensor or channel)."""

@@ -85,3 +85,48 @@ def test_int8_needs_int8_units(tmp_path):
     assert "engine.dtype: int8 (W8A8) runs on INT8 tensor cores" in message
     assert "engine.dtype: must be one of auto, bf16, fp16, fp8, int8, fp4, mxfp4, int4" in scenario_error(
         make_scenario(engine={"dtype": "int3"}))
+
+
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+                "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+                "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "float16"}
+
+
+@pytest.mark.parametrize(("quant", "fmt"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, "int4"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False}, "int4"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}}}, "int8"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}, "int4"),
+])
+def test_a_quantized_checkpoint_is_served_in_its_format(tmp_path, quant, fmt):
+    """engine.dtype auto serves a quantized config.json's weights in their format (bytes and tensor cores)."""
+    import json
+
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_CONFIG, "quantization_config": quant}))
+    assert model_from_hf_config(tmp_path).weight_format == fmt
+    scenario = make_scenario(engine={"model": str(tmp_path), "hardware": "b200_sxm"})
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    d = parse_scenario(scenario, Path(".")).engine.workers["aggregated"].deployment
+    assert d.weight_format == fmt and d.weight_bytes == WEIGHT_FORMATS[fmt].bytes_per_weight
+
+
+@pytest.mark.parametrize("quant", [{"quant_method": "gptq", "bits": 8}, {"quant_method": "awq", "bits": 4,
+                                                                          "modules_to_not_convert": ["lm_head"]},
+                                   {"quant_method": "bitsandbytes", "load_in_4bit": True}])
+def test_other_quantizations_are_refused(tmp_path, quant):
+    import json
+
+    from simmodel.errors import ScenarioError
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_CONFIG, "quantization_config": quant}))
+    with pytest.raises(ScenarioError, match="is not modeled"):
+        model_from_hf_config(tmp_path)
