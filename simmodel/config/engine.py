@@ -20,7 +20,7 @@ from simmodel.config.schema import Engine, KvTransferSpec, SpeculationSpec, Work
 from simmodel.config.workers import _context_length, _worker
 from simmodel.errors import ScenarioError
 from simmodel.perf.afd import attention_side
-from simmodel.perf.deployment import WEIGHT_FORMATS
+from simmodel.perf.deployment import WEIGHT_FORMATS  # (engine.dtype's choices)
 
 MAX_OVERHEAD_MS = 3_600_000.0
 """An hour: far above any real request's time outside the engine, and within what the clock holds."""
@@ -33,9 +33,6 @@ def _engine(node: _Node, base_dir: Path) -> Engine:
     backend = node.choice("backend", tuple(BACKEND_RULES), "vllm")
     rules = BACKEND_RULES[backend]
     dtype = node.choice("dtype", ("auto", *WEIGHT_FORMATS), "auto")
-    if dtype == "int8" and hardware.int8_ops is None:
-        raise ScenarioError(f"{node.at('dtype')}: int8 (W8A8) runs on INT8 tensor cores, and {hardware.system_id} gives "
-                            f"no int8_ops; add it to the system file or choose another dtype")
     context_length = _context_length(node, model, model.max_position_embeddings)
     chunked = node.bool("enable_chunked_prefill", True)
     rules.check_chunked(node, chunked)

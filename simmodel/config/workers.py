@@ -179,6 +179,9 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             encoder_parallel="tp" if vision is None else vision.encoder_parallel,
                             **weight_fields(model, dtype))
     _check_model_terms(node, deployment)
+    if deployment.weight_kind.gemm == "int8" and hardware.int8_ops is None:
+        raise ScenarioError(f"engine.dtype: int8 (W8A8) runs on INT8 tensor cores, and {hardware.system_id} (the "
+                            f"{name} workers' GPU) gives no int8_ops; add it to the system file or choose another dtype")
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     blocks = _kv_blocks(node, kv_cache, deployment)

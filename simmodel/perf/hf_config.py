@@ -161,12 +161,13 @@ def _weight_format(cfg: _Config) -> str | None:
     method = quant.get("quant_method", quant.get("quant_algo")) if isinstance(quant, dict) else quant
     if isinstance(quant, dict):
         bits = quant.get("bits", quant.get("w_bit"))
-        if method in ("awq", "gptq") and bits == 4 and not quant.get("modules_to_not_convert"):
+        whole = all(_lm_head_only(quant.get(key)) for key in ("modules_to_not_convert", "exclude_modules", "ignore"))
+        if method in ("awq", "gptq") and bits == 4 and whole:
             return "int4"
-        if quant.get("quant_algo") == "NVFP4" and not quant.get("exclude_modules"):
+        if quant.get("quant_algo") == "NVFP4" and whole:
             return "fp4"
         groups = quant.get("config_groups")
-        if isinstance(groups, dict) and groups and not quant.get("ignore"):
+        if isinstance(groups, dict) and groups and whole:
             weights = [g.get("weights") or {} for g in groups.values()]
             inputs = [g.get("input_activations") or {} for g in groups.values()]
             if all(w.get("num_bits") == 4 and w.get("type") == "int" for w in weights) and not any(inputs):
@@ -177,6 +178,15 @@ def _weight_format(cfg: _Config) -> str | None:
     cfg.fail(f"quantization_config {json.dumps(method)} is not modeled (FP8, 4-bit AWQ/GPTQ, NVFP4 and INT8 W8A8 "
              f"of every linear layer are); point at the unquantized config and set engine.dtype")
     return None
+
+
+def _lm_head_only(modules: Any) -> bool:
+    """Whether a list of modules left unquantized names at most the LM head (which is priced 16-bit anyway), as
+    nearly every quantized checkpoint's ``ignore`` does (``lm_head``, ``re:.*lm_head``)."""
+    if not modules:
+        return True
+    return isinstance(modules, list) and all(isinstance(m, str) and m.split(":")[-1].lstrip(".*").endswith("lm_head")
+                                             for m in modules)
 
 
 def _dtype_bytes(cfg: _Config) -> int:

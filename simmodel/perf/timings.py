@@ -98,6 +98,6 @@ def make_energy(role: WorkerRole, backend: str = "vllm") -> PassEnergy:
     work = None
     if role.afd is not None:
         work = AfdWork(role.deployment, afd_shape(role), backend)
-    elif role.draft_tokens:
+    elif role.draft_tokens and role.timing.type == "default":  # (only the default timing prices the drafter)
         work = DraftedWork(role.deployment, role.draft_tokens, backend)
     return PassEnergy(role.deployment, backend, work)

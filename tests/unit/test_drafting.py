@@ -70,3 +70,24 @@ def test_the_drafters_work_counts_in_the_energy():
     sums = pass_sums(batch)
     extra = DraftedWork(d, 2).work_ns(sums)[0] - PassEnergy(d).work_ns(sums)[0]
     assert extra / 1e3 == pytest.approx(893.3, rel=1e-3)
+
+
+def test_the_drafters_energy_only_with_the_timing_that_prices_it():
+    """A fixed timing prices no drafter, so its passes' work is the target's alone; the default timing adds it."""
+    from pathlib import Path
+
+    from simmodel.config.load import parse_scenario
+    from simmodel.perf.energy import PassEnergy
+    from simmodel.perf.timings import make_energy
+
+    batch = PassBatch(1, np.zeros(1, np.int64), np.array([3]), np.array([100]), np.ones(1, bool), np.ones(1, bool),
+                      np.array([1e6]))
+    fixed = parse_scenario(make_scenario(engine={"nextn": 2, "nextn_accepted": 1}), Path(".")).engine
+    role = fixed.workers["aggregated"]
+    assert role.draft_tokens == 2
+    plain = PassEnergy(role.deployment).work_ns(pass_sums(batch))
+    assert make_energy(role).work_ns(pass_sums(batch)) == plain
+    data = make_scenario(engine={"nextn": 2, "nextn_accepted": 1})
+    data["engine"]["workers"]["aggregated"].pop("timing")
+    default = parse_scenario(data, Path(".")).engine.workers["aggregated"]
+    assert make_energy(default).work_ns(pass_sums(batch))[0] > plain[0]

@@ -82,7 +82,12 @@ def test_int8_needs_int8_units(tmp_path):
                                                                   "intra_node_latency_s", "pcie_bytes_per_s",
                                                                   "nic_bytes_per_s", "gpus_per_node")))
     message = scenario_error(make_scenario(engine={"hardware": str(path), "dtype": "int8"}))
-    assert "engine.dtype: int8 (W8A8) runs on INT8 tensor cores" in message
+    assert "engine.dtype: int8 (W8A8) runs on INT8 tensor cores, and gpu (the aggregated workers' GPU)" in message
+    # A P/D role on its own GPU without INT8 units is refused too.
+    data = make_scenario(engine={"dtype": "int8", "mode": "disaggregated"})
+    role = data["engine"]["workers"].pop("aggregated")
+    data["engine"]["workers"] = {"prefill": {**role, "hardware": str(path)}, "decode": role}
+    assert "(the prefill workers' GPU) gives no int8_ops" in scenario_error(data)
     assert "engine.dtype: must be one of auto, bf16, fp16, fp8, int8, fp4, mxfp4, int4" in scenario_error(
         make_scenario(engine={"dtype": "int3"}))
 
@@ -100,7 +105,12 @@ LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "n
         "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
         "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}}}, "int8"),
     ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}}, "int4"),
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}, "ignore": ["lm_head"]},
+     "int4"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, "fp4"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int"}, "input_activations": {"num_bits": 8, "type": "int"}}},
+      "ignore": ["re:.*lm_head"]}, "int8"),
 ])
 def test_a_quantized_checkpoint_is_served_in_its_format(tmp_path, quant, fmt):
     """engine.dtype auto serves a quantized config.json's weights in their format (bytes and tensor cores)."""
@@ -118,9 +128,11 @@ def test_a_quantized_checkpoint_is_served_in_its_format(tmp_path, quant, fmt):
     assert d.weight_format == fmt and d.weight_bytes == WEIGHT_FORMATS[fmt].bytes_per_weight
 
 
-@pytest.mark.parametrize("quant", [{"quant_method": "gptq", "bits": 8}, {"quant_method": "awq", "bits": 4,
-                                                                          "modules_to_not_convert": ["lm_head"]},
-                                   {"quant_method": "bitsandbytes", "load_in_4bit": True}])
+@pytest.mark.parametrize("quant", [
+    {"quant_method": "gptq", "bits": 8},
+    {"quant_method": "awq", "bits": 4, "modules_to_not_convert": ["model.layers.0.self_attn"]},
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.*.self_attn*"]},
+    {"quant_method": "bitsandbytes", "load_in_4bit": True}])
 def test_other_quantizations_are_refused(tmp_path, quant):
     import json
 
