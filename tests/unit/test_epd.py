@@ -135,3 +135,14 @@ def test_a_replicated_tower_counts_only_the_gpus_that_encode():
     s = run_scenario(data).summary
     dynamic = s["roles"]["encoder"]["energy_kwh"] * 3.6e6 - 4 * 121.7 * s["end_time_s"]
     assert dynamic == pytest.approx(578.3 * s["encoder"]["encoder_seconds"], rel=1e-6)
+
+
+def test_vllm_prefix_caching_matches_the_blocks_of_shared_images():
+    """vLLM behind an encoder pool, prefix caching on, every request sending the same 1024×1024 image (1024
+    tokens, 64 whole blocks of 16) before its own 100 text tokens, one request after another: the second finds
+    the image's 64 blocks cached (1024 tokens), none of its text; with unique images nothing is cached."""
+    for identity, cached in (("shared", 1024), ("unique", 0)):
+        data = epd(requests=2, identity=identity)
+        data["traffic"]["load"] = {"type": "concurrency", "concurrency": 1}
+        data["engine"]["workers"]["aggregated"]["kv_cache"]["prefix_caching"] = True
+        assert run_scenario(data).requests["cached_tokens"].tolist() == [0, cached]

@@ -95,11 +95,23 @@ class VllmBackend:
         return worker.place(leg)
 
     def _block_keys(self, request: Request, role: str) -> BlockKeys | None:
-        kv = self.sim.scenario.engine.workers[role].kv_cache
+        """The prompt's KV block keys for prefix caching. A request's images lead its prompt (their embeddings
+        from an encoder pool): a block wholly inside them holds those images, the same for every request that
+        sends the same ones (vLLM keys such blocks by the images' content hash); the blocks after them hold the
+        request's own text."""
+        sim = self.sim
+        kv = sim.scenario.engine.workers[role].kv_cache
         if not kv.prefix_caching:
             return None
-        return BlockKeys(self.sim.source.stream.block_content(request.request_id, request.num_prompt_tokens,
-                                                              kv.block_size))
+        i, size = request.request_id, kv.block_size
+        content = sim.source.stream.block_content(i, request.num_prompt_tokens, size)
+        if sim.images is not None and sim.image_tokens:
+            images, text = sim.image_tokens, content
+            owner = (-7,) if sim.images.identity == "shared" else (-7, i)
+
+            def content(j: int) -> object:
+                return (*owner, j) if (j + 1) * size <= images else text(j)
+        return BlockKeys(content)
 
     def summary(self) -> dict:
         return {}
