@@ -542,7 +542,8 @@ class Worker:
         self._wake = None
         yield Late(self.env)
 
-    def _start(self, plans: list[SchedulerOutput], start: int | None = None) -> tuple[int, tuple[np.ndarray, str]]:
+    def _start(self, plans: list[SchedulerOutput],
+               start: int | None = None) -> tuple[int, tuple[np.ndarray, str, np.ndarray]]:
         """Price a pass of every rank and record its start (now unless given); returns
         (start, (busy ns per rank, provenance, work ns per rank at datasheet peaks))."""
         start = self.env.now if start is None else start
