@@ -22,7 +22,8 @@ VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.integers(-(2**70), 2**70),
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["", "auto", "x", "1e5", "sglang", "vllm",
                                                                         "trtllm", "static_batch", "tp", "dp", "lpm",
-                                                                        "fixed", "default"]),
+                                                                        "fixed", "default", "afd", "fp4", "int4",
+                                                                        "int8", "mxfp4"]),
     st.lists(st.integers(-2, 5), max_size=3), st.dictionaries(st.sampled_from(["a", "type", "blocks"]),
                                                                st.integers(-1, 3), max_size=2),
 )
@@ -55,7 +56,9 @@ def mutated(draw):
         if action == "delete" and isinstance(parent, dict):
             del parent[path[-1]]
         elif action == "add" and isinstance(parent, dict):
-            parent[draw(st.sampled_from(["bogus", "backend", "host_loop", "vision", "images", "limits"]))] = draw(VALUES)
+            keys = ["bogus", "backend", "host_loop", "vision", "images", "limits", "dtype", "nextn", "encoder", "afd",
+                    "mode"]
+            parent[draw(st.sampled_from(keys))] = draw(VALUES)
         else:
             parent[path[-1]] = draw(VALUES)
     return name, data
