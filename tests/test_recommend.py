@@ -691,10 +691,19 @@ def test_the_serving_engine_can_be_searched(tmp_path):
     assert [e["metrics"]["mean_e2e_ms"] for e in ledger["candidates"]] == pytest.approx([75, 30])
 
 
-def test_cost_target_ranks_by_gpu_hours_per_million_tokens_by_hand(tmp_path):
+def test_cost_and_energy_targets_by_hand(tmp_path):
     """``target: cost`` at 3.6 an hour (0.001 a GPU-second), 12 output tokens each: GPU-seconds (the workers'
     lifetimes, see ``search``) 1 × 0.120, 1 × 0.030, 2 × 0.060 and 2 × 0.030 give 0.120 / 1000 / 12e-6 = 10.0,
-    2.5, 10.0 and 5.0 per million tokens; the tie goes to fewer GPUs. A saved candidate keeps the price."""
+    2.5, 10.0 and 5.0 per million tokens; the tie goes to fewer GPUs. A saved candidate keeps the price.
+
+    The same candidates ranked for ``tokens_per_joule``: the one worker that batches all four requests (30 ms,
+    1 GPU) beats two workers of two requests each (30 ms, 2 GPUs): the second GPU adds at least its idle
+    121.7 W × 30 ms and reads the weights in twice as many passes; its value is its run's 12 tokens over its run's
+    energy. And a front of ``[tokens_per_joule, e2e_latency]`` (mean E2E 75, 30, 45, 30 ms): candidate 2 is
+    best on both, so the front is candidate 2 alone."""
+    from simmodel.recommend.search import rank
+    from simmodel.recommend.spec import parse_search
+
     out = tmp_path / "out"
     data = search(optimization={"target": "cost"}, evaluation={"gpu_hour_price": 3.6})
     proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out))
@@ -703,36 +712,22 @@ def test_cost_target_ranks_by_gpu_hours_per_million_tokens_by_hand(tmp_path):
     costs = [e["metrics"]["cost_per_million_tokens"] for e in ledger["candidates"]]
     assert costs == pytest.approx([10.0, 2.5, 10.0, 5.0], rel=1e-9)
     assert ledger["ranked"] == [2, 4, 1, 3] and ledger["objectives"] == ["cost_per_million_tokens"]
-    rerun = simmodel("run", "-c", str(out / "recommendations" / "0001.yaml"), "--format", "json")
-    assert json.loads(rerun.stdout)["cost_per_million_tokens"] == pytest.approx(2.5, rel=1e-9)
-
-
-def test_tokens_per_joule_prefers_fewer_idle_gpus(tmp_path):
-    """``target: tokens_per_joule``: the one worker that batches all four requests (30 ms, 1 GPU) beats two
-    workers of two requests each (30 ms, 2 GPUs): the second GPU adds at least its idle 121.7 W × 30 ms and
-    reads the weights in twice as many passes. Its value is its run's 12 tokens over its run's energy."""
-    out = tmp_path / "out"
-    proc = simmodel("recommend", "-c", str(write(tmp_path, search(optimization={"target": "tokens_per_joule"}))),
-                    "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    ledger = json.loads((out / "recommendation.json").read_text())
+    rerun = json.loads(simmodel("run", "-c", str(out / "recommendations" / "0001.yaml"), "--format", "json").stdout)
+    assert rerun["cost_per_million_tokens"] == pytest.approx(2.5, rel=1e-9)
     by_id = {e["id"]: e["metrics"] for e in ledger["candidates"]}
-    assert ledger["ranked"][0] == 2
     one, two = 12 / by_id[2]["output_tokens_per_joule"], 12 / by_id[4]["output_tokens_per_joule"]
     assert two - one > 121.7 * 0.030
-    rerun = json.loads(simmodel("run", "-c", str(out / "recommendations" / "0001.yaml"), "--format", "json").stdout)
     assert rerun["energy_kwh"] * 3.6e6 == pytest.approx(one, rel=1e-9)
 
+    def ranked(optimization):
+        spec = parse_search({"optimization": optimization, "evaluation": {"gpu_hour_price": 3.6}})
+        (first, higher), *_ = spec.objectives
+        entries = [{**e, "objectives": {m: e["metrics"][m] for m, _ in spec.objectives},
+                    "score": e["metrics"][first] if higher else -e["metrics"][first]} for e in ledger["candidates"]]
+        return [e["id"] for e in rank(entries, spec)]
 
-def test_pareto_on_chosen_targets(tmp_path):
-    """``optimization.pareto`` picks the two targets: tokens per joule against mean E2E (lower is better). Mean
-    E2E 75, 30, 45, 30 ms (``search``); candidate 2 is best on both, so the front is candidate 2 alone."""
-    out = tmp_path / "out"
-    data = search(optimization={"target": "pareto", "pareto": ["tokens_per_joule", "e2e_latency"]})
-    proc = simmodel("recommend", "-c", str(write(tmp_path, data)), "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    ledger = json.loads((out / "recommendation.json").read_text())
-    assert ledger["objectives"] == ["output_tokens_per_joule", "mean_e2e_ms"] and ledger["ranked"] == [2]
+    assert ranked({"target": "tokens_per_joule"})[0] == 2
+    assert ranked({"target": "pareto", "pareto": ["tokens_per_joule", "e2e_latency"]}) == [2]
 
 
 @pytest.mark.parametrize(("optimization", "evaluation", "message"), [
