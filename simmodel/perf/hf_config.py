@@ -1,7 +1,7 @@
 """Read a model's shape from a local Hugging Face ``config.json``; nothing is ever downloaded.
 
 Reads the keys the Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (and
-Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use (``transformers``' names, with its defaults where a key is absent):
+Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use, and Llama 4's ``text_config`` (``_llama4``) (``transformers``' names, with its defaults where a key is absent):
 
 - every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
   ``max_position_embeddings``, ``intermediate_size`` (OPT: ``ffn_dim``); ``num_key_value_heads``
@@ -59,6 +59,8 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
     """
     file = path / "config.json" if path.is_dir() else path
     cfg = _Config(_read(file), str(file))
+    if cfg.family == "llama4":
+        return _llama4(cfg, str(path) if model_id is None else model_id)
     family = cfg.family
     if family not in FAMILIES:
         shown = "missing model_type" if not family else f"model_type {family!r} is not modeled"
@@ -79,6 +81,35 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
         max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
         gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), weight_format=_weight_format(cfg),
         **_moe(cfg, intermediate), **_mla(cfg))
+
+
+def _llama4(root: _Config, model_id: str) -> ModelSpec:
+    """Llama 4 (``model_type: llama4``, ``Llama4ForConditionalGeneration``): its ``text_config``, the vision tower
+    left out (text-only serving). Every layer's routed experts have ``intermediate_size`` with one shared expert
+    of that size (transformers' ``Llama4TextMoe``), on every ``interleave_moe_layer_step``-th layer; the others are
+    dense MLPs of ``intermediate_size_mlp``; ``attention_chunk_size`` bounds the served context."""
+    text = root.get("text_config")
+    if not isinstance(text, dict):
+        root.fail("text_config must be a JSON object")
+    inherited = {k: root.get(k) for k in ("torch_dtype", "quantization_config", "tie_word_embeddings")
+                 if text.get(k) is None and root.get(k) is not None}
+    cfg = _Config({**text, **inherited}, f"{root.where}: text_config")
+    layers, hidden, heads = cfg.int("num_hidden_layers"), cfg.int("hidden_size"), cfg.int("num_attention_heads")
+    kv_heads = cfg.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        cfg.fail(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}")
+    experts, per_token = cfg.int("num_local_experts"), cfg.int("num_experts_per_tok")
+    if per_token > experts:
+        cfg.fail(f"num_experts_per_tok {per_token} exceeds the {experts} experts (num_local_experts)")
+    return ModelSpec(
+        model_id=model_id, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads,
+        head_dim=_head_dim(cfg, hidden, heads), intermediate_size=cfg.int("intermediate_size_mlp"),
+        vocab_size=cfg.int("vocab_size"), tie_word_embeddings=cfg.bool("tie_word_embeddings", False),
+        max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
+        weight_format=_weight_format(cfg), num_experts=experts, num_experts_per_token=per_token,
+        moe_intermediate_size=cfg.int("intermediate_size"), num_shared_experts=1,
+        moe_layer_step=cfg.int("interleave_moe_layer_step", 1),
+        attention_chunk_size=cfg.int("attention_chunk_size", 0, minimum=0))
 
 
 class _Config:
@@ -138,7 +169,7 @@ def _read(file: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ScenarioError(f"{file}: a config.json must be a JSON object")
     architectures = data.get("architectures")
-    if isinstance(architectures, list) and architectures and not any(
+    if data.get("model_type") != "llama4" and isinstance(architectures, list) and architectures and not any(
             isinstance(a, str) and a.endswith("ForCausalLM") for a in architectures):
         raise ScenarioError(f"{file}: architectures {architectures} has no *ForCausalLM decoder")
     return data

@@ -101,3 +101,42 @@ def test_a_local_config_json_reads_as_the_registry_row(tmp_path, config, model_i
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert model_from_hf_config(tmp_path, model_id) == MODELS[model_id]
+
+
+LLAMA4_TEXT = {"num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8,
+               "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384, "vocab_size": 202048,
+               "num_experts_per_tok": 1, "attention_chunk_size": 8192, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize(("model_id", "text"), [
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct",
+     {"num_local_experts": 16, "interleave_moe_layer_step": 1, "max_position_embeddings": 10485760}),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+     {"num_local_experts": 128, "interleave_moe_layer_step": 2, "max_position_embeddings": 1048576}),
+])
+def test_a_local_llama4_config_reads_its_text_config(tmp_path, model_id, text):
+    """Llama 4's published config.json (``Llama4ForConditionalGeneration``): its text_config gives the registry's
+    row (the vision tower left out), the experts' width from intermediate_size and the dense MLPs' from
+    intermediate_size_mlp, MoE on every interleave_moe_layer_step-th layer."""
+    import json
+
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    config = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "torch_dtype": "bfloat16",
+              "text_config": {**LLAMA4_TEXT, **text, "model_type": "llama4_text"}, "vision_config": {"hidden_size": 1408}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert model_from_hf_config(tmp_path, model_id) == MODELS[model_id]
+
+
+def test_a_llama4_config_without_text_config_is_one_line(tmp_path):
+    import json
+
+    from simmodel.errors import ScenarioError
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4", "text_config": 3}))
+    with pytest.raises(ScenarioError, match="config.json: text_config must be a JSON object"):
+        model_from_hf_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4", "text_config": {**LLAMA4_TEXT}}))
+    with pytest.raises(ScenarioError, match="config.json: text_config: missing num_local_experts"):
+        model_from_hf_config(tmp_path)
