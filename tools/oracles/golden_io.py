@@ -47,6 +47,25 @@ def only_route(rid: int, rec: dict) -> tuple[int, int]:
     return routing[0]["logical_worker_id"], routing[0]["dp_rank"]
 
 
+def r6(x):
+    """A time or ratio to 6 decimals (None stays None), as every golden file stores them."""
+    return None if x is None else round(float(x), 6)
+
+
+def replay_twice(reqs: list[dict], spec: dict, variant: dict, tmpdir: str, replay: Callable, match: Callable,
+                 summary_keys: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """Replay one run of a stream twice on the mocker (``replay(reqs, spec, variant, tmpdir)`` → records and
+    summary; ``match(reqs, records, dp_size)`` → result rows): its rows and the summary's ``summary_keys`` (floats
+    to 6 decimals), refusing a run whose two replays differ."""
+    records, summary = replay(reqs, spec, variant, tmpdir)
+    again, summary2 = replay(reqs, spec, variant, tmpdir)
+    results = match(reqs, records, variant["dp_size"])
+    if match(reqs, again, variant["dp_size"]) != results or summary2["duration_ms"] != summary["duration_ms"]:
+        raise SystemExit(f"{spec['name']} {variant['label']}: two replays differ (nondeterministic)")
+    return results, {k: (r6(summary.get(k)) if isinstance(summary.get(k), float) else summary.get(k))
+                     for k in summary_keys}
+
+
 def compact(x) -> str:
     """One JSON value on one line, keys in insertion order."""
     return json.dumps(x, separators=(",", ":"), sort_keys=False)

@@ -64,11 +64,10 @@ import math
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, compact, emit, mocker_records, package_versions, parse_args  # noqa: E402
+from golden_io import REPO, compact, mocker_records, package_versions, parse_args, r6, record_streams  # noqa: E402
 
 OUT_DIRS = {"vllm": REPO / "tests" / "golden" / "dynamo_disagg",
             "trtllm": REPO / "tests" / "golden" / "dynamo_disagg_trtllm"}
@@ -277,10 +276,6 @@ def replay(reqs: list[dict], n_p: int, n_d: int, bandwidth_gbps: float, tmpdir: 
     return report.per_request or [], float(report.summary["duration_ms"])
 
 
-def r6(x):
-    return None if x is None else round(float(x), 6)
-
-
 def match(reqs: list[dict], records: list[dict]) -> list[dict]:
     """The mocker's records as result rows, in the stream's order (``golden_io.mocker_records``)."""
     rows = []
@@ -378,18 +373,8 @@ def main(argv=None) -> int:
         del argv[at:at + 2]
         if backend not in OUT_DIRS:
             raise SystemExit(f"--backend: one of {', '.join(OUT_DIRS)}, got {backend!r}")
-    args = parse_args(__doc__, argv)
-    out_dir = OUT_DIRS[backend]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stale = 0
-    with tempfile.TemporaryDirectory(prefix="dyn_disagg_") as tmpdir:
-        for spec in STREAMS:
-            if args.only and spec["name"] not in args.only:
-                continue
-            text = dumps(record_stream(spec, tmpdir, backend))
-            json.loads(text)  # well-formed
-            stale += emit(out_dir / f"{spec['name']}.json", text, args.check)
-    return 1 if stale else 0
+    return record_streams(STREAMS, OUT_DIRS[backend], parse_args(__doc__, argv),
+                          lambda spec, tmpdir: record_stream(spec, tmpdir, backend), dumps)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,9 @@ from golden_io import (  # noqa: E402
     only_route,
     package_versions,
     parse_args,
+    r6,
     record_streams,
+    replay_twice,
 )
 
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_sglang"
@@ -370,10 +372,6 @@ def replay(reqs: list[dict], spec: dict, variant: dict, tmpdir: str):
     return report.per_request or [], report.summary
 
 
-def r6(x):
-    return None if x is None else round(float(x), 6)
-
-
 def match(reqs: list[dict], records: list[dict], dp_size: int) -> list[dict]:
     """The mocker's records as result rows, in the stream's order (``golden_io.mocker_records``)."""
     rows = []
@@ -409,13 +407,7 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
             raise SystemExit(f"{spec['name']}: request {r['id']} has the wrong number of hash ids")
     runs = []
     for variant in spec["runs"]:
-        records, summary = replay(reqs, spec, variant, tmpdir)
-        again, summary2 = replay(reqs, spec, variant, tmpdir)
-        results = match(reqs, records, variant["dp_size"])
-        if match(reqs, again, variant["dp_size"]) != results or summary2["duration_ms"] != summary["duration_ms"]:
-            raise SystemExit(f"{spec['name']} {variant['label']}: two replays differ (nondeterministic)")
-        summ = {k: (r6(summary.get(k)) if isinstance(summary.get(k), float) else summary.get(k))
-                for k in SUMMARY_KEYS}
+        results, summ = replay_twice(reqs, spec, variant, tmpdir, replay, match, SUMMARY_KEYS)
         summ["retracted_requests"] = sum(1 for r in results if r["readmissions"])
         summ["readmissions"] = sum(r["readmissions"] for r in results)
         runs.append({

@@ -46,8 +46,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_io import REPO, mocker_records, only_route, package_versions, parse_args, record_streams  # noqa: E402
-from record_dynamo_sglang import dumps, hash_ids, make_requests, r6, write_mooncake  # noqa: E402
+from golden_io import (  # noqa: E402
+    REPO,
+    mocker_records,
+    only_route,
+    package_versions,
+    parse_args,
+    r6,
+    record_streams,
+    replay_twice,
+)
+from record_dynamo_sglang import dumps, hash_ids, make_requests, write_mooncake  # noqa: E402
 
 OUT_DIR = REPO / "tests" / "golden" / "dynamo_trtllm"
 
@@ -206,12 +215,7 @@ def record_stream(spec: dict, tmpdir: str) -> dict:
             raise SystemExit(f"{spec['name']}: request {r['id']} does not fit the pool (the mocker would clamp it)")
     runs = []
     for variant in spec["runs"]:
-        records, summary = replay(reqs, spec, variant, tmpdir)
-        again, summary2 = replay(reqs, spec, variant, tmpdir)
-        results = match(reqs, records, variant["dp_size"])
-        if match(reqs, again, variant["dp_size"]) != results or summary2["duration_ms"] != summary["duration_ms"]:
-            raise SystemExit(f"{spec['name']} {variant['label']}: two replays differ (nondeterministic)")
-        summ = {k: (r6(summary.get(k)) if isinstance(summary.get(k), float) else summary.get(k)) for k in SUMMARY_KEYS}
+        results, summ = replay_twice(reqs, spec, variant, tmpdir, replay, match, SUMMARY_KEYS)
         runs.append({"label": variant["label"], "num_workers": variant["num_workers"], "dp_size": variant["dp_size"],
                      "overrides": variant["overrides"],
                      "engine_args": _normalize_mocker_config(json.dumps(engine_args(spec, variant))),
