@@ -682,23 +682,24 @@ class Simulation:
         powers = {name: e.power for name, e in self.energy.items()}
         companion = self.scenario.engine.workers[self.front_role].afd
         busy_gpu_seconds = {}
+
+        def pool(name: str, gpus: int, per_worker: int, workers: int, deployment, busy_s: float) -> None:
+            """A pool that runs no passes of its own: its GPUs and GPU-hours in the totals, its power and busy time."""
+            entry = roles[name] = companion_summary(gpus, per_worker, workers, self.end_time())
+            summary["gpu_count"] += entry["gpu_count"]
+            summary["gpu_hours"] += entry["gpu_hours"]
+            powers[name], busy_gpu_seconds[name] = gpu_power(deployment), busy_s
+
         if companion is not None:  # AFD: the FFN workers, priced with the attention passes, have GPUs of their own
-            ffn = roles["ffn"] = companion_summary(companion.ffn.gpu_count, companion.ffn_gpus_per_worker,
-                                                   companion.ffn.replicas, self.end_time())
-            summary["gpu_count"] += ffn["gpu_count"]
-            summary["gpu_hours"] += ffn["gpu_hours"]
-            powers["ffn"] = gpu_power(companion.ffn_deployment)
             tokens, durations = worker_pass_tokens(pass_columns(self.recorder.passes))
             front = self.scenario.engine.workers[self.front_role]
-            busy_gpu_seconds["ffn"] = afd_ffn_work(front, self.scenario.engine.backend).busy_gpu_seconds(tokens,
-                                                                                                       durations)
+            pool("ffn", companion.ffn.gpu_count, companion.ffn_gpus_per_worker, companion.ffn.replicas,
+                 companion.ffn_deployment,
+                 afd_ffn_work(front, self.scenario.engine.backend).busy_gpu_seconds(tokens, durations))
         if self.encoders is not None:  # EPD: the encoder pool's GPUs, busy while they encode
             spec = self.encoders.spec
-            pool = roles["encoder"] = companion_summary(spec.gpu_count, spec.tensor, spec.replicas, self.end_time())
-            summary["gpu_count"] += pool["gpu_count"]
-            summary["gpu_hours"] += pool["gpu_hours"]
-            powers["encoder"] = gpu_power(self.encoders.deployment)
-            busy_gpu_seconds["encoder"] = sum(w.gpu_busy_ns for w in self.encoders.workers) / 1e9
+            pool("encoder", spec.gpu_count, spec.tensor, spec.replicas, self.encoders.deployment,
+                 sum(w.gpu_busy_ns for w in self.encoders.workers) / 1e9)
         summary.update(energy_summary(roles, powers, self.recorder.passes, summary["total_output_tokens"],
                                       summary["completed_requests"], self.scenario.gpu_hour_price, busy_gpu_seconds))
         if self.scenario.engine.speculation is not None:

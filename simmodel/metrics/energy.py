@@ -9,23 +9,24 @@ import math
 import numpy as np
 
 from simmodel.metrics.records import PassLog
-from simmodel.perf.energy import JOULES_PER_KWH, GpuPower, rank_pass_joules
+from simmodel.perf.energy import JOULES_PER_KWH, GpuPower, dynamic_joules, rank_pass_joules
 
 
-def dynamic_joules(passes: PassLog, powers: dict[str, GpuPower]) -> dict[str, float]:
-    """Per role, the joules its rank passes drew above idle (the GPUs of the rank × the dynamic power × the
-    busy part of the pass), summed exactly (``math.fsum``) so that the figure does not depend on how the pass
-    log happens to be split into blocks."""
-    names = list(powers)
-    parts: dict[str, list[float]] = {name: [] for name in names}
+def _of_role(roles: list[str], name: str) -> np.ndarray:
+    """Which of the pass rows (their ``role`` column) are the role's."""
+    return np.array(roles, dtype=object) == name
+
+
+def role_dynamic_joules(passes: PassLog, powers: dict[str, GpuPower]) -> dict[str, float]:
+    """Per role, the joules its rank passes drew above idle (``perf.energy.dynamic_joules``), summed exactly
+    (``math.fsum``) so that the figure does not depend on how the pass log happens to be split into blocks."""
+    parts: dict[str, list[float]] = {name: [] for name in powers}
     for first, (busy, work) in passes.chunks(("rank_busy_ns", "rank_work_ns")):
         roles = passes.role[first:first + len(busy)]
-        for name in names:
-            mine = np.fromiter((r == name for r in roles), bool, len(roles)) if len(names) > 1 else slice(None)
-            power = powers[name]
-            active = np.minimum(busy[mine], work[mine]).astype(np.float64)
-            parts[name].extend((active * (power.gpus_per_rank * power.dynamic_w / 1e9)).tolist())
-    return {name: math.fsum(parts[name]) for name in names}
+        for name, power in powers.items():
+            mine = _of_role(roles, name) if len(powers) > 1 else slice(None)
+            parts[name].extend(dynamic_joules(power, busy[mine], work[mine]).tolist())
+    return {name: math.fsum(part) for name, part in parts.items()}
 
 
 def energy_summary(roles: dict[str, dict], powers: dict[str, GpuPower | None], passes: PassLog,
@@ -46,7 +47,7 @@ def energy_summary(roles: dict[str, dict], powers: dict[str, GpuPower | None], p
             role.update(energy_kwh=None, avg_power_w_per_gpu=None)
         return empty
     known: dict[str, GpuPower] = {name: p for name, p in powers.items() if p is not None}
-    dynamic = dynamic_joules(passes, known)
+    dynamic = role_dynamic_joules(passes, known)
     total = 0.0
     for name, role in roles.items():
         gpu_seconds = role["gpu_hours"] * 3600.0
@@ -74,6 +75,6 @@ def pass_joules(data: dict, powers: dict[str, GpuPower | None]) -> np.ndarray | 
     busy, work = np.asarray(data["rank_busy_ns"]), np.asarray(data["rank_work_ns"])
     out = np.zeros(len(duration))
     for name, power in powers.items():
-        mine = np.fromiter((r == name for r in roles), bool, len(roles))
+        mine = _of_role(roles, name)
         out[mine] = rank_pass_joules(power, duration[mine], busy[mine], work[mine])
     return out

@@ -119,6 +119,11 @@ def rank_pass_joules(power: GpuPower, duration_ns: np.ndarray, busy_ns: np.ndarr
     """Joules of rank passes: the rank's GPUs at idle power over the pass (``duration_ns``: the worker's
     pass, the slowest rank's), plus dynamic power over the busy fraction of the rank's own forward
     (``busy_ns``), the fraction being ``work_ns`` over it, at most 1."""
-    idle = power.idle_w * duration_ns.astype(np.float64)
-    dynamic = power.dynamic_w * np.minimum(busy_ns, work_ns).astype(np.float64)
-    return power.gpus_per_rank * (idle + dynamic) / 1e9
+    return power.gpus_per_rank * power.idle_w * duration_ns.astype(np.float64) / 1e9 + dynamic_joules(
+        power, busy_ns, work_ns)
+
+
+def dynamic_joules(power: GpuPower, busy_ns: np.ndarray, work_ns: np.ndarray) -> np.ndarray:
+    """Joules rank passes drew above idle: the rank's GPUs at the dynamic power over the busy fraction of the
+    rank's forward (``busy_ns``), the fraction being ``work_ns`` over it, at most 1."""
+    return power.gpus_per_rank * power.dynamic_w * np.minimum(busy_ns, work_ns).astype(np.float64) / 1e9
