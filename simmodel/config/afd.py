@@ -5,6 +5,7 @@ between them (``engine.afd``). See ``simmodel.perf.afd`` and docs/afd-epd.md."""
 from __future__ import annotations
 
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
+from simmodel.config.links import parse_link
 from simmodel.config.node import _Node
 from simmodel.config.schema import AfdSpec, Parallelism, WorkerRole
 from simmodel.config.workers import expert_layout, weight_fields
@@ -18,18 +19,12 @@ FFN_PARALLELISM = ("replicas", "tensor", "pipeline", "moe_tensor", "moe_expert")
 """What an FFN companion's ``parallelism`` takes: it has no attention, so no attention-DP or context
 parallelism."""
 MAX_MICRO_BATCHES = 16
-DEFAULT_LINK_LATENCY_MS = 0.01
-"""An RDMA message's latency (assumed, as the default timing's collective over the NIC)."""
 
 
 def parse_afd(node: _Node, ffn_node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str) -> AfdSpec:
     """``engine.afd`` and ``engine.workers.ffn``."""
     micro = node.int("micro_batches", 3, maximum=MAX_MICRO_BATCHES)
-    link = node.node("link")
-    bandwidth = link.number("bandwidth_gb_per_second", hardware.nic_bytes_per_s / 1e9, positive=True,
-                            maximum=1e6)
-    latency = link.number("latency_ms", DEFAULT_LINK_LATENCY_MS, maximum=1e3)
-    link.done()
+    bandwidth, latency = parse_link(node.node("link"), hardware)
     dispatch = node.choice("dispatch_dtype", ("bf16", "fp8"), "bf16")
     node.done()
     ffn = _ffn_parallelism(ffn_node.node("parallelism"), model)
@@ -41,7 +36,7 @@ def parse_afd(node: _Node, ffn_node: _Node, model: ModelSpec, hardware: Hardware
         raise ScenarioError(f"{ffn_node.at('parallelism')}: the FFN weights take {per_gpu / 1e9:.1f} GB per GPU, more "
                             f"than the {hardware.memory_bytes / 1e9:g} GB of {hardware.system_id}; raise tensor, "
                             f"pipeline or moe_expert")
-    return AfdSpec(ffn, deployment, micro, bandwidth * 1e9, latency / 1000.0, float(DTYPE_BYTES[dispatch]))
+    return AfdSpec(ffn, deployment, micro, bandwidth, latency, float(DTYPE_BYTES[dispatch]))
 
 
 def _ffn_parallelism(node: _Node, model: ModelSpec) -> Parallelism:

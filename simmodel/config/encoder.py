@@ -5,14 +5,13 @@ takes either this path or the front worker's own encoder (SGLang's ``vision``), 
 from __future__ import annotations
 
 from simmodel.config.bounds import MAX_INT, MAX_PARALLEL
+from simmodel.config.links import parse_link
 from simmodel.config.node import _Node
 from simmodel.config.schema import EncoderSpec
 from simmodel.errors import ScenarioError
 from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.models import ModelSpec
 
-DEFAULT_LINK_LATENCY_MS = 0.01
-"""An RDMA message's latency (assumed, as the default timing's collective over the NIC)."""
 MAX_BATCH_IMAGES = 4096
 
 
@@ -34,9 +33,6 @@ def parse_encoder(node: _Node, hardware: HardwareSpec, model: ModelSpec) -> Enco
                             f"the encoder's GPUs (encoder_parallel tp), so tensor must divide them; got {tensor}")
     batch = node.int("max_batch_images", 8, maximum=MAX_BATCH_IMAGES)
     cache = node.number("cache_mib", 100.0, maximum=1e9)
-    link = node.node("link")
-    bandwidth = link.number("bandwidth_gb_per_second", hardware.nic_bytes_per_s / 1e9, positive=True, maximum=1e6)
-    latency = link.number("latency_ms", DEFAULT_LINK_LATENCY_MS, maximum=1e3)
-    link.done()
+    bandwidth, latency = parse_link(node.node("link"), hardware)
     node.done()
-    return EncoderSpec(replicas, tensor, layout, batch, cache, bandwidth * 1e9, latency / 1000.0)
+    return EncoderSpec(replicas, tensor, layout, batch, cache, bandwidth, latency)
