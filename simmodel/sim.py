@@ -675,7 +675,7 @@ class Simulation:
                 seconds = self.fleets[name].worker_seconds(end_ns)
             roles[name] = role_summary(gpu_count, p.gpus_per_worker, p.replicas, self.end_time(),
                                        sum(w.num_passes for w in self.pools[name]), role.num_kv_blocks,
-                                       role.kv_cache.block_size, seconds)
+                                       role.kv_tokens_per_rank, seconds)
         summary = summarize(requests, self.recorder, roles, wall_time_s=self.wall_time_s,
                             end_s=self.end_time(), provenance_counts=self._provenance_counts(),
                             request_overhead_s=self.scenario.engine.request_overhead_ms / 1000.0)

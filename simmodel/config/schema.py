@@ -10,6 +10,7 @@ from pathlib import Path
 
 from simmodel.frontend.stages import StageSpec
 from simmodel.perf.deployment import Deployment
+from simmodel.perf.kv_layout import KvLayout, kv_layout
 from simmodel.perf.roofline import Efficiency, HostOverhead
 
 
@@ -331,6 +332,9 @@ class KvCacheSpec:
     capacity: CapacitySpec = field(default_factory=CapacitySpec)
     dtype: str = "auto"
     host_offload: HostOffloadSpec | None = None
+    hybrid: bool | None = None
+    """vLLM's hybrid KV cache manager: sliding-window layers keep only their window's blocks (``perf.kv_layout``);
+    False: ``--disable-hybrid-kv-cache-manager``, they keep the whole context's; None: unset (on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,8 +509,15 @@ class WorkerRole:
 
     @property
     def kv_tokens_per_rank(self) -> int:
-        """The tokens an attention-DP rank's KV holds: its blocks (SGLang's pages) of ``kv_cache.block_size``."""
-        return self.num_kv_blocks * self.kv_cache.block_size
+        """The tokens an attention-DP rank's KV holds: its blocks (SGLang's pages) of ``kv_cache.block_size``; with
+        vLLM's KV cache groups (``kv_layout``), its blocks over the groups, as vLLM reports the cache's size."""
+        return self.kv_layout.capacity_tokens(self.num_kv_blocks, self.kv_cache.block_size)
+
+    @property
+    def kv_layout(self) -> KvLayout:
+        """vLLM's KV cache groups for the model (``perf.kv_layout``): one group of every layer unless the model has
+        sliding-window layers."""
+        return kv_layout(self.deployment.model, self.kv_cache.hybrid is not False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, WEIGHT_FORMATS, Deployment
 from simmodel.perf.hardware import HardwareSpec
+from simmodel.perf.kv_layout import KvLayout, kv_layout
 from simmodel.perf.models import ModelSpec
 
 
@@ -184,7 +185,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"{name} workers' GPU) gives no int8_ops; add it to the system file or choose another dtype")
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
-    blocks = _kv_blocks(node, kv_cache, deployment)
+    layout = _check_sliding(node, kv_cache, deployment, backend, name)
+    blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction)
     host = kv_cache.host_offload
     block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
     for field, capacity in (("capacity_gib", host and host.capacity_gib),
@@ -202,7 +204,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                                 f"behind it, vLLM reads a prompt's blocks found on storage into the host before "
                                 f"loading them, so such a prompt would never load; give it at least "
                                 f"{prompt * block_bytes / (1 << 30):.3g} GiB or lower context_length")
-    needed = rules.blocks_needed(context_length, kv_cache.block_size)
+    needed = (layout.max_blocks(context_length, kv_cache.block_size, scheduler.max_batched_tokens) if layout.hybrid
+              else rules.blocks_needed(context_length, kv_cache.block_size))
     if blocks < needed:
         held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
@@ -219,6 +222,9 @@ def weight_fields(model: ModelSpec, dtype: str) -> dict:
     their bytes), any other a format of ``WEIGHT_FORMATS`` for every weight."""
     if dtype == "auto" and model.weight_format is not None:
         dtype = model.weight_format
+    if dtype == "auto" and model.expert_weight_format is not None:
+        return dict(weight_bytes=min(model.dtype_bytes, 2), expert_weight_format=model.expert_weight_format,
+                    expert_weight_bytes=WEIGHT_FORMATS[model.expert_weight_format].bytes_per_weight)
     if dtype == "auto":
         return dict(weight_bytes=min(model.dtype_bytes, 2), expert_weight_bytes=model.expert_dtype_bytes or None)
     return dict(weight_bytes=WEIGHT_FORMATS[dtype].bytes_per_weight, weight_format=dtype)
@@ -250,6 +256,10 @@ def _kv_cache(node: _Node, rules: BackendRules, sglang: bool = False) -> KvCache
     # vLLM's 16-token blocks; SGLang's --page-size (1 by default): capacity blocks are its pages.
     block_size = node.int("block_size", rules.default_block_size)
     prefix = node.bool("prefix_caching", True)
+    if rules.name != "vllm" and node.raw("hybrid", None) is not None:
+        raise ScenarioError(f"{node.at('hybrid')}: is vLLM's hybrid KV cache manager "
+                            f"(--disable-hybrid-kv-cache-manager); {rules.label} has no such setting, so remove it")
+    hybrid = node.bool("hybrid", None) if node.raw("hybrid", None) is not None else None
     dtype = node.choice("dtype", ("auto", *DTYPE_BYTES), "auto")
     cap = node.node("capacity")
     kind = cap.choice("type", ("default", "fixed"), "default")
@@ -263,7 +273,7 @@ def _kv_cache(node: _Node, rules: BackendRules, sglang: bool = False) -> KvCache
     if node.raw("host_offload", None) is not None:  # (null: none)
         host = _host_offload(node, prefix, sglang)
     node.done()
-    return KvCacheSpec(block_size, prefix, capacity, dtype, host)
+    return KvCacheSpec(block_size, prefix, capacity, dtype, host, hybrid)
 
 
 def _host_offload(kv: _Node, prefix_caching: bool, sglang: bool) -> HostOffloadSpec:
@@ -332,10 +342,40 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
     return spec
 
 
-def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment) -> int:
+def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvLayout:
+    """The worker's KV cache groups (``perf.kv_layout``), refusing what is not modelled with sliding-window layers:
+    other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, prefix caching (its
+    per-group hit rules), a host tier and P/D handoffs (KV connectors)."""
+    model = deployment.model
+    sliding = model.sliding_window > 0 and model.num_sliding_layers > 0
+    at = node.at("kv_cache.hybrid")
+    if not sliding:
+        if kv.hybrid is not None:
+            raise ScenarioError(f"{at}: only applies to models with sliding-window layers, and {model.model_id} has "
+                                f"none; remove it")
+        return kv_layout(model)
+    if backend != "vllm":
+        raise ScenarioError(f"engine.backend: {model.model_id} has sliding-window layers ({model.num_sliding_layers} "
+                            f"of {model.num_layers}, window {model.sliding_window}), whose KV is modelled as vLLM's "
+                            f"hybrid KV cache manager keeps it; {backend}'s sliding-window KV pool is not modelled, so "
+                            f"use backend vllm")
+    layout = kv_layout(model, kv.hybrid is not False)
+    if layout.hybrid and layout.full_groups:
+        why = ("kv_cache.prefix_caching" if kv.prefix_caching else "kv_cache.host_offload" if kv.host_offload
+               else f"{name} workers" if name in ("prefill", "decode") else None)
+        if why is not None:
+            raise ScenarioError(f"{at}: vLLM's hybrid KV cache manager (on by default for {model.model_id}'s "
+                                f"sliding-window layers) is not modelled with {why} (per-group prefix-cache hits and "
+                                f"KV connectors); set kv_cache.hybrid false (--disable-hybrid-kv-cache-manager: "
+                                f"their KV kept for the whole context) or turn {why.split(' ')[0]} off")
+    return layout
+
+
+def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment, block_fraction: float = 1.0) -> int:
     if kv.capacity.type == "fixed":
         return kv.capacity.blocks
-    blocks = default_kv_blocks(deployment, memory_fraction=kv.capacity.memory_fraction, block_size=kv.block_size)
+    blocks = default_kv_blocks(deployment, memory_fraction=kv.capacity.memory_fraction, block_size=kv.block_size,
+                               block_fraction=block_fraction)
     if blocks <= 0:
         d = deployment
         raise ScenarioError(

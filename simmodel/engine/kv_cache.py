@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simmodel.perf.capacity import cdiv as cdiv  # re-exported: the schedulers count blocks with it
+
+if TYPE_CHECKING:
+    from simmodel.perf.kv_layout import KvLayout
 
 
 class BlockPool:
@@ -11,16 +16,40 @@ class BlockPool:
     Mirrors vLLM's ``BlockPool`` without prefix caching: a request holds
     ``cdiv(num_computed_tokens, block_size)`` blocks, taken as its context crosses block
     boundaries and all returned when it finishes or is preempted. vLLM's reserved null block
-    is not part of ``num_blocks``.
+    is not part of ``num_blocks``. With sliding-window groups (``layout``, vLLM's hybrid KV cache
+    manager) a request holds ``layout.blocks`` over its groups, and its sliding groups give back the
+    blocks behind their window as it goes (``slide``).
     """
 
-    __slots__ = ("num_blocks", "num_free_blocks", "block_size")
+    __slots__ = ("num_blocks", "num_free_blocks", "block_size", "layout", "sliding")
     caching = False
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout | None = None) -> None:
         self.num_blocks = num_blocks
         self.num_free_blocks = num_blocks
         self.block_size = block_size
+        self.layout = layout
+        self.sliding = layout is not None and layout.hybrid
+        """Whether requests free blocks behind a sliding window (``slide``)."""
+
+    def blocks_for(self, tokens: int, computed: int) -> int:
+        """Blocks a request holds with slots for ``tokens`` tokens once ``computed`` are computed (vLLM's
+        ``get_num_blocks_to_allocate`` plus what it holds)."""
+        if self.layout is None:
+            return cdiv(tokens, self.block_size)
+        return self.layout.blocks(tokens, computed, self.block_size)
+
+    def slide(self, request, computed: int) -> None:
+        """Free the request's sliding-window blocks wholly behind the window once ``computed`` tokens are computed,
+        as vLLM's ``remove_skipped_blocks`` does at the start of ``allocate_slots`` (before the capacity check, so
+        even a request then preempted or left unscheduled has given them back)."""
+        layout = self.layout
+        skipped = layout.skipped(computed, self.block_size)
+        gone = skipped - request.num_skipped_blocks
+        if gone > 0:
+            self.free(gone * layout.sliding_groups)
+            request.num_blocks -= gone * layout.sliding_groups
+            request.num_skipped_blocks = skipped
 
     @property
     def num_used_blocks(self) -> int:
@@ -103,6 +132,8 @@ class PrefixCachingBlockPool:
     """
 
     caching = True
+    sliding = False
+    """(Sliding-window groups are counted by ``BlockPool`` only.)"""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -124,6 +155,10 @@ class PrefixCachingBlockPool:
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
+
+    def blocks_for(self, tokens: int, computed: int) -> int:
+        """Blocks a request holds with slots for ``tokens`` tokens (``BlockPool.blocks_for``, one group)."""
+        return cdiv(tokens, self.block_size)
 
     @property
     def num_used_blocks(self) -> int:
@@ -326,6 +361,7 @@ def free_blocks(pool: BlockPool | PrefixCachingBlockPool, request) -> None:
     else:
         pool.free(request.num_blocks)
         request.num_blocks = 0
+        request.num_skipped_blocks = 0
 
 
 class BlockKeys:

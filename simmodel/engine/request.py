@@ -29,7 +29,7 @@ class Request:
 
     __slots__ = (
         "request_id", "arrived_at", "num_prompt_tokens", "max_tokens", "num_output_tokens",
-        "num_computed_tokens", "num_blocks", "status", "num_preemptions", "worker", "dp_rank",
+        "num_computed_tokens", "num_blocks", "num_skipped_blocks", "status", "num_preemptions", "worker", "dp_rank",
         "dp_rank_hint", "first_admitted_at", "first_token_at", "second_token_at", "last_token_at",
         "finished_at", "last_token_pass", "on_finish", "hash_ids",
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
@@ -63,6 +63,8 @@ class Request:
         self.num_output_tokens = 0
         self.num_computed_tokens = 0
         self.num_blocks = 0
+        self.num_skipped_blocks = 0
+        """Blocks of each sliding-window group given back behind the window (``BlockPool.slide``)."""
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
         self.worker = -1

@@ -296,16 +296,18 @@ def events_frame(events: list[Event], upto_ns: int | None = None, by_worker: boo
 
 
 def role_summary(gpu_count: int, gpus_per_worker: int, num_workers: int, end_s: float, num_passes: int,
-                 num_kv_blocks_per_rank: int, block_size: int, worker_seconds: float | None = None) -> dict:
+                 num_kv_blocks_per_rank: int, kv_capacity_tokens_per_rank: int,
+                 worker_seconds: float | None = None) -> dict:
     """One role's GPUs and work: GPU-hours are its workers' seconds (the whole run each, or ``worker_seconds``:
-    a scaled pool's workers' summed lifetimes) × GPUs per worker."""
+    a scaled pool's workers' summed lifetimes) × GPUs per worker. The KV capacity in tokens is the one the
+    engine reports (``WorkerRole.kv_tokens_per_rank``)."""
     seconds = num_workers * end_s if worker_seconds is None else worker_seconds
     return {
         "gpu_count": int(gpu_count),
         "gpu_hours": seconds * gpus_per_worker / 3600.0,
         "num_passes": int(num_passes),
         "kv_blocks_per_rank": int(num_kv_blocks_per_rank),
-        "kv_capacity_tokens_per_rank": int(num_kv_blocks_per_rank * block_size),
+        "kv_capacity_tokens_per_rank": int(kv_capacity_tokens_per_rank),
     }
 
 

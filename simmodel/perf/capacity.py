@@ -24,7 +24,9 @@ def free_kv_bytes_per_gpu(deployment: Deployment, memory_fraction: float) -> flo
             - ACTIVATION_RESERVE_BYTES)
 
 
-def default_kv_blocks(deployment: Deployment, *, memory_fraction: float, block_size: int) -> int:
-    """Usable KV blocks of one rank; zero or negative when the weights do not fit."""
-    per_block = block_size * deployment.kv_bytes_per_token_per_gpu
+def default_kv_blocks(deployment: Deployment, *, memory_fraction: float, block_size: int,
+                      block_fraction: float = 1.0) -> int:
+    """Usable KV blocks of one rank; zero or negative when the weights do not fit. ``block_fraction``: the layers a
+    block holds, as a fraction of all (vLLM's KV cache groups, ``perf.kv_layout``)."""
+    per_block = block_size * deployment.kv_bytes_per_token_per_gpu * block_fraction
     return int(free_kv_bytes_per_gpu(deployment, memory_fraction) // per_block)

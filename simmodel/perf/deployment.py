@@ -71,6 +71,17 @@ class Deployment:
     """The weights' ``engine.dtype`` (``WEIGHT_FORMATS``) when given; None: by ``weight_bytes`` (the checkpoint's
     own dtype, ``auto``: 1 byte FP8, else BF16)."""
 
+    expert_weight_format: str | None = None
+    """The experts' format (``WEIGHT_FORMATS``) when the checkpoint quantizes only them (gpt-oss's MXFP4) and
+    ``weight_format`` is None; None: the experts are multiplied as ``expert_weight_bytes`` says."""
+
+    @property
+    def expert_kind(self) -> WeightFormat | None:
+        """How the experts' weights are multiplied when they have a format of their own (else None)."""
+        if self.weight_format is None and self.expert_weight_format is not None:
+            return WEIGHT_FORMATS[self.expert_weight_format]
+        return None
+
     @property
     def weight_kind(self) -> WeightFormat:
         """How the weights are multiplied (``WEIGHT_FORMATS``)."""

@@ -81,7 +81,8 @@ class PassEnergy:
         """None where the GPU's power is not known (a system file without it)."""
         self._work = work
         self._peaks = RooflineTiming(deployment, Efficiency(compute=1.0, memory=1.0, expert=1.0), engine=engine)
-        self._affine = None if self._peaks.moe_flops_per_token or work is not None else self._affine_terms()
+        self._affine = (None if self._peaks.moe_flops_per_token or self._peaks.window or work is not None
+                        else self._affine_terms())
 
     def _affine_terms(self) -> tuple[np.ndarray, float, float]:
         """A dense model's work is affine in a row's ten sums, plus the weights read by any row that runs a token

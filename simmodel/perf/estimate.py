@@ -87,7 +87,9 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
     engine: dict = {"model": model, "hardware": hardware, "backend": backend, "dtype": dtype, "workers": {
         "aggregated": {"parallelism": {"tensor": tensor},
                        "scheduler": {"max_batched_tokens": max_batched_tokens,
-                                     "max_sequences": min(256, max_batched_tokens)}}}}
+                                     "max_sequences": min(256, max_batched_tokens)},
+                       # (passes are priced alone: no cache to hit, and sliding-window models keep their KV groups)
+                       "kv_cache": {"prefix_caching": False}}}}
     if context_length is not None:
         engine["context_length"] = context_length
     data = {"engine": engine, "traffic": {"source": {"type": "synthetic", "input_tokens": 1, "output_tokens": 1},
@@ -111,7 +113,7 @@ def estimate_from_options(*, model: str, hardware: str, tensor: int, backend: st
             raise ScenarioError(f"--decode-batch: {decode_batch} sequences exceed max_sequences {max_seqs}")
         if context + 1 >= limit:
             raise ScenarioError(f"--context: {context} + 1 decoded token reaches context_length {limit}")
-        blocks = -(-(context + 1) // role.kv_cache.block_size)
+        blocks = role.kv_layout.blocks(context + 1, context, role.kv_cache.block_size)
         if decode_batch * blocks > role.num_kv_blocks:
             raise ScenarioError(f"--decode-batch/--context: {decode_batch} sequences × {blocks} KV blocks exceed "
                                 f"the rank's {role.num_kv_blocks} blocks (the rank's KV capacity)")

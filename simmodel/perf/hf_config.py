@@ -1,7 +1,8 @@
 """Read a model's shape from a local Hugging Face ``config.json``; nothing is ever downloaded.
 
 Reads the keys the Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (and
-Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use, and Llama 4's ``text_config`` (``_llama4``) (``transformers``' names, with its defaults where a key is absent):
+Kimi-K2), Phi-3/Phi-4, GLM-4.5, gpt-oss, Gemma 2 and OPT configs use, and the ``text_config`` of Llama 4
+(``_llama4``) and Gemma 3 (``transformers``' names, with its defaults where a key is absent):
 
 - every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
   ``max_position_embeddings``, ``intermediate_size`` (OPT: ``ffn_dim``); ``num_key_value_heads``
@@ -12,7 +13,8 @@ Kimi-K2), Phi-3/Phi-4, GLM-4.5 and OPT configs use, and Llama 4's ``text_config`
   ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: its ``intermediate_size``), shared
   experts (``n_shared_experts``, or Qwen2-MoE's ``shared_expert_intermediate_size`` as that many
   expert widths), ``first_k_dense_replace``, Qwen2-MoE's ``decoder_sparse_step`` (MoE on every k-th layer);
-- MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
+- MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``;
+- sliding-window layers: ``sliding_window`` with ``layer_types`` or the family's pattern (``_sliding``).
 
 Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
 (Nemotron-H's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
@@ -32,11 +34,14 @@ from simmodel.perf.models import ModelSpec
 
 # model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
-            "deepseek_v3", "kimi_k2", "phi3", "glm4_moe", "opt")
+            "deepseek_v3", "kimi_k2", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
+_GEMMA = ("gemma2", "gemma3_text")
+# Gemma ties its LM head to the embeddings unless the config says otherwise.
+_TIED_FAMILIES = ("opt", *_GEMMA)
 # Two-projection ReLU MLP (fc1, fc2) instead of gate/up/down.
 _UNGATED = ("opt",)
-# transformers' OPTConfig keeps PretrainedConfig's tie_word_embeddings=True; the others default to False.
-_TIED_BY_DEFAULT = ("opt",)
+# transformers' OPTConfig and Gemma configs keep tie_word_embeddings=True; the others default to False.
+_TIED_BY_DEFAULT = _TIED_FAMILIES
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1,
                 "float8_e5m2": 1}
 _FP8_METHODS = ("fp8", "fbgemm_fp8")
@@ -61,6 +66,8 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
     cfg = _Config(_read(file), str(file))
     if cfg.family == "llama4":
         return _llama4(cfg, str(path) if model_id is None else model_id)
+    if cfg.family == "gemma3":  # Gemma3ForConditionalGeneration: its text_config, the vision tower left out
+        cfg = _text_config(cfg, "gemma3_text")
     family = cfg.family
     if family not in FAMILIES:
         shown = "missing model_type" if not family else f"model_type {family!r} is not modeled"
@@ -79,8 +86,43 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
         vocab_size=cfg.int("vocab_size"),
         tie_word_embeddings=cfg.bool("tie_word_embeddings", family in _TIED_BY_DEFAULT),
         max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
-        gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), weight_format=_weight_format(cfg),
-        **_moe(cfg, intermediate), **_mla(cfg))
+        gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), **_formats(cfg),
+        **_moe(cfg, intermediate), **_mla(cfg), **_sliding(cfg, layers))
+
+
+def _text_config(root: _Config, family: str) -> _Config:
+    """A multimodal config's ``text_config`` read as a ``family`` config, with the dtype and quantization the root
+    gives it."""
+    text = root.get("text_config")
+    if not isinstance(text, dict):
+        root.fail("text_config must be a JSON object")
+    inherited = {k: root.get(k) for k in ("torch_dtype", "quantization_config", "tie_word_embeddings")
+                 if text.get(k) is None and root.get(k) is not None}
+    return _Config({**text, **inherited, "model_type": family}, f"{root.where}: text_config")
+
+
+def _sliding(cfg: _Config, layers: int) -> dict[str, int]:
+    """Sliding-window layers: ``layer_types`` (``sliding_attention`` or ``full_attention`` per layer) where given,
+    else the family's pattern (Gemma 2: every even layer; Gemma 3: all but every ``sliding_window_pattern``-th);
+    other families with a ``sliding_window`` (Mistral 7B v0.1) slide on every layer unless ``use_sliding_window``
+    is false (Qwen2's)."""
+    gemma = cfg.family in _GEMMA
+    if (cfg.get("sliding_window") is None and not gemma) or cfg.get("use_sliding_window") is False:
+        return {}
+    window = cfg.int("sliding_window", 4096)  # (transformers' Gemma 2 and Gemma 3 default)
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not (isinstance(types, list) and len(types) == layers
+                and all(t in ("sliding_attention", "full_attention") for t in types)):
+            cfg.fail(f"layer_types must list sliding_attention or full_attention for each of the {layers} layers")
+        sliding = types.count("sliding_attention")
+    elif cfg.family == "gemma2":
+        sliding = (layers + 1) // 2
+    elif cfg.family == "gemma3_text":
+        sliding = layers - layers // cfg.int("sliding_window_pattern", 6)
+    else:
+        sliding = layers
+    return dict(sliding_window=window, num_sliding_layers=sliding) if sliding else {}
 
 
 def _llama4(root: _Config, model_id: str) -> ModelSpec:
@@ -88,12 +130,7 @@ def _llama4(root: _Config, model_id: str) -> ModelSpec:
     left out (text-only serving). Every layer's routed experts have ``intermediate_size`` with one shared expert
     of that size (transformers' ``Llama4TextMoe``), on every ``interleave_moe_layer_step``-th layer; the others are
     dense MLPs of ``intermediate_size_mlp``; ``attention_chunk_size`` bounds the served context."""
-    text = root.get("text_config")
-    if not isinstance(text, dict):
-        root.fail("text_config must be a JSON object")
-    inherited = {k: root.get(k) for k in ("torch_dtype", "quantization_config", "tie_word_embeddings")
-                 if text.get(k) is None and root.get(k) is not None}
-    cfg = _Config({**text, **inherited}, f"{root.where}: text_config")
+    cfg = _text_config(root, "llama4")
     layers, hidden, heads = cfg.int("num_hidden_layers"), cfg.int("hidden_size"), cfg.int("num_attention_heads")
     kv_heads = cfg.int("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -169,16 +206,30 @@ def _read(file: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ScenarioError(f"{file}: a config.json must be a JSON object")
     architectures = data.get("architectures")
-    if data.get("model_type") != "llama4" and isinstance(architectures, list) and architectures and not any(
+    if data.get("model_type") not in ("llama4", "gemma3") and isinstance(architectures, list) and architectures and not any(
             isinstance(a, str) and a.endswith("ForCausalLM") for a in architectures):
         raise ScenarioError(f"{file}: architectures {architectures} has no *ForCausalLM decoder")
     return data
 
 
 def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
-    if cfg.get("head_dim") is None and hidden % heads:
+    if cfg.get("head_dim") is None and hidden % heads and cfg.family not in _GEMMA:
         cfg.fail(f"missing head_dim, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
-    return cfg.int("head_dim", hidden // heads)
+    return cfg.int("head_dim", 256 if cfg.family in _GEMMA else hidden // heads)  # (Gemma's default head_dim)
+
+
+def _formats(cfg: _Config) -> dict[str, str]:
+    """``weight_format`` (``_weight_format``), or gpt-oss's ``expert_weight_format``: ``quant_method: mxfp4`` with
+    ``modules_to_not_convert`` naming the attention, routers, embeddings and LM head quantizes the experts only."""
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":
+        kept = quant.get("modules_to_not_convert") or []
+        if cfg.family != "gpt_oss" or not isinstance(kept, list) or any(
+                not isinstance(m, str) or "expert" in m or m.endswith("mlp") for m in kept):
+            cfg.fail("quantization_config mxfp4 is modeled as gpt-oss ships it (the experts only)")
+        return dict(expert_weight_format="mxfp4")
+    fmt = _weight_format(cfg)
+    return {} if fmt is None else dict(weight_format=fmt)
 
 
 def _weight_format(cfg: _Config) -> str | None:

@@ -84,6 +84,17 @@ class ModelSpec:
     weight_block_size: int = 0
     """FP8 weights scaled per square block of this many weights a side (DeepSeek-V3's
     ``quantization_config.weight_block_size`` [128, 128]); 0: no block scales (per tensor or channel)."""
+    expert_weight_format: str | None = None
+    """The experts' format when the checkpoint quantizes only them below 8 bits (``perf.deployment.WEIGHT_FORMATS``:
+    gpt-oss's ``mxfp4`` experts beside BF16 attention, embeddings and LM head), which ``engine.dtype: auto``
+    serves; None: ``expert_dtype_bytes``."""
+    sliding_window: int = 0
+    """Tokens a sliding-window attention layer sees: itself and the ``sliding_window − 1`` before it (the config's
+    ``sliding_window``, as vLLM reads it); 0: every layer attends to the whole context."""
+    num_sliding_layers: int = 0
+    """Layers that attend within ``sliding_window`` (gpt-oss: every even layer; Gemma 3: five of every six); the
+    others attend to the whole context. vLLM's hybrid KV cache keeps only the window's KV blocks for them
+    (``perf.kv_layout``)."""
     attention_chunk_size: int = 0
     """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
     modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""
@@ -110,6 +121,11 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return (self.num_layers - self.first_dense_layers) // self.moe_layer_step if self.is_moe else 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers attending to the whole context (all of them without a sliding window)."""
+        return self.num_layers - (self.num_sliding_layers if self.sliding_window else 0)
 
     @property
     def num_dense_layers(self) -> int:
@@ -258,6 +274,30 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     (("zai-org/GLM-4.5-Air",), (46, 4096, 96, 8, 128, 10944, 151552, False, 131072, 2),
      dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=1408, num_shared_experts=1,
           first_dense_layers=1)),
+    # openai/gpt-oss-120b config.json (aic openai--gpt-oss-120b): GptOssForCausalLM, every layer MoE (128 experts of
+    # intermediate_size 2880, top 4, no shared expert), layer_types alternating sliding_attention (window 128, the
+    # even layers) and full_attention; quantization_config mxfp4 with modules_to_not_convert the attention, the
+    # routers, the embeddings and the LM head, so only the experts are MXFP4. Left out: the q/k/v/o and expert biases
+    # (40 M: the model card's 116.83 B total) and the attention sinks (one learned logit per head: no KV, no bytes).
+    (("openai/gpt-oss-120b",), (36, 2880, 64, 8, 64, 2880, 201088, False, 131072, 2),
+     dict(num_experts=128, num_experts_per_token=4, moe_intermediate_size=2880, expert_weight_format="mxfp4",
+          sliding_window=128, num_sliding_layers=18)),
+    # openai/gpt-oss-20b config.json (aic openai--gpt-oss-20b): gpt-oss-120b's layer with 24 layers of 32 experts;
+    # the model card's 20.91 B total (biases and sinks left out as above)
+    (("openai/gpt-oss-20b",), (24, 2880, 64, 8, 64, 2880, 201088, False, 131072, 2),
+     dict(num_experts=32, num_experts_per_token=4, moe_intermediate_size=2880, expert_weight_format="mxfp4",
+          sliding_window=128, num_sliding_layers=12)),
+    # google/gemma-3-27b-it text_config (NVIDIA/TensorRT-LLM's test GEMMA3_27B_CONFIG, transformers' Gemma3TextConfig
+    # defaults): gated GeLU MLPs, 62 layers of which every sixth is global and the others slide over 1024 tokens
+    # (sliding_window_pattern 6: 52 sliding, 10 full), tied embeddings. Left out: the SigLIP vision tower (417 M) and
+    # Gemma's two extra norms per layer (the Gemma 3 report's 1,416 M embedding and 25,600 M non-embedding).
+    (("google/gemma-3-27b-it", "google/gemma-3-27b-pt"), (62, 5376, 32, 16, 128, 21504, 262208, True, 131072, 2),
+     dict(sliding_window=1024, num_sliding_layers=52)),
+    # google/gemma-2-9b-it config.json (Gemma2ForCausalLM): 42 layers alternating a 4096-token window and global
+    # attention (21 each), head_dim 256, tied embeddings; served in 16 bits. The Gemma 2 report's 917,504,000
+    # embedding and 8,324,201,984 non-embedding parameters (the latter with two more norms per layer than counted).
+    (("google/gemma-2-9b-it", "google/gemma-2-9b"), (42, 3584, 16, 8, 256, 14336, 256000, True, 8192, 2),
+     dict(sliding_window=4096, num_sliding_layers=21)),
     # Qwen/Qwen3-8B config.json (aic Qwen--Qwen3-8B)
     (("Qwen/Qwen3-8B",), (36, 4096, 32, 8, 128, 12288, 151936, False, 40960, 2), {}),
     # Qwen/Qwen3-8B-Base config.json: the same shape, max_position_embeddings 32768

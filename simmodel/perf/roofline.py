@@ -263,9 +263,10 @@ def weight_gemm_peak(d: Deployment, experts: bool = False) -> float:
     hw = d.hardware
     if d.block_scaled:
         return hw.bf16_flops
-    if experts and d.weight_format is None:
+    kind = d.expert_kind if experts else None
+    if experts and d.weight_format is None and kind is None:
         return hw.peak_flops(d.expert_bytes)
-    kind = d.weight_kind
+    kind = kind or d.weight_kind
     peak = hw.gemm_peak(kind.gemm)
     if peak is None or kind.weight_only:
         return hw.bf16_flops * WEIGHT_ONLY_COMPUTE
@@ -360,6 +361,11 @@ class RooflineTiming(SumsTiming):
         self.decode_attention_flops_per_pair = (
             2 * layers * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla
             else self.attention_flops_per_pair)
+        # Sliding-window layers (gpt-oss, Gemma) attend over at most the window: their query·key pairs and KV reads
+        # are capped per sequence (see ``_kernels``); with or without vLLM's hybrid KV cache, as vLLM notes.
+        sliding = m.num_sliding_layers if m.sliding_window else 0
+        self.window = m.sliding_window if sliding else 0
+        self.sliding_fraction = sliding / layers
         self.query_bytes_per_token = layers * (m.num_attention_heads / tp) * (m.qk_head_dim + m.value_head_dim) * act
         self.kv_bytes_per_token = d.kv_bytes_per_token_per_gpu
         # Output: the LM head's vocabulary shard, and sampling over the whole vocabulary.
@@ -433,6 +439,16 @@ class RooflineTiming(SumsTiming):
             ranks = per_pass.shape[1]
             worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_seconds, moe_bytes))
             moe_memory = moe_bytes / hbm
+        if self.window:
+            # The sliding layers' share of the pairs and KV reads, capped at the window per sequence, from the pass's
+            # sums: min(Σ, sequences × window), exact when every sequence is past the window (or all within it),
+            # else an upper bound.
+            w, s, pre_new = self.window, self.sliding_fraction, pre[:, NEW_TOKENS]
+            pre_span, dec_span = pre_new + pre[:, CONTEXT_TOKENS], dec[:, NEW_TOKENS] + dec[:, CONTEXT_TOKENS]
+            pairs = pairs + s * (np.minimum(pairs, pre_new * w) - pairs)
+            decode_pairs = decode_pairs + s * (np.minimum(decode_pairs, decodes * w) - decode_pairs)
+            span = span + s * (np.minimum(pre_span, pre_new + prefills * w) + np.minimum(dec_span, decodes * w)
+                               - pre_span - dec_span)
         attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
         groups = [
             (linear_flops / lin_peak, linear_bytes / hbm),

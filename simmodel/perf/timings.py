@@ -68,10 +68,16 @@ def _measured(role: WorkerRole, backend: str) -> PassTiming:
     """aiconfigurator's measured kernel tables, queried once here (a few seconds)."""
     from simmodel.perf.measured import MeasuredTiming  # (an optional dependency, imported when used)
 
-    if role.deployment.weight_format not in (None, "bf16", "fp16", "fp8"):
+    d = role.deployment
+    shown = d.weight_format or d.expert_weight_format
+    if shown not in (None, "bf16", "fp16", "fp8"):
         raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices BF16 and FP8 weights from "
-                            f"aiconfigurator's tables; engine.dtype {role.deployment.weight_format} is priced by the "
-                            f"default timing")
+                            f"aiconfigurator's tables; {shown} weights ({d.model.model_id}, engine.dtype "
+                            f"{d.weight_format or 'auto'}) are priced by the default timing")
+    if d.model.sliding_window and d.model.num_sliding_layers:
+        raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices attention over the whole "
+                            f"context, and {d.model.model_id}'s sliding-window layers attend over "
+                            f"{d.model.sliding_window} tokens; use the default timing")
 
     try:
         return MeasuredTiming(role.deployment, backend, backend_version=role.timing.backend_version,

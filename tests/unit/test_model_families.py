@@ -140,3 +140,39 @@ def test_a_llama4_config_without_text_config_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4", "text_config": {**LLAMA4_TEXT}}))
     with pytest.raises(ScenarioError, match="config.json: text_config: missing num_local_experts"):
         model_from_hf_config(tmp_path)
+
+
+def test_gpt_oss():
+    """gpt-oss-120b: 36 layers of hidden 2880, 64 heads and 8 KV heads of 64: attention 2·2880·4096 + 2·2880·512 =
+    26.54 M a layer; 128 experts of 3·2880·2880 = 24.88 M and a 2880 × 128 router: 3185.4 M. Embeddings and LM head
+    2 × 201088 × 2880 = 1158.3 M, norms 0.21 M: 116.789 B; with the biases left out (an expert's 2·2880 + 2880,
+    × 128 × 36 = 39.8 M) the model card's 116.83 B. Active (4 experts), the input embedding not counted as the card
+    does: 5.13 B. gpt-oss-20b, 24 layers of 32 experts: 20.908 B (+6.6 M of biases: the card's 20.91 B).
+    KV: 36 × 2 × 8 × 64 × 2 B = 73,728 B a token; half the layers slide over 128 tokens."""
+    m = MODELS["openai/gpt-oss-120b"]
+    attention, expert = 2 * 2880 * 4096 + 2 * 2880 * 512, 3 * 2880 * 2880
+    total = 36 * (attention + 128 * expert + 2880 * 128) + 2 * 201088 * 2880 + 2 * 2880 * 36 + 2880
+    assert m.num_parameters == total
+    assert (m.num_parameters + 3 * 2880 * 128 * 36) / 1e9 == pytest.approx(116.83, abs=0.005)
+    assert (m.num_active_parameters - 201088 * 2880) / 1e9 == pytest.approx(5.13, abs=0.005)
+    assert m.kv_bytes_per_token(2) == 73_728
+    assert (m.sliding_window, m.num_sliding_layers, m.num_full_attention_layers) == (128, 18, 18)
+    small = MODELS["openai/gpt-oss-20b"]
+    assert (small.num_parameters + 3 * 2880 * 32 * 24) / 1e9 == pytest.approx(20.91, abs=0.005)
+
+
+def test_gemma():
+    """Gemma 2 9B: 42 layers of hidden 3584, 16 heads and 8 KV heads of 256: attention 2·3584·4096 + 2·3584·2048 =
+    44.04 M, gated MLP 3·3584·14336 = 154.14 M a layer; tied embeddings 256000 × 3584 = 917,504,000 (the Gemma 2
+    report's); the report's 8,324,201,984 non-embedding parameters count four norms a layer where two are counted
+    here (2 × 3584 × 42 = 301,056 fewer). Gemma 3 27B: 62 layers, attention 2·5376·4096 + 2·5376·2048 = 66.06 M,
+    MLP 3·5376·21504 = 346.8 M: 25,598.4 M of layers (the Gemma 3 report's 25,600 M non-embedding)."""
+    g2 = MODELS["google/gemma-2-9b-it"]
+    assert g2.embedding_params == 917_504_000
+    assert g2.num_parameters - g2.embedding_params == 8_324_201_984 - 2 * 3584 * 42
+    assert g2.kv_bytes_per_token(2) == 42 * 2 * 8 * 256 * 2
+    g3 = MODELS["google/gemma-3-27b-it"]
+    layers = 62 * (2 * 5376 * 4096 + 2 * 5376 * 2048 + 3 * 5376 * 21504)
+    assert g3.num_parameters - g3.embedding_params == layers + 2 * 5376 * 62 + 5376
+    assert (g3.num_parameters - g3.embedding_params) / 1e6 == pytest.approx(25_600, abs=5)
+    assert (g3.num_sliding_layers, g3.num_full_attention_layers, g3.sliding_window) == (52, 10, 1024)

@@ -58,7 +58,9 @@ class VllmBackend:
                             role.scheduler.prefill_schedule_interval, role.scheduler.launch)
             worker.hands_off = role.name == "prefill"  # (``place`` puts the prefill legs there, and only there)
             for r in range(role.parallelism.attention_data):
-                pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
+                layout = role.kv_layout
+                pool = (BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout) if layout.hybrid
+                        else pool_cls(role.num_kv_blocks, role.kv_cache.block_size))
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)

@@ -166,7 +166,7 @@ class VllmScheduler:
         threshold = cfg.long_prefill_token_threshold if eligible > 1 else 0
 
         # Phase 1: running requests in order (decodes and partial prefills alike).
-        block_size, max_model_len = self.block_size, cfg.max_model_len
+        block_size, max_model_len, sliding = self.block_size, cfg.max_model_len, pool.sliding
         reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
         samples = out.samples
         req_index = 0
@@ -192,7 +192,9 @@ class VllmScheduler:
             if num_new <= 0:
                 req_index += 1
                 continue
-            num_needed = max(-(-(computed + num_new) // block_size) - request.num_blocks, 0)
+            if sliding:
+                pool.slide(request, computed)
+            num_needed = max(pool.blocks_for(computed + num_new, computed) - request.num_blocks, 0)
             stalled = False
             while num_needed > pool.num_free_blocks:
                 victim = self.running[-1]
@@ -247,8 +249,8 @@ class VllmScheduler:
         blocks are free: what the loop of ``schedule()`` does, with less per request. False (nothing
         changed) otherwise, and the loop plans the pass."""
         running = self.running
-        if not running or len(running) > token_budget:
-            return False
+        if not running or len(running) > token_budget or self.pool.sliding:
+            return False  # (sliding-window groups free blocks as they go: the loop plans the pass)
         bs = self.block_size
         needed, contexts, decodes = [], [], []
         total = 0
@@ -345,10 +347,10 @@ class VllmScheduler:
             held = request.num_blocks + len(hits)
             evictable = pool.num_evictable(hits) if hits else 0
             if cfg.reserve_full_isl:
-                full = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size) - held + evictable
+                full = pool.blocks_for(min(request.num_tokens, cfg.max_model_len), computed) - held + evictable
                 if full > pool.num_free_blocks:
                     break
-            num_needed = cdiv(min(computed + num_new, cfg.max_model_len), self.block_size) - held
+            num_needed = pool.blocks_for(min(computed + num_new, cfg.max_model_len), computed) - held
             if num_needed + evictable > pool.num_free_blocks:
                 break
             queue.popleft()

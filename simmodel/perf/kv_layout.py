@@ -1,0 +1,97 @@
+"""How vLLM lays out the KV cache of a model with sliding-window layers: its hybrid KV cache groups.
+
+vLLM v1's hybrid KV cache manager (``vllm/v1/core/kv_cache_utils.py``: ``_get_kv_cache_groups_uniform_page_size``;
+notes in docs/research/vllm-hybrid-kv.md) puts layers of one attention type in groups of ``group_size`` layers:
+``group_size`` is the smaller of the full-attention and sliding-window layer counts, or the larger one when it is
+under 1.5 × the smaller; each type splits into ``cdiv(layers, group_size)`` groups (the short ones padded). All
+groups draw block ids from one pool, and a block id of any group holds ``block_size`` tokens of ``group_size``
+layers. So a request holds one block per group per ``block_size`` tokens of its sequence, except that a
+sliding-window group frees the blocks that fall wholly behind the window (``SlidingWindowManager``): after
+computing n tokens, the first ``(n − W + 1) // block_size`` of them.
+
+gpt-oss-120b (18 sliding, 18 full layers) gets two groups of 18: a block holds half the layers of a full-attention
+model's block, the pool has twice as many, and a long request holds about half the bytes. Gemma 3 (52 sliding,
+10 full) gets one full group and six sliding ones of 10 layers.
+
+With the hybrid manager off (``--disable-hybrid-kv-cache-manager``: ``kv_cache.hybrid: false``) sliding layers
+keep KV for the whole context, as full ones (their attention still reads the window only); a model whose layers
+all slide keeps one sliding group either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simmodel.perf.capacity import cdiv
+from simmodel.perf.models import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """The KV cache groups of one model (see the module docstring)."""
+
+    num_layers: int
+    group_size: int
+    """Layers one block id holds."""
+    full_groups: int = 1
+    sliding_groups: int = 0
+    window: int = 0
+    """Tokens a sliding layer sees (``ModelSpec.sliding_window``); 0 without sliding groups."""
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether some group frees the blocks behind its window."""
+        return self.sliding_groups > 0
+
+    @property
+    def num_groups(self) -> int:
+        return self.full_groups + self.sliding_groups
+
+    @property
+    def block_fraction(self) -> float:
+        """A block's bytes as a fraction of a block of every layer (the whole model's KV for its tokens)."""
+        return self.group_size / self.num_layers
+
+    def skipped(self, computed: int, block_size: int) -> int:
+        """Blocks of a sliding group wholly behind the window once ``computed`` tokens are computed (vLLM's
+        ``get_num_skipped_tokens`` = n − W + 1, in whole blocks)."""
+        return max(computed - self.window + 1, 0) // block_size
+
+    def blocks(self, tokens: int, computed: int, block_size: int) -> int:
+        """Block ids a request holds over every group with slots for ``tokens`` tokens, once it has computed
+        ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks."""
+        positions = cdiv(tokens, block_size)
+        if not self.sliding_groups:
+            return self.full_groups * positions
+        return self.num_groups * positions - self.sliding_groups * self.skipped(computed, block_size)
+
+    def max_blocks(self, context_length: int, block_size: int, max_batched_tokens: int) -> int:
+        """The most block ids one request can hold: a full group's whole context, and a sliding group's window plus
+        the largest chunk computed at once and a block of slack (vLLM's ``max_memory_usage_bytes`` of a
+        ``SlidingWindowSpec``, the check that one request fits at startup)."""
+        full = self.full_groups * cdiv(context_length, block_size)
+        if not self.sliding_groups:
+            return full
+        window = cdiv(min(self.window - 1 + max_batched_tokens, context_length), block_size) + 1
+        return full + self.sliding_groups * window
+
+    def capacity_tokens(self, num_blocks: int, block_size: int) -> int:
+        """The tokens vLLM reports as the cache's size (``GPU KV cache size``: blocks over the groups, times the
+        block size), which hides what the sliding groups save."""
+        return num_blocks // self.num_groups * block_size
+
+
+def kv_layout(model: ModelSpec, hybrid: bool = True) -> KvLayout:
+    """The groups vLLM forms for ``model``; ``hybrid`` False: vLLM's hybrid KV cache manager off."""
+    layers = model.num_layers
+    sliding = model.num_sliding_layers if model.sliding_window else 0
+    full = layers - sliding
+    if not sliding:
+        return KvLayout(layers, layers)
+    if not full:  # one attention type: one group, sliding with the manager on or off
+        return KvLayout(layers, layers, full_groups=0, sliding_groups=1, window=model.sliding_window)
+    if not hybrid:  # sliding specs promoted to full ones
+        return KvLayout(layers, layers)
+    small, large = min(full, sliding), max(full, sliding)
+    size = large if large < 1.5 * small else small
+    return KvLayout(layers, size, cdiv(full, size), cdiv(sliding, size), model.sliding_window)
