@@ -97,6 +97,17 @@ def format_table(summary: dict) -> str:
             lines.append(f"{'Storage: GB read / written (busy)':<46} {tier['storage_bytes_read'] / 1e9:.1f} "
                          f"({tier['storage_read_utilization']:.2%}) / {tier['storage_bytes_written'] / 1e9:.1f} "
                          f"({tier['storage_write_utilization']:.2%})")
+    if summary.get("sessions"):
+        ss = summary["sessions"]
+        lines.append(f"{'Sessions completed / started (abandoned)':<46} {ss['completed']} / {ss['started']} "
+                     f"({ss['abandoned']})")
+        rows = [["Session", *_STATS]]
+        for key, label in (("session_time_s", "Session time (s)"), ("engine_time_s", "  in the engine (s)"),
+                           ("tool_wait_time_s", "  waiting on tools (s)"),
+                           ("prefix_cache_hit_ratio", "Prefix cache hit ratio")):
+            row = ss[key]
+            rows.append([label, *("-" if row[st] is None else f"{row[st]:.3f}" for st in _STATS)])
+        lines += ["", *_columns(rows)]
     if summary.get("vision"):
         v = summary["vision"]
         ratio = v["embedding_cache_hit_ratio"]
@@ -313,8 +324,12 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                 host += " (one store shared by the role's ranks)" if role.kv_cache.host_offload.storage.shared else ""
                 policy = role.kv_cache.host_offload.storage.prefetch_policy
                 host += "" if policy is None else f" (prefetch {policy})"
-        parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s), {p.gpu_count} GPU(s), "
-                     f"{role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{host}, "
+        layout = role.kv_layout
+        groups = (f" ({layout.num_groups} KV cache groups of {layout.group_size} of the {layout.num_layers} layers, "
+                  f"{layout.sliding_groups} on a {layout.window}-token window)" if layout.hybrid else "")
+        stages = f" × {p.pipeline} stage(s)" if p.pipeline > 1 else ""
+        parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s){stages}, {p.gpu_count} "
+                     f"GPU(s), {role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{groups}{host}, "
                      f"context_length {role.context_length}")
         if role.afd is not None:
             f = role.afd.ffn

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.config.load import load_scenario
-from simmodel.config.schema import Scenario, StorageSpec, TraceSource
+from simmodel.config.schema import AgenticSource, Scenario, StorageSpec, TraceSource
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
 from simmodel.engine.encoder_pool import EncoderPool
@@ -30,6 +30,7 @@ from simmodel.errors import ScenarioError, SimulationError
 from simmodel.frontend.stages import Frontend
 from simmodel.metrics.energy import energy_summary, pass_joules
 from simmodel.metrics.records import EventKind, PassLog, Recorder
+from simmodel.metrics.sessions import session_summary
 from simmodel.metrics.sla import sla_summary
 from simmodel.metrics.summarize import (
     RequestTable,
@@ -53,6 +54,8 @@ from simmodel.routing.report import routing_summary
 from simmodel.scaling import Fleet, ReplicaPlanner
 from simmodel.scaling.fleet import replica_columns
 from simmodel.scaling.observe import observe
+from simmodel.traffic.agent_traces import read_agent_trace
+from simmodel.traffic.agents import AgentSession
 from simmodel.traffic.lengths import smallest_length
 from simmodel.traffic.source import RequestStream, RoutedAtArrival, TrafficSource, WorkerArrivals
 from simmodel.traffic.traces import MAX_SPAN_S, TraceData, read_trace
@@ -245,8 +248,35 @@ def serving_context_length(scenario: Scenario) -> int:
     return BACKENDS[scenario.engine.backend].max_prompt_tokens(scenario)
 
 
-def check_workload(scenario: Scenario) -> TraceData | None:
-    """Validation that needs the workload: the trace file, and traffic that could never be served."""
+def load_agent_trace(scenario: Scenario) -> list[AgentSession] | None:
+    """Read an agentic trace's sessions (``traffic.source.type: agentic``), if the scenario has one."""
+    source = scenario.traffic.source
+    if not isinstance(source, AgenticSource):
+        return None
+    try:
+        sessions = read_agent_trace(source.path, source.format, source.block_size)
+    except ScenarioError as exc:
+        raise ScenarioError(f"traffic.source.path: {exc}") from None
+    load = scenario.traffic.load
+    span = max(s.start_s for s in sessions) - min(s.start_s for s in sessions)
+    if load.type == "trace_timestamps" and span / load.speedup > MAX_SPAN_S:
+        raise ScenarioError(f"traffic.load.speedup: the sessions' starts span {span:g} s, {span / load.speedup:g} s "
+                            f"of simulated time at speedup {load.speedup:g}; at most 1e9 s")
+    if source.tool_latency_ms is None:
+        for s in sessions:
+            for call in s.calls:
+                if call.parents and call.wait_s is None:
+                    raise ScenarioError(f"traffic.source.tool_latency_ms: required, since call {call.name!r} of "
+                                        f"session {s.name!r} gives no wait_ms")
+    return sessions
+
+
+def check_workload(scenario: Scenario) -> TraceData | list[AgentSession] | None:
+    """Validation that needs the workload: the trace file (an agentic trace's sessions), and traffic that could
+    never be served."""
+    agents = load_agent_trace(scenario)
+    if agents is not None:
+        return agents
     trace = load_trace(scenario)
     source = scenario.traffic.source
     context = serving_context_length(scenario)
@@ -329,12 +359,14 @@ class Simulation:
         self.stop_at: int | None = None if cutoff is None else to_ns(cutoff)
         for worker in self.workers:
             worker.limits = self.limits
-            worker.coalesce = coalesce
+            worker.coalesce = coalesce and worker.stages is None  # (a pipelined worker's passes overlap: no runs)
             worker.horizon = self.stop_at
         load = scenario.traffic.load
-        stream = RequestStream(scenario, trace)
+        agents = trace if isinstance(trace, list) else None
+        stream = RequestStream(scenario, None if agents is not None else trace, agents)
         self.routers: dict[str, Router] = {
-            name: make_router(scenario.router(name), pool, self.env, stream.sessions, predicts=name != "decode")
+            name: make_router(scenario.router(name), pool, self.env, stream.sessions or stream.agents,
+                              predicts=name != "decode")
             for name, pool in self.pools.items()}
         """Per role, the router that picks the worker of each request placed on its pool (``simmodel.routing``)."""
         self.fleets: dict[str, Fleet] = {
@@ -765,6 +797,14 @@ class Simulation:
                 "embedding_cache_hits": hits, "embedding_cache_misses": misses,
                 "embedding_cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
             }
+        agents = self.source.agents
+        if agents is not None:  # agentic sessions: which session and call each request is, and per session
+            of = [agents.of_request[r.request_id] for r in self.requests]
+            requests.add("session", [state.session.name for state, _ in of])
+            requests.add("call", [state.session.calls[k].name for state, k in of])
+            summary["sessions"] = session_summary(
+                agents.states, {r.request_id: r.num_prompt_tokens for r in self.requests},
+                {r.request_id: r.num_cached_tokens for r in self.requests})
         sessions = self.source.sessions
         if sessions is not None:  # multi-turn sessions: which conversation and turn each request is
             requests.add("session", [sessions.of_request[r.request_id][0].id for r in self.requests])

@@ -101,6 +101,22 @@ class SessionsSource:
         return self.output_tokens_per_turn
 
 
+@dataclass(frozen=True, slots=True)
+class AgenticSource:
+    """Agentic sessions from a trace (``simmodel.traffic.agents``): per session a graph of LLM calls, each sent
+    with the session's context so far plus its new tokens once the calls it waits on are done and its wait has
+    passed. ``tool_latency_ms``: the wait of a call whose trace gives none. The load's unit is a session."""
+
+    path: Path
+    format: str = "simmodel"
+    tool_latency_ms: LengthSpec | None = None
+    block_size: int = 512
+    """``format: mooncake``: tokens per ``hash_ids`` entry."""
+    type: str = "agentic"
+
+
+AGENT_FORMATS = ("simmodel", "dynamo", "otel", "mooncake")
+"""The agentic trace formats ``traffic.source.format`` names (``simmodel.traffic.agent_traces`` reads each)."""
 TRACE_FORMATS = ("mooncake", "azure", "csv")
 """The trace file formats ``traffic.source.format`` names; ``simmodel.traffic.traces`` reads each."""
 
@@ -160,7 +176,7 @@ class StopSpec:
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
-    source: SyntheticSource | SharedPrefixSource | SessionsSource | TraceSource
+    source: SyntheticSource | SharedPrefixSource | SessionsSource | TraceSource | AgenticSource
     load: LoadSpec
     stop: StopSpec
     warnings: tuple[str, ...] = ()

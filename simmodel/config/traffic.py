@@ -12,7 +12,9 @@ from simmodel.config.catalog import resolve_trace_path
 from simmodel.config.importers import TOOLS, import_workload
 from simmodel.config.node import _MISSING, _Node, _show, finite_number
 from simmodel.config.schema import (
+    AGENT_FORMATS,
     TRACE_FORMATS,
+    AgenticSource,
     ImageSpec,
     LengthSpec,
     LoadSpec,
@@ -121,13 +123,30 @@ def _imported(node: _Node, base_dir: Path) -> Traffic:
     return replace(traffic, warnings=tuple(warnings), prompt_overhead_tokens=overhead)
 
 
+def _trace_path(src: _Node, base_dir: Path) -> Path:
+    raw_path = src.raw("path")
+    if not isinstance(raw_path, str) or not raw_path:
+        raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
+    try:
+        return resolve_trace_path(raw_path, base_dir)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{src.at('path')}: {exc}") from None
+
+
 def _traffic(node: _Node, base_dir: Path) -> Traffic:
     raw_source = node.raw("source", None)
     if isinstance(raw_source, dict) and raw_source.get("type") == "import":
         return _imported(node, base_dir)
     src = node.node("source", required=True)
-    kind = src.choice("type", ("synthetic", "shared_prefix", "sessions", "trace", "import"))
-    if kind == "sessions":
+    kind = src.choice("type", ("synthetic", "shared_prefix", "sessions", "trace", "agentic", "import"))
+    if kind == "agentic":
+        fmt = src.choice("format", AGENT_FORMATS, "simmodel")
+        if fmt != "mooncake" and src.raw("block_size", None) is not None:
+            raise ScenarioError(f"{src.at('block_size')}: only mooncake traces carry hash_ids")
+        source = AgenticSource(_trace_path(src, base_dir), fmt,
+                               _length(src, "tool_latency_ms") if src.raw("tool_latency_ms", None) is not None
+                               else None, src.int("block_size", 512))
+    elif kind == "sessions":
         source = SessionsSource(_length(src, "turns"), _length(src, "new_input_tokens_per_turn"),
                                 _length(src, "output_tokens_per_turn"),
                                 src.number("inter_turn_delay_ms", 0.0), src.number("shared_prefix_ratio", 0.0,
@@ -158,13 +177,7 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
                                                                 _length(src, "output_tokens"), shared_prefix=shared,
                                                                 images=images)
     else:
-        raw_path = src.raw("path")
-        if not isinstance(raw_path, str) or not raw_path:
-            raise ScenarioError(f"{src.at('path')}: must be a file path, got {_show(raw_path)}")
-        try:
-            path = resolve_trace_path(raw_path, base_dir)
-        except ScenarioError as exc:
-            raise ScenarioError(f"{src.at('path')}: {exc}") from None
+        path = _trace_path(src, base_dir)
         fmt = src.choice("format", TRACE_FORMATS)
         hash_block = src.int("block_size", 512)
         if fmt != "mooncake" and src.raw("block_size", None) is not None:
@@ -173,8 +186,9 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     src.done()
 
     loads = ("concurrency", "poisson", "gamma", "constant_rate", "trace_timestamps", "stages")
-    ld = node.node("load", required=kind != "trace")
-    load_type = ld.choice("type", loads, "trace_timestamps" if kind == "trace" else _MISSING)
+    timed = kind in ("trace", "agentic")
+    ld = node.node("load", required=not timed)
+    load_type = ld.choice("type", loads, "trace_timestamps" if timed else _MISSING)
     if load_type == "concurrency":
         load = LoadSpec(load_type, concurrency=ld.int("concurrency"))
     elif load_type == "poisson":
@@ -205,16 +219,19 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     elif load_type == "constant_rate":
         load = LoadSpec(load_type, requests_per_second=ld.number("requests_per_second", positive=True, minimum=1e-6))
     else:
-        if kind != "trace":
-            raise ScenarioError(f"{ld.at('type')}: trace_timestamps needs traffic.source.type: trace")
+        if not timed:
+            raise ScenarioError(f"{ld.at('type')}: trace_timestamps needs traffic.source.type: trace or agentic")
         load = LoadSpec(load_type, speedup=ld.number("speedup", 1.0, positive=True, minimum=1e-6))
     if load_type in ("poisson", "gamma", "constant_rate", "trace_timestamps"):
         load = replace(load, max_concurrency=ld.int("max_concurrency", None))
     if load_type in ("poisson", "gamma"):
         load = replace(load, rescale_to_rate=ld.bool("rescale_to_rate", False))
-    if kind == "sessions" and load.max_concurrency is not None:
-        raise ScenarioError(f"{ld.at('max_concurrency')}: not with sessions (a session's turns are "
+    if kind in ("sessions", "agentic") and load.max_concurrency is not None:
+        raise ScenarioError(f"{ld.at('max_concurrency')}: not with {kind} sessions (a session's calls are "
                             f"its own closed loop); use type: concurrency for a number of sessions")
+    if kind == "agentic" and load_type == "stages":
+        raise ScenarioError(f"{ld.at('type')}: stages of agentic sessions are not modelled; use trace_timestamps, "
+                            f"concurrency or a session rate")
     ld.done()
 
     st = node.node("stop")
@@ -224,7 +241,7 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     if load.rescale_to_rate and stop.requests is None:
         raise ScenarioError(f"{ld.at('rescale_to_rate')}: needs traffic.stop.requests (the N requests spread "
                             f"over N / requests_per_second)")
-    if (kind != "trace" and load_type != "stages" and stop.requests is None
+    if (not timed and load_type != "stages" and stop.requests is None
             and stop.max_virtual_time_seconds is None):
         raise ScenarioError(f"{st.path}: synthetic traffic needs requests or max_virtual_time_seconds")
     node.done()

@@ -32,6 +32,7 @@ from simmodel.perf.deployment import DTYPE_BYTES, WEIGHT_FORMATS, Deployment
 from simmodel.perf.hardware import HardwareSpec
 from simmodel.perf.kv_layout import KvLayout, kv_layout
 from simmodel.perf.models import ModelSpec
+from simmodel.perf.pipeline import stage_memory
 
 
 def _context_length(node: _Node, model: ModelSpec, limit: int, default: int | None = None) -> int:
@@ -54,9 +55,9 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
                        for f in Parallelism.__dataclass_fields__})
     node.done()
     name = model.model_id
-    if p.pipeline != 1:
-        raise ScenarioError(f"{node.at('pipeline')}: engine replay requires pipeline 1, got {p.pipeline}",
-                            category="invalid_shape")
+    if p.pipeline > model.num_layers:
+        raise ScenarioError(f"{node.at('pipeline')}: each stage holds at least one of {name}'s {model.num_layers} "
+                            f"layers, so at most {model.num_layers} stages; got {p.pipeline}", category="invalid_shape")
     if model.num_attention_heads % p.tensor:
         raise ScenarioError(f"{node.at('tensor')}: must divide the {model.num_attention_heads} attention "
                             f"heads of {name}, got {p.tensor}", category="invalid_shape")
@@ -156,6 +157,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         raise ScenarioError(f"{node.at('scheduler.prefill_schedule_interval')}: balances prefills across "
                             f"attention-DP ranks, so it needs parallelism.attention_data > 1 (got 1)")
     kv_cache = _kv_cache(node.node("kv_cache"), rules, sglang=sg is not None)
+    if p.pipeline > 1:
+        _check_pipeline(node, backend, name, scheduler, kv_cache, model, speculation, p)
     if kv_cache.host_offload is not None and name == "decode":
         raise ScenarioError(f"{node.at('kv_cache.host_offload')}: a decode worker receives its prompts' KV from the "
                             f"prefill pool, and a host tier beside that transfer is not modeled; give the prefill "
@@ -186,7 +189,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     layout = _check_sliding(node, kv_cache, deployment, backend, name)
-    blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction)
+    blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction, p.pipeline)
     host = kv_cache.host_offload
     block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
     for field, capacity in (("capacity_gib", host and host.capacity_gib),
@@ -342,6 +345,31 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
     return spec
 
 
+def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSpec, kv: KvCacheSpec,
+                    model: ModelSpec, speculation: SpeculationSpec | None, p: Parallelism) -> None:
+    """Pipeline parallelism is modelled as vLLM runs it synchronously (``perf.pipeline``); refused beside what its
+    batch queue is not modelled with."""
+    at = node.at("parallelism.pipeline")
+    refusals = (
+        (backend != "vllm", f"is modelled for vLLM's batch queue; {backend}'s pipeline loop is not, so use backend "
+                            f"vllm or set it to 1"),
+        (name != "aggregated", f"is modelled on aggregated workers only (P/D handoffs between pipelined workers "
+                               f"are not); set it to 1 on the {name} workers"),
+        (scheduler.async_scheduling, "with async scheduling (vLLM's V2 model runner, a queue of P + 1) is not "
+                                     "modelled; set scheduler.async_scheduling false"),
+        (p.attention_data != 1 or p.prefill_context != 1 or p.decode_context != 1,
+         "beside attention DP or context parallelism is not modelled; set those to 1"),
+        (kv.host_offload is not None, "with a host KV tier is not modelled; remove kv_cache.host_offload"),
+        (speculation is not None, "with speculative decoding is not modelled; remove engine.speculation"),
+        (model.vision is not None, f"of a vision-language model ({model.model_id}) is not modelled"),
+        (model.sliding_window > 0 and model.num_sliding_layers > 0 and kv.hybrid is not False,
+         "with vLLM's hybrid KV cache groups (sliding-window layers) is not modelled; set kv_cache.hybrid false"),
+    )
+    for refused, why in refusals:
+        if refused:
+            raise ScenarioError(f"{at}: {why}")
+
+
 def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvLayout:
     """The worker's KV cache groups (``perf.kv_layout``), refusing what is not modelled with sliding-window layers:
     other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, prefix caching (its
@@ -371,16 +399,19 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
     return layout
 
 
-def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment, block_fraction: float = 1.0) -> int:
+def _kv_blocks(node: _Node, kv: KvCacheSpec, deployment: Deployment, block_fraction: float = 1.0,
+               pipeline: int = 1) -> int:
     if kv.capacity.type == "fixed":
         return kv.capacity.blocks
     blocks = default_kv_blocks(deployment, memory_fraction=kv.capacity.memory_fraction, block_size=kv.block_size,
-                               block_fraction=block_fraction)
+                               block_fraction=block_fraction, pipeline=pipeline)
     if blocks <= 0:
         d = deployment
+        weights = max(w for w, _ in stage_memory(d, pipeline))
+        shape = f"tensor {d.tensor}" + (f", pipeline {pipeline} (its fullest stage)" if pipeline > 1 else "")
         raise ScenarioError(
-            f"{node.at('kv_cache.capacity')}: {d.model.model_id} needs {d.weight_bytes_per_gpu / 1e9:.1f} GB of "
-            f"weights per GPU at tensor {d.tensor}, leaving no KV memory on {d.hardware.system_id} at "
+            f"{node.at('kv_cache.capacity')}: {d.model.model_id} needs {weights / 1e9:.1f} GB of "
+            f"weights per GPU at {shape}, leaving no KV memory on {d.hardware.system_id} at "
             f"memory_fraction {kv.capacity.memory_fraction:g}; raise tensor or use a larger GPU",
             category="kv_capacity")
     return blocks

@@ -23,6 +23,7 @@ from simmodel.perf.timing import PassBatch, PassCost, PassSums, PassTiming, pass
 if TYPE_CHECKING:
     from simmodel.engine.planner.async_run import AsyncRun
     from simmodel.engine.planner.run import Run
+    from simmodel.perf.pipeline import PipelineStages
 
 Pass = tuple  # a pass launched and not yet delivered: (plans, start, (busy ns per rank, provenance, work ns per rank), end)
 
@@ -89,6 +90,10 @@ class Worker:
         pass rows' ``rank_work_ns`` are 0)."""
         self.coalesce = True
         """Plan runs of passes (``planner``); off, every pass is planned on its own."""
+        self.stages: PipelineStages | None = None
+        """Pipeline parallelism (``perf.pipeline``): the stages' clocks, a pass going through them in turn while the
+        next passes follow it (up to one per stage in flight, vLLM's batch queue); None: one stage. Set with
+        ``coalesce`` off (a run of passes prices them back to back)."""
         self.quiet_callbacks = False
         """Whether a finish's callback (a closed-loop client sending its next request) can neither fail the run
         (the load cannot create the request over ``limits.max_requests``) nor read a worker's state (no router
@@ -226,7 +231,10 @@ class Worker:
     @property
     def lag(self) -> int:
         """Passes in flight while the next one is planned: 0 synchronous (a pass is planned once the one before
-        it delivered its outputs), 1 under async scheduling (vLLM's batch queue of two, SGLang's overlap)."""
+        it delivered its outputs), 1 under async scheduling (vLLM's batch queue of two, SGLang's overlap); with
+        P pipeline stages, synchronous, P − 1 (vLLM's batch queue of P)."""
+        if self.stages is not None:
+            return len(self.stages.free) - 1
         return 1 if self.async_scheduling else 0
 
     def run(self) -> Generator[Event, Any, None]:
@@ -267,8 +275,11 @@ class Worker:
                 if not empty:
                     gpu_free = in_flight[-1][3] if in_flight else now
                     self._count_prefill_round(plans)
-                    start, cost = self._start(plans, max(now, gpu_free))
-                    end = start + int(cost[0].max())
+                    if self.stages is None:
+                        start, cost = self._start(plans, max(now, gpu_free))
+                    else:  # the first stage takes it once free; its outputs come off the last stage
+                        start, cost = self._start(plans, self.stages.ready_at(now))
+                    end = self.open_pass_ends[-1]
                     launch_end = self._launch_end(plans, now, start, end)
                     in_flight.append((plans, start, cost, end))
                 pending = in_flight.pop(0) if empty or len(in_flight) > lag else None
@@ -575,7 +586,11 @@ class Worker:
                     index = rank.num_passes + self._passes_in_flight - 1  # (as ``begin_pass`` numbers it)
                     busy[i] = rank.offload.pass_ns(plan, start, int(busy[i]), index)
         self.last_pass_ns = int(busy.max())
-        self.open_pass_ends.append(start + self.last_pass_ns)
+        if self.stages is None:
+            self.open_pass_ends.append(start + self.last_pass_ns)
+        else:
+            tokens = sum(sum(plan.num_new_tokens) for plan in plans)
+            self.open_pass_ends.append(self.stages.place(start, self.last_pass_ns, tokens))
         for label in cost.provenance:
             self.provenance_counts[label] = self.provenance_counts.get(label, 0) + 1
         for rank, plan in zip(self.ranks, plans):  # its index: the rank's finished passes, then those in flight

@@ -19,14 +19,14 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def free_kv_bytes_per_gpu(deployment: Deployment, memory_fraction: float) -> float:
-    return (deployment.hardware.memory_bytes * memory_fraction - deployment.weight_bytes_per_gpu
-            - ACTIVATION_RESERVE_BYTES)
-
-
 def default_kv_blocks(deployment: Deployment, *, memory_fraction: float, block_size: int,
-                      block_fraction: float = 1.0) -> int:
+                      block_fraction: float = 1.0, pipeline: int = 1) -> int:
     """Usable KV blocks of one rank; zero or negative when the weights do not fit. ``block_fraction``: the layers a
-    block holds, as a fraction of all (vLLM's KV cache groups, ``perf.kv_layout``)."""
-    per_block = block_size * deployment.kv_bytes_per_token_per_gpu * block_fraction
-    return int(free_kv_bytes_per_gpu(deployment, memory_fraction) // per_block)
+    block holds, as a fraction of all (vLLM's KV cache groups, ``perf.kv_layout``). ``pipeline`` stages: each
+    stage's GPUs hold its layers' weights and KV, and the rank has the fewest blocks of any stage (vLLM's
+    ``get_kv_cache_configs``)."""
+    from simmodel.perf.pipeline import stage_memory
+
+    budget = deployment.hardware.memory_bytes * memory_fraction - ACTIVATION_RESERVE_BYTES
+    return min(int((budget - weights) // (block_size * kv * block_fraction))
+               for weights, kv in stage_memory(deployment, pipeline))

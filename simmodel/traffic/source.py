@@ -14,6 +14,7 @@ from simmodel.engine.clock import NS_PER_S, to_ns
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.recorder import EventKind, Recorder
 from simmodel.engine.request import Request, RequestStatus
+from simmodel.traffic.agents import AgentSessions
 from simmodel.traffic.arrivals import gaps, rescaled_arrivals, stage_arrivals
 from simmodel.traffic.lengths import sample_lengths
 from simmodel.traffic.sessions import Sessions
@@ -31,7 +32,8 @@ class RequestStream:
     ``trace_timestamps``, its arrivals divided by ``speedup``.
     """
 
-    def __init__(self, scenario: Scenario, trace: TraceData | None) -> None:
+    def __init__(self, scenario: Scenario, trace: TraceData | None, agents: list | None = None) -> None:
+        """``agents``: an agentic trace's sessions (``traffic.agent_traces``), in their order of start."""
         traffic = scenario.traffic
         self.source, self.load, self.trace = traffic.source, traffic.load, trace
         arrivals_seq, input_seq, output_seq = np.random.SeedSequence(scenario.engine.seed).spawn(3)
@@ -58,6 +60,12 @@ class RequestStream:
         self.sessions = None
         if isinstance(self.source, SessionsSource):
             self.sessions = Sessions(self.source, self._rngs[1], self._rngs[2])
+        self.agents = None
+        if agents is not None:
+            self.agents = AgentSessions(agents, self.source.tool_latency_ms, self._rngs[1])
+            if traffic.load.type == "trace_timestamps":  # a session starts at its first call's time
+                starts = np.array([a.start_s for a in agents])
+                self._arrival = (starts - starts.min()) / traffic.load.speedup
 
     def request(self, i: int) -> tuple[int, int, int | None, tuple[int, ...] | None]:
         """Prompt tokens, output tokens, dp_rank hint and hash ids of request ``i``."""
@@ -86,6 +94,8 @@ class RequestStream:
             return self.pool.block_content(i, num_prompt_tokens, block_size)
         if self.sessions is not None:
             return self.sessions.block_content(i, block_size)
+        if self.agents is not None:
+            return self.agents.block_content(i, block_size)
         shared = getattr(self.source, "shared_prefix", None)
         if shared is not None:
             group, limit = i % shared.groups, min(shared.tokens, num_prompt_tokens)
@@ -116,6 +126,8 @@ class RequestStream:
             return self.pool.segments(i, num_prompt_tokens)
         if self.sessions is not None:
             return self.sessions.segments(i)
+        if self.agents is not None:
+            return self.agents.segments(i)
         shared = getattr(self.source, "shared_prefix", None)
         if shared is not None:
             limit = min(shared.tokens, num_prompt_tokens)
@@ -189,6 +201,7 @@ class TrafficSource:
         self.routes = None
         """``placement.ArrivalRoutes`` when each arrival's worker is known ahead (see ``routed``), else None."""
         self.sessions = stream.sessions
+        self.agents = stream.agents
         self.units = 0
         """Units (requests, or sessions) the load has started."""
         self.staged = stream.load.type == "stages"
@@ -224,7 +237,7 @@ class TrafficSource:
         """Whether each arrival only creates and places its request at its own time, whatever the
         deployment does: timed arrivals of requests, with no client cap, no sessions and no stages."""
         load = self.stream.load
-        return (load.type != "stages" and not self.concurrency and self.sessions is None
+        return (load.type != "stages" and not self.concurrency and self.sessions is None and self.agents is None
                 and load.max_concurrency is None)
 
     def routed(self, routes) -> None:
@@ -306,7 +319,7 @@ class TrafficSource:
             yield from self._run_routed()
             return
         cap = self.stream.load.max_concurrency
-        while self._has_next(self.backlog):
+        while self._has_next(self.backlog) and self._has_unit(self.units + self.backlog):
             i = self.units + self.backlog
             at = to_ns(self.stream.arrival(i))
             if at > self.env.now:
@@ -414,8 +427,17 @@ class TrafficSource:
                 self._draining = (k, drained)
                 yield drained
 
+    def _has_unit(self, i: int) -> bool:
+        """Whether the load has a unit number ``i`` to start (an agentic trace's sessions run out)."""
+        return self.agents is None or i < self.agents.num_sessions
+
     def _start_unit(self) -> None:
-        """Start one unit of load now: a request, or a session's first turn."""
+        """Start one unit of load now: a request, a session's first turn, or an agentic session's roots."""
+        if self.agents is not None:
+            if self._has_unit(self.units):
+                self.units += 1
+                self._start_agent_session()
+            return
         self.units += 1
         if self.sessions is None:
             self._inject()
@@ -540,6 +562,56 @@ class TrafficSource:
             self._unit_done(session.stage)
             if self._closed(session.stage) and self._has_next():
                 self._start_unit()
+
+
+    # -- agentic sessions ---------------------------------------------------------------------------
+    def _start_agent_session(self) -> None:
+        """Start the trace's next session now: each root call at its own time from now."""
+        self._unit_started(self.stage)
+        state = self.agents.start(self.stage, self.env.now)
+        for k, delay_s in self.agents.roots(state):
+            self._after(to_ns(delay_s), state, k)
+
+    def _after(self, delay: int, state, k: int) -> None:
+        if delay:
+            self.env.timeout(delay).callbacks.append(lambda _event: self._send_call(state, k))
+        else:
+            self._send_call(state, k)
+
+    def _send_call(self, state, k: int) -> None:
+        """Send call ``k`` of a session now (nothing once the session ended: a refused call, the run's request cap)."""
+        if state.finished_at is not None:
+            return
+        if not self._has_next():
+            self.agents.abandon(state, self.env.now)
+            self._unit_done(state.stage)
+            return
+        i = len(self.requests)
+        if self.stream.limits is not None:
+            self.stream.limits.check_requests(i + 1)
+        isl = self.agents.prompt(state, k, i)
+        request = self._create(i, isl, state.session.calls[k].output_tokens, state.stage)
+        request.on_finish = self._on_call_finish
+        self.agents.sent(state, self.env.now)
+        if not self._admit(request):  # a refused call ends its session
+            self.agents.abandon(state, self.env.now)
+            self._agent_session_done(state)
+
+    def _on_call_finish(self, request: Request) -> None:
+        state, ready = self.agents.answered(request.request_id, request.num_output_tokens, self.env.now)
+        if state.abandoned:
+            return
+        for c in ready:  # after its wait, and no earlier than its own time in the session
+            call = state.session.calls[c]
+            floor = state.started_at + to_ns(call.start_s) - self.env.now
+            self._after(max(to_ns(self.agents.wait_s(call)), floor), state, c)
+        if state.finished_at is not None:
+            self._agent_session_done(state)
+
+    def _agent_session_done(self, state) -> None:
+        self._unit_done(state.stage)
+        if self._closed(state.stage) and self._has_next():
+            self._start_unit()
 
 
 class RoutedAtArrival:

@@ -27,7 +27,7 @@ def worker(**fields) -> dict:
     (worker(kv_cache={"block_sise": 16}), f"{AGG}.kv_cache.block_sise: unknown field"),
     ({"engine": {"modle": "x"}}, "engine.modle: unknown field"),
     ({"extra": 1}, "extra: unknown field"),
-    (worker(parallelism={"pipeline": 2}), f"{AGG}.parallelism.pipeline: engine replay requires pipeline 1"),
+    (worker(parallelism={"pipeline": 40}), f"{AGG}.parallelism.pipeline: each stage holds at least one of"),
     (worker(parallelism={"tensor": 4, "decode_context": 3}), f"{AGG}.parallelism.decode_context: must divide tensor"),
     (worker(parallelism={"tensor": 3}), f"{AGG}.parallelism.tensor: must divide the 32 attention heads"),
     (worker(parallelism={"moe_expert": 2}), f"{AGG}.parallelism.moe_expert: meta-llama/Llama-3.1-8B-Instruct has no MoE"),

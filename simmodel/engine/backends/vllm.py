@@ -13,6 +13,7 @@ from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
 from simmodel.engine.worker import Worker
 from simmodel.offload import attach as attach_host_tier
+from simmodel.perf.pipeline import PipelineStages, pipeline_shape
 
 if TYPE_CHECKING:
     from simmodel.config.schema import Scenario, WorkerRole
@@ -57,6 +58,10 @@ class VllmBackend:
             worker = Worker(sim.env, w, timing, role.name, role.scheduler.async_scheduling,
                             role.scheduler.prefill_schedule_interval, role.scheduler.launch)
             worker.hands_off = role.name == "prefill"  # (``place`` puts the prefill legs there, and only there)
+            if role.parallelism.pipeline > 1:  # (its passes go through the stages one by one: never a run)
+                d = role.deployment
+                worker.stages = PipelineStages(pipeline_shape(d, role.parallelism.pipeline, d.activation_bytes))
+                worker.coalesce = False
             for r in range(role.parallelism.attention_data):
                 layout = role.kv_layout
                 pool = (BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout) if layout.hybrid
