@@ -372,8 +372,8 @@ def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSp
 
 def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvLayout:
     """The worker's KV cache groups (``perf.kv_layout``), refusing what is not modelled with sliding-window layers:
-    other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, prefix caching (its
-    per-group hit rules), a host tier and P/D handoffs (KV connectors)."""
+    other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, a host tier and P/D handoffs
+    (KV connectors)."""
     model = deployment.model
     sliding = model.sliding_window > 0 and model.num_sliding_layers > 0
     at = node.at("kv_cache.hybrid")
@@ -389,13 +389,13 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
                             f"use backend vllm")
     layout = kv_layout(model, kv.hybrid is not False)
     if layout.hybrid and layout.full_groups:
-        why = ("kv_cache.prefix_caching" if kv.prefix_caching else "kv_cache.host_offload" if kv.host_offload
+        why = ("kv_cache.host_offload" if kv.host_offload
                else f"{name} workers" if name in ("prefill", "decode") else None)
         if why is not None:
             raise ScenarioError(f"{at}: vLLM's hybrid KV cache manager (on by default for {model.model_id}'s "
-                                f"sliding-window layers) is not modelled with {why} (per-group prefix-cache hits and "
-                                f"KV connectors); set kv_cache.hybrid false (--disable-hybrid-kv-cache-manager: "
-                                f"their KV kept for the whole context) or turn {why.split(' ')[0]} off")
+                                f"sliding-window layers) is not modelled with {why} (KV connectors, which vLLM runs "
+                                f"without it unless they support it); set kv_cache.hybrid false "
+                                f"(--disable-hybrid-kv-cache-manager: their KV kept for the whole context)")
     return layout
 
 

@@ -160,6 +160,15 @@ class PrefixCachingBlockPool:
         """Blocks a request holds with slots for ``tokens`` tokens (``BlockPool.blocks_for``, one group)."""
         return cdiv(tokens, self.block_size)
 
+    def hit_units(self, hits: list[int]) -> int:
+        """Block ids a hit makes the request hold: one per hit block (one group)."""
+        return len(hits)
+
+    def take(self, request, num_blocks: int) -> None:
+        """Give the request ``num_blocks`` more blocks, taken from the front of the free queue."""
+        request.block_ids.extend(self.allocate_ids(num_blocks))
+        request.num_blocks = len(request.block_ids)
+
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - len(self.free_queue)
@@ -347,8 +356,7 @@ def take_blocks(pool: BlockPool | PrefixCachingBlockPool, request, num_blocks: i
     """Give the request ``num_blocks`` more blocks of ``pool``: ids taken from its free queue with prefix caching,
     else counted."""
     if pool.caching:
-        request.block_ids.extend(pool.allocate_ids(num_blocks))
-        request.num_blocks = len(request.block_ids)
+        pool.take(request, num_blocks)
     else:
         pool.allocate(num_blocks)
         request.num_blocks += num_blocks

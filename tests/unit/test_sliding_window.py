@@ -115,9 +115,10 @@ def _yaml(**worker) -> dict:
 
 
 def test_scenario_refusals():
-    """Prefix caching, another engine or hybrid on a model without sliding layers: one line naming the field."""
-    with pytest.raises(ScenarioError, match=r"kv_cache.hybrid: vLLM.s hybrid KV cache manager .*with kv_cache.prefix_caching"):
-        parse_scenario(_yaml(kv_cache={"prefix_caching": True}), Path("."))
+    """A host tier (a KV connector), another engine or hybrid on a model without sliding layers: one line naming
+    the field."""
+    with pytest.raises(ScenarioError, match=r"kv_cache.hybrid: vLLM.s hybrid KV cache manager .*with kv_cache.host_offload"):
+        parse_scenario(_yaml(kv_cache={"host_offload": {"capacity_gib": 10}}), Path("."))
     with pytest.raises(ScenarioError, match=r"engine.backend: openai/gpt-oss-120b has sliding-window layers"):
         parse_scenario(make_scenario(engine={"model": "openai/gpt-oss-120b", "hardware": "h200_sxm",
                                              "backend": "sglang", "context_length": 8192, "workers": {
@@ -226,3 +227,58 @@ def test_gpt_oss_experts_are_mxfp4_beside_bf16():
     assert weight_gemm_peak(d, experts=True) == b200.gemm_peak("fp4") * FP4_COMPUTE
     # engine.dtype fp8 requantizes every weight, the experts included
     assert Deployment(OSS, h200, **weight_fields(OSS, "fp8")).expert_kind is None
+
+
+def _hybrid_pool(blocks: int = 1000):
+    from simmodel.engine.hybrid_kv_cache import HybridPrefixCachingPool
+
+    return HybridPrefixCachingPool(blocks, 16, kv_layout(OSS))
+
+
+def _keyed(tokens: int, rid: int = 0) -> Request:
+    from simmodel.engine.kv_cache import BlockKeys, token_block_content
+
+    r = Request(rid, 0, tokens, 1)
+    r.block_keys = BlockKeys(token_block_content(list(range(tokens)), 16, (-1, rid)))
+    return r
+
+
+@pytest.mark.parametrize("full, sliding_missing, expected", [
+    (62, (58, 59), 58),  # the last run of 8 (= cdiv(127, 16)) cached sliding blocks ends at block 58
+    (10, (), 10),  # the run of 8 ends where the full-attention hit ends
+    (12, (5,), 5),  # no run of 8 within the first 12: only the run from block 0 (blocks 0–4)
+])
+def test_hybrid_hit_needs_a_window_of_sliding_blocks(full, sliding_missing, expected):
+    """vLLM's hybrid hit: the full group's run from the start (``full`` blocks cached), then the sliding group
+    scans back from there for cdiv(W − 1, 16) = 8 contiguous cached blocks; the hit ends where that run ends.
+    The sliding blocks before the window are nulls: a hit of 58 blocks (928 tokens) holds sliding blocks from
+    (928 − 127) // 16 = 50 on."""
+    pool, r = _hybrid_pool(), _keyed(1010)
+    keys = r.block_keys.upto(62)
+    for j in range(full):
+        pool.blocks_by_key[(0, keys[j])] = {j: None}
+        if j not in sliding_missing:
+            pool.blocks_by_key[(1, keys[j])] = {500 + j: None}
+    hits = pool.find_hits(r)
+    assert len(hits) == expected
+    skipped = max(expected * 16 - 127, 0) // 16
+    assert hits.per_group[1] == [-1] * skipped + [500 + j for j in range(skipped, expected)]
+
+
+def test_hybrid_prefix_caching_end_to_end():
+    """A (1000 tokens, one output) prefills in one pass and caches its 62 whole blocks in both groups, then frees
+    them (still cached). B, the same 1000 tokens and 100 more: the full group hits blocks 0–61; scanning back, the
+    sliding group's last 8 blocks (54–61) are cached: a hit of 62 blocks, 992 tokens. B then holds 62 full blocks
+    and the 8 sliding ones in the window ((992 − 127) // 16 = 54 skipped) before taking its prompt's other
+    cdiv(1100, 16) − 62 = 7 positions in both groups: 62 + 8 + 14 = 84 blocks in use."""
+    pool = _hybrid_pool()
+    s = VllmScheduler(VllmSchedulerConfig(max_num_batched_tokens=8192, max_model_len=4096,
+                                          enable_prefix_caching=True), pool)
+    a = _keyed(1000, 0)
+    s.add_request(a)
+    _step(s)
+    assert pool.num_used_blocks == 0 and a.status.name == "FINISHED"
+    b = _keyed(1100, 1)
+    s.add_request(b)
+    s.schedule()
+    assert b.num_cached_tokens == 992 and pool.num_used_blocks == 84 == b.num_blocks

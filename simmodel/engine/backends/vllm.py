@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simmodel.engine.hybrid_kv_cache import HybridPrefixCachingPool
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.placement import prefill_leg
 from simmodel.engine.rank import Rank
@@ -64,8 +65,12 @@ class VllmBackend:
                 worker.coalesce = False
             for r in range(role.parallelism.attention_data):
                 layout = role.kv_layout
-                pool = (BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout) if layout.hybrid
-                        else pool_cls(role.num_kv_blocks, role.kv_cache.block_size))
+                if not layout.hybrid:
+                    pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
+                elif role.kv_cache.prefix_caching:  # (sliding-window groups: vLLM's hybrid KV cache manager)
+                    pool = HybridPrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
+                else:
+                    pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
                 scheduler = VllmScheduler(sched_cfg, pool)
                 scheduler.accept = self._acceptance()
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)

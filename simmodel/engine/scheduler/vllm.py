@@ -344,7 +344,7 @@ class VllmScheduler:
                 break
             num_new = min(num_new, token_budget)
             # Hit blocks with no other holder sit in the free queue: taking them costs free blocks too.
-            held = request.num_blocks + len(hits)
+            held = request.num_blocks + (pool.hit_units(hits) if hits else 0)
             evictable = pool.num_evictable(hits) if hits else 0
             if cfg.reserve_full_isl:
                 full = pool.blocks_for(min(request.num_tokens, cfg.max_model_len), computed) - held + evictable

@@ -1,0 +1,249 @@
+"""vLLM's prefix caching over KV cache groups with sliding windows (the hybrid KV cache manager).
+
+One pool of block ids serves every group (``perf.kv_layout``): full-attention groups first, then sliding-window
+ones. A request holds a list of block ids per group, one per ``block_size`` tokens of its sequence; a sliding
+group's blocks behind the window are given back (``slide``) and leave a null (−1) in its list. Every group caches
+its own blocks under (group, content key) as they fill, and they stay reusable in the shared free queue after
+being freed, until an allocation takes them (notes and sources: docs/research/vllm-hybrid-kv.md).
+
+A prompt's cache hit (``find_hits``), as vLLM's ``HybridKVCacheCoordinator`` finds it:
+
+- the full-attention groups: the longest run of cached blocks from the start (in every full group), at most
+  ``(tokens − 1) // block_size`` blocks;
+- then the sliding groups, within that: scanning from its end towards the start, the last run of
+  ``cdiv(window − 1, block_size)`` contiguous blocks cached in every sliding group; the hit ends where that run
+  ends. Without such a run, only a run from block 0 counts;
+- every group then takes the common length: full groups their blocks, sliding groups the blocks inside the window
+  (the ones before are nulls).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simmodel.engine.kv_cache import FreeBlockQueue
+from simmodel.perf.capacity import cdiv
+
+if TYPE_CHECKING:
+    from simmodel.perf.kv_layout import KvLayout
+
+NULL = -1
+
+
+class HybridHits(list):
+    """A prompt's cache hit: per group, the hit block ids (``NULL`` for a sliding group's positions behind the
+    window). Its length is the hit in blocks (positions), as a one-group hit's."""
+
+    def __init__(self, per_group: list[list[int]], positions: int) -> None:
+        super().__init__(range(positions))
+        self.per_group = per_group
+
+    @property
+    def ids(self) -> list[int]:
+        return [b for blocks in self.per_group for b in blocks if b != NULL]
+
+
+class HybridPrefixCachingPool:
+    """Usable KV blocks of one rank shared by vLLM's KV cache groups, with prefix caching (see the module
+    docstring). Requests hold ``block_ids`` as one list per group; ``num_blocks`` counts their real ids."""
+
+    caching = True
+    sliding = True
+
+    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.layout = layout
+        self.full, self.groups = layout.full_groups, layout.num_groups
+        self.need = cdiv(layout.window - 1, block_size)
+        """Contiguous cached blocks a sliding group needs for a hit (vLLM's ``sliding_window_contiguous_blocks``)."""
+        self.ref_cnt = [0] * num_blocks
+        self.key_of: list[object | None] = [None] * num_blocks
+        self.blocks_by_key: dict[object, dict[int, None]] = {}
+        self.free_queue = FreeBlockQueue(num_blocks)
+        self.num_queries = 0
+        self.num_hits = 0
+        self.allocated = None
+        self.listener = None
+        """Told of the full-attention group's cached and evicted keys (what a KV-aware router follows)."""
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    def blocks_for(self, tokens: int, computed: int) -> int:
+        return self.layout.blocks(tokens, computed, self.block_size)
+
+    def _lists(self, request) -> list[list[int]]:
+        if not request.block_ids:
+            request.block_ids = [[] for _ in range(self.groups)]
+        return request.block_ids
+
+    # -- lookups -------------------------------------------------------------------------------------------
+
+    def _cached(self, g: int, key) -> int | None:
+        holders = self.blocks_by_key.get((g, key))
+        return next(iter(holders)) if holders else None
+
+    def find_hits(self, request) -> HybridHits:
+        n = (request.num_tokens - 1) // self.block_size
+        per_group: list[list[int]] = [[] for _ in range(self.groups)]
+        if not n or not self.blocks_by_key:
+            return HybridHits(per_group, 0)
+        keys = request.block_keys.upto(n)
+        full = 0
+        while full < n and all(self._cached(g, keys[full]) is not None for g in range(self.full)):
+            full += 1
+        length, run = full, 0
+        for i in range(full - 1, -1, -1):  # (the sliding groups: the last long-enough run, scanning back)
+            if all(self._cached(g, keys[i]) is not None for g in range(self.full, self.groups)):
+                run += 1
+                if run >= self.need:
+                    length = i + run
+                    break
+            else:
+                run = 0
+        else:
+            length = run  # no long-enough run: only the one from block 0 (the scan ended inside it, or 0)
+        for g in range(self.full):
+            per_group[g] = [self._cached(g, keys[j]) for j in range(length)]
+        skipped = self.layout.skipped(length * self.block_size, self.block_size)
+        for g in range(self.full, self.groups):
+            per_group[g] = [NULL] * skipped + [self._cached(g, keys[j]) for j in range(skipped, length)]
+        return HybridHits(per_group, length)
+
+    def hit_units(self, hits: HybridHits) -> int:
+        """Block ids a hit makes the request hold."""
+        return len(hits.ids)
+
+    def num_evictable(self, hits: HybridHits) -> int:
+        return sum(1 for b in hits.ids if self.ref_cnt[b] == 0)
+
+    def count_lookup(self, request, cached_tokens: int) -> None:
+        self.num_queries += request.num_tokens
+        self.num_hits += cached_tokens
+        request.num_cached_tokens = cached_tokens
+
+    # -- holding blocks -------------------------------------------------------------------------------------
+
+    def take_hits(self, request, hits: HybridHits) -> None:
+        for b in hits.ids:
+            if self.ref_cnt[b] == 0:
+                self.free_queue.remove(b)
+            self.ref_cnt[b] += 1
+        request.block_ids = [list(blocks) for blocks in hits.per_group]
+        request.num_blocks = len(hits.ids)
+        request.num_cached_blocks = len(hits)
+        request.num_skipped_blocks = self.layout.skipped(len(hits) * self.block_size, self.block_size)
+
+    def take(self, request, num_blocks: int) -> None:
+        """Give the request ``num_blocks`` more ids: the same number of new positions in every group (the blocks
+        behind the window having been given back first, ``slide``), taken group by group from the free queue."""
+        lists = self._lists(request)
+        per_group = num_blocks // self.groups
+        for g in range(self.groups):
+            lists[g].extend(self._allocate(g, per_group))
+        request.num_blocks += num_blocks
+
+    def _allocate(self, g: int, n: int) -> list[int]:
+        queue = self.free_queue
+        if n > queue.size:
+            raise RuntimeError(f"allocating {n} blocks with {queue.size} free")
+        taken = []
+        for _ in range(n):
+            b = queue.next[queue.head]
+            queue.remove(b)
+            key = self.key_of[b]
+            if key is not None:  # evict its cached content
+                holders = self.blocks_by_key[key]
+                del holders[b]
+                if not holders:
+                    del self.blocks_by_key[key]
+                    if self.listener is not None and key[0] == 0:
+                        self.listener((key[1],), False)
+                self.key_of[b] = None
+            self.ref_cnt[b] = 1
+            taken.append(b)
+        return taken
+
+    def slide(self, request, computed: int) -> None:
+        """Give back each sliding group's blocks wholly behind the window once ``computed`` tokens are computed
+        (vLLM's ``remove_skipped_blocks``): cached ones to the free queue's end, others to its front."""
+        skipped = self.layout.skipped(computed, self.block_size)
+        start = request.num_skipped_blocks
+        if skipped <= start or not request.block_ids:
+            return
+        freed = 0
+        for g in range(self.full, self.groups):
+            blocks = request.block_ids[g]
+            gone = []
+            for j in range(start, min(skipped, len(blocks))):
+                if blocks[j] != NULL:
+                    gone.append(blocks[j])
+                    blocks[j] = NULL
+            self._release(reversed(gone))
+            freed += len(gone)
+        request.num_blocks -= freed
+        request.num_skipped_blocks = skipped
+
+    def _release(self, blocks) -> None:
+        first, last = [], []
+        for b in blocks:
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                (first if self.key_of[b] is None else last).append(b)
+        if first:
+            self.free_queue.prepend_all(first)
+        if last:
+            self.free_queue.extend(last)
+
+    def cache_full_blocks(self, request, num_tokens: int) -> None:
+        """Cache, in every group, the request's blocks that ``num_tokens`` known tokens fill."""
+        lists = request.block_ids
+        if not lists:
+            return
+        full = min(num_tokens // self.block_size, len(lists[0]))
+        if full <= request.num_cached_blocks:
+            return
+        keys = request.block_keys.upto(full)
+        stored = []
+        for g in range(self.groups):
+            blocks = lists[g]
+            for j in range(request.num_cached_blocks, full):
+                b = blocks[j]
+                if b == NULL or self.key_of[b] is not None:
+                    continue
+                key = (g, keys[j])
+                self.key_of[b] = key
+                holders = self.blocks_by_key.get(key)
+                if holders is None:
+                    self.blocks_by_key[key] = {b: None}
+                    if g == 0:
+                        stored.append(keys[j])
+                else:
+                    holders[b] = None
+        if stored and self.listener is not None:
+            self.listener(stored, True)
+        request.num_cached_blocks = full
+
+    def free_request(self, request) -> None:
+        """Drop the request's references, group by group, each group's blocks last first (vLLM's order)."""
+        for blocks in request.block_ids:
+            self._release(b for b in reversed(blocks) if b != NULL)
+        request.block_ids = []
+        request.num_cached_blocks = 0
+        request.num_blocks = 0
+        request.num_skipped_blocks = 0
+
+    def reset_prefix_cache(self) -> None:
+        if self.num_used_blocks:
+            raise RuntimeError("resetting the prefix cache while blocks are in use")
+        keys = [key[1] for key in self.blocks_by_key if key[0] == 0]
+        self.blocks_by_key.clear()
+        self.key_of = [None] * self.num_blocks
+        if keys and self.listener is not None:
+            self.listener(keys, False)
