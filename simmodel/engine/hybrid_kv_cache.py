@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simmodel.engine.kv_cache import FreeBlockQueue
+from simmodel.engine.kv_cache import PrefixCachingBlockPool
 from simmodel.perf.capacity import cdiv
 
 if TYPE_CHECKING:
@@ -43,37 +43,20 @@ class HybridHits(list):
         return [b for blocks in self.per_group for b in blocks if b != NULL]
 
 
-class HybridPrefixCachingPool:
+class HybridPrefixCachingPool(PrefixCachingBlockPool):
     """Usable KV blocks of one rank shared by vLLM's KV cache groups, with prefix caching (see the module
-    docstring). Requests hold ``block_ids`` as one list per group; ``num_blocks`` counts their real ids."""
+    docstring): ``PrefixCachingBlockPool``'s ids, reference counts and free queue, its cached keys qualified by
+    group. Requests hold ``block_ids`` as one list per group; ``num_blocks`` counts their real ids. Its
+    ``listener`` is told of the full-attention group's cached and evicted keys (what a KV-aware router follows)."""
 
-    caching = True
     sliding = True
 
     def __init__(self, num_blocks: int, block_size: int, layout: KvLayout) -> None:
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        super().__init__(num_blocks, block_size)
         self.layout = layout
         self.full, self.groups = layout.full_groups, layout.num_groups
         self.need = cdiv(layout.window - 1, block_size)
         """Contiguous cached blocks a sliding group needs for a hit (vLLM's ``sliding_window_contiguous_blocks``)."""
-        self.ref_cnt = [0] * num_blocks
-        self.key_of: list[object | None] = [None] * num_blocks
-        self.blocks_by_key: dict[object, dict[int, None]] = {}
-        self.free_queue = FreeBlockQueue(num_blocks)
-        self.num_queries = 0
-        self.num_hits = 0
-        self.allocated = None
-        self.listener = None
-        """Told of the full-attention group's cached and evicted keys (what a KV-aware router follows)."""
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self.free_queue)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self.free_queue)
 
     def blocks_for(self, tokens: int, computed: int) -> int:
         return self.layout.blocks(tokens, computed, self.block_size)
@@ -121,20 +104,12 @@ class HybridPrefixCachingPool:
         return len(hits.ids)
 
     def num_evictable(self, hits: HybridHits) -> int:
-        return sum(1 for b in hits.ids if self.ref_cnt[b] == 0)
-
-    def count_lookup(self, request, cached_tokens: int) -> None:
-        self.num_queries += request.num_tokens
-        self.num_hits += cached_tokens
-        request.num_cached_tokens = cached_tokens
+        return super().num_evictable(hits.ids)
 
     # -- holding blocks -------------------------------------------------------------------------------------
 
     def take_hits(self, request, hits: HybridHits) -> None:
-        for b in hits.ids:
-            if self.ref_cnt[b] == 0:
-                self.free_queue.remove(b)
-            self.ref_cnt[b] += 1
+        self.touch(hits.ids)
         request.block_ids = [list(blocks) for blocks in hits.per_group]
         request.num_blocks = len(hits.ids)
         request.num_cached_blocks = len(hits)
