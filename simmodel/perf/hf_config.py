@@ -13,7 +13,8 @@ Kimi-K2), Phi-3/Phi-4, GLM-4.5, gpt-oss, Gemma 2 and OPT configs use, and the ``
   ``num_experts_per_tok``, ``moe_intermediate_size`` (Mixtral: its ``intermediate_size``), shared
   experts (``n_shared_experts``, or Qwen2-MoE's ``shared_expert_intermediate_size`` as that many
   expert widths), ``first_k_dense_replace``, Qwen2-MoE's ``decoder_sparse_step`` (MoE on every k-th layer);
-- MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``;
+- MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; DeepSeek-V3.2's
+  sparse attention: ``index_topk``, ``index_n_heads``, ``index_head_dim``;
 - sliding-window layers: ``sliding_window`` with ``layer_types`` or the family's pattern (``_sliding``).
 
 Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
@@ -34,7 +35,7 @@ from simmodel.perf.models import ModelSpec
 
 # model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
-            "deepseek_v3", "kimi_k2", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
+            "deepseek_v3", "deepseek_v32", "kimi_k2", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
 _GEMMA = ("gemma2", "gemma3_text")
 # Gemma ties its LM head to the embeddings unless the config says otherwise.
 _TIED_FAMILIES = ("opt", *_GEMMA)
@@ -351,6 +352,10 @@ def _mla(cfg: _Config) -> dict[str, int]:
     if cfg.get("kv_lora_rank") is None:
         return {}
     # A null q_lora_rank (DeepSeek-V2-Lite) means queries are projected without a low-rank step.
-    return dict(q_lora_rank=cfg.int("q_lora_rank", 0, minimum=0), kv_lora_rank=cfg.int("kv_lora_rank"),
-                qk_nope_head_dim=cfg.int("qk_nope_head_dim"), qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
-                v_head_dim=cfg.int("v_head_dim"))
+    fields = dict(q_lora_rank=cfg.int("q_lora_rank", 0, minimum=0), kv_lora_rank=cfg.int("kv_lora_rank"),
+                  qk_nope_head_dim=cfg.int("qk_nope_head_dim"), qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+                  v_head_dim=cfg.int("v_head_dim"))
+    if cfg.family == "deepseek_v32":  # DeepSeek Sparse Attention's lightning indexer
+        fields.update(index_topk=cfg.int("index_topk"), index_heads=cfg.int("index_n_heads"),
+                      index_head_dim=cfg.int("index_head_dim"))
+    return fields

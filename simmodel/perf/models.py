@@ -104,6 +104,12 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer of ``index_heads`` heads of ``index_head_dim``
+    # scores every earlier token (in FP8, its keys cached in FP8 with a float32 scale), and MLA attends over the
+    # ``index_topk`` it selects.
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
     # Vision-language models: the vision encoder. Its weights are not in num_parameters (the language
     # model's); simmodel.perf.vision prices and sizes it.
     vision: VisionTower | None = None
@@ -132,6 +138,26 @@ class ModelSpec:
         return self.num_layers - self.num_moe_layers
 
     @property
+    def is_sparse(self) -> bool:
+        """DeepSeek Sparse Attention: attention over the ``index_topk`` tokens the indexer picks."""
+        return self.index_topk > 0
+
+    @property
+    def indexer_params(self) -> int:
+        """One layer's lightning indexer: its query up-projection from the q latent, its key projection and its
+        per-head weights (and the key norm)."""
+        if not self.is_sparse:
+            return 0
+        h, d, heads = self.hidden_size, self.index_head_dim, self.index_heads
+        return self.q_lora_rank * heads * d + h * d + 2 * d + h * heads
+
+    @property
+    def indexer_kv_bytes(self) -> int:
+        """One token's indexer key per layer: ``index_head_dim`` FP8 values and one float32 scale (vLLM's
+        indexer cache)."""
+        return self.index_head_dim + 4 if self.is_sparse else 0
+
+    @property
     def qk_head_dim(self) -> int:
         """Width of one head's query·key dot product."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
@@ -151,7 +177,7 @@ class ModelSpec:
                  else h * heads * self.qk_head_dim)
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * heads * (
                 self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + heads * self.v_head_dim * h
+            return q + kv + heads * self.v_head_dim * h + self.indexer_params
         q_dim, kv_dim = heads * self.head_dim, self.num_kv_heads * self.head_dim
         return 2 * h * q_dim + 2 * h * kv_dim
 
@@ -205,9 +231,14 @@ class ModelSpec:
         return 2 * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, dtype_bytes: float | None = None) -> float:
-        """KV bytes of one token over all layers: 2 × layers × KV heads × head dim × bytes (GQA)."""
-        return self.num_layers * self.kv_values_per_token_per_layer * (
-            self.dtype_bytes if dtype_bytes is None else dtype_bytes)
+        """KV bytes of one token over all layers: 2 × layers × KV heads × head dim × bytes (GQA). DeepSeek
+        Sparse Attention adds the indexer's key, and caches an FP8 latent in vLLM's ``fp8_ds_mla`` layout: the
+        latent's FP8 values, a float32 scale per 128 of them and the rotary part in 16 bits (656 B)."""
+        b = self.dtype_bytes if dtype_bytes is None else dtype_bytes
+        if self.is_sparse and b <= 1:
+            per_layer = self.kv_lora_rank * b + self.kv_lora_rank // 128 * 4 + self.qk_rope_head_dim * 2
+            return self.num_layers * (per_layer + self.indexer_kv_bytes)
+        return self.num_layers * (self.kv_values_per_token_per_layer * b + self.indexer_kv_bytes)
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -337,6 +368,14 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
      dict(num_experts=256, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
           first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
           v_head_dim=128, weight_block_size=128)),
+    # deepseek-ai/DeepSeek-V3.2 config.json (aic deepseek-ai--DeepSeek-V3.2): DeepSeek-V3's shape (block-scaled FP8
+    # weights) with DeepSeek Sparse Attention, index_n_heads 64 of index_head_dim 128 picking index_topk 2048 tokens;
+    # model_type deepseek_v32. The MTP layer is left out, as for DeepSeek-V3.
+    (("deepseek-ai/DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3.2-Exp"),
+     (61, 7168, 128, 128, 56, 18432, 129280, False, 163840, 1),
+     dict(num_experts=256, num_experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
+          first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+          v_head_dim=128, weight_block_size=128, index_topk=2048, index_heads=64, index_head_dim=128)),
     # facebook/opt-125m config.json (torch_dtype float16): ffn_dim 3072, ReLU two-projection MLP, lm_head
     # tied to the token embedding
     (("facebook/opt-125m",), (12, 768, 12, 12, 64, 3072, 50272, True, 2048, 2), dict(gated_mlp=False)),

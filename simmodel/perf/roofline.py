@@ -366,8 +366,16 @@ class RooflineTiming(SumsTiming):
         sliding = m.num_sliding_layers if m.sliding_window else 0
         self.window = m.sliding_window if sliding else 0
         self.sliding_fraction = sliding / layers
+        # DeepSeek Sparse Attention: every layer's MLA attends over the index_topk tokens the indexer picks (capped as
+        # a window is), and the indexer itself scores every earlier token: its heads' FP8 dot products (priced at
+        # the BF16 peak's equivalent) and a read of each token's indexer key. The indexer is replicated on every GPU.
+        self.indexer_flops_per_pair = self.indexer_bytes_per_token = 0.0
+        if m.is_sparse:
+            self.window, self.sliding_fraction = m.index_topk, 1.0
+            self.indexer_flops_per_pair = 2 * layers * m.index_heads * m.index_head_dim * hw.bf16_flops / hw.fp8_flops
+            self.indexer_bytes_per_token = layers * m.indexer_kv_bytes
         self.query_bytes_per_token = layers * (m.num_attention_heads / tp) * (m.qk_head_dim + m.value_head_dim) * act
-        self.kv_bytes_per_token = d.kv_bytes_per_token_per_gpu
+        self.kv_bytes_per_token = d.kv_bytes_per_token_per_gpu - layers * m.indexer_kv_bytes  # (attention's part)
         # Output: the LM head's vocabulary shard, and sampling over the whole vocabulary.
         self.lm_head_flops_per_seq = 2 * h * m.vocab_size / tp
         self.lm_head_weight_bytes = h * m.vocab_size / tp * d.embedding_bytes
@@ -439,6 +447,7 @@ class RooflineTiming(SumsTiming):
             ranks = per_pass.shape[1]
             worker_tokens, moe_compute, moe_bytes = (np.repeat(v, ranks) for v in (worker_tokens, moe_seconds, moe_bytes))
             moe_memory = moe_bytes / hbm
+        all_pairs, all_span = pairs + decode_pairs, span
         if self.window:
             # The sliding layers' share of the pairs and KV reads, capped at the window per sequence, from the pass's
             # sums: min(Σ, sequences × window), exact when every sequence is past the window (or all within it),
@@ -449,13 +458,14 @@ class RooflineTiming(SumsTiming):
             decode_pairs = decode_pairs + s * (np.minimum(decode_pairs, decodes * w) - decode_pairs)
             span = span + s * (np.minimum(pre_span, pre_new + prefills * w) + np.minimum(dec_span, decodes * w)
                                - pre_span - dec_span)
-        attention_flops = pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
+        attention_flops = (pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
+                           + all_pairs * self.indexer_flops_per_pair)
         groups = [
             (linear_flops / lin_peak, linear_bytes / hbm),
             (moe_compute, moe_memory),
-            (attention_flops / self.attention_peak,
-             (span * self.kv_bytes_per_token + tokens * self.query_bytes_per_token) / hbm),
-            (None, tokens * self.kv_bytes_per_token / hbm),
+            (attention_flops / self.attention_peak, (span * self.kv_bytes_per_token + all_span * self.indexer_bytes_per_token
+                                                     + tokens * self.query_bytes_per_token) / hbm),
+            (None, tokens * (self.kv_bytes_per_token + self.indexer_bytes_per_token) / hbm),
             (samples * self.lm_head_flops_per_seq / self.lm_head_peak,
              (sampling * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq) / hbm),
             (None, samples * self.sampler_bytes_per_seq / hbm),

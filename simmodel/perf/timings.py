@@ -74,6 +74,10 @@ def _measured(role: WorkerRole, backend: str) -> PassTiming:
         raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices BF16 and FP8 weights from "
                             f"aiconfigurator's tables; {shown} weights ({d.model.model_id}, engine.dtype "
                             f"{d.weight_format or 'auto'}) are priced by the default timing")
+    if d.model.is_sparse:
+        raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices dense MLA attention, and "
+                            f"{d.model.model_id} attends over the {d.model.index_topk} tokens its indexer picks; use "
+                            f"the default timing")
     if d.model.sliding_window and d.model.num_sliding_layers:
         raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices attention over the whole "
                             f"context, and {d.model.model_id}'s sliding-window layers attend over "

@@ -176,3 +176,57 @@ def test_gemma():
     assert g3.num_parameters - g3.embedding_params == layers + 2 * 5376 * 62 + 5376
     assert (g3.num_parameters - g3.embedding_params) / 1e6 == pytest.approx(25_600, abs=5)
     assert (g3.num_sliding_layers, g3.num_full_attention_layers, g3.sliding_window) == (52, 10, 1024)
+
+
+def test_deepseek_v32_sparse_attention():
+    """DeepSeek-V3.2 is DeepSeek-V3 plus a lightning indexer per layer: 1536·64·128 (q up-projection) + 7168·128
+    (key) + 2·128 (its norm) + 7168·64 (head weights) = 13.96 M, × 61 = 0.85 B more (671.88 B; the card's 685 B
+    adds the 14 B MTP layer, left out as for V3). KV a token and layer: the 512 + 64 latent, 1152 B in BF16 or
+    vLLM's fp8_ds_mla 512 + 4·4 + 64·2 = 656 B, plus the indexer's 128 FP8 values and a float32 scale (132 B):
+    61 × 1284 = 78,324 B and 61 × 788 = 48,068 B."""
+    v3, v32 = MODELS["deepseek-ai/DeepSeek-V3"], MODELS["deepseek-ai/DeepSeek-V3.2"]
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    assert v32.num_parameters == v3.num_parameters + 61 * indexer
+    assert v32.kv_bytes_per_token(2) == 61 * (576 * 2 + 132) == 78_324
+    assert v32.kv_bytes_per_token(1) == 61 * (656 + 132) == 48_068
+
+
+def test_deepseek_v32_attends_over_the_top_k():
+    """A decode of 4 sequences at 9999 tokens of context on TP 8, at datasheet peaks: MLA reads the 2048 latents the
+    indexer picked (61 × 1152 B each, replicated on every GPU) and the indexer reads all 10,000 tokens' keys (61 ×
+    132 B); memory-bound (≈ 47 µs a sequence against ≈ 10 µs of FLOPs)."""
+    import numpy as np
+
+    from simmodel.perf.deployment import Deployment
+    from simmodel.perf.hardware import HARDWARE
+    from simmodel.perf.roofline import Efficiency, RooflineTiming
+    from simmodel.perf.timing import PassBatch
+
+    hw = HARDWARE["h200_sxm"]
+    timing = RooflineTiming(Deployment(MODELS["deepseek-ai/DeepSeek-V3.2"], hw, tensor=8, weight_bytes=1),
+                            Efficiency(1.0, 1.0, expert=1.0))
+    n = 4
+    batch = PassBatch(1, np.zeros(n, np.int64), np.ones(n, np.int64), np.full(n, 9999), np.ones(n, bool),
+                      np.ones(n, bool), np.array([1e6]))
+    expected = n * (2048 * 61 * 1152 + 10_000 * 61 * 132 + timing.query_bytes_per_token) / hw.hbm_bytes_per_s
+    assert timing.breakdown(batch)["attention"][0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_deepseek_v32_config_json(tmp_path):
+    """deepseek-ai/DeepSeek-V3.2's config.json (the keys read, as aiconfigurator-core's copy gives them) parses to
+    the registry row."""
+    import json
+
+    from simmodel.perf.hf_config import model_from_hf_config
+
+    cfg = {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "num_hidden_layers": 61,
+           "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+           "vocab_size": 129280, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "first_k_dense_replace": 3, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128,
+           "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert model_from_hf_config(path, "deepseek-ai/DeepSeek-V3.2") == MODELS["deepseek-ai/DeepSeek-V3.2"]
