@@ -325,8 +325,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
                 policy = role.kv_cache.host_offload.storage.prefetch_policy
                 host += "" if policy is None else f" (prefetch {policy})"
         layout = role.kv_layout
-        groups = (f" ({layout.num_groups} KV cache groups of {layout.group_size} of the {layout.num_layers} layers, "
-                  f"{layout.sliding_groups} on a {layout.window}-token window)" if layout.hybrid else "")
+        kinds = [f"{n} {kind}" for n, kind in ((layout.full_groups, "full-attention"),
+                                               (layout.sliding_groups, f"{layout.window}-token window"),
+                                               (layout.state_groups, "linear-attention state")) if n]
+        groups = (f" ({layout.num_groups} KV cache groups of {layout.group_size} layers: {', '.join(kinds)})"
+                  if layout.hybrid else "")
         stages = f" × {p.pipeline} stage(s)" if p.pipeline > 1 else ""
         parts.append(f"{role.name}: {p.replicas} worker(s){grows} × {p.attention_data} rank(s){stages}, {p.gpu_count} "
                      f"GPU(s), {role.num_kv_blocks} KV blocks of {role.kv_cache.block_size} tokens per rank{groups}{host}, "

@@ -30,7 +30,7 @@ from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, WEIGHT_FORMATS, Deployment
 from simmodel.perf.hardware import HardwareSpec
-from simmodel.perf.kv_layout import KvLayout, kv_layout
+from simmodel.perf.kv_layout import KvLayout, kv_layout, state_block_size
 from simmodel.perf.models import ModelSpec
 from simmodel.perf.pipeline import stage_memory
 
@@ -188,6 +188,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"{name} workers' GPU) gives no int8_ops; add it to the system file or choose another dtype")
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
+    if model.num_linear_layers:
+        kv_cache = _check_linear(node, kv_cache, deployment, backend, name)
     layout = _check_sliding(node, kv_cache, deployment, backend, name)
     blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction, p.pipeline)
     host = kv_cache.host_offload
@@ -364,10 +366,45 @@ def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSp
         (model.vision is not None, f"of a vision-language model ({model.model_id}) is not modelled"),
         (model.sliding_window > 0 and model.num_sliding_layers > 0 and kv.hybrid is not False,
          "with vLLM's hybrid KV cache groups (sliding-window layers) is not modelled; set kv_cache.hybrid false"),
+        (model.num_linear_layers > 0, f"of a model with linear-attention layers ({model.model_id}) is not modelled"),
     )
     for refused, why in refusals:
         if refused:
             raise ScenarioError(f"{at}: {why}")
+
+
+def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvCacheSpec:
+    """A model with linear-attention layers (Qwen3-Next): served by vLLM's hybrid KV cache manager, its state in
+    groups of their own (``perf.kv_layout``), with the block size vLLM raises to hold a layer's state (the default;
+    a smaller ``kv_cache.block_size`` is refused). Refused: other engines, the manager off, prefix caching (vLLM's
+    ``mamba_cache_mode`` align is not modelled), KV connectors (a host tier, P/D) and any role but aggregated."""
+    model, d = deployment.model, deployment
+    what = f"{model.model_id} has {model.num_linear_layers} linear-attention layers"
+    if backend != "vllm":
+        raise ScenarioError(f"engine.backend: {what}, whose state is modelled as vLLM's hybrid KV cache manager "
+                            f"keeps it; {backend}'s is not, so use backend vllm")
+    refusals = (
+        (kv.hybrid is False, "kv_cache.hybrid", "vLLM cannot serve them without its hybrid KV cache manager; "
+                                                "remove it"),
+        (kv.prefix_caching, "kv_cache.prefix_caching", "prefix caching of their states (vLLM's mamba_cache_mode "
+                                                       "align) is not modelled; set it to false"),
+        (kv.host_offload is not None, "kv_cache.host_offload", "a host tier beside their states is not modelled"),
+        (name != "aggregated", "parallelism", f"{name} workers of such a model are not modelled (P/D handoffs "
+                                              f"of their states); serve it aggregated"),
+    )
+    for refused, field, why in refusals:
+        if refused:
+            raise ScenarioError(f"{node.at(field)}: {what}: {why}")
+    per_token = d.kv_bytes_per_token_per_gpu / model.num_attention_layers
+    state = d.linear_state_bytes_per_gpu / model.num_linear_layers
+    needed = state_block_size(per_token, state)
+    if node.node("kv_cache").raw("block_size", None) is None:
+        return replace(kv, block_size=needed)
+    if kv.block_size < needed:
+        raise ScenarioError(f"{node.at('kv_cache.block_size')}: {what}; vLLM raises the block size to {needed} "
+                            f"tokens so that one attention layer's block holds one layer's state "
+                            f"({state / 1e6:.2f} MB); got {kv.block_size}")
+    return kv
 
 
 def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvLayout:
@@ -378,7 +415,7 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
     sliding = model.sliding_window > 0 and model.num_sliding_layers > 0
     at = node.at("kv_cache.hybrid")
     if not sliding:
-        if kv.hybrid is not None:
+        if kv.hybrid is not None and not model.num_linear_layers:
             raise ScenarioError(f"{at}: only applies to models with sliding-window layers, and {model.model_id} has "
                                 f"none; remove it")
         return kv_layout(model)

@@ -29,7 +29,7 @@ class BlockPool:
         self.num_free_blocks = num_blocks
         self.block_size = block_size
         self.layout = layout
-        self.sliding = layout is not None and layout.hybrid
+        self.sliding = layout is not None and layout.sliding_groups > 0
         """Whether requests free blocks behind a sliding window (``slide``)."""
 
     def blocks_for(self, tokens: int, computed: int) -> int:
@@ -133,7 +133,8 @@ class PrefixCachingBlockPool:
 
     caching = True
     sliding = False
-    """(Sliding-window groups are counted by ``BlockPool`` only.)"""
+    layout = None
+    """(One group: ``HybridPrefixCachingPool`` holds several.)"""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks

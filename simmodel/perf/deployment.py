@@ -114,7 +114,7 @@ class Deployment:
         """Attention, dense MLPs, embeddings, LM head and norms of one GPU of a rank."""
         m = self.model
         lm_head = 0 if m.tie_word_embeddings else m.embedding_params
-        dense = (m.num_layers * m.attention_params + m.num_dense_layers * m.dense_mlp_params
+        dense = (m.mixer_params + m.num_dense_layers * m.dense_mlp_params
                  + m.embedding_params + lm_head)
         return dense / self.tensor + 2 * m.hidden_size * m.num_layers + m.hidden_size
 
@@ -140,6 +140,13 @@ class Deployment:
         return total
 
     @property
+    def linear_state_bytes_per_gpu(self) -> float:
+        """One sequence's linear-attention state over every such layer on one GPU (16-bit, as vLLM keeps it with
+        its mamba cache dtypes at ``auto``); 0 for a model without them."""
+        m = self.model
+        return m.num_linear_layers * m.linear_state_values(self.tensor) * self.activation_bytes
+
+    @property
     def kv_bytes_per_token_per_gpu(self) -> float:
         """KV bytes one GPU stores for one token of context, all layers."""
         m = self.model
@@ -147,5 +154,5 @@ class Deployment:
             per_gpu = m.kv_bytes_per_token(self.kv_bytes)
         else:
             heads = max(1.0, m.num_kv_heads * self.decode_context / self.tensor)
-            per_gpu = m.num_layers * 2 * heads * m.head_dim * self.kv_bytes
+            per_gpu = m.num_attention_layers * 2 * heads * m.head_dim * self.kv_bytes
         return per_gpu / (self.decode_context * self.prefill_context)

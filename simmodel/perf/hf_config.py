@@ -35,7 +35,7 @@ from simmodel.perf.models import ModelSpec
 
 # model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
-            "deepseek_v3", "deepseek_v32", "kimi_k2", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
+            "deepseek_v3", "deepseek_v32", "kimi_k2", "qwen3_next", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
 _GEMMA = ("gemma2", "gemma3_text")
 # Gemma ties its LM head to the embeddings unless the config says otherwise.
 _TIED_FAMILIES = ("opt", *_GEMMA)
@@ -88,7 +88,21 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
         tie_word_embeddings=cfg.bool("tie_word_embeddings", family in _TIED_BY_DEFAULT),
         max_position_embeddings=cfg.int("max_position_embeddings"), dtype_bytes=_dtype_bytes(cfg),
         gated_mlp=family not in _UNGATED, weight_block_size=_block_size(cfg), **_formats(cfg),
-        **_moe(cfg, intermediate), **_mla(cfg), **_sliding(cfg, layers))
+        **_moe(cfg, intermediate), **_mla(cfg), **_sliding(cfg, layers), **_linear(cfg, layers))
+
+
+def _linear(cfg: _Config, layers: int) -> dict[str, Any]:
+    """Qwen3-Next's layers: every ``full_attention_interval``-th gated attention (its query projection doubled for
+    the output gate), the others Gated DeltaNet with ``linear_*`` heads and a ``linear_conv_kernel_dim`` tap
+    convolution."""
+    if cfg.family != "qwen3_next":
+        return {}
+    attention = layers // cfg.int("full_attention_interval", 4)
+    return dict(attention_output_gate=True, num_linear_layers=layers - attention,
+                linear_key_heads=cfg.int("linear_num_key_heads"), linear_value_heads=cfg.int("linear_num_value_heads"),
+                linear_key_head_dim=cfg.int("linear_key_head_dim"),
+                linear_value_head_dim=cfg.int("linear_value_head_dim"),
+                linear_conv_kernel=cfg.int("linear_conv_kernel_dim"))
 
 
 def _text_config(root: _Config, family: str) -> _Config:

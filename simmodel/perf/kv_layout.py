@@ -16,6 +16,11 @@ model's block, the pool has twice as many, and a long request holds about half t
 With the hybrid manager off (``--disable-hybrid-kv-cache-manager``: ``kv_cache.hybrid: false``) sliding layers
 keep KV for the whole context, as full ones (their attention still reads the window only); a model whose layers
 all slide keeps one sliding group either way.
+
+Linear-attention layers (Qwen3-Next's Gated DeltaNet, vLLM's Mamba specs) keep a fixed-size state per sequence:
+their groups hold one block per request (without prefix caching), and the block size is raised until one
+attention layer's block holds one layer's state (``state_block_size``): Qwen3-Next at TP 1 gets 544-token blocks,
+its 12 attention and 36 linear layers groups of 12 (one attention group, three state groups).
 """
 
 from __future__ import annotations
@@ -31,25 +36,29 @@ class KvLayout:
     """The KV cache groups of one model (see the module docstring)."""
 
     num_layers: int
+    """Layers with a KV cache (attention layers)."""
     group_size: int
     """Layers one block id holds."""
     full_groups: int = 1
     sliding_groups: int = 0
     window: int = 0
     """Tokens a sliding layer sees (``ModelSpec.sliding_window``); 0 without sliding groups."""
+    state_groups: int = 0
+    """Groups of linear-attention layers (vLLM's Mamba groups): one block per request each, holding its state
+    (without prefix caching, vLLM's ``mamba_cache_mode`` none)."""
 
     @property
     def hybrid(self) -> bool:
-        """Whether some group frees the blocks behind its window."""
-        return self.sliding_groups > 0
+        """Whether the layers are in several kinds of group (sliding-window or state groups)."""
+        return self.sliding_groups > 0 or self.state_groups > 0
 
     @property
     def num_groups(self) -> int:
-        return self.full_groups + self.sliding_groups
+        return self.full_groups + self.sliding_groups + self.state_groups
 
     @property
     def block_fraction(self) -> float:
-        """A block's bytes as a fraction of a block of every layer (the whole model's KV for its tokens)."""
+        """A block's bytes as a fraction of a block of every attention layer (the model's KV for its tokens)."""
         return self.group_size / self.num_layers
 
     def skipped(self, computed: int, block_size: int) -> int:
@@ -61,15 +70,16 @@ class KvLayout:
         """Block ids a request holds over every group with slots for ``tokens`` tokens, once it has computed
         ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks."""
         positions = cdiv(tokens, block_size)
+        held = (self.full_groups + self.sliding_groups) * positions + self.state_groups
         if not self.sliding_groups:
-            return self.full_groups * positions
-        return self.num_groups * positions - self.sliding_groups * self.skipped(computed, block_size)
+            return held
+        return held - self.sliding_groups * self.skipped(computed, block_size)
 
     def max_blocks(self, context_length: int, block_size: int, max_batched_tokens: int) -> int:
         """The most block ids one request can hold: a full group's whole context, and a sliding group's window plus
         the largest chunk computed at once and a block of slack (vLLM's ``max_memory_usage_bytes`` of a
         ``SlidingWindowSpec``, the check that one request fits at startup)."""
-        full = self.full_groups * cdiv(context_length, block_size)
+        full = self.full_groups * cdiv(context_length, block_size) + self.state_groups
         if not self.sliding_groups:
             return full
         window = cdiv(min(self.window - 1 + max_batched_tokens, context_length), block_size) + 1
@@ -82,16 +92,27 @@ class KvLayout:
 
 
 def kv_layout(model: ModelSpec, hybrid: bool = True) -> KvLayout:
-    """The groups vLLM forms for ``model``; ``hybrid`` False: vLLM's hybrid KV cache manager off."""
-    layers = model.num_layers
+    """The groups vLLM forms for ``model``; ``hybrid`` False: vLLM's hybrid KV cache manager off (which vLLM
+    cannot do for a model with linear-attention layers: the configuration refuses it)."""
+    layers = model.num_attention_layers
     sliding = model.num_sliding_layers if model.sliding_window else 0
-    full = layers - sliding
-    if not sliding:
+    full, linear = layers - sliding, model.num_linear_layers
+    if not sliding and not linear:
         return KvLayout(layers, layers)
-    if not full:  # one attention type: one group, sliding with the manager on or off
+    if not full and not linear:  # one attention type: one group, sliding with the manager on or off
         return KvLayout(layers, layers, full_groups=0, sliding_groups=1, window=model.sliding_window)
-    if not hybrid:  # sliding specs promoted to full ones
+    if not hybrid and not linear:  # sliding specs promoted to full ones
         return KvLayout(layers, layers)
-    small, large = min(full, sliding), max(full, sliding)
+    buckets = [n for n in (full, sliding, linear) if n]
+    small, large = min(buckets), max(buckets)
     size = large if large < 1.5 * small else small
-    return KvLayout(layers, size, cdiv(full, size), cdiv(sliding, size), model.sliding_window)
+    return KvLayout(layers, size, cdiv(full, size), cdiv(sliding, size), model.sliding_window if sliding else 0,
+                    cdiv(linear, size))
+
+
+def state_block_size(attention_bytes_per_token: float, state_bytes: float, alignment: int = 16) -> int:
+    """The KV block size vLLM sets for a model with linear-attention layers (``HybridAttentionMambaModelConfig``):
+    the smallest multiple of the attention kernel's ``alignment`` whose attention page (block size × one layer's
+    KV bytes per token) holds one layer's state (``state_bytes``), so that both kinds of group share block ids of
+    one size (the state's page padded to it)."""
+    return alignment * cdiv(int(state_bytes), int(alignment * attention_bytes_per_token))

@@ -95,6 +95,16 @@ class ModelSpec:
     """Layers that attend within ``sliding_window`` (gpt-oss: every even layer; Gemma 3: five of every six); the
     others attend to the whole context. vLLM's hybrid KV cache keeps only the window's KV blocks for them
     (``perf.kv_layout``)."""
+    attention_output_gate: bool = False
+    """The query projection also gives a sigmoid gate on the attention output (Qwen3-Next): twice its width."""
+    # Linear attention (Qwen3-Next's Gated DeltaNet): these layers keep a fixed-size state per sequence instead of
+    # KV (a convolution window and a heads × key dim × value dim matrix), read and written each pass.
+    num_linear_layers: int = 0
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
     attention_chunk_size: int = 0
     """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
     modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""
@@ -129,9 +139,42 @@ class ModelSpec:
         return (self.num_layers - self.first_dense_layers) // self.moe_layer_step if self.is_moe else 0
 
     @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention (and a KV cache): all but the linear-attention ones."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def num_full_attention_layers(self) -> int:
-        """Layers attending to the whole context (all of them without a sliding window)."""
-        return self.num_layers - (self.num_sliding_layers if self.sliding_window else 0)
+        """Layers attending to the whole context (the attention layers less the sliding-window ones)."""
+        return self.num_attention_layers - (self.num_sliding_layers if self.sliding_window else 0)
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a linear-attention layer's causal convolution: its queries, keys and values."""
+        return 2 * self.linear_key_heads * self.linear_key_head_dim + self.linear_value_heads * self.linear_value_head_dim
+
+    @property
+    def linear_attention_params(self) -> int:
+        """One Gated DeltaNet layer (vLLM's ``GatedDeltaNet``): the q/k/v/z and b/a input projections, the
+        depthwise convolution, the per-head decay and step biases, the gated norm and the output projection."""
+        if not self.num_linear_layers:
+            return 0
+        h, value_dim = self.hidden_size, self.linear_value_heads * self.linear_value_head_dim
+        qkvz = h * (2 * self.linear_key_heads * self.linear_key_head_dim + 2 * value_dim)
+        return (qkvz + h * 2 * self.linear_value_heads + self.linear_conv_dim * self.linear_conv_kernel
+                + 2 * self.linear_value_heads + self.linear_value_head_dim + value_dim * h)
+
+    def linear_state_values(self, tensor: int = 1) -> float:
+        """Values of one sequence's state in one linear-attention layer on one of ``tensor`` GPUs (vLLM's
+        ``gated_delta_net_state_shape``): the convolution's last ``kernel − 1`` inputs of its channels, and a
+        key dim × value dim matrix per value head."""
+        return (self.linear_conv_dim * (self.linear_conv_kernel - 1)
+                + self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim) / tensor
+
+    @property
+    def mixer_params(self) -> int:
+        """Token-mixing weights of every layer: attention projections, or a linear-attention layer's."""
+        return self.num_attention_layers * self.attention_params + self.num_linear_layers * self.linear_attention_params
 
     @property
     def num_dense_layers(self) -> int:
@@ -179,7 +222,7 @@ class ModelSpec:
                 self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + heads * self.v_head_dim * h + self.indexer_params
         q_dim, kv_dim = heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return 2 * h * q_dim + 2 * h * kv_dim
+        return (3 if self.attention_output_gate else 2) * h * q_dim + 2 * h * kv_dim
 
     @property
     def dense_mlp_params(self) -> int:
@@ -205,7 +248,7 @@ class ModelSpec:
         """Every weight: embeddings, LM head unless tied, attention, MLPs or experts, norms."""
         norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else self.embedding_params
-        return (self.num_layers * self.attention_params + self.num_dense_layers * self.dense_mlp_params
+        return (self.mixer_params + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * self.moe_layer_params + self.embedding_params + lm_head + norms)
 
     @property
@@ -215,7 +258,7 @@ class ModelSpec:
                       + self.hidden_size * self.num_experts)
         norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else self.embedding_params
-        return (self.num_layers * self.attention_params + self.num_dense_layers * self.dense_mlp_params
+        return (self.mixer_params + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * active_moe + self.embedding_params + lm_head + norms)
 
     def weight_bytes(self, dtype_bytes: float | None = None) -> float:
@@ -238,7 +281,7 @@ class ModelSpec:
         if self.is_sparse and b <= 1:
             per_layer = self.kv_lora_rank * b + self.kv_lora_rank // 128 * 4 + self.qk_rope_head_dim * 2
             return self.num_layers * (per_layer + self.indexer_kv_bytes)
-        return self.num_layers * (self.kv_values_per_token_per_layer * b + self.indexer_kv_bytes)
+        return self.num_attention_layers * (self.kv_values_per_token_per_layer * b + self.indexer_kv_bytes)
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -344,6 +387,16 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     # Qwen/Qwen3-235B-A22B config.json (aic Qwen--Qwen3-235B-A22B); no -Base on the Hub
     (("Qwen/Qwen3-235B-A22B",), (94, 4096, 64, 4, 128, 12288, 151936, False, 40960, 2),
      dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=1536)),
+    # Qwen/Qwen3-Next-80B-A3B-Thinking config.json (ai-dynamo/aiconfigurator src/aiconfigurator/model_configs @
+    # 1b7cfb1; -Instruct shares the shape): full_attention_interval 4, so layers 3, 7, … (12) are gated attention
+    # (16 heads and 2 KV heads of 256, the query projection twice as wide for the output gate) and the other 36
+    # Gated DeltaNet (16 key heads and 32 value heads of 128, a 4-tap convolution); every layer MoE, 512 experts of
+    # 512, top 10, and a shared expert of 512. The model card's 80 B total (79.68 B here, the MTP layer left out).
+    (("Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking"),
+     (48, 2048, 16, 2, 256, 5120, 151936, False, 262144, 2),
+     dict(num_experts=512, num_experts_per_token=10, moe_intermediate_size=512, num_shared_experts=1,
+          attention_output_gate=True, num_linear_layers=36, linear_key_heads=16, linear_value_heads=32,
+          linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel=4)),
     # mistralai/Mixtral-8x7B-v0.1 config.json (aic mistralai--Mixtral-8x7B-v0.1): every layer is MoE and
     # its intermediate_size 14336 is the expert's
     (("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),

@@ -331,8 +331,8 @@ class RooflineTiming(SumsTiming):
         tp, act = d.tensor, d.activation_bytes
         layers, h = m.num_layers, m.hidden_size
         # Per token, per GPU of the rank: dense GEMM FLOPs (attention projections and dense MLPs).
-        self.dense_flops_per_token = 2 * (layers * m.attention_params + m.num_dense_layers * m.dense_mlp_params) / tp
-        self.dense_weight_bytes = (layers * m.attention_params + m.num_dense_layers * m.dense_mlp_params) / tp * d.weight_bytes
+        self.dense_flops_per_token = 2 * (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp
+        self.dense_weight_bytes = (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp * d.weight_bytes
         self.activation_bytes_per_token = LINEAR_ACTIVATION_PASSES * layers * h * act
         # Mixture of experts: each token runs top-k routed experts and the shared ones, spread over the
         # worker's moe_tensor × moe_expert GPUs (the small router GEMM is spread with them).
@@ -356,16 +356,21 @@ class RooflineTiming(SumsTiming):
         self.route_fraction = m.num_experts_per_token / m.num_experts if m.is_moe else 0.0
         # Attention: per query·key pair and layer, QKᵀ and AV over the GPU's heads. MLA decodes in the
         # absorbed form (vLLM): QKᵀ over the latent and rotary part, AV over the latent.
-        heads = m.num_attention_heads / tp
-        self.attention_flops_per_pair = 2 * layers * heads * (m.qk_head_dim + m.value_head_dim)
+        heads, attending = m.num_attention_heads / tp, m.num_attention_layers
+        self.attention_flops_per_pair = 2 * attending * heads * (m.qk_head_dim + m.value_head_dim)
         self.decode_attention_flops_per_pair = (
-            2 * layers * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla
+            2 * attending * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla
             else self.attention_flops_per_pair)
+        # Linear attention (Gated DeltaNet): per token and layer, the state's decay, rank-one update and read-out over
+        # the GPU's value heads (4 × 2 FLOPs per state value, however long the context); per sequence and pass, its
+        # state read and written back.
+        self.linear_flops_per_token = 8 * m.num_linear_layers * m.linear_state_values(tp)
+        self.linear_state_io_bytes = 2 * d.linear_state_bytes_per_gpu
         # Sliding-window layers (gpt-oss, Gemma) attend over at most the window: their query·key pairs and KV reads
         # are capped per sequence (see ``_kernels``); with or without vLLM's hybrid KV cache, as vLLM notes.
         sliding = m.num_sliding_layers if m.sliding_window else 0
         self.window = m.sliding_window if sliding else 0
-        self.sliding_fraction = sliding / layers
+        self.sliding_fraction = sliding / attending
         # DeepSeek Sparse Attention: every layer's MLA attends over the index_topk tokens the indexer picks (capped as
         # a window is), and the indexer itself scores every earlier token: its heads' FP8 dot products (priced at
         # the BF16 peak's equivalent) and a read of each token's indexer key. The indexer is replicated on every GPU.
@@ -374,7 +379,7 @@ class RooflineTiming(SumsTiming):
             self.window, self.sliding_fraction = m.index_topk, 1.0
             self.indexer_flops_per_pair = 2 * layers * m.index_heads * m.index_head_dim * hw.bf16_flops / hw.fp8_flops
             self.indexer_bytes_per_token = layers * m.indexer_kv_bytes
-        self.query_bytes_per_token = layers * (m.num_attention_heads / tp) * (m.qk_head_dim + m.value_head_dim) * act
+        self.query_bytes_per_token = attending * heads * (m.qk_head_dim + m.value_head_dim) * act
         self.kv_bytes_per_token = d.kv_bytes_per_token_per_gpu - layers * m.indexer_kv_bytes  # (attention's part)
         # Output: the LM head's vocabulary shard, and sampling over the whole vocabulary.
         self.lm_head_flops_per_seq = 2 * h * m.vocab_size / tp
@@ -459,12 +464,13 @@ class RooflineTiming(SumsTiming):
             span = span + s * (np.minimum(pre_span, pre_new + prefills * w) + np.minimum(dec_span, decodes * w)
                                - pre_span - dec_span)
         attention_flops = (pairs * self.attention_flops_per_pair + decode_pairs * self.decode_attention_flops_per_pair
-                           + all_pairs * self.indexer_flops_per_pair)
+                           + all_pairs * self.indexer_flops_per_pair + tokens * self.linear_flops_per_token)
+        attention_bytes = (span * self.kv_bytes_per_token + all_span * self.indexer_bytes_per_token
+                           + tokens * self.query_bytes_per_token + (prefills + decodes) * self.linear_state_io_bytes)
         groups = [
             (linear_flops / lin_peak, linear_bytes / hbm),
             (moe_compute, moe_memory),
-            (attention_flops / self.attention_peak, (span * self.kv_bytes_per_token + all_span * self.indexer_bytes_per_token
-                                                     + tokens * self.query_bytes_per_token) / hbm),
+            (attention_flops / self.attention_peak, attention_bytes / hbm),
             (None, tokens * (self.kv_bytes_per_token + self.indexer_bytes_per_token) / hbm),
             (samples * self.lm_head_flops_per_seq / self.lm_head_peak,
              (sampling * self.lm_head_weight_bytes + samples * self.logit_bytes_per_seq) / hbm),

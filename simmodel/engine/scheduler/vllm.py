@@ -249,8 +249,8 @@ class VllmScheduler:
         blocks are free: what the loop of ``schedule()`` does, with less per request. False (nothing
         changed) otherwise, and the loop plans the pass."""
         running = self.running
-        if not running or len(running) > token_budget or self.pool.sliding:
-            return False  # (sliding-window groups free blocks as they go: the loop plans the pass)
+        if not running or len(running) > token_budget or self.pool.layout is not None:
+            return False  # (several KV cache groups, maybe freeing blocks as they go: the loop plans the pass)
         bs = self.block_size
         needed, contexts, decodes = [], [], []
         total = 0
