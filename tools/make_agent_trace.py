@@ -49,6 +49,9 @@ def sessions(rng: np.random.Generator) -> list[dict]:
 
 
 def main() -> None:
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        print(__doc__.strip().splitlines()[-1])
+        raise SystemExit(0 if sys.argv[1] in ("-h", "--help") else 2)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "scenarios" / "traces" / "agent-sessions.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(row) + "\n" for row in sessions(np.random.default_rng(SEED))))

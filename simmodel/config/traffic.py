@@ -229,6 +229,9 @@ def _traffic(node: _Node, base_dir: Path) -> Traffic:
     if kind in ("sessions", "agentic") and load.max_concurrency is not None:
         raise ScenarioError(f"{ld.at('max_concurrency')}: not with {kind} sessions (a session's calls are "
                             f"its own closed loop); use type: concurrency for a number of sessions")
+    if kind == "agentic" and load.rescale_to_rate:
+        raise ScenarioError(f"{ld.at('rescale_to_rate')}: spreads N requests over N / rate, and an agentic load's "
+                            f"unit is a session of several calls; remove it")
     if kind == "agentic" and load_type == "stages":
         raise ScenarioError(f"{ld.at('type')}: stages of agentic sessions are not modelled; use trace_timestamps, "
                             f"concurrency or a session rate")

@@ -209,8 +209,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                                 f"behind it, vLLM reads a prompt's blocks found on storage into the host before "
                                 f"loading them, so such a prompt would never load; give it at least "
                                 f"{prompt * block_bytes / (1 << 30):.3g} GiB or lower context_length")
-    needed = (layout.max_blocks(context_length, kv_cache.block_size, scheduler.max_batched_tokens) if layout.hybrid
-              else rules.blocks_needed(context_length, kv_cache.block_size))
+    # (several groups: what one request takes at admission, its whole prompt in every group when vLLM reserves it,
+    # else vLLM's startup check, the sliding groups' window and chunk)
+    needed = (rules.blocks_needed(context_length, kv_cache.block_size) if not layout.hybrid
+              else layout.blocks(context_length, 0, kv_cache.block_size) if scheduler.reserve_full_isl
+              else layout.max_blocks(context_length, kv_cache.block_size, scheduler.max_batched_tokens))
     if blocks < needed:
         held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "
@@ -364,6 +367,8 @@ def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSp
         (kv.host_offload is not None, "with a host KV tier is not modelled; remove kv_cache.host_offload"),
         (speculation is not None, "with speculative decoding is not modelled; remove engine.speculation"),
         (model.vision is not None, f"of a vision-language model ({model.model_id}) is not modelled"),
+        (model.sliding_window > 0 and model.num_sliding_layers == model.num_layers,
+         f"of a model whose every layer attends within a window ({model.model_id}) is not modelled"),
         (model.sliding_window > 0 and model.num_sliding_layers > 0 and kv.hybrid is not False,
          "with vLLM's hybrid KV cache groups (sliding-window layers) is not modelled; set kv_cache.hybrid false"),
         (model.num_linear_layers > 0, f"of a model with linear-attention layers ({model.model_id}) is not modelled"),
@@ -425,14 +430,18 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
                             f"hybrid KV cache manager keeps it; {backend}'s sliding-window KV pool is not modelled, so "
                             f"use backend vllm")
     layout = kv_layout(model, kv.hybrid is not False)
-    if layout.hybrid and layout.full_groups:
+    if layout.hybrid:
         why = ("kv_cache.host_offload" if kv.host_offload
                else f"{name} workers" if name in ("prefill", "decode") else None)
-        if why is not None:
+        if why is not None and layout.full_groups:
             raise ScenarioError(f"{at}: vLLM's hybrid KV cache manager (on by default for {model.model_id}'s "
                                 f"sliding-window layers) is not modelled with {why} (KV connectors, which vLLM runs "
                                 f"without it unless they support it); set kv_cache.hybrid false "
                                 f"(--disable-hybrid-kv-cache-manager: their KV kept for the whole context)")
+        if why is not None:
+            raise ScenarioError(f"{node.at(why) if why.startswith('kv_cache') else node.path}: every layer of "
+                                f"{model.model_id} attends within a {model.sliding_window}-token window, whose blocks "
+                                f"vLLM frees as it goes; that is not modelled with {why} (KV connectors)")
     return layout
 
 

@@ -56,21 +56,28 @@ class TracedCall:
     importer's rule."""
 
 
-def lower(calls: list[TracedCall]) -> list[AgentSession]:
-    """Sessions from recorded calls whose ``parents`` are set (see the module docstring)."""
+def lower(calls: list[TracedCall], where: Path) -> list[AgentSession]:
+    """Sessions from recorded calls whose ``parents`` are set (see the module docstring); ``where``: the file, named
+    by the errors (a call id twice in a session, a call waiting on one that does not come before it)."""
     by_session: dict[str, list[TracedCall]] = {}
     for c in calls:
         by_session.setdefault(c.session, []).append(c)
     sessions = []
     for name, members in by_session.items():
-        members.sort(key=lambda c: c.start_s)
-        index = {c.name: k for k, c in enumerate(members)}
+        members.sort(key=lambda c: (c.start_s, c.end_s))
+        index: dict[str, int] = {}
+        for k, c in enumerate(members):
+            if index.setdefault(c.name, k) != k:
+                raise ScenarioError(f"{where}: call {c.name!r} appears twice in session {name!r}")
         context: list[int] = []  # tokens of each call's context (prompt + answer)
         own: list[int] = []  # tokens each call adds itself (new + answer)
         out = []
         first = members[0].start_s
-        for c in members:
+        for k, c in enumerate(members):
             parents = tuple(index[p] for p in c.parents)
+            if any(p >= k for p in parents):
+                raise ScenarioError(f"{where}: call {c.name!r} of session {name!r} would wait on a call that starts with "
+                                    f"or after it (their times tie); the calls' order cannot be told")
             keeps = False
             new = c.input_tokens
             if parents:
@@ -151,22 +158,27 @@ def read_dynamo(path: Path, block_size: int = 512) -> list[AgentSession]:
                                 max(1, _tokens(where, request.get("output_tokens", 1), "request.output_tokens"))))
     if not calls:
         raise ScenarioError(f"{path}: no request_end rows")
-    _chain_dynamo(calls, parent_of)
-    return lower(calls)
+    _chain_dynamo(calls, parent_of, path)
+    return lower(calls, path)
 
 
-def _chain_dynamo(calls: list[TracedCall], parent_of: dict[str, str]) -> None:
+def _chain_dynamo(calls: list[TracedCall], parent_of: dict[str, str], where: Path) -> None:
     """Chain each session's calls in start order; hang sub-agent sessions on their root session (see the module
-    docstring), renaming their calls into it."""
+    docstring), renaming their calls into it. A sub-agent's first call waits on its parent's latest call that
+    started strictly before it; the parent's first call that starts after the sub-agent's last call started and
+    ended waits on the sub-agent's last call to end."""
     def root(session: str) -> str:
-        seen = set()
-        while session in parent_of and session not in seen:
-            seen.add(session)
+        seen = [session]
+        while session in parent_of:
             session = parent_of[session]
+            if session in seen:
+                raise ScenarioError(f"{where}: agent_context.parent_session_id: sessions {' → '.join(seen)} → "
+                                    f"{session} are each other's parents")
+            seen.append(session)
         return session
 
     by_session: dict[str, list[TracedCall]] = {}
-    for c in sorted(calls, key=lambda c: c.start_s):
+    for c in sorted(calls, key=lambda c: (c.start_s, c.end_s)):
         by_session.setdefault(c.session, []).append(c)
     for members in by_session.values():
         for prev, c in zip(members, members[1:]):
@@ -175,12 +187,13 @@ def _chain_dynamo(calls: list[TracedCall], parent_of: dict[str, str]) -> None:
         kids, elders = by_session.get(child), by_session.get(parent)
         if not kids or not elders:
             continue
-        before = [c for c in elders if c.start_s <= kids[0].start_s]
+        before = [c for c in elders if c.start_s < kids[0].start_s]
         if before:
             kids[0].parents = [before[-1].name]
-        after = [c for c in elders if c.start_s >= kids[-1].end_s]
+        last = max(kids, key=lambda c: c.end_s)
+        after = [c for c in elders if c.start_s >= last.end_s and c.start_s > kids[-1].start_s]
         if after:
-            after[0].parents = [*after[0].parents, kids[-1].name]
+            after[0].parents = [*after[0].parents, last.name]
     for c in calls:
         c.session = root(c.session)
 
@@ -190,12 +203,14 @@ def _chain_dynamo(calls: list[TracedCall], parent_of: dict[str, str]) -> None:
 _LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
 
 
-def _attributes(span: dict) -> dict:
+def _attributes(where: str, span: dict) -> dict:
     """A span's attributes as a flat dict: OTLP's ``[{key, value: {stringValue | intValue | ...}}]`` or already
     flat."""
     attrs = span.get("attributes") or {}
     if isinstance(attrs, dict):
         return attrs
+    if not isinstance(attrs, list):
+        raise ScenarioError(f"{where}: attributes: must be a list of {{key, value}} objects or an object")
     flat = {}
     for item in attrs:
         if isinstance(item, dict) and isinstance(item.get("value"), dict) and item["value"]:
@@ -203,11 +218,30 @@ def _attributes(span: dict) -> dict:
     return flat
 
 
-def _spans(row) -> list[dict]:
-    if isinstance(row, dict) and "resourceSpans" in row:
-        return [span for rs in row.get("resourceSpans") or [] for ss in (rs.get("scopeSpans") or [])
-                for span in (ss.get("spans") or [])]
-    return [row]
+def _list(where: str, value, key: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ScenarioError(f"{where}: {key}: must be a list, got {type(value).__name__}")
+    return value
+
+
+def _spans(where: str, row: dict) -> list[dict]:
+    """The spans of one line: an OTLP ``TracesData`` (``resourceSpans`` → ``scopeSpans`` → ``spans``) or one span."""
+    if "resourceSpans" not in row:
+        return [row]
+    spans = []
+    for rs in _list(where, row["resourceSpans"], "resourceSpans"):
+        if not isinstance(rs, dict):
+            raise ScenarioError(f"{where}: resourceSpans: each must be an object")
+        for ss in _list(where, rs.get("scopeSpans"), "scopeSpans"):
+            if not isinstance(ss, dict):
+                raise ScenarioError(f"{where}: scopeSpans: each must be an object")
+            for span in _list(where, ss.get("spans"), "spans"):
+                if not isinstance(span, dict):
+                    raise ScenarioError(f"{where}: spans: each must be an object")
+                spans.append(span)
+    return spans
 
 
 def read_otel(path: Path, block_size: int = 512) -> list[AgentSession]:
@@ -216,8 +250,8 @@ def read_otel(path: Path, block_size: int = 512) -> list[AgentSession]:
         where = f"{path}: line {n}"
         if not isinstance(row, dict):
             raise ScenarioError(f"{where}: must be a JSON object (an OTLP TracesData or a span)")
-        for span in _spans(row):
-            attrs = _attributes(span)
+        for span in _spans(where, row):
+            attrs = _attributes(where, span)
             if attrs.get("gen_ai.operation.name") not in _LLM_OPERATIONS:
                 continue
             isl = attrs.get("gen_ai.usage.input_tokens", attrs.get("gen_ai.usage.prompt_tokens"))
@@ -234,19 +268,19 @@ def read_otel(path: Path, block_size: int = 512) -> list[AgentSession]:
         raise ScenarioError(f"{path}: no GenAI inference spans (gen_ai.operation.name chat, text_completion or "
                             f"generate_content)")
     _frontier(calls)
-    return lower(calls)
+    return lower(calls, path)
 
 
 def _frontier(calls: list[TracedCall]) -> None:
     """Each call waits on the calls of its session that ended before it started and that no other of those waits
     on (directly or not); the one with the largest context first."""
     by_session: dict[str, list[TracedCall]] = {}
-    for c in sorted(calls, key=lambda c: c.start_s):
+    for c in sorted(calls, key=lambda c: (c.start_s, c.end_s)):
         by_session.setdefault(c.session, []).append(c)
     for members in by_session.values():
         ancestors: dict[str, set[str]] = {}
-        for c in members:
-            done = [d for d in members if d is not c and d.end_s <= c.start_s]
+        for k, c in enumerate(members):
+            done = [d for d in members[:k] if d.end_s <= c.start_s]  # (earlier in start order: already placed)
             below = set().union(*(ancestors[d.name] for d in done)) if done else set()
             leaves = [d for d in done if d.name not in below]
             leaves.sort(key=lambda d: -(d.input_tokens + d.output_tokens))

@@ -42,6 +42,9 @@ _KEYS = {"session", "call", "after", "wait_ms", "start_s", "new_input_tokens", "
          "system_tokens", "keeps_context"}
 MAX_TOKENS = 1_000_000_000
 MAX_SECONDS = 1e9
+MAX_WAIT_MS = 1e10
+"""The longest wait a call may give (115 days): a session's waits stay inside the simulated clock's default
+``traffic.stop.max_virtual_time_seconds``."""
 
 
 def read_agent_trace(path: Path, fmt: str = "simmodel", block_size: int = 512) -> list[AgentSession]:
@@ -138,7 +141,7 @@ def _number(where: str, row: dict, key: str) -> float | None:
     value = row.get(key)
     if value is None:
         return None
-    limit = MAX_SECONDS * (1000 if key == "wait_ms" else 1)
+    limit = MAX_WAIT_MS if key == "wait_ms" else MAX_SECONDS
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
             or value > limit):
         raise ScenarioError(f"{where}: {key}: must be a number from 0 to {limit:g}, got {value!r}")

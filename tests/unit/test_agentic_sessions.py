@@ -176,7 +176,8 @@ def test_otel_genai_spans_fan_out_and_join(tmp_path):
 
 
 def test_an_imported_trace_runs(tmp_path):
-    """The Dynamo trace above as a scenario's workload: three calls, one session, each call sent as its waits say."""
+    """A two-call Dynamo trace as a scenario's workload: one session, r2 continuing r1's 340-token context with 40
+    new tokens."""
     rows = [_dynamo_row("r1", "main", 1000, 1400, 300, 40), _dynamo_row("r2", "main", 2000, 2300, 380, 50)]
     path = tmp_path / "trace.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -208,3 +209,50 @@ def test_mooncake_rows_link_by_block_hashes(tmp_path):
     assert (res.requests.arrival_s * 1000).tolist() == pytest.approx([0, 500, 1000])
     assert res.requests.cached_tokens.tolist() == [0, 0, 32]
     assert res.requests.call.tolist() == ["row1", "row3", "row2"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"resourceSpans": "x"}, "resourceSpans: must be a list"),
+    ({"resourceSpans": [{"scopeSpans": [{"spans": ["x"]}]}]}, "spans: each must be an object"),
+    ({"resourceSpans": [5]}, "resourceSpans: each must be an object"),
+    ({"attributes": 3}, "attributes: must be a list"),
+])
+def test_malformed_otel_lines_name_the_rule(tmp_path, line, message):
+    from simmodel.traffic.agent_traces import read_agent_trace
+
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(ScenarioError, match=message):
+        read_agent_trace(path, "otel")
+
+
+def test_importer_ties_and_repeats(tmp_path):
+    """A zero-length span B at 1 s, listed after A (1–2 s), ends as A starts: in start order (ties by end) B comes
+    first and A waits on it; a call id twice in a session, and two Dynamo sessions each the other's parent, are refused in one
+    line; a sub-agent call starting at the very millisecond of its parent's call waits on none of it (no cycle)."""
+    from simmodel.traffic.agent_traces import read_agent_trace
+
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(_span("A", 1.0, 2.0, 100, 10)) + "\n" + json.dumps(_span("B", 1.0, 1.0, 50, 5)) + "\n")
+    (session,) = read_agent_trace(path, "otel")
+    assert [(c.name, c.parents) for c in session.calls] == [("B", ()), ("A", (0,))]
+    path.write_text(json.dumps(_span("A", 1.0, 2.0, 100, 10)) + "\n" + json.dumps(_span("A", 3.0, 4.0, 50, 5)) + "\n")
+    with pytest.raises(ScenarioError, match="call 'A' appears twice in session 'c'"):
+        read_agent_trace(path, "otel")
+    dyn = tmp_path / "dyn.jsonl"
+    dyn.write_text("\n".join(json.dumps(r) for r in (_dynamo_row("a1", "a", 0, 10, 5, 1, parent="b"),
+                                                      _dynamo_row("b1", "b", 20, 30, 5, 1, parent="a"))))
+    with pytest.raises(ScenarioError, match="parent_session_id: sessions a → b → a are each other's parents"):
+        read_agent_trace(dyn, "dynamo")
+    dyn.write_text("\n".join(json.dumps(r) for r in (_dynamo_row("r1", "main", 1000, 1400, 300, 40),
+                                                      _dynamo_row("s1", "sub", 1000, 1000, 100, 5, parent="main"))))
+    (session,) = read_agent_trace(dyn, "dynamo")
+    assert {c.name: c.parents for c in session.calls} == {"s1": (), "r1": ()}
+
+
+def test_rescale_to_rate_is_refused(tmp_path):
+    data = _scenario(tmp_path)
+    data["traffic"]["load"] = {"type": "poisson", "requests_per_second": 1, "rescale_to_rate": True}
+    data["traffic"]["stop"] = {"requests": 10}
+    with pytest.raises(ScenarioError, match="rescale_to_rate: spreads N requests over N / rate"):
+        parse_scenario(data, Path("."))

@@ -282,3 +282,39 @@ def test_hybrid_prefix_caching_end_to_end():
     s.add_request(b)
     s.schedule()
     assert b.num_cached_tokens == 992 and pool.num_used_blocks == 84 == b.num_blocks
+
+
+def test_every_layer_sliding(tmp_path):
+    """A Mistral-7B-v0.1-style config.json (sliding_window 4096, no layer types): every layer slides, one sliding
+    group whatever kv_cache.hybrid says; a host tier, P/D workers and pipeline stages are refused with it."""
+    import json
+
+    cfg = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "sliding_window": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    layout = kv_layout(__import__("simmodel.perf.hf_config", fromlist=["x"]).model_from_hf_config(path))
+    assert (layout.full_groups, layout.sliding_groups, layout.window) == (0, 1, 4096)
+    data = make_scenario(engine={"model": str(path), "workers": {"aggregated": {
+        "kv_cache": {"host_offload": {"capacity_gib": 10}}}}})
+    with pytest.raises(ScenarioError, match="kv_cache.host_offload: every layer of .* attends within a 4096-token"):
+        parse_scenario(data, Path("."))
+    data = make_scenario(engine={"model": str(path), "workers": {"aggregated": {"parallelism": {"pipeline": 2}}}})
+    with pytest.raises(ScenarioError, match="pipeline: of a model whose every layer attends within a window"):
+        parse_scenario(data, Path("."))
+
+
+def test_one_request_must_fit_its_admission():
+    """With reserve_full_isl (the default) a request reserves its whole prompt in both groups at admission: at
+    context_length 8192 that is 2 × 512 = 1024 blocks, so 1000 blocks are refused at validation; without it vLLM's
+    startup check holds: 512 full blocks + cdiv(min(127 + 8192, 8192), 16) + 1 = 513 window blocks = 1025, still
+    refused; 2000 blocks pass both."""
+    def parse(blocks, reserve=True):
+        return parse_scenario(_yaml(kv_cache={"prefix_caching": False, "capacity": {"type": "fixed", "blocks": blocks}},
+                                    scheduler={"async_scheduling": False, "reserve_full_isl": reserve}), Path("."))
+    with pytest.raises(ScenarioError, match="needs 1024"):
+        parse(1000)
+    with pytest.raises(ScenarioError, match="needs 1025"):
+        parse(1000, reserve=False)
+    assert parse(2000).engine.workers["aggregated"].num_kv_blocks == 2000

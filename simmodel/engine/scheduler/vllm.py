@@ -350,7 +350,7 @@ class VllmScheduler:
                 full = pool.blocks_for(min(request.num_tokens, cfg.max_model_len), computed) - held + evictable
                 if full > pool.num_free_blocks:
                     break
-            num_needed = pool.blocks_for(min(computed + num_new, cfg.max_model_len), computed) - held
+            num_needed = max(pool.blocks_for(min(computed + num_new, cfg.max_model_len), computed) - held, 0)
             if num_needed + evictable > pool.num_free_blocks:
                 break
             queue.popleft()
