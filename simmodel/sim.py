@@ -262,12 +262,13 @@ def load_agent_trace(scenario: Scenario) -> list[AgentSession] | None:
     if load.type == "trace_timestamps" and span / load.speedup > MAX_SPAN_S:
         raise ScenarioError(f"traffic.load.speedup: the sessions' starts span {span:g} s, {span / load.speedup:g} s "
                             f"of simulated time at speedup {load.speedup:g}; at most 1e9 s")
-    if source.tool_latency_ms is None:
-        for s in sessions:
-            for call in s.calls:
-                if call.parents and call.wait_s is None:
-                    raise ScenarioError(f"traffic.source.tool_latency_ms: required, since call {call.name!r} of "
-                                        f"session {s.name!r} gives no wait_ms")
+    unset = next(((s, c) for s in sessions for c in s.calls if c.parents and c.wait_s is None), None)
+    if source.tool_latency_ms is None and unset is not None:
+        raise ScenarioError(f"traffic.source.tool_latency_ms: required, since call {unset[1].name!r} of session "
+                            f"{unset[0].name!r} gives no wait_ms")
+    if source.tool_latency_ms is not None and unset is None:
+        raise ScenarioError("traffic.source.tool_latency_ms: every call of the trace gives its own wait, so it would "
+                            "change nothing; remove it")
     return sessions
 
 

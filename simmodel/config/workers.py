@@ -429,6 +429,9 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
                             f"of {model.num_layers}, window {model.sliding_window}), whose KV is modelled as vLLM's "
                             f"hybrid KV cache manager keeps it; {backend}'s sliding-window KV pool is not modelled, so "
                             f"use backend vllm")
+    if kv.hybrid is not None and model.num_sliding_layers == model.num_attention_layers:
+        raise ScenarioError(f"{at}: every layer of {model.model_id} attends within its window, one group of one kind "
+                            f"whether vLLM's hybrid KV cache manager is on or off; remove it")
     layout = kv_layout(model, kv.hybrid is not False)
     if layout.hybrid:
         why = ("kv_cache.host_offload" if kv.host_offload

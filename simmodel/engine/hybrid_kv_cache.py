@@ -30,13 +30,19 @@ if TYPE_CHECKING:
 NULL = -1
 
 
-class HybridHits(list):
+class HybridHits:
     """A prompt's cache hit: per group, the hit block ids (``NULL`` for a sliding group's positions behind the
-    window). Its length is the hit in blocks (positions), as a one-group hit's."""
+    window). Its length is the hit in blocks (positions), as a one-group hit's list of ids is (the scheduler reads
+    ``len`` and truth of either)."""
+
+    __slots__ = ("per_group", "positions")
 
     def __init__(self, per_group: list[list[int]], positions: int) -> None:
-        super().__init__(range(positions))
         self.per_group = per_group
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return self.positions
 
     @property
     def ids(self) -> list[int]:

@@ -134,6 +134,11 @@ class ModelSpec:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (from 0) runs experts: every ``moe_layer_step``-th after the ``first_dense_layers``
+        (``num_moe_layers`` of them)."""
+        return self.is_moe and i >= self.first_dense_layers and (i - self.first_dense_layers + 1) % self.moe_layer_step == 0
+
     @property
     def num_moe_layers(self) -> int:
         return (self.num_layers - self.first_dense_layers) // self.moe_layer_step if self.is_moe else 0

@@ -27,11 +27,6 @@ def stage_layers(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _is_moe_layer(model, i: int) -> bool:
-    """Whether layer ``i`` runs experts (``ModelSpec.moe_layer_step`` after the ``first_dense_layers``)."""
-    return model.is_moe and i >= model.first_dense_layers and (i - model.first_dense_layers + 1) % model.moe_layer_step == 0
-
-
 def stage_memory(d: Deployment, stages: int) -> list[tuple[float, float]]:
     """Per stage, the weight bytes on one of its GPUs and the KV bytes one of them stores per token: its layers'
     share (attention and dense MLPs over ``tensor``, experts as ``Deployment`` lays them out, KV by layer), the
@@ -47,7 +42,7 @@ def stage_memory(d: Deployment, stages: int) -> list[tuple[float, float]]:
     kv_per_layer = d.kv_bytes_per_token_per_gpu / m.num_layers
     out, first = [], 0
     for s, n in enumerate(stage_layers(m.num_layers, stages)):
-        weights = sum(attention + (experts if _is_moe_layer(m, i) else dense) for i in range(first, first + n))
+        weights = sum(attention + (experts if m.is_moe_layer(i) else dense) for i in range(first, first + n))
         if s == 0:
             weights += embedding
         if s == stages - 1:

@@ -25,6 +25,7 @@ import numpy as np
 
 from simmodel.engine.kv_cache import trace_block_content
 from simmodel.engine.radix_cache import OutputBlock
+from simmodel.traffic.lengths import sample_lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +128,6 @@ class AgentSessions:
         """How long a call waits once its parents are done: the trace's, else drawn."""
         if call.wait_s is not None:
             return call.wait_s
-        from simmodel.traffic.lengths import sample_lengths
-
         return float(sample_lengths(self.tool_latency_ms, self.rng, 1)[0]) / 1000.0
 
     def prompt(self, state: SessionState, k: int, request_id: int) -> int:

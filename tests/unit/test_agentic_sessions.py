@@ -256,3 +256,10 @@ def test_rescale_to_rate_is_refused(tmp_path):
     data["traffic"]["stop"] = {"requests": 10}
     with pytest.raises(ScenarioError, match="rescale_to_rate: spreads N requests over N / rate"):
         parse_scenario(data, Path("."))
+
+
+def test_tool_latency_with_no_call_to_apply_it_to_is_refused(tmp_path):
+    """Every call of TRACE gives its wait_ms: a tool_latency_ms would change nothing."""
+    message = workload_error(_scenario(tmp_path, tool_latency_ms=250))
+    assert message == ("traffic.source.tool_latency_ms: every call of the trace gives its own wait, so it would "
+                       "change nothing; remove it")

@@ -48,15 +48,16 @@ def test_405b_stages_on_two_nodes():
 
 def test_405b_pp2_runs_from_yaml():
     """The KV blocks are the fewer of the two stages': at memory_fraction 0.9, (0.9 × 80 GB − stage weights −
-    1 GiB) // (16 × 32,256 B), the last stage (with the LM head and norm) the fuller by 32 KB; the worker has 16
-    GPUs."""
+    1 GiB) // (16 × 32,256 B), the last stage (63 layers, the LM head and the final norm, as derived above) the
+    fuller by 32 KB; the worker has 16 GPUs."""
     data = make_scenario(engine={"model": "meta-llama/Llama-3.1-405B-Instruct", "context_length": 8192,
                                  "workers": {"aggregated": {"parallelism": {"tensor": 8, "pipeline": 2},
                                                             "kv_cache": {"capacity": {"type": "default"}}}}})
     role = parse_scenario(data, Path(".")).engine.workers["aggregated"]
-    d = role.deployment
     budget = HARDWARE["h100_sxm"].memory_bytes * 0.9 - (1 << 30)
-    assert role.num_kv_blocks == min(int((budget - w) // (16 * 32_256)) for w, _ in stage_memory(d, 2))
+    layer = (2 * 16384 * 16384 + 2 * 16384 * 1024 + 3 * 16384 * 53248) / 8 * 2 + 2 * 16384 * 2
+    last = 63 * layer + 128256 * 16384 / 8 * 2 + 16384 * 2
+    assert role.num_kv_blocks == int((budget - last) // (16 * 32_256))
     assert role.parallelism.gpus_per_worker == 16
     assert run_scenario(data).summary["completed_requests"] == 4
 

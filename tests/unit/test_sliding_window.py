@@ -286,7 +286,8 @@ def test_hybrid_prefix_caching_end_to_end():
 
 def test_every_layer_sliding(tmp_path):
     """A Mistral-7B-v0.1-style config.json (sliding_window 4096, no layer types): every layer slides, one sliding
-    group whatever kv_cache.hybrid says; a host tier, P/D workers and pipeline stages are refused with it."""
+    group whatever kv_cache.hybrid says (so setting it is refused); a host tier and pipeline stages are refused with
+    it."""
     import json
 
     cfg = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -302,6 +303,9 @@ def test_every_layer_sliding(tmp_path):
         parse_scenario(data, Path("."))
     data = make_scenario(engine={"model": str(path), "workers": {"aggregated": {"parallelism": {"pipeline": 2}}}})
     with pytest.raises(ScenarioError, match="pipeline: of a model whose every layer attends within a window"):
+        parse_scenario(data, Path("."))
+    data = make_scenario(engine={"model": str(path), "workers": {"aggregated": {"kv_cache": {"hybrid": False}}}})
+    with pytest.raises(ScenarioError, match="kv_cache.hybrid: every layer of .* one group of one kind"):
         parse_scenario(data, Path("."))
 
 
