@@ -519,6 +519,9 @@ class WorkerRole:
     afd: AfdSpec | None = None
     """``engine.mode: afd``: the attention role's FFN companion and pipeline (its ``deployment`` is the model's
     attention side, ``perf.afd.attention_side``)."""
+    speculative_tokens: int = 0
+    """Drafts a pass verifies per sequence (``engine.speculation`` or ``engine.nextn``; 0: none): vLLM keeps a state
+    block per draft in each state group (``perf.kv_layout``)."""
     draft_tokens: int = 0
     """MTP/EAGLE drafts each pass's drafter proposes (``engine.nextn``), priced by the default timing
     (``perf.drafting``); 0: none (n-gram drafts cost no GPU time)."""
@@ -533,7 +536,7 @@ class WorkerRole:
     def kv_layout(self) -> KvLayout:
         """vLLM's KV cache groups for the model (``perf.kv_layout``): one group of every layer unless the model has
         sliding-window layers."""
-        return kv_layout(self.deployment.model, self.kv_cache.hybrid is not False)
+        return kv_layout(self.deployment.model, self.kv_cache.hybrid is not False, self.speculative_tokens)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,10 @@ def _parallelism(node: _Node, model: ModelSpec) -> Parallelism:
     if not model.is_mla and model.num_kv_heads % p.tensor and p.tensor % model.num_kv_heads:
         raise ScenarioError(f"{node.at('tensor')}: must divide or be a multiple of the {model.num_kv_heads} "
                             f"KV heads of {name}, got {p.tensor}", category="invalid_shape")
+    if model.is_mamba and (model.mamba_heads % p.tensor or (model.mamba_groups % p.tensor and model.mamba_groups > 1)):
+        raise ScenarioError(f"{node.at('tensor')}: must divide the {model.mamba_heads} Mamba-2 heads of {name} and "
+                            f"its {model.mamba_groups} groups (vLLM's MambaMixer2 replicates only a single group), "
+                            f"got {p.tensor}", category="invalid_shape")
     if p.tensor % p.decode_context:
         raise ScenarioError(f"{node.at('decode_context')}: must divide tensor ({p.tensor}), "
                             f"got {p.decode_context}")
@@ -188,9 +192,10 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"{name} workers' GPU) gives no int8_ops; add it to the system file or choose another dtype")
     if timing.calibration is not None:
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
+    speculative = speculation.num_speculative_tokens if speculation is not None else 0
     if model.num_linear_layers:
-        kv_cache = _check_linear(node, kv_cache, deployment, backend, name)
-    layout = _check_sliding(node, kv_cache, deployment, backend, name)
+        kv_cache = _check_linear(node, kv_cache, deployment, backend, name, speculative)
+    layout = _check_sliding(node, kv_cache, deployment, backend, name, speculative)
     blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction, p.pipeline)
     host = kv_cache.host_offload
     block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
@@ -221,7 +226,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                             f"rank more KV", category="kv_capacity")
     drafts = speculation.num_speculative_tokens if speculation is not None and speculation.kind == "mtp" else 0
     return WorkerRole(parallelism, scheduler, kv_cache, timing, context_length, blocks, deployment, name,
-                      host_loop, frontend, profile, vision, startup, draft_tokens=drafts)
+                      host_loop, frontend, profile, vision, startup, speculative_tokens=speculative, draft_tokens=drafts)
 
 
 def weight_fields(model: ModelSpec, dtype: str) -> dict:
@@ -371,20 +376,24 @@ def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSp
          f"of a model whose every layer attends within a window ({model.model_id}) is not modelled"),
         (model.sliding_window > 0 and model.num_sliding_layers > 0 and kv.hybrid is not False,
          "with vLLM's hybrid KV cache groups (sliding-window layers) is not modelled; set kv_cache.hybrid false"),
-        (model.num_linear_layers > 0, f"of a model with linear-attention layers ({model.model_id}) is not modelled"),
+        (model.num_linear_layers > 0, f"of a model with state layers (linear attention, Mamba-2: {model.model_id}) is "
+                                      f"not modelled"),
     )
     for refused, why in refusals:
         if refused:
             raise ScenarioError(f"{at}: {why}")
 
 
-def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvCacheSpec:
-    """A model with linear-attention layers (Qwen3-Next): served by vLLM's hybrid KV cache manager, its state in
-    groups of their own (``perf.kv_layout``), with the block size vLLM raises to hold a layer's state (the default;
-    a smaller ``kv_cache.block_size`` is refused). Refused: other engines, the manager off, prefix caching (vLLM's
-    ``mamba_cache_mode`` align is not modelled), KV connectors (a host tier, P/D) and any role but aggregated."""
+def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str,
+                  speculative: int) -> KvCacheSpec:
+    """A model with state layers (Qwen3-Next's linear attention, Nemotron-H's Mamba-2): served by vLLM's hybrid KV
+    cache manager, its state in groups of their own (``perf.kv_layout``), with the block size vLLM raises to hold a
+    layer's state (the default; a smaller ``kv_cache.block_size`` is refused). Refused: other engines, the manager
+    off, prefix caching (vLLM's ``mamba_cache_mode`` align is not modelled), KV connectors (a host tier, P/D) and any
+    role but aggregated."""
     model, d = deployment.model, deployment
-    what = f"{model.model_id} has {model.num_linear_layers} linear-attention layers"
+    kind = "Mamba-2" if model.is_mamba else "linear-attention"
+    what = f"{model.model_id} has {model.num_linear_layers} {kind} layers"
     if backend != "vllm":
         raise ScenarioError(f"engine.backend: {what}, whose state is modelled as vLLM's hybrid KV cache manager "
                             f"keeps it; {backend}'s is not, so use backend vllm")
@@ -401,7 +410,7 @@ def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend:
         if refused:
             raise ScenarioError(f"{node.at(field)}: {what}: {why}")
     per_token = d.kv_bytes_per_token_per_gpu / model.num_attention_layers
-    state = d.linear_state_bytes_per_gpu / model.num_linear_layers
+    state = d.linear_state_bytes(speculative) / model.num_linear_layers
     needed = state_block_size(per_token, state)
     if node.node("kv_cache").raw("block_size", None) is None:
         return replace(kv, block_size=needed)
@@ -412,7 +421,8 @@ def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend:
     return kv
 
 
-def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str) -> KvLayout:
+def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str,
+                   speculative: int) -> KvLayout:
     """The worker's KV cache groups (``perf.kv_layout``), refusing what is not modelled with sliding-window layers:
     other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, a host tier and P/D handoffs
     (KV connectors)."""
@@ -423,7 +433,7 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
         if kv.hybrid is not None and not model.num_linear_layers:
             raise ScenarioError(f"{at}: only applies to models with sliding-window layers, and {model.model_id} has "
                                 f"none; remove it")
-        return kv_layout(model)
+        return kv_layout(model, speculative_tokens=speculative)
     if backend != "vllm":
         raise ScenarioError(f"engine.backend: {model.model_id} has sliding-window layers ({model.num_sliding_layers} "
                             f"of {model.num_layers}, window {model.sliding_window}), whose KV is modelled as vLLM's "
@@ -432,7 +442,7 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
     if kv.hybrid is not None and model.num_sliding_layers == model.num_attention_layers:
         raise ScenarioError(f"{at}: every layer of {model.model_id} attends within its window, one group of one kind "
                             f"whether vLLM's hybrid KV cache manager is on or off; remove it")
-    layout = kv_layout(model, kv.hybrid is not False)
+    layout = kv_layout(model, kv.hybrid is not False, speculative)
     if layout.hybrid:
         why = ("kv_cache.host_offload" if kv.host_offload
                else f"{name} workers" if name in ("prefill", "decode") else None)

@@ -116,7 +116,7 @@ class Deployment:
         lm_head = 0 if m.tie_word_embeddings else m.embedding_params
         dense = (m.mixer_params + m.num_dense_layers * m.dense_mlp_params
                  + m.embedding_params + lm_head)
-        return dense / self.tensor + 2 * m.hidden_size * m.num_layers + m.hidden_size
+        return dense / self.tensor + m.norm_params
 
     @property
     def expert_params_per_gpu(self) -> float:
@@ -141,10 +141,18 @@ class Deployment:
 
     @property
     def linear_state_bytes_per_gpu(self) -> float:
-        """One sequence's linear-attention state over every such layer on one GPU (16-bit, as vLLM keeps it with
-        its mamba cache dtypes at ``auto``); 0 for a model without them."""
+        """One sequence's state over every state layer (linear attention, Mamba-2) on one GPU
+        (``linear_state_bytes``, without speculation); 0 for a model without them."""
+        return self.linear_state_bytes()
+
+    def linear_state_bytes(self, speculative_tokens: int = 0) -> float:
+        """One sequence's state over every state layer on one GPU: the convolution window (wider by the
+        ``speculative_tokens``) at the activations' width (vLLM's ``mamba_cache_dtype`` auto), the recurrent state at
+        the model's ``state_dtype_bytes`` where it sets one (``mamba_ssm_cache_dtype``)."""
         m = self.model
-        return m.num_linear_layers * m.linear_state_values(self.tensor) * self.activation_bytes
+        conv, recurrent = m.linear_state_shape(self.tensor, speculative_tokens)
+        return m.num_linear_layers * (conv * self.activation_bytes
+                                      + recurrent * (m.state_dtype_bytes or self.activation_bytes))
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:

@@ -10,8 +10,9 @@ the next draft.
 
 The drafter is priced by the same roofline as the target, on a one-layer view of the model
 (``draft_model``): a dense model's layer (attention and MLP), or an MoE model's MoE layer (DeepSeek-V3's MTP
-module is one), over the same contexts (the drafter keeps its own layer of KV). Left out: the MTP module's
-``eh_proj`` (a 2·hidden × hidden projection, under 1 % of DeepSeek-V3's MoE layer), the drafter's own KV
+module is one), attending to the whole context even where the target's layers slide or keep a state (Qwen3-Next's
+MTP layer is full attention), over the same contexts (the drafter keeps its own layer of KV). Left out: the MTP
+module's ``eh_proj`` (a 2·hidden × hidden projection, under 1 % of DeepSeek-V3's MoE layer), the drafter's own KV
 cache in the memory budget (one layer in L), and its host-side bookkeeping. N-gram drafts
 (``engine.speculation``) come from a CPU lookup and are not priced.
 """
@@ -39,9 +40,14 @@ from simmodel.perf.timing import (
 
 
 def draft_model(model: ModelSpec) -> ModelSpec:
-    """The drafter as a one-layer model: an MoE layer for an MoE model (its first dense layers left out), else a
-    dense layer; the target's embeddings and LM head."""
-    return replace(model, num_layers=1, first_dense_layers=0, moe_layer_step=1)
+    """The drafter as a one-layer model: a full-attention layer (whatever the target's sliding-window or state
+    layers) with an MoE block for an MoE model (its first dense layers left out), else a dense MLP; the target's
+    embeddings and LM head. A model of single-block layers (Nemotron-H) drafts with an attention block and an MoE
+    or MLP block (Nemotron 3 Super's ``mtp_hybrid_override_pattern`` ``*E``)."""
+    plain = dict(num_linear_layers=0, num_sliding_layers=0, sliding_window=0, first_dense_layers=0, moe_layer_step=1)
+    if model.layer_pattern:
+        return replace(model, num_layers=2, layer_pattern="*" + ("E" if model.is_moe else "-"), **plain)
+    return replace(model, num_layers=1, **plain)
 
 
 def draft_sums(sums: PassSums) -> tuple[PassSums, PassSums]:

@@ -1,7 +1,7 @@
 """Read a model's shape from a local Hugging Face ``config.json``; nothing is ever downloaded.
 
 Reads the keys the Llama, Mistral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, DeepSeek-V2/V3 (and
-Kimi-K2), Phi-3/Phi-4, GLM-4.5, gpt-oss, Gemma 2 and OPT configs use, and the ``text_config`` of Llama 4
+Kimi-K2), Phi-3/Phi-4, GLM-4.5, gpt-oss, Gemma 2, Qwen3-Next, Nemotron-H and OPT configs use, and the ``text_config`` of Llama 4
 (``_llama4``) and Gemma 3 (``transformers``' names, with its defaults where a key is absent):
 
 - every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
@@ -15,10 +15,13 @@ Kimi-K2), Phi-3/Phi-4, GLM-4.5, gpt-oss, Gemma 2 and OPT configs use, and the ``
   expert widths), ``first_k_dense_replace``, Qwen2-MoE's ``decoder_sparse_step`` (MoE on every k-th layer);
 - MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; DeepSeek-V3.2's
   sparse attention: ``index_topk``, ``index_n_heads``, ``index_head_dim``;
-- sliding-window layers: ``sliding_window`` with ``layer_types`` or the family's pattern (``_sliding``).
+- sliding-window layers: ``sliding_window`` with ``layer_types`` or the family's pattern (``_sliding``);
+- state layers (``_linear``): Qwen3-Next's Gated DeltaNet (``linear_*``, ``full_attention_interval``), Nemotron-H's
+  ``hybrid_override_pattern`` of Mamba-2 (``mamba_num_heads``, ``mamba_head_dim``, ``n_groups``, ``ssm_state_size``,
+  ``conv_kernel``, ``mamba_ssm_cache_dtype``), attention, MLP and MoE layers.
 
-Other ``model_type``s are refused, even when they carry these keys: hybrid and multimodal families
-(Nemotron-H's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
+Other ``model_type``s are refused, even when they carry these keys: other hybrid and multimodal families
+(Jamba's Mamba layers, vision towers) would parse into a wrong shape without a word. So are layouts
 a ``ModelSpec`` cannot express (DeepSeek's ``moe_layer_freq`` above 1, a list of dense layers between MoE
 ones, OPT's projected embeddings) and quantizations other than FP8, 4-bit AWQ/GPTQ, NVFP4 and INT8 W8A8 of every linear layer.
 """
@@ -31,16 +34,17 @@ from typing import Any
 
 from simmodel.config.json_safe import parse_json
 from simmodel.errors import ScenarioError
-from simmodel.perf.models import ModelSpec
+from simmodel.perf.models import LAYER_KINDS, ModelSpec
 
 # model_type values read here; Kimi-K2 ships a DeepSeek-V3 architecture under its own name.
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2",
-            "deepseek_v3", "deepseek_v32", "kimi_k2", "qwen3_next", "phi3", "glm4_moe", "gpt_oss", "gemma2", "gemma3_text", "opt")
+            "deepseek_v3", "deepseek_v32", "kimi_k2", "qwen3_next", "nemotron_h", "phi3", "glm4_moe", "gpt_oss", "gemma2",
+            "gemma3_text", "opt")
 _GEMMA = ("gemma2", "gemma3_text")
 # Gemma ties its LM head to the embeddings unless the config says otherwise.
 _TIED_FAMILIES = ("opt", *_GEMMA)
-# Two-projection ReLU MLP (fc1, fc2) instead of gate/up/down.
-_UNGATED = ("opt",)
+# Two-projection MLP (fc1, fc2; Nemotron-H's up, down with squared ReLU) instead of gate/up/down.
+_UNGATED = ("opt", "nemotron_h")
 # transformers' OPTConfig and Gemma configs keep tie_word_embeddings=True; the others default to False.
 _TIED_BY_DEFAULT = _TIED_FAMILIES
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1,
@@ -94,7 +98,9 @@ def model_from_hf_config(path: Path, model_id: str | None = None) -> ModelSpec:
 def _linear(cfg: _Config, layers: int) -> dict[str, Any]:
     """Qwen3-Next's layers: every ``full_attention_interval``-th gated attention (its query projection doubled for
     the output gate), the others Gated DeltaNet with ``linear_*`` heads and a ``linear_conv_kernel_dim`` tap
-    convolution."""
+    convolution. Nemotron-H's: ``_nemotron_h``."""
+    if cfg.family == "nemotron_h":
+        return _nemotron_h(cfg, layers)
     if cfg.family != "qwen3_next":
         return {}
     attention = layers // cfg.int("full_attention_interval", 4)
@@ -103,6 +109,31 @@ def _linear(cfg: _Config, layers: int) -> dict[str, Any]:
                 linear_key_head_dim=cfg.int("linear_key_head_dim"),
                 linear_value_head_dim=cfg.int("linear_value_head_dim"),
                 linear_conv_kernel=cfg.int("linear_conv_kernel_dim"))
+
+
+_MAMBA_STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _nemotron_h(cfg: _Config, layers: int) -> dict[str, Any]:
+    """Nemotron-H's single-block layers (``hybrid_override_pattern``, ``ModelSpec.layer_pattern``), its Mamba-2
+    mixers, its shared expert's own width, and the recurrent state's dtype (``mamba_ssm_cache_dtype``, else vLLM's
+    float32 for the family). Refused: Nemotron 3 Super's latent MoE (``moe_latent_size``)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set(LAYER_KINDS):
+        cfg.fail(f"hybrid_override_pattern must be a string of {layers} letters from {LAYER_KINDS} (one per "
+                 f"layer: Mamba-2, attention, MLP, MoE), got {_shown(pattern)}")
+    if "E" in pattern and not cfg.get("n_routed_experts"):
+        cfg.fail("hybrid_override_pattern has MoE layers (E) but n_routed_experts is missing")
+    if cfg.get("moe_latent_size") is not None:
+        cfg.fail("moe_latent_size (experts in a latent space, Nemotron 3 Super) is not modeled")
+    dtype = cfg.get("mamba_ssm_cache_dtype")
+    if dtype is not None and dtype not in _MAMBA_STATE_BYTES:
+        cfg.fail(f"mamba_ssm_cache_dtype must be one of {', '.join(_MAMBA_STATE_BYTES)}, got {_shown(dtype)}")
+    shared = cfg.int("moe_shared_expert_intermediate_size", 0, minimum=0) if "E" in pattern else 0
+    return dict(layer_pattern=pattern, num_linear_layers=pattern.count("M"), mamba_heads=cfg.int("mamba_num_heads"),
+                mamba_head_dim=cfg.int("mamba_head_dim"), mamba_groups=cfg.int("n_groups"),
+                mamba_state_size=cfg.int("ssm_state_size"), linear_conv_kernel=cfg.int("conv_kernel"),
+                state_dtype_bytes=_MAMBA_STATE_BYTES[dtype or "float32"], shared_expert_intermediate_size=shared)
 
 
 def _text_config(root: _Config, family: str) -> _Config:
@@ -228,6 +259,8 @@ def _read(file: Path) -> dict[str, Any]:
 
 
 def _head_dim(cfg: _Config, hidden: int, heads: int) -> int:
+    if cfg.family == "nemotron_h" and cfg.get("head_dim") is None:  # (the Nemotron-H 8K bases' name for it)
+        return cfg.int("attention_head_dim", hidden // heads)
     if cfg.get("head_dim") is None and hidden % heads and cfg.family not in _GEMMA:
         cfg.fail(f"missing head_dim, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     return cfg.int("head_dim", 256 if cfg.family in _GEMMA else hidden // heads)  # (Gemma's default head_dim)

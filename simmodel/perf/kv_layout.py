@@ -17,10 +17,11 @@ With the hybrid manager off (``--disable-hybrid-kv-cache-manager``: ``kv_cache.h
 keep KV for the whole context, as full ones (their attention still reads the window only); a model whose layers
 all slide keeps one sliding group either way.
 
-Linear-attention layers (Qwen3-Next's Gated DeltaNet, vLLM's Mamba specs) keep a fixed-size state per sequence:
-their groups hold one block per request (without prefix caching), and the block size is raised until one
+State layers (Qwen3-Next's Gated DeltaNet, Nemotron-H's Mamba-2: vLLM's Mamba specs) keep a fixed-size state per
+sequence: their groups hold one block per request (without prefix caching), and the block size is raised until one
 attention layer's block holds one layer's state (``state_block_size``): Qwen3-Next at TP 1 gets 544-token blocks,
-its 12 attention and 36 linear layers groups of 12 (one attention group, three state groups).
+its 12 attention and 36 linear layers groups of 12 (one attention group, three state groups); Nemotron 3 Nano
+2096-token blocks, its 6 attention and 23 Mamba-2 layers groups of 6 (one attention group, four state groups).
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ class KvLayout:
     window: int = 0
     """Tokens a sliding layer sees (``ModelSpec.sliding_window``); 0 without sliding groups."""
     state_groups: int = 0
-    """Groups of linear-attention layers (vLLM's Mamba groups): one block per request each, holding its state
-    (without prefix caching, vLLM's ``mamba_cache_mode`` none)."""
+    """Groups of state layers (linear attention, Mamba-2: vLLM's Mamba groups): ``state_blocks`` blocks per request
+    each, holding its state (without prefix caching, vLLM's ``mamba_cache_mode`` none)."""
+    state_blocks: int = 1
+    """Blocks a request holds in each state group: its state, and one more per speculative token (vLLM's
+    ``MambaSpec.num_speculative_blocks``: a state per draft position, to roll back to the last accepted one)."""
 
     @property
     def hybrid(self) -> bool:
@@ -70,7 +74,7 @@ class KvLayout:
         """Block ids a request holds over every group with slots for ``tokens`` tokens, once it has computed
         ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks."""
         positions = cdiv(tokens, block_size)
-        held = (self.full_groups + self.sliding_groups) * positions + self.state_groups
+        held = (self.full_groups + self.sliding_groups) * positions + self.state_groups * self.state_blocks
         if not self.sliding_groups:
             return held
         return held - self.sliding_groups * self.skipped(computed, block_size)
@@ -79,7 +83,7 @@ class KvLayout:
         """The most block ids one request can hold: a full group's whole context, and a sliding group's window plus
         the largest chunk computed at once and a block of slack (vLLM's ``max_memory_usage_bytes`` of a
         ``SlidingWindowSpec``, the check that one request fits at startup)."""
-        full = self.full_groups * cdiv(context_length, block_size) + self.state_groups
+        full = self.full_groups * cdiv(context_length, block_size) + self.state_groups * self.state_blocks
         if not self.sliding_groups:
             return full
         window = cdiv(min(self.window - 1 + max_batched_tokens, context_length), block_size) + 1
@@ -91,9 +95,10 @@ class KvLayout:
         return num_blocks // self.num_groups * block_size
 
 
-def kv_layout(model: ModelSpec, hybrid: bool = True) -> KvLayout:
+def kv_layout(model: ModelSpec, hybrid: bool = True, speculative_tokens: int = 0) -> KvLayout:
     """The groups vLLM forms for ``model``; ``hybrid`` False: vLLM's hybrid KV cache manager off (which vLLM
-    cannot do for a model with linear-attention layers: the configuration refuses it)."""
+    cannot do for a model with state layers: the configuration refuses it); ``speculative_tokens``: the drafts a
+    pass verifies (each a state block more per state group)."""
     layers = model.num_attention_layers
     sliding = model.num_sliding_layers if model.sliding_window else 0
     full, linear = layers - sliding, model.num_linear_layers
@@ -107,11 +112,11 @@ def kv_layout(model: ModelSpec, hybrid: bool = True) -> KvLayout:
     small, large = min(buckets), max(buckets)
     size = large if large < 1.5 * small else small
     return KvLayout(layers, size, cdiv(full, size), cdiv(sliding, size), model.sliding_window if sliding else 0,
-                    cdiv(linear, size))
+                    cdiv(linear, size), 1 + speculative_tokens if linear else 1)
 
 
 def state_block_size(attention_bytes_per_token: float, state_bytes: float, alignment: int = 16) -> int:
-    """The KV block size vLLM sets for a model with linear-attention layers (``HybridAttentionMambaModelConfig``):
+    """The KV block size vLLM sets for a model with state layers (``HybridAttentionMambaModelConfig``):
     the smallest multiple of the attention kernel's ``alignment`` whose attention page (block size × one layer's
     KV bytes per token) holds one layer's state (``state_bytes``), so that both kinds of group share block ids of
     one size (the state's page padded to it)."""

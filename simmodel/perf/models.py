@@ -44,6 +44,10 @@ class VisionTower:
     """Largest resized area (pixels): the processor's ``size.longest_edge`` (Qwen2-VL: ``max_pixels``); 0: none."""
 
 
+LAYER_KINDS = "M*-E"
+"""``ModelSpec.layer_pattern``'s letters (Nemotron-H's): Mamba-2, attention, MLP, MoE."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """The shape of a decoder-only transformer.
@@ -70,6 +74,9 @@ class ModelSpec:
     num_experts_per_token: int = 0
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    """Width of each shared expert's MLP when it differs from a routed expert's (Nemotron-H's
+    ``moe_shared_expert_intermediate_size``); 0: ``moe_intermediate_size``."""
     first_dense_layers: int = 0
     moe_layer_step: int = 1
     """After the ``first_dense_layers``, every ``moe_layer_step``-th layer is MoE and the others dense (Llama 4
@@ -97,14 +104,31 @@ class ModelSpec:
     (``perf.kv_layout``)."""
     attention_output_gate: bool = False
     """The query projection also gives a sigmoid gate on the attention output (Qwen3-Next): twice its width."""
-    # Linear attention (Qwen3-Next's Gated DeltaNet): these layers keep a fixed-size state per sequence instead of
-    # KV (a convolution window and a heads × key dim × value dim matrix), read and written each pass.
+    # State layers — linear attention (Qwen3-Next's Gated DeltaNet) or Mamba-2 (Nemotron-H): these layers keep a
+    # fixed-size state per sequence instead of KV (a convolution window and a matrix per head), read and written
+    # each pass.
     num_linear_layers: int = 0
+    """Layers that keep a fixed-size state instead of KV: Gated DeltaNet (Qwen3-Next) or Mamba-2 (Nemotron-H,
+    where ``mamba_heads`` is set)."""
     linear_key_heads: int = 0
     linear_value_heads: int = 0
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0
+    # Mamba-2 (Nemotron-H's "M" layers, vLLM's ``MambaMixer2``): ``mamba_heads`` heads of ``mamba_head_dim`` share
+    # ``mamba_groups`` groups of B and C projections of ``mamba_state_size``; the state is a convolution window and
+    # a head dim × state size matrix per head.
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_groups: int = 0
+    mamba_state_size: int = 0
+    state_dtype_bytes: int = 0
+    """Bytes per value of the recurrent state (vLLM's ``mamba_ssm_cache_dtype``: Nemotron-H's float32, 4); 0: the
+    activations' (``auto``). The convolution window is kept at the activations' width either way."""
+    layer_pattern: str = ""
+    """One character per layer where layers are single blocks of one kind (Nemotron-H's
+    ``hybrid_override_pattern``): ``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE, each behind one norm; "":
+    every layer is attention (or linear attention) followed by an MLP or MoE block, behind two norms."""
     attention_chunk_size: int = 0
     """Llama 4's chunked local attention (3 of every 4 layers attend within chunks of this many tokens): not
     modelled, so contexts are limited to one chunk, where it is full attention; 0: none."""
@@ -124,6 +148,13 @@ class ModelSpec:
     # model's); simmodel.perf.vision prices and sizes it.
     vision: VisionTower | None = None
 
+    def __post_init__(self) -> None:
+        pattern = self.layer_pattern
+        if pattern and (len(pattern) != self.num_layers or set(pattern) - set(LAYER_KINDS)
+                        or pattern.count("M") != self.num_linear_layers):
+            raise ValueError(f"{self.model_id}: layer_pattern must give one of {LAYER_KINDS} per layer "
+                             f"({self.num_layers}), its M the {self.num_linear_layers} state layers")
+
     # -- structure ------------------------------------------------------------------------------
 
     @property
@@ -134,18 +165,30 @@ class ModelSpec:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    @property
+    def is_mamba(self) -> bool:
+        """Whether the state layers are Mamba-2 mixers (else Gated DeltaNet, where there are any)."""
+        return self.mamba_heads > 0
+
     def is_moe_layer(self, i: int) -> bool:
-        """Whether layer ``i`` (from 0) runs experts: every ``moe_layer_step``-th after the ``first_dense_layers``
-        (``num_moe_layers`` of them)."""
+        """Whether layer ``i`` (from 0) runs experts: its ``layer_pattern`` letter is ``E``, or every
+        ``moe_layer_step``-th after the ``first_dense_layers`` (``num_moe_layers`` of them)."""
+        if self.layer_pattern:
+            return self.layer_pattern[i] == "E"
         return self.is_moe and i >= self.first_dense_layers and (i - self.first_dense_layers + 1) % self.moe_layer_step == 0
 
     @property
     def num_moe_layers(self) -> int:
+        if self.layer_pattern:
+            return self.layer_pattern.count("E")
         return (self.num_layers - self.first_dense_layers) // self.moe_layer_step if self.is_moe else 0
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with softmax attention (and a KV cache): all but the linear-attention ones."""
+        """Layers with softmax attention (and a KV cache): the ``*`` of a ``layer_pattern``, else all but the
+        linear-attention ones."""
+        if self.layer_pattern:
+            return self.layer_pattern.count("*")
         return self.num_layers - self.num_linear_layers
 
     @property
@@ -154,27 +197,68 @@ class ModelSpec:
         return self.num_attention_layers - (self.num_sliding_layers if self.sliding_window else 0)
 
     @property
+    def mamba_inner_size(self) -> int:
+        """Width of a Mamba-2 layer's inner stream (heads × head dim)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    def mamba_conv_dim(self, tensor: int = 1) -> int:
+        """Channels of a Mamba-2 layer's causal convolution over all ``tensor`` GPUs: the inner stream and the B and C
+        projections of its groups, the groups replicated up to ``tensor`` when they do not divide among the GPUs
+        (vLLM's ``extra_groups_for_head_shards``)."""
+        groups = self.mamba_groups if self.mamba_groups % tensor == 0 else max(self.mamba_groups, tensor)
+        return self.mamba_inner_size + 2 * groups * self.mamba_state_size
+
+    @property
     def linear_conv_dim(self) -> int:
-        """Channels of a linear-attention layer's causal convolution: its queries, keys and values."""
+        """Channels of a state layer's causal convolution: a Gated DeltaNet's queries, keys and values, or a Mamba-2
+        layer's inner stream, B and C."""
+        if self.is_mamba:
+            return self.mamba_conv_dim()
         return 2 * self.linear_key_heads * self.linear_key_head_dim + self.linear_value_heads * self.linear_value_head_dim
 
     @property
     def linear_attention_params(self) -> int:
-        """One Gated DeltaNet layer (vLLM's ``GatedDeltaNet``): the q/k/v/z and b/a input projections, the
-        depthwise convolution, the per-head decay and step biases, the gated norm and the output projection."""
+        """One state layer. Gated DeltaNet (vLLM's ``GatedDeltaNet``): the q/k/v/z and b/a input projections, the
+        depthwise convolution, the per-head decay and step biases, the gated norm and the output projection.
+        Mamba-2 (vLLM's ``MambaMixer2``): the input projection to the gate, the convolution's channels and a step
+        per head; the depthwise convolution and its bias; A, D and the step bias per head; the gated norm; the output
+        projection."""
         if not self.num_linear_layers:
             return 0
-        h, value_dim = self.hidden_size, self.linear_value_heads * self.linear_value_head_dim
+        h = self.hidden_size
+        if self.is_mamba:
+            inner, conv, heads = self.mamba_inner_size, self.linear_conv_dim, self.mamba_heads
+            return h * (inner + conv + heads) + conv * (self.linear_conv_kernel + 1) + 3 * heads + inner + inner * h
+        value_dim = self.linear_value_heads * self.linear_value_head_dim
         qkvz = h * (2 * self.linear_key_heads * self.linear_key_head_dim + 2 * value_dim)
         return (qkvz + h * 2 * self.linear_value_heads + self.linear_conv_dim * self.linear_conv_kernel
                 + 2 * self.linear_value_heads + self.linear_value_head_dim + value_dim * h)
 
+    def linear_state_shape(self, tensor: int = 1, speculative_tokens: int = 0) -> tuple[float, float]:
+        """Values of one sequence's state in one state layer on one of ``tensor`` GPUs: the convolution window (its
+        channels' last ``kernel − 1`` inputs, and one more per speculative token) and the recurrent state — a key
+        dim × value dim matrix per Gated DeltaNet value head (vLLM's ``gated_delta_net_state_shape``), a head dim ×
+        state size matrix per Mamba-2 head (``mamba2_state_shape``)."""
+        taps = self.linear_conv_kernel - 1 + speculative_tokens
+        if self.is_mamba:
+            conv = self.mamba_conv_dim(tensor) * taps
+            return conv / tensor, self.mamba_heads * self.mamba_head_dim * self.mamba_state_size / tensor
+        conv = self.linear_conv_dim * taps
+        return conv / tensor, self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim / tensor
+
     def linear_state_values(self, tensor: int = 1) -> float:
-        """Values of one sequence's state in one linear-attention layer on one of ``tensor`` GPUs (vLLM's
-        ``gated_delta_net_state_shape``): the convolution's last ``kernel − 1`` inputs of its channels, and a
-        key dim × value dim matrix per value head."""
-        return (self.linear_conv_dim * (self.linear_conv_kernel - 1)
-                + self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim) / tensor
+        """Values of one sequence's state in one state layer on one of ``tensor`` GPUs (``linear_state_shape``)."""
+        return sum(self.linear_state_shape(tensor))
+
+    def state_flops_per_token(self, tensor: int = 1) -> float:
+        """FLOPs one token spends on the state of every state layer on one of ``tensor`` GPUs, however long the
+        context. Gated DeltaNet: the state's decay, rank-one update and read-out, 4 × 2 FLOPs per state value.
+        Mamba-2: per recurrent value its decay (1), the B·x outer-product accumulate (2) and the C read-out (2),
+        and the depthwise convolution's ``kernel`` taps per channel (2 each)."""
+        if self.is_mamba:
+            conv = 2 * self.linear_conv_kernel * self.mamba_conv_dim(tensor) / tensor
+            return self.num_linear_layers * (5 * self.linear_state_shape(tensor)[1] + conv)
+        return 8 * self.num_linear_layers * self.linear_state_values(tensor)
 
     @property
     def mixer_params(self) -> int:
@@ -183,6 +267,9 @@ class ModelSpec:
 
     @property
     def num_dense_layers(self) -> int:
+        """Layers with a dense MLP: the ``-`` of a ``layer_pattern``, else all but the MoE ones."""
+        if self.layer_pattern:
+            return self.layer_pattern.count("-")
         return self.num_layers - self.num_moe_layers
 
     @property
@@ -235,14 +322,34 @@ class ModelSpec:
 
     @property
     def expert_params(self) -> int:
-        """One routed expert (a gated MLP of ``moe_intermediate_size``)."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
+        """One routed expert (an MLP of ``moe_intermediate_size``, gated as the dense ones are)."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        """The shared experts of one MoE layer (each ``shared_expert_intermediate_size`` wide, else a routed one's)."""
+        width = self.shared_expert_intermediate_size or self.moe_intermediate_size
+        return self.num_shared_experts * (3 if self.gated_mlp else 2) * self.hidden_size * width
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden_size * self.num_experts
 
     @property
     def moe_layer_params(self) -> int:
         """All routed experts, the shared experts and the router of one MoE layer."""
-        return ((self.num_experts + self.num_shared_experts) * self.expert_params
-                + self.hidden_size * self.num_experts)
+        return self.num_experts * self.expert_params + self.shared_expert_params + self.router_params
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks behind a norm, each ending in an all-reduce under tensor parallelism: two a layer (its mixer and its
+        MLP or MoE), one a ``layer_pattern`` layer."""
+        return self.num_layers if self.layer_pattern else 2 * self.num_layers
+
+    @property
+    def norm_params(self) -> int:
+        """The RMSNorm weights: one per block and the final one."""
+        return self.hidden_size * (self.num_blocks + 1)
 
     @property
     def embedding_params(self) -> int:
@@ -251,20 +358,17 @@ class ModelSpec:
     @property
     def num_parameters(self) -> int:
         """Every weight: embeddings, LM head unless tied, attention, MLPs or experts, norms."""
-        norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else self.embedding_params
         return (self.mixer_params + self.num_dense_layers * self.dense_mlp_params
-                + self.num_moe_layers * self.moe_layer_params + self.embedding_params + lm_head + norms)
+                + self.num_moe_layers * self.moe_layer_params + self.embedding_params + lm_head + self.norm_params)
 
     @property
     def num_active_parameters(self) -> int:
         """Parameters one token runs through (routed experts: only its ``num_experts_per_token``)."""
-        active_moe = ((self.num_experts_per_token + self.num_shared_experts) * self.expert_params
-                      + self.hidden_size * self.num_experts)
-        norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
+        active_moe = self.num_experts_per_token * self.expert_params + self.shared_expert_params + self.router_params
         lm_head = 0 if self.tie_word_embeddings else self.embedding_params
         return (self.mixer_params + self.num_dense_layers * self.dense_mlp_params
-                + self.num_moe_layers * active_moe + self.embedding_params + lm_head + norms)
+                + self.num_moe_layers * active_moe + self.embedding_params + lm_head + self.norm_params)
 
     def weight_bytes(self, dtype_bytes: float | None = None) -> float:
         return self.num_parameters * (self.dtype_bytes if dtype_bytes is None else dtype_bytes)
@@ -297,6 +401,16 @@ class ModelSpec:
 # read off the config.json named in the row's comment; "aic" is the copy aiconfigurator-core ships in
 # aiconfigurator_core/model_configs/<org>--<name>_config.json.
 _L31 = "meta-llama/Llama-3.1"
+
+
+def _nemotron_h(pattern: str, **fields: Any) -> dict[str, Any]:
+    """A Nemotron-H row's keyword fields: its ``hybrid_override_pattern`` (the ``M`` layers its state layers), the
+    squared-ReLU MLPs and experts (no gate), a 4-tap convolution and vLLM's float32 recurrent state (its
+    ``NemotronHForCausalLMConfig`` default where the config names no ``mamba_ssm_cache_dtype``)."""
+    return dict(layer_pattern=pattern, num_linear_layers=pattern.count("M"), gated_mlp=False, linear_conv_kernel=4,
+                state_dtype_bytes=4, **fields)
+
+
 _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     # meta-llama/Llama-3.1-8B config.json (aic meta-llama--Meta-Llama-3.1-8B); -Instruct has the same shape
     ((f"{_L31}-8B", f"{_L31}-8B-Instruct"), (32, 4096, 32, 8, 128, 14336, 128256, False, 131072, 2), {}),
@@ -402,6 +516,21 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
      dict(num_experts=512, num_experts_per_token=10, moe_intermediate_size=512, num_shared_experts=1,
           attention_output_gate=True, num_linear_layers=36, linear_key_heads=16, linear_value_heads=32,
           linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel=4)),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json (aic nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16):
+    # NemotronHForCausalLM, 52 single-block layers — 23 Mamba-2 (64 heads of 64, 8 groups, state 128), 6 attention
+    # (32 heads and 2 KV heads of 128), 23 MoE (128 squared-ReLU experts of 1856, top 6, one shared expert of 3712);
+    # mamba_ssm_cache_dtype float32. The Nemotron 3 Nano report's 31.6 B total, 3.2 B active without the
+    # embeddings. Left out: the router's score bias (128 a layer).
+    (("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",), (52, 2688, 32, 2, 128, 1856, 131072, False, 262144, 2),
+     _nemotron_h("MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", num_experts=128, num_experts_per_token=6,
+                 moe_intermediate_size=1856, num_shared_experts=1, shared_expert_intermediate_size=3712,
+                 mamba_heads=64, mamba_head_dim=64, mamba_groups=8, mamba_state_size=128)),
+    # nvidia/Nemotron-H-56B-Base-8K config.json (aic nvidia--Nemotron-H-56B-Base-8K): 118 single-block layers —
+    # 54 Mamba-2 (256 heads of 64, 8 groups, state 256), 10 attention (64 heads, 8 KV heads of 128), 54 squared-ReLU
+    # MLPs of 32768; no mamba_ssm_cache_dtype, so vLLM keeps the state in float32. The Nemotron-H report's 56 B.
+    (("nvidia/Nemotron-H-56B-Base-8K",), (118, 8192, 64, 8, 128, 32768, 131072, False, 8192, 2),
+     _nemotron_h("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+                 "-M-M-M-M-M*-M-M-M-M-M-", mamba_heads=256, mamba_head_dim=64, mamba_groups=8, mamba_state_size=256)),
     # mistralai/Mixtral-8x7B-v0.1 config.json (aic mistralai--Mixtral-8x7B-v0.1): every layer is MoE and
     # its intermediate_size 14336 is the expert's
     (("mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"),

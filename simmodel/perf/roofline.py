@@ -322,14 +322,15 @@ class RooflineTiming(SumsTiming):
         attention_gemms = 3 if m.is_mla else 2
         block_gemms = (m.num_layers * attention_gemms + m.num_dense_layers * 2
                        + m.num_moe_layers * (2 + (2 if m.num_shared_experts else 0))) if d.block_scaled else 0
-        self.layer_overhead_s = m.num_layers * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
+        self.layer_overhead_s = m.num_blocks / 2 * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
         self.host_s_by_kind = np.array([host.decode_ms, host.decode_ms, host.prefill_ms, host.mixed_ms]) / 1000.0
         """Seconds a pass adds on the host, indexed by 2 × (it prefills) + (it decodes)."""
         self.linear_peak = efficiency.compute * weight_gemm_peak(d)
         self.attention_peak = efficiency.compute * hw.bf16_flops
         self.hbm = efficiency.memory * hw.hbm_bytes_per_s
         tp, act = d.tensor, d.activation_bytes
-        layers, h = m.num_layers, m.hidden_size
+        # (transformer layers, or their equivalent in blocks where a layer is one block: Nemotron-H)
+        layers, h = m.num_blocks / 2, m.hidden_size
         # Per token, per GPU of the rank: dense GEMM FLOPs (attention projections and dense MLPs).
         self.dense_flops_per_token = 2 * (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp
         self.dense_weight_bytes = (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp * d.weight_bytes
@@ -342,7 +343,7 @@ class RooflineTiming(SumsTiming):
         expert_rate = weight_gemm_peak(d, experts=True)
         expert_peak, shared_peak = efficiency.expert * expert_rate, efficiency.compute * expert_rate
         routed_flops = 2 * m.num_moe_layers * m.num_experts_per_token * m.expert_params
-        shared_flops = 2 * m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)
+        shared_flops = 2 * m.num_moe_layers * (m.shared_expert_params + m.router_params)
         self.moe_flops_per_token = routed_flops + shared_flops
         self.moe_seconds_per_token = routed_flops / expert_peak + shared_flops / shared_peak
         """Compute time of one token's MoE work on one GPU if it held every expert whole."""
@@ -351,7 +352,7 @@ class RooflineTiming(SumsTiming):
         self.experts_per_gpu = m.num_experts / d.moe_expert if m.is_moe else 0.0
         self.moe_expert = d.moe_expert
         self.expert_bytes_per_gpu = m.num_moe_layers * m.expert_params / d.moe_tensor * d.expert_bytes
-        self.shared_bytes_per_gpu = (m.num_moe_layers * (m.num_shared_experts * m.expert_params + h * m.num_experts)
+        self.shared_bytes_per_gpu = (m.num_moe_layers * (m.shared_expert_params + m.router_params)
                                      / self.moe_gpus * d.expert_bytes)
         self.route_fraction = m.num_experts_per_token / m.num_experts if m.is_moe else 0.0
         # Attention: per query·key pair and layer, QKᵀ and AV over the GPU's heads. MLA decodes in the
@@ -361,10 +362,10 @@ class RooflineTiming(SumsTiming):
         self.decode_attention_flops_per_pair = (
             2 * attending * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla
             else self.attention_flops_per_pair)
-        # Linear attention (Gated DeltaNet): per token and layer, the state's decay, rank-one update and read-out over
-        # the GPU's value heads (4 × 2 FLOPs per state value, however long the context); per sequence and pass, its
-        # state read and written back.
-        self.linear_flops_per_token = 8 * m.num_linear_layers * m.linear_state_values(tp)
+        # State layers (Gated DeltaNet, Mamba-2): per token, the state's update and read-out over the GPU's heads
+        # (``ModelSpec.state_flops_per_token``, however long the context); per sequence and pass, its state read and
+        # written back.
+        self.linear_flops_per_token = m.state_flops_per_token(tp)
         self.linear_state_io_bytes = 2 * d.linear_state_bytes_per_gpu
         # Sliding-window layers (gpt-oss, Gemma) attend over at most the window: their query·key pairs and KV reads
         # are capped per sequence (see ``_kernels``); with or without vLLM's hybrid KV cache, as vLLM notes.

@@ -76,7 +76,7 @@ def _measured(role: WorkerRole, backend: str) -> PassTiming:
                             f"{d.weight_format or 'auto'}) are priced by the default timing")
     if d.model.num_linear_layers:
         raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured has no tables for "
-                            f"{d.model.model_id}'s linear-attention layers; use the default timing")
+                            f"{d.model.model_id}'s state layers (linear attention, Mamba-2); use the default timing")
     if d.model.is_sparse:
         raise ScenarioError(f"engine.workers.{role.name}.timing.type: measured prices dense MLA attention, and "
                             f"{d.model.model_id} attends over the {d.model.index_topk} tokens its indexer picks; use "
