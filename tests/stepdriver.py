@@ -14,14 +14,19 @@ from collections import deque
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
+from simmodel.engine.speculation import MeanAcceptance
 
 
 def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int,
-              block_size: int) -> list[dict]:
-    """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted."""
+              block_size: int, mean_accepted: float | None = None) -> list[dict]:
+    """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted.
+    ``mean_accepted``: with ``config.num_speculative_tokens``, MTP drafts accepted as ``MeanAcceptance`` accepts
+    them (the spec recorder's fake model runner samples by the same rule)."""
     pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool
     pool = pool_cls(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
     sched = VllmScheduler(config, pool)
+    if mean_accepted is not None:
+        sched.accept = MeanAcceptance(mean_accepted)
     pending = deque(sorted(requests, key=lambda r: int(r["arrival_step"])))
     by_index: dict[int, str] = {}
     records: list[dict] = []
@@ -62,7 +67,7 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
             continue
         rec, out = queue.pop()
         sampled, finished = sched.update_from_output(out)
-        rec["emitted"] = {name(r): 1 for r in sampled}
+        rec["emitted"] = {name(r): r.num_emitted for r in sampled}
         rec["finished"] = sorted(name(r) for r in finished)
         records.append(rec)
 

@@ -75,13 +75,13 @@ def _client_max_tokens(node: _Node) -> int | str:
 def vllm_scheduler(node: _Node, context_length: int, chunked: bool, max_sequences: int,
                    speculation: SpeculationSpec | None) -> SchedulerSpec:
     """vLLM's scheduler, with the bounds vLLM itself enforces."""
-    # vLLM turns async scheduling off with n-gram drafts; our async model does not verify drafts yet.
-    asynchronous = node.bool("async_scheduling", speculation is None)
-    if asynchronous and speculation is not None:
-        reason = ("vLLM runs n-gram drafts synchronously" if speculation.kind == "ngram"
-                  else "async scheduling with draft heads is not yet modeled")
-        raise ScenarioError(f"{node.at('async_scheduling')}: true cannot be used with speculative decoding "
-                            f"({reason}); leave it unset or false")
+    # vLLM 0.32 schedules asynchronously by default, also with MTP/EAGLE drafts (their placeholders stand for the
+    # drafts of the pass in flight), but turns it off with CPU n-gram drafts, and refuses it when asked for.
+    ngram = speculation is not None and speculation.kind == "ngram"
+    asynchronous = node.bool("async_scheduling", not ngram)
+    if asynchronous and ngram:
+        raise ScenarioError(f"{node.at('async_scheduling')}: true cannot be used with n-gram speculative decoding "
+                            f"(vLLM runs n-gram drafts synchronously); leave it unset or false")
     spec = SchedulerSpec(
         max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
         max_sequences=node.int("max_sequences", max_sequences),

@@ -58,8 +58,9 @@ def test_eager_launch_bounds(tmp_path, eager_ms, fraction, ttft):
 
 @pytest.mark.parametrize("change, message", [
     ({"scheduler": {"async_scheduling": False}}, "launch: models vLLM's async engine loop"),
-    ({"scheduler": {"async_scheduling": None}, "_engine": {"nextn": 1, "nextn_accepted": 1}},
-     "async_scheduling: true cannot|launch: models vLLM's async engine loop"),
+    ({"scheduler": {"async_scheduling": None}, "_engine": {"speculation": {
+        "kind": "ngram", "num_speculative_tokens": 1, "acceptance_rates": [0.5]}}},
+     "launch: models vLLM's async engine loop"),  # (n-gram drafts: vLLM schedules synchronously)
     ({"parallelism": {"tensor": 2}}, "scheduler.launch: only one-GPU aggregated workers"),
 ])
 def test_launch_validation(change, message):

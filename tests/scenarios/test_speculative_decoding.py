@@ -48,6 +48,29 @@ def test_emission_is_clipped_to_the_output_left():
     assert res.requests.e2e_ms.tolist() == pytest.approx([40]) and res.requests.output_tokens.tolist() == [6]
 
 
+def test_mtp_under_async_scheduling():
+    """vLLM's async scheduler with nextn 1, every draft accepted, 9 outputs. Pass 1 is planned while the prefill
+    runs: the request has 1 output placeholder and 1 draft placeholder, so it schedules 100 + 1 + 1 − 100 = 2
+    tokens. Each later plan sees the outputs of the pass before the one in flight: 2 tokens each, outputs 1 at
+    20, 3 at 30, 5 at 40, 7 at 50, 9 at 60. The plan made at 50 (computed 108, placeholders 2: 108 + 2 − 2 < 109)
+    cannot rule out that drafts were rejected, so a sixth pass (60–70) runs for a request already done."""
+    data = make_scenario(traffic={"source": {"input_tokens": 100, "output_tokens": 9}, "stop": {"requests": 1}},
+                         engine={"nextn": 1, "nextn_accepted": 1.0,
+                                 "workers": {"aggregated": {"scheduler": {"async_scheduling": True}}}})
+    res = run_scenario(data)
+    row = res.requests.iloc[0]
+    assert (row.ttft_ms, row.e2e_ms) == pytest.approx((20, 60))
+    assert res.passes.num_scheduled_tokens.tolist() == [100, 2, 2, 2, 2, 2]
+    assert res.summary["speculation"]["acceptance_rate"] == 1.0
+
+
+def test_mtp_defaults_async_on():
+    """vLLM 0.32 schedules asynchronously by default with MTP/EAGLE drafts."""
+    data = make_scenario(engine={"nextn": 1, "nextn_accepted": 0.5})
+    del data["engine"]["workers"]["aggregated"]["scheduler"]
+    assert parse_scenario(data, Path(".")).engine.workers["aggregated"].scheduler.async_scheduling
+
+
 def test_ngram_conditional_acceptance_and_rejected_positions():
     """k = 2 with rates [1, 0]: the first draft always passes, the second never. Each verification schedules
     3 tokens and keeps 2 (the rejected position is given back), so tokens come 2 per pass as with an always-
@@ -67,8 +90,9 @@ def test_ngram_conditional_acceptance_and_rejected_positions():
      "engine.speculation.acceptance_rates: must be 2 numbers from 0 to 1"),
     ({"speculation": {"kind": "ngram", "num_speculative_tokens": 6, "acceptance_rates": [0.5] * 6}},
      "engine.speculation.num_speculative_tokens: must be from 1 to 5"),
-    ({"nextn": 1, "nextn_accepted": 1, "workers": {"aggregated": {"scheduler": {"async_scheduling": True}}}},
-     "async_scheduling: true cannot be used with speculative decoding"),
+    ({"speculation": {"kind": "ngram", "num_speculative_tokens": 1, "acceptance_rates": [0.5]},
+      "workers": {"aggregated": {"scheduler": {"async_scheduling": True}}}},
+     "async_scheduling: true cannot be used with n-gram speculative decoding"),
 ])
 def test_speculation_validation(engine, message):
     with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")):

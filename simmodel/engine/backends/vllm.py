@@ -52,6 +52,9 @@ class VllmBackend:
             enable_prefix_caching=role.kv_cache.prefix_caching,
             async_scheduling=role.scheduler.async_scheduling,
             num_speculative_tokens=0 if engine.speculation is None else engine.speculation.num_speculative_tokens,
+            # (MTP/EAGLE heads write a draft's KV past the pass's tokens; n-gram lookups write none)
+            num_lookahead_tokens=(engine.speculation.num_speculative_tokens
+                                  if engine.speculation is not None and engine.speculation.kind == "mtp" else 0),
         )
         pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
         workers = []

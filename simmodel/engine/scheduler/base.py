@@ -25,6 +25,9 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)
     resumed: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    drafts: dict[Request, int] = field(default_factory=dict)
+    """Speculative decoding: the drafts this pass verifies, per request that has any (several passes may be in
+    flight under async scheduling, each verifying its own)."""
     kv_blocks_used: int = 0
     """KV blocks in use on the rank once this pass was planned."""
     host_stores: list | None = None

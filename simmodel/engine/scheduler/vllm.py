@@ -36,6 +36,9 @@ class VllmSchedulerConfig:
     async_scheduling: bool = False
     num_speculative_tokens: int = 0
     """Draft tokens proposed after each sampled token and verified in the request's next pass."""
+    num_lookahead_tokens: int = 0
+    """KV slots reserved past a pass's tokens for the drafter to write (vLLM's ``num_lookahead_tokens``: the
+    drafts' count for MTP/EAGLE heads, none for n-gram lookups)."""
 
 
 class VllmScheduler:
@@ -167,6 +170,7 @@ class VllmScheduler:
 
         # Phase 1: running requests in order (decodes and partial prefills alike).
         block_size, max_model_len, sliding = self.block_size, cfg.max_model_len, pool.sliding
+        lookahead, speculative = cfg.num_lookahead_tokens, cfg.num_speculative_tokens
         reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
         samples = out.samples
         req_index = 0
@@ -192,9 +196,11 @@ class VllmScheduler:
             if num_new <= 0:
                 req_index += 1
                 continue
-            if sliding:
-                pool.slide(request, computed)
-            num_needed = max(pool.blocks_for(computed + num_new, computed) - request.num_blocks, 0)
+            if sliding:  # (on the tokens processed: those of passes in flight may still be rolled back)
+                pool.slide(request, computed - request.num_in_flight_tokens)
+            slots = computed + num_new + lookahead
+            num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, computed)
+                             - request.num_blocks, 0)
             stalled = False
             while num_needed > pool.num_free_blocks:
                 victim = self.running[-1]
@@ -224,6 +230,8 @@ class VllmScheduler:
             ends = computed + num_new >= num_tokens + placeholders
             # Drafts the chunk reaches are verified in this pass (vLLM trims the rest).
             request.num_scheduled_drafts = max(0, computed + num_new - num_tokens - placeholders)
+            if request.num_scheduled_drafts:
+                out.drafts[request] = request.num_scheduled_drafts
             request.num_draft_tokens = 0
             decs.append(ends and num_new == 1 + request.num_scheduled_drafts
                         and (request.num_output_tokens + placeholders > 0 or request.kv_transferred))
@@ -232,8 +240,9 @@ class VllmScheduler:
             request.num_computed_tokens = computed + num_new
             if asynchronous:
                 request.num_in_flight_tokens += num_new
-                if ends:
-                    request.num_output_placeholders = placeholders + 1
+                if ends:  # (its sampled token and its drafts; the drafts it proposes stand in as placeholders)
+                    request.num_output_placeholders = placeholders + 1 + request.num_scheduled_drafts
+                    request.num_draft_tokens = speculative
             token_budget -= num_new
             req_index += 1
 
@@ -350,7 +359,8 @@ class VllmScheduler:
                 full = pool.blocks_for(min(request.num_tokens, cfg.max_model_len), computed) - held + evictable
                 if full > pool.num_free_blocks:
                     break
-            num_needed = max(pool.blocks_for(min(computed + num_new, cfg.max_model_len), computed) - held, 0)
+            num_needed = max(pool.blocks_for(min(computed + num_new + cfg.num_lookahead_tokens, cfg.max_model_len),
+                                             computed) - held, 0)
             if num_needed + evictable > pool.num_free_blocks:
                 break
             queue.popleft()
@@ -421,6 +431,7 @@ class VllmScheduler:
             request.num_in_flight_tokens += num_new
             if ends:
                 request.num_output_placeholders += 1
+                request.num_draft_tokens = self.config.num_speculative_tokens
         request.num_computed_tokens = computed + num_new
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
@@ -464,7 +475,7 @@ class VllmScheduler:
             if not samples:
                 continue  # a partial prefill chunk samples nothing
             emitted = 1
-            drafts = request.num_scheduled_drafts
+            drafts = output.drafts.get(request, 0) if output.drafts else 0
             if drafts:
                 # Verification: accepted drafts plus the corrected (or bonus) token, stopping at the first
                 # reject; rejected drafts' KV positions are given back.
@@ -472,16 +483,18 @@ class VllmScheduler:
                 self.num_drafts_verified += drafts
                 self.num_drafts_accepted += accepted
                 request.spec_rounds += 1
-                request.num_computed_tokens -= drafts - accepted
+                if not stale:
+                    request.num_computed_tokens -= drafts - accepted
+                    if asynchronous and request.num_output_placeholders:
+                        request.num_output_placeholders -= drafts - accepted
                 emitted = accepted + 1
-                request.num_scheduled_drafts = 0
             # Tokens past max_tokens or max_model_len are never emitted (vLLM's check_stop per token).
             emitted = min(emitted, request.max_tokens - request.num_output_tokens,
                           max_model_len - request.num_prompt_tokens - request.num_output_tokens)
             request.num_output_tokens += emitted
             request.num_emitted = emitted
             if asynchronous and not stale:
-                request.num_output_placeholders -= 1
+                request.num_output_placeholders -= emitted
             sampled.append(request)
             num_tokens = request.num_prompt_tokens + request.num_output_tokens
             if asynchronous and self.caching and status is running:
@@ -493,8 +506,8 @@ class VllmScheduler:
                 self.retire(request)
                 finished.append(request)
                 stopped_waiting |= status is preempted
-            elif speculative and status is running:
-                request.num_draft_tokens = speculative  # drafts proposed for the next pass
+            elif speculative and status is running and not asynchronous:
+                request.num_draft_tokens = speculative  # drafts proposed for the next pass (async: at its plan)
         if finished:
             self.finished_since_schedule = True
             self.running = [r for r in self.running if r.status is running]

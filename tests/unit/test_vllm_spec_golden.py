@@ -1,0 +1,37 @@
+"""Our vLLM scheduler with MTP/EAGLE drafts against golden traces recorded from vLLM 0.32.0's real ``Scheduler``
+and ``AsyncScheduler`` (``tools/oracles/record_vllm_spec_goldens.py``: k drafts a pass, verified in the next one,
+accepted by a fixed rule both sides apply): every pass's scheduled tokens (the drafts among them), preemptions,
+finishes and emitted tokens, pass by pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
+from tests.stepdriver import run_steps
+from tests.unit.test_vllm_golden import FIELDS, _compare, _requests
+
+SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec").glob("*.json"))
+
+
+def test_enough_goldens() -> None:
+    assert len(SPEC_FILES) >= 16
+    assert {json.loads(p.read_text())["config"]["async_scheduling"] for p in SPEC_FILES} == {False, True}
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=[p.stem for p in SPEC_FILES])
+def test_matches_vllm_with_drafts(path: Path) -> None:
+    golden = json.loads(path.read_text())
+    cfg = golden["config"]
+    config = VllmSchedulerConfig(
+        max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
+        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+        enable_chunked_prefill=cfg["enable_chunked_prefill"], reserve_full_isl=cfg["reserve_full_isl"],
+        async_scheduling=cfg["async_scheduling"], num_speculative_tokens=cfg["num_speculative_tokens"],
+        num_lookahead_tokens=cfg["num_speculative_tokens"])  # (MTP/EAGLE: a KV slot per draft past the pass)
+    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
+                                 mean_accepted=cfg["mean_accepted"]) if r["scheduled"]]
+    _compare(golden, ours, FIELDS)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Record golden scheduler traces of speculative decoding from vLLM 0.32.0's real v1 schedulers: MTP/EAGLE drafts
+(``engine.nextn``) verified by the synchronous ``Scheduler`` and by the ``AsyncScheduler`` (vLLM's zero-bubble
+async scheduling with drafts, its default with MTP).
+
+Regenerate (from the repo root, with the oracle venv of ``../shared/oracles/vllm-scheduler.md``):
+
+    <venv>/bin/python tools/oracles/record_vllm_spec_goldens.py          # e.g. /work/.venv-vllm/bin/python
+
+It builds each scheduler with ``build_scheduler`` and ``make_request`` of ``../shared/oracles/vllm_sched_oracle.py``
+(override the folder with ``VLLM_ORACLE_DIR``) and drives it with its own engine loop, since that oracle runs no
+drafts. An MTP drafter needs a draft model's config, which this CPU-only venv cannot load, so the scheduler is
+given what ``VllmConfig`` derives for one (``num_speculative_tokens`` k): ``num_spec_tokens`` = k,
+``num_lookahead_tokens`` = k (``VllmConfig.num_lookahead_tokens`` for EAGLE/MTP), ``use_eagle``, the async
+scheduler's k draft placeholders and its ``_spec_decode_step_blocks``; no ``speculative_config`` (no draft slots,
+as EAGLE's and MTP's ``max_num_new_slots_for_drafting`` is 0).
+
+The engine loop follows ``EngineCore``: synchronous, each step's update then ``update_draft_token_ids`` with k
+drafts for every request the step sampled (the drafter proposes after each sampled token); async, a batch queue
+of two and no draft updates (the placeholders stand for them). The fake model runner samples, for a request whose
+chunk reaches its end, 1 + a tokens where a is the drafts it accepts: round r of the request's verifications
+accepts min(drafts, ⌊(r+1)·m⌋ − ⌊r·m⌋) of them (m the stream's mean; simmodel's ``MeanAcceptance`` is the same
+rule, stated in ``engine/speculation.py``).
+
+Writes ``tests/golden/vllm_spec/<name>.json`` in ``record_vllm_goldens``'s format, its config with
+``num_speculative_tokens``, ``mean_accepted`` and ``async_scheduling``. ``tests/unit/test_vllm_spec_golden.py``
+replays them through our ``VllmScheduler`` and needs no vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import deque
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_io import vllm_oracle_config  # noqa: E402
+from record_vllm_goldens import dump, stream  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ORACLE_DIR = Path(os.environ.get("VLLM_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
+OUT_DIR = REPO / "tests" / "golden" / "vllm_spec"
+SAMPLED = 7
+
+
+def accepted(rounds: int, drafts: int, mean: float) -> int:
+    return min(drafts, math.floor((rounds + 1) * mean + 1e-9) - math.floor(rounds * mean + 1e-9))
+
+
+def build(cfg: dict, k: int):
+    from vllm.utils.math_utils import cdiv
+    from vllm_sched_oracle import build_scheduler
+
+    sched = build_scheduler(**vllm_oracle_config(cfg))
+    sched.num_spec_tokens = sched.num_lookahead_tokens = k
+    sched.use_eagle = True
+    if hasattr(sched, "_spec_token_placeholders"):
+        sched._spec_token_placeholders = [-1] * k
+    sched._spec_decode_step_blocks = sum(cdiv(1 + 2 * k, m.block_size)
+                                         for m in sched.kv_cache_manager.coordinator.single_type_managers)
+    return sched
+
+
+def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50) -> tuple[list[dict], dict]:
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm_sched_oracle import make_request
+
+    k, mean, asynchronous = cfg["num_speculative_tokens"], cfg["mean_accepted"], cfg["async_scheduling"]
+    sched = build(cfg, k)
+    pending = deque(sorted(reqs, key=lambda r: int(r["arrival_step"])))
+    by_id, rounds, emitted, finish_step, steps = {}, {}, {}, {}, []
+    queue: deque = deque()
+    queue_size = 2 if asynchronous else 1
+    step = idle = 0
+
+    def process():
+        rec, so = queue.pop()
+        req_ids = list(so.num_scheduled_tokens)
+        sampled = []
+        for rid in req_ids:
+            if rid not in rec["sampling"]:
+                sampled.append([])
+                continue
+            drafts = len(so.scheduled_spec_decode_tokens.get(rid, ()))
+            a = 0
+            if drafts:
+                a = accepted(rounds.get(rid, 0), drafts, mean)
+                rounds[rid] = rounds.get(rid, 0) + 1
+            sampled.append([SAMPLED] * (1 + a))
+        out = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        eco = sched.update_from_output(so, out)
+        got, finished = {}, []
+        for client in eco.values():
+            for o in client.outputs:
+                if o.new_token_ids:
+                    got[o.request_id] = got.get(o.request_id, 0) + len(o.new_token_ids)
+                    emitted[o.request_id] = emitted.get(o.request_id, 0) + len(o.new_token_ids)
+                if o.finish_reason is not None:
+                    finished.append(o.request_id)
+                    finish_step[o.request_id] = rec["step"]
+        if not asynchronous:
+            live = [r for r in rec["sampling"] if r in sched.requests and not sched.requests[r].is_finished()]
+            if live:
+                sched.update_draft_token_ids(DraftTokenIds(live, [[SAMPLED] * k for _ in live]))
+        if rec["scheduled"]:
+            steps.append({"step": rec["step"], "scheduled": rec["scheduled"], "preempted": rec["preempted"],
+                          "finished": sorted(finished), "emitted": got})
+
+    while True:
+        if not sched.has_requests() and not queue:
+            if not pending:
+                break
+            step = max(step, int(pending[0]["arrival_step"]))
+        while pending and int(pending[0]["arrival_step"]) <= step:
+            spec = pending.popleft()
+            req = make_request(spec, None, arrival_time=float(spec["arrival_step"]))
+            by_id[req.request_id] = req
+            sched.add_request(req)
+        if sched.has_requests():
+            so = sched.schedule()
+            sampling = [r for r in so.num_scheduled_tokens if not sched.requests[r].is_prefill_chunk]
+            rec = {"step": step, "scheduled": dict(so.num_scheduled_tokens),
+                   "preempted": sorted(so.preempted_req_ids or ()), "sampling": set(sampling)}
+            queue.appendleft((rec, so))
+            step += 1
+            executed = so.total_num_scheduled_tokens > 0
+            idle = 0 if executed else idle + 1
+            if idle > max_idle_steps:
+                raise RuntimeError(f"no progress at step {step}")
+            if len(queue) < queue_size and (executed or sched.has_requests()):
+                continue
+        elif not queue:
+            continue
+        process()
+    summary = {r["id"]: {"emitted_tokens": emitted.get(r["id"], 0), "num_preemptions": by_id[r["id"]].num_preemptions,
+                         "finish_step": finish_step.get(r["id"])} for r in reqs}
+    return steps, summary
+
+
+def spec_stream(name, seed, *, k, mean, asynchronous, **kw):
+    name, cfg, reqs = stream(name, seed, **kw)
+    cfg.update(num_speculative_tokens=k, mean_accepted=mean, async_scheduling=asynchronous)
+    return name, cfg, reqs
+
+
+def streams() -> list[tuple[str, dict, list[dict]]]:
+    out = []
+    for asynchronous, tag in ((False, "sync"), (True, "async")):
+        out += [
+            spec_stream(f"{tag}_k2_loose", 1101, k=2, mean=1.0, asynchronous=asynchronous, n=30, prompt=(1, 200),
+                        output=(1, 40), max_num_seqs=16, budget=256, arrivals="spread", span=40),
+            spec_stream(f"{tag}_k3_mean_1_5", 1102, k=3, mean=1.5, asynchronous=asynchronous, n=30, prompt=(1, 150),
+                        output=(1, 48), max_num_seqs=16, budget=128, arrivals="poisson", span=60),
+            spec_stream(f"{tag}_k2_tight", 1103, k=2, mean=0.7, asynchronous=asynchronous, n=30, prompt=(16, 160),
+                        output=(8, 64), kv_factor=2.0, max_num_seqs=24, budget=256, arrivals="burst"),
+            spec_stream(f"{tag}_k1_bs4_tight", 1104, k=1, mean=0.5, asynchronous=asynchronous, n=20, prompt=(4, 60),
+                        output=(4, 40), block_size=4, kv_factor=1.5, max_num_seqs=12, budget=96, arrivals="burst"),
+            spec_stream(f"{tag}_k4_budget32", 1105, k=4, mean=2.5, asynchronous=asynchronous, n=16, prompt=(5, 120),
+                        output=(1, 30), max_num_seqs=6, budget=32, arrivals="spread", span=30),
+            spec_stream(f"{tag}_k2_mml_limit", 1106, k=2, mean=2.0, asynchronous=asynchronous, n=20, prompt=(10, 127),
+                        output=(1, 100), max_model_len=128, max_num_seqs=12, budget=128, arrivals="spread", span=30),
+            spec_stream(f"{tag}_k2_lpt", 1107, k=2, mean=1.2, asynchronous=asynchronous, n=24, prompt=(8, 200),
+                        output=(2, 32), kv_factor=1.8, max_num_seqs=16, budget=96, lpt=24, arrivals="poisson",
+                        span=40),
+            spec_stream(f"{tag}_k3_sparse", 1108, k=3, mean=3.0, asynchronous=asynchronous, n=8, prompt=(1, 64),
+                        output=(1, 30), max_num_seqs=8, budget=64, arrivals="sparse", span=40),
+        ]
+    return out
+
+
+def main() -> None:
+    sys.path.insert(0, str(ORACLE_DIR))
+    import vllm  # noqa: PLC0415  (needs the vLLM venv)
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    for name, cfg, reqs in streams():
+        steps, summary = run(reqs, cfg)
+        for r in reqs:
+            s = summary[r["id"]]
+            expect = min(r["output_tokens"], cfg["max_model_len"] - r["prompt_tokens"])
+            assert s["finish_step"] is not None and s["emitted_tokens"] == expect, (name, r, s)
+        golden = {"name": name, "vllm_version": vllm.__version__, "config": cfg, "requests": reqs,
+                  "steps": steps, "summary": summary}
+        (OUT_DIR / f"{name}.json").write_text(dump(golden))
+        pre = sum(s["num_preemptions"] for s in summary.values())
+        print(f"{name:22s} reqs={len(reqs):3d} steps={len(steps):4d} preemptions={pre:3d}")
+
+
+if __name__ == "__main__":
+    main()
