@@ -94,6 +94,27 @@ def test_scheduler_frees_blocks_behind_the_window():
     assert (r.num_blocks, pool.num_used_blocks, r.num_skipped_blocks) == (73, 73, 55)
 
 
+def test_async_frees_only_behind_the_tokens_processed():
+    """vLLM frees a sliding group's blocks on the tokens processed (``remove_skipped_blocks`` at computed − in
+    flight): under async scheduling the pass in flight's tokens may yet be rolled back. gpt-oss (window 128,
+    16-token blocks), a 208-token prompt: its prefill holds 13 blocks a group (26). The decode planned while the
+    prefill runs has 0 tokens processed: it frees nothing, and its slot 209 needs a 14th block in each group
+    (28). The next plan, with the prefill's output in and 208 processed, frees (208 − 127) // 16 = 5 sliding
+    blocks and needs none (23)."""
+    pool = BlockPool(1000, 16, kv_layout(MODELS["openai/gpt-oss-120b"]))
+    s = VllmScheduler(VllmSchedulerConfig(max_num_batched_tokens=8192, max_model_len=4096, async_scheduling=True),
+                      pool)
+    r = Request(0, 0, 208, 10)
+    s.add_request(r)
+    first = s.schedule()
+    assert r.num_blocks == 26
+    s.schedule()
+    assert (r.num_blocks, r.num_skipped_blocks) == (28, 0)
+    s.update_from_output(first)
+    s.schedule()
+    assert (r.num_blocks, r.num_skipped_blocks, pool.num_used_blocks) == (23, 5, 23)
+
+
 def test_a_sliding_pool_admits_what_a_full_one_cannot():
     """Two 1000-token prompts with 200 blocks of 18 layers. Each reserves 126 at admission (every group's whole
     prompt), so the second waits; after the first's prompt the sliding group frees 54 blocks (72 held), leaving

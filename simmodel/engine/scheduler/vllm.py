@@ -196,10 +196,12 @@ class VllmScheduler:
             if num_new <= 0:
                 req_index += 1
                 continue
-            if sliding:  # (on the tokens processed: those of passes in flight may still be rolled back)
-                pool.slide(request, computed - request.num_in_flight_tokens)
+            # (sliding groups free on the tokens processed: those of passes in flight may still be rolled back)
+            done = computed - request.num_in_flight_tokens
+            if sliding:
+                pool.slide(request, done)
             slots = computed + num_new + lookahead
-            num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, computed)
+            num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, done)
                              - request.num_blocks, 0)
             stalled = False
             while num_needed > pool.num_free_blocks:
