@@ -18,7 +18,7 @@ SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec
 
 
 def test_enough_goldens() -> None:
-    assert len(SPEC_FILES) >= 16
+    assert len(SPEC_FILES) >= 20
     assert {json.loads(p.read_text())["config"]["async_scheduling"] for p in SPEC_FILES} == {False, True}
 
 
@@ -30,7 +30,8 @@ def test_matches_vllm_with_drafts(path: Path) -> None:
         max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
         max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
         enable_chunked_prefill=cfg["enable_chunked_prefill"], reserve_full_isl=cfg["reserve_full_isl"],
-        async_scheduling=cfg["async_scheduling"], num_speculative_tokens=cfg["num_speculative_tokens"],
+        enable_prefix_caching=cfg.get("enable_prefix_caching", False), async_scheduling=cfg["async_scheduling"],
+        num_speculative_tokens=cfg["num_speculative_tokens"],
         num_lookahead_tokens=cfg["num_speculative_tokens"])  # (MTP/EAGLE: a KV slot per draft past the pass)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  mean_accepted=cfg["mean_accepted"]) if r["scheduled"]]

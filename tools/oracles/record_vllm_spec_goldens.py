@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from golden_io import vllm_oracle_config  # noqa: E402
 from record_vllm_goldens import dump, stream  # noqa: E402
+from record_vllm_goldens_apc import apc_stream, prompt_ids, shared_requests  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ORACLE_DIR = Path(os.environ.get("VLLM_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
@@ -65,10 +66,11 @@ def build(cfg: dict, k: int):
 
 def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50) -> tuple[list[dict], dict]:
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
-    from vllm_sched_oracle import make_request
+    from vllm_sched_oracle import _block_hasher, make_request
 
     k, mean, asynchronous = cfg["num_speculative_tokens"], cfg["mean_accepted"], cfg["async_scheduling"]
     sched = build(cfg, k)
+    hasher = _block_hasher(cfg["block_size"], cfg.get("enable_prefix_caching", False))
     pending = deque(sorted(reqs, key=lambda r: int(r["arrival_step"])))
     by_id, rounds, emitted, finish_step, steps = {}, {}, {}, {}, []
     queue: deque = deque()
@@ -116,7 +118,9 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50) -> tuple[list[dic
             step = max(step, int(pending[0]["arrival_step"]))
         while pending and int(pending[0]["arrival_step"]) <= step:
             spec = pending.popleft()
-            req = make_request(spec, None, arrival_time=float(spec["arrival_step"]))
+            if "segments" in spec:
+                spec = {**spec, "prompt_token_ids": prompt_ids(spec["segments"])}
+            req = make_request(spec, hasher, arrival_time=float(spec["arrival_step"]))
             by_id[req.request_id] = req
             sched.add_request(req)
         if sched.has_requests():
@@ -146,8 +150,35 @@ def spec_stream(name, seed, *, k, mean, asynchronous, **kw):
     return name, cfg, reqs
 
 
+def one_past_blocks(reqs: list[dict], block_size: int) -> list[dict]:
+    """Each prompt lengthened (its last segment) to one token past a block boundary, so that a prompt cached whole
+    leaves exactly one token to compute: the waiting request vLLM pads to 1 + k with placeholder drafts."""
+    for r in reqs:
+        r["segments"][-1][1] += (1 - sum(n for _, n in r["segments"])) % block_size
+    return reqs
+
+
+def apc_spec_stream(name, reqs, *, k, mean, asynchronous, **kw):
+    name, cfg, reqs = apc_stream(name, reqs, async_scheduling=asynchronous, **kw)
+    cfg.update(num_speculative_tokens=k, mean_accepted=mean)
+    return name, cfg, reqs
+
+
 def streams() -> list[tuple[str, dict, list[dict]]]:
     out = []
+    S = shared_requests
+    for asynchronous, tag in ((False, "sync"), (True, "async")):
+        out += [
+            apc_spec_stream(f"{tag}_apc_k2_dups", one_past_blocks(S(1201, 30, block_size=8, output=(2, 24), groups=3,
+                                                                    prefix=(16, 64), suffix=(1, 30), dup=0.5,
+                                                                    arrivals="spread", span=40), 8),
+                            k=2, mean=1.0, asynchronous=asynchronous, block_size=8, max_num_seqs=16, budget=256),
+            apc_spec_stream(f"{tag}_apc_k3_tight", one_past_blocks(S(1202, 30, block_size=4, output=(4, 32), groups=3,
+                                                                     prefix=(8, 40), suffix=(1, 20), dup=0.4,
+                                                                     arrivals="burst"), 4),
+                            k=3, mean=1.5, asynchronous=asynchronous, block_size=4, kv_factor=2.0, max_num_seqs=16,
+                            budget=128),
+        ]
     for asynchronous, tag in ((False, "sync"), (True, "async")):
         out += [
             spec_stream(f"{tag}_k2_loose", 1101, k=2, mean=1.0, asynchronous=asynchronous, n=30, prompt=(1, 200),

@@ -174,6 +174,7 @@ class VllmScheduler:
         reqs, news, ctxs, decs = out.requests, out.num_new_tokens, out.num_context_tokens, out.is_decode
         samples = out.samples
         req_index = 0
+        prefill_scheduled = False
         if not asynchronous and not cfg.num_speculative_tokens and self._plan_decodes(out, token_budget):
             req_index = len(self.running)  # all decodes, none preempting: planned without the loop
             token_budget -= req_index
@@ -238,6 +239,7 @@ class VllmScheduler:
             decs.append(ends and num_new == 1 + request.num_scheduled_drafts
                         and (request.num_output_tokens + placeholders > 0 or request.kv_transferred))
             samples.append(ends)
+            prefill_scheduled |= request.is_prefill_chunk  # (a prompt's chunk after the first)
             request.is_prefill_chunk = not ends
             request.num_computed_tokens = computed + num_new
             if asynchronous:
@@ -250,7 +252,7 @@ class VllmScheduler:
 
         # Phase 2: admissions, only in a pass that preempted nothing.
         if not out.preempted:
-            skipped = self.admit_waiting(token_budget, threshold, out, arrived_before, defer)
+            skipped = self.admit_waiting(token_budget, threshold, out, arrived_before, defer, prefill_scheduled)
             if not defer:
                 self.prefill_capacity_bound = len(self.waiting) + len(self.handoffs) > skipped
         return out
@@ -300,9 +302,14 @@ class VllmScheduler:
         return True
 
     def admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
-                       arrived_before: int | None = None, defer: bool = False) -> int:
+                       arrived_before: int | None = None, defer: bool = False, prefill_scheduled: bool = False) -> int:
         """FCFS admission, received handoffs first; the first request that does not fit blocks everything
-        behind it. Async: a preempted request whose stale output is still in flight is stepped over."""
+        behind it. Async: a preempted request whose stale output is still in flight is stepped over.
+
+        With drafts, a request with one token left to compute (a whole prompt cached, a received handoff) is padded
+        to 1 + k tokens with placeholder drafts, as vLLM does to keep the pass a uniform decode for its CUDA graph:
+        unless a running prompt's chunk is in the pass (``prefill_scheduled``) or the pass has no running request
+        and the request nothing computed; a padded request that does not fit the budget ends the admissions."""
         cfg, pool = self.config, self.pool
         skipped: list[Request] = []
         while token_budget > 0 and len(self.running) < cfg.max_num_seqs:
@@ -349,6 +356,13 @@ class VllmScheduler:
             if defer and computed < request.num_tokens - 1:
                 break  # off-cadence pass: only prompts with at most one token left may advance
             num_new = request.num_tokens - computed
+            drafts = 0
+            if (num_new == 1 and cfg.num_speculative_tokens and not prefill_scheduled and (out.requests or computed)
+                    and computed + 2 + cfg.num_speculative_tokens <= cfg.max_model_len):
+                drafts = cfg.num_speculative_tokens
+                if 1 + drafts > token_budget:
+                    break
+                num_new += drafts
             if 0 < threshold < num_new:
                 num_new = threshold
             if not cfg.enable_chunked_prefill and num_new > token_budget:
@@ -377,7 +391,7 @@ class VllmScheduler:
                     pool.take_hits(request, hits)
                 request.num_computed_tokens = computed
             request.status = RequestStatus.RUNNING
-            self._schedule(request, num_new, num_needed, out)
+            self._schedule(request, num_new, num_needed, out, drafts)
             token_budget -= num_new
         if skipped:
             self.waiting.extendleft(reversed(skipped))
@@ -416,8 +430,9 @@ class VllmScheduler:
         in_flight = [r for r in self.running if r.is_prefill_chunk] + list(self.loading)
         return sum(max(cdiv(min(r.num_tokens, limit), bs) - r.num_blocks, 0) for r in in_flight)
 
-    def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput) -> None:
-        """Take the blocks, record the chunk and advance ``num_computed_tokens`` (as vLLM does at once)."""
+    def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput, drafts: int = 0) -> None:
+        """Take the blocks, record the chunk (``drafts``: its placeholder drafts) and advance
+        ``num_computed_tokens`` (as vLLM does at once)."""
         self._take(request, num_blocks)
         computed = request.num_computed_tokens
         if self.caching:
@@ -426,13 +441,16 @@ class VllmScheduler:
         out.num_new_tokens.append(num_new)
         out.num_context_tokens.append(computed)
         ends = computed + num_new >= request.num_tokens
-        out.is_decode.append(ends and num_new == 1 and (request.num_output_tokens > 0 or request.kv_transferred))
+        if drafts:
+            out.drafts[request] = drafts
+        out.is_decode.append(ends and num_new == 1 + drafts
+                             and (request.num_output_tokens > 0 or request.kv_transferred))
         out.samples.append(ends)
         request.is_prefill_chunk = not ends
         if self.async_scheduling:
             request.num_in_flight_tokens += num_new
             if ends:
-                request.num_output_placeholders += 1
+                request.num_output_placeholders += 1 + drafts
                 request.num_draft_tokens = self.config.num_speculative_tokens
         request.num_computed_tokens = computed + num_new
 
