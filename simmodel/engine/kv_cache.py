@@ -21,7 +21,8 @@ class BlockPool:
     blocks behind their window as it goes (``slide``).
     """
 
-    __slots__ = ("num_blocks", "num_free_blocks", "block_size", "layout", "sliding")
+    __slots__ = ("num_blocks", "num_free_blocks", "block_size", "layout", "sliding", "position_blocks",
+                 "fixed_blocks")
     caching = False
 
     def __init__(self, num_blocks: int, block_size: int, layout: KvLayout | None = None) -> None:
@@ -31,6 +32,10 @@ class BlockPool:
         self.layout = layout
         self.sliding = layout is not None and layout.sliding_groups > 0
         """Whether requests free blocks behind a sliding window (``slide``)."""
+        self.position_blocks = 1 if layout is None else layout.position_blocks
+        """Blocks a request takes for each ``block_size`` tokens of its sequence (``KvLayout.position_blocks``)."""
+        self.fixed_blocks = 0 if layout is None else layout.fixed_blocks
+        """Blocks a request holds whatever its length (``KvLayout.fixed_blocks``: its states)."""
 
     def blocks_for(self, tokens: int, computed: int) -> int:
         """Blocks a request holds with slots for ``tokens`` tokens once ``computed`` are computed (vLLM's
@@ -135,6 +140,7 @@ class PrefixCachingBlockPool:
     sliding = False
     layout = None
     """(One group: ``HybridPrefixCachingPool`` holds several.)"""
+    position_blocks, fixed_blocks = 1, 0  # (as ``BlockPool``'s without groups)
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks

@@ -57,6 +57,16 @@ class KvLayout:
         return self.sliding_groups > 0 or self.state_groups > 0
 
     @property
+    def position_blocks(self) -> int:
+        """Block ids a request takes for each ``block_size`` tokens of its sequence (one per attention group)."""
+        return self.full_groups + self.sliding_groups
+
+    @property
+    def fixed_blocks(self) -> int:
+        """Block ids a request holds whatever its length: its states."""
+        return self.state_groups * self.state_blocks
+
+    @property
     def num_groups(self) -> int:
         return self.full_groups + self.sliding_groups + self.state_groups
 
@@ -73,8 +83,7 @@ class KvLayout:
     def blocks(self, tokens: int, computed: int, block_size: int) -> int:
         """Block ids a request holds over every group with slots for ``tokens`` tokens, once it has computed
         ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks."""
-        positions = cdiv(tokens, block_size)
-        held = (self.full_groups + self.sliding_groups) * positions + self.state_groups * self.state_blocks
+        held = self.position_blocks * cdiv(tokens, block_size) + self.fixed_blocks
         if not self.sliding_groups:
             return held
         return held - self.sliding_groups * self.skipped(computed, block_size)
@@ -83,7 +92,7 @@ class KvLayout:
         """The most block ids one request can hold: a full group's whole context, and a sliding group's window plus
         the largest chunk computed at once and a block of slack (vLLM's ``max_memory_usage_bytes`` of a
         ``SlidingWindowSpec``, the check that one request fits at startup)."""
-        full = self.full_groups * cdiv(context_length, block_size) + self.state_groups * self.state_blocks
+        full = self.full_groups * cdiv(context_length, block_size) + self.fixed_blocks
         if not self.sliding_groups:
             return full
         window = cdiv(min(self.window - 1 + max_batched_tokens, context_length), block_size) + 1

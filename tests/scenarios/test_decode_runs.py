@@ -86,6 +86,14 @@ SCENARIOS = {
                     "decode": {**POLYNOMIAL, "parallelism": {"attention_data": 2},
                                "kv_cache": {"prefix_caching": True, "capacity": {"type": "fixed", "blocks": 400}}}}}},
         {"traffic": {"source": {"shared_prefix": {"tokens": 128, "groups": 2}}}}),
+    # KV cache groups of Mamba-2 state layers: 1 block a request per state group, 1 per 2096 tokens of attention
+    # (prompts near 2096 tokens, so that decodes cross it: blocks taken in runs, preemptions).
+    "state-layers-tight-kv": merged({"engine": {"model": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+                                                "hardware": "h200_sxm", "context_length": 8192},
+                                     "traffic": {"source": {"input_tokens": {"min": 1500, "max": 2500},
+                                                            "output_tokens": {"min": 1, "max": 900}}}},
+                                    worker(**ROOFLINE, kv_cache={"block_size": 2096, "prefix_caching": False, "capacity": {
+                                        "type": "fixed", "blocks": 40}})),
 }
 # Fixed pass times make instants coincide: pass ends of both pools, transfer ends and placements at once.
 SCENARIOS["disaggregated-fixed-timing"] = copy.deepcopy(SCENARIOS["disaggregated"])

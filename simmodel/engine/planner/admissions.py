@@ -102,10 +102,11 @@ class Admissions:
                 if lo < hi:  # its decodes: context + j − k tokens in KV in row j
                     cells[lo:hi, r, DECODE:DECODE + 5] += self.ramp[lo:hi]
                     cells[lo:hi, r, DECODE + 2:DECODE + 4] += context - k
-                    j = k + max(-(-(context + 1) // bs), blocks) * bs - context  # its first block boundary
+                    positions = (blocks - self.fixed_blocks) // self.position_blocks
+                    j = k + max(-(-(context + 1) // bs), positions) * bs - context  # its first block boundary
                     if j < hi:
-                        self.allocations[j:hi:bs, r] += 1
-                        self.total_allocations[r] += len(range(j, hi, bs))
+                        self.allocations[j:hi:bs, r] += self.position_blocks
+                        self.total_allocations[r] += self.position_blocks * len(range(j, hi, bs))
                 if k + left > self.last:
                     self.last = k + left
         self._kv_check(k + 1)

@@ -91,6 +91,9 @@ class Run(Admissions, Recording):
         self.scheds = [rank.scheduler for rank in ranks]
         self.pools = [rank.pool for rank in ranks]
         self.caching, self.bs = self.pools[0].caching, self.pools[0].block_size
+        self.position_blocks, self.fixed_blocks = self.pools[0].position_blocks, self.pools[0].fixed_blocks
+        """Blocks a request takes per ``bs`` tokens, and holds whatever its length (KV cache groups of state
+        layers: ``KvLayout``; 1 and 0 otherwise)."""
         self.recorder = ranks[0].recorder
         self.base = ranks[0].num_passes
         """Passes every rank has run before row 0 (all ranks run every pass)."""
@@ -132,10 +135,13 @@ class Run(Admissions, Recording):
         j = self.rows_index[:, None]
         active = run.left > j
         context = run.computed + j
-        grows = (context % self.bs == 0) & (context >= run.blocks * self.bs) & active
+        positions = (run.blocks - self.fixed_blocks) // self.position_blocks  # (block_size tokens each)
+        grows = (context % self.bs == 0) & (context >= positions * self.bs) & active
         if self.planned_first:
             grows[0] = False  # the plan took the first pass's blocks already
         self.allocations = run.per_rank(grows)
+        if self.position_blocks > 1:
+            self.allocations *= self.position_blocks
         """Blocks the decodes of each row take, per rank (rows, ranks)."""
         self.total_allocations = self.allocations.sum(axis=0)
         decodes = run.per_rank(active)
@@ -370,7 +376,7 @@ class Run(Admissions, Recording):
         if not ops or ops[0] >= limit:
             return
         scheds, requests, rank_of = self.scheds, self.requests, self.rank_of
-        context, first, left, bs = self.context, self.first, self.left, self.bs
+        context, first, left = self.context, self.first, self.left
         shift, back = self.CACHE_SHIFT, self.FINISH_BACK
         one_rank = self.num_ranks == 1
         while ops and ops[0] < limit:
@@ -386,7 +392,7 @@ class Run(Admissions, Recording):
                     scheds[r].retire(request)
                     self.returned[row, r] += pool.num_free_blocks - before
                 else:
-                    blocks = max(int(self.blocks[i]), -(-int(context[i] + left[i]) // bs))
+                    blocks = max(int(self.blocks[i]), pool.blocks_for(int(context[i] + left[i]), 0))
                     request.num_blocks = blocks
                     self.returned[row, r] += blocks
                     scheds[r].retire(request)
@@ -497,7 +503,7 @@ class Run(Admissions, Recording):
         in_flight = (planned - delivered).tolist() if self.lag else None
         blocks = None  # counted blocks (no prefix caching): those of the tokens computed, for the running
         if not self.caching:
-            blocks = np.maximum(self.blocks[columns], -(-(context + planned) // self.bs)).tolist()
+            blocks = np.maximum(self.blocks[columns], self.pools[0].blocks_for(context + planned, 0)).tolist()
         lefts = self.left[columns].tolist()
         ends = self.end.tolist()
         base = self.base

@@ -5,7 +5,8 @@ changes only counters (one more computed and one more output token per request, 
 sequence crosses a block boundary), so the pass planner (``planner``) plans a whole run of them from
 these arrays, with one call of the timing model, instead of request by request. ``RunningRequests.gather`` reads
 them, and says whether the worker is in a state such a run may start from: a scheduler this planner serves
-(``planner == "vllm"``: vLLM's without speculative decoding or several KV cache groups, TensorRT-LLM's), every running request mid-decode (or sampling in the pass just planned), nothing
+(``planner == "vllm"``: vLLM's without speculative decoding or sliding-window KV cache groups, TensorRT-LLM's),
+every running request mid-decode (or sampling in the pass just planned), nothing
 waiting (unless the run admits it itself), no prefill leg, no KV released at a pass end. Anything else
 runs pass by pass.
 """
@@ -73,8 +74,8 @@ class RunningRequests:
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
             if (s.planner != "vllm" or s.handoffs or s.async_scheduling != self.asynchronous
-                    or s.config.num_speculative_tokens or rank.has_pending_releases or s.pool.layout is not None):
-                return False
+                    or s.config.num_speculative_tokens or rank.has_pending_releases or s.pool.sliding):
+                return False  # (KV cache groups that free blocks behind a window: pass by pass)
             if s.waiting and not self._waiting_stays(s, None if self.plans is None else self.plans[r]):
                 return False
             running = s.running
