@@ -11,19 +11,26 @@ from __future__ import annotations
 import zlib
 from collections import deque
 
+from simmodel.engine.hybrid_kv_cache import HybridPrefixCachingPool
 from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPool
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import MeanAcceptance
+from simmodel.perf.kv_layout import KvLayout
 
 
 def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int,
-              block_size: int, mean_accepted: float | None = None) -> list[dict]:
+              block_size: int, mean_accepted: float | None = None, layout: KvLayout | None = None) -> list[dict]:
     """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted.
     ``mean_accepted``: with ``config.num_speculative_tokens``, MTP drafts accepted as ``MeanAcceptance`` accepts
-    them (the spec recorder's fake model runner samples by the same rule)."""
-    pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool
-    pool = pool_cls(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
+    them (the spec recorder's fake model runner samples by the same rule). ``layout``: vLLM's KV cache groups
+    (sliding-window ones: the hybrid recorder's)."""
+    if layout is not None and layout.hybrid:
+        pool = (HybridPrefixCachingPool(num_gpu_blocks - 1, block_size, layout) if config.enable_prefix_caching
+                else BlockPool(num_gpu_blocks - 1, block_size, layout))
+    else:
+        pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool
+        pool = pool_cls(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
     sched = VllmScheduler(config, pool)
     if mean_accepted is not None:
         sched.accept = MeanAcceptance(mean_accepted)

@@ -30,7 +30,7 @@ from simmodel.errors import ScenarioError
 from simmodel.perf.capacity import default_kv_blocks
 from simmodel.perf.deployment import DTYPE_BYTES, WEIGHT_FORMATS, Deployment
 from simmodel.perf.hardware import HardwareSpec
-from simmodel.perf.kv_layout import KvLayout, kv_layout, state_block_size
+from simmodel.perf.kv_layout import KvLayout, in_flight_tokens, kv_layout, state_block_size
 from simmodel.perf.models import ModelSpec
 from simmodel.perf.pipeline import stage_memory
 
@@ -216,9 +216,11 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                                 f"{prompt * block_bytes / (1 << 30):.3g} GiB or lower context_length")
     # (several groups: what one request takes at admission, its whole prompt in every group when vLLM reserves it,
     # else vLLM's startup check, the sliding groups' window and chunk)
+    in_flight = in_flight_tokens(scheduler.max_batched_tokens, scheduler.async_scheduling, p.pipeline)
+    cap = layout.sliding_cap(context_length, kv_cache.block_size, in_flight) if layout.sliding_groups else None
     needed = (rules.blocks_needed(context_length, kv_cache.block_size) if not layout.hybrid
-              else layout.blocks(context_length, 0, kv_cache.block_size) if scheduler.reserve_full_isl
-              else layout.max_blocks(context_length, kv_cache.block_size, scheduler.max_batched_tokens))
+              else layout.blocks(context_length, 0, kv_cache.block_size, cap) if scheduler.reserve_full_isl
+              else layout.max_blocks(context_length, kv_cache.block_size, in_flight))
     if blocks < needed:
         held = f"{blocks} KV {rules.kv_unit} of {kv_cache.block_size} token{'s' if kv_cache.block_size > 1 else ''}"
         raise ScenarioError(f"{node.at('kv_cache.capacity')}: a rank has {held} but one request at "

@@ -80,28 +80,45 @@ class KvLayout:
         ``get_num_skipped_tokens`` = n − W + 1, in whole blocks)."""
         return max(computed - self.window + 1, 0) // block_size
 
-    def blocks(self, tokens: int, computed: int, block_size: int) -> int:
+    def blocks(self, tokens: int, computed: int, block_size: int, cap: int | None = None) -> int:
         """Block ids a request holds over every group with slots for ``tokens`` tokens, once it has computed
-        ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks."""
-        held = self.position_blocks * cdiv(tokens, block_size) + self.fixed_blocks
+        ``computed`` of them: one per group per block of slots, less each sliding group's skipped blocks.
+        ``cap`` (the admission check of a whole sequence): a sliding group counts at most that many blocks of slots
+        (``sliding_cap``), or those computed already."""
+        positions = cdiv(tokens, block_size)
+        held = self.position_blocks * positions + self.fixed_blocks
         if not self.sliding_groups:
             return held
+        if cap is not None:
+            held -= self.sliding_groups * (positions - max(min(positions, cap), computed // block_size))
         return held - self.sliding_groups * self.skipped(computed, block_size)
 
-    def max_blocks(self, context_length: int, block_size: int, max_batched_tokens: int) -> int:
-        """The most block ids one request can hold: a full group's whole context, and a sliding group's window plus
-        the largest chunk computed at once and a block of slack (vLLM's ``max_memory_usage_bytes`` of a
-        ``SlidingWindowSpec``, the check that one request fits at startup)."""
+    def sliding_cap(self, context_length: int, block_size: int, in_flight_tokens: int) -> int:
+        """The most blocks a sliding group of one request holds at once (vLLM's
+        ``max_admission_blocks_per_request``): its window, the tokens of the passes in flight (whose blocks behind
+        the window are freed only once processed), and a block of slack for a window not starting on a block."""
+        return cdiv(min(self.window - 1 + in_flight_tokens, context_length), block_size) + 1
+
+    def max_blocks(self, context_length: int, block_size: int, in_flight_tokens: int) -> int:
+        """The most block ids one request can hold: a full group's whole context, and a sliding group's
+        ``sliding_cap`` (vLLM's ``max_memory_usage_bytes`` of a ``SlidingWindowSpec``, the check that one request
+        fits at startup)."""
         full = self.full_groups * cdiv(context_length, block_size) + self.fixed_blocks
         if not self.sliding_groups:
             return full
-        window = cdiv(min(self.window - 1 + max_batched_tokens, context_length), block_size) + 1
-        return full + self.sliding_groups * window
+        return full + self.sliding_groups * self.sliding_cap(context_length, block_size, in_flight_tokens)
 
     def capacity_tokens(self, num_blocks: int, block_size: int) -> int:
         """The tokens vLLM reports as the cache's size (``GPU KV cache size``: blocks over the groups, times the
         block size), which hides what the sliding groups save."""
         return num_blocks // self.num_groups * block_size
+
+
+def in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool, pipeline: int = 1) -> int:
+    """Tokens scheduled and not yet processed at most (vLLM's ``max_in_flight_tokens``): a budget per batch in
+    flight (``max_concurrent_batches``: the pipeline's stages, two under async scheduling without one)."""
+    batches = 2 if async_scheduling and pipeline == 1 else pipeline
+    return batches * max_num_batched_tokens
 
 
 def kv_layout(model: ModelSpec, hybrid: bool = True, speculative_tokens: int = 0) -> KvLayout:

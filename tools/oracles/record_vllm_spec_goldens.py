@@ -50,11 +50,16 @@ def accepted(rounds: int, drafts: int, mean: float) -> int:
     return min(drafts, math.floor((rounds + 1) * mean + 1e-9) - math.floor(rounds * mean + 1e-9))
 
 
-def build(cfg: dict, k: int):
+def build(cfg: dict, k: int, sched=None):
+    """vLLM's scheduler for ``cfg`` (the oracle's, one full-attention group, unless ``sched`` is given), given
+    what ``VllmConfig`` derives for k MTP drafts (none for k = 0)."""
     from vllm.utils.math_utils import cdiv
     from vllm_sched_oracle import build_scheduler
 
-    sched = build_scheduler(**vllm_oracle_config(cfg))
+    if sched is None:
+        sched = build_scheduler(**vllm_oracle_config(cfg))
+    if not k:
+        return sched
     sched.num_spec_tokens = sched.num_lookahead_tokens = k
     sched.use_eagle = True
     if hasattr(sched, "_spec_token_placeholders"):
@@ -64,12 +69,12 @@ def build(cfg: dict, k: int):
     return sched
 
 
-def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50) -> tuple[list[dict], dict]:
+def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None) -> tuple[list[dict], dict]:
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm_sched_oracle import _block_hasher, make_request
 
-    k, mean, asynchronous = cfg["num_speculative_tokens"], cfg["mean_accepted"], cfg["async_scheduling"]
-    sched = build(cfg, k)
+    k, mean, asynchronous = cfg.get("num_speculative_tokens", 0), cfg.get("mean_accepted", 0), cfg["async_scheduling"]
+    sched = build(cfg, k, sched)
     hasher = _block_hasher(cfg["block_size"], cfg.get("enable_prefix_caching", False))
     pending = deque(sorted(reqs, key=lambda r: int(r["arrival_step"])))
     by_id, rounds, emitted, finish_step, steps = {}, {}, {}, {}, []
@@ -103,7 +108,7 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50) -> tuple[list[dic
                 if o.finish_reason is not None:
                     finished.append(o.request_id)
                     finish_step[o.request_id] = rec["step"]
-        if not asynchronous:
+        if k and not asynchronous:
             live = [r for r in rec["sampling"] if r in sched.requests and not sched.requests[r].is_finished()]
             if live:
                 sched.update_draft_token_ids(DraftTokenIds(live, [[SAMPLED] * k for _ in live]))

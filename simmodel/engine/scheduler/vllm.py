@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv, free_blocks, take_blocks
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.perf.kv_layout import in_flight_tokens
 
 if TYPE_CHECKING:
     from simmodel.offload import VllmCpuOffload
@@ -71,6 +72,11 @@ class VllmScheduler:
         """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
         self.loading: set[Request] = set()
         """Requests loading their prefix from the host tier, or landed and not admitted yet."""
+        layout = pool.layout
+        self.sliding_cap = (layout.sliding_cap(config.max_model_len, self.block_size, in_flight_tokens(
+            config.max_num_batched_tokens, config.async_scheduling)) if pool.sliding else None)
+        """The most blocks a sliding-window group counts of a whole sequence at admission (``KvLayout.sliding_cap``);
+        None without sliding groups."""
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -372,7 +378,10 @@ class VllmScheduler:
             held = request.num_blocks + (pool.hit_units(hits) if hits else 0)
             evictable = pool.num_evictable(hits) if hits else 0
             if cfg.reserve_full_isl:
-                full = pool.blocks_for(min(request.num_tokens, cfg.max_model_len), computed) - held + evictable
+                tokens = min(request.num_tokens, cfg.max_model_len)
+                whole = (pool.blocks_for(tokens, computed) if self.sliding_cap is None
+                         else pool.layout.blocks(tokens, computed, self.block_size, self.sliding_cap))
+                full = whole - held + evictable
                 if full > pool.num_free_blocks:
                     break
             num_needed = max(pool.blocks_for(min(computed + num_new + cfg.num_lookahead_tokens, cfg.max_model_len),
