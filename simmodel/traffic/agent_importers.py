@@ -302,6 +302,12 @@ def read_mooncake(path: Path, block_size: int = 512) -> list[AgentSession]:
     from simmodel.traffic.traces import read_trace
 
     trace = read_trace(path, "mooncake", require_monotone=False)
+    for i, hashes in enumerate(trace.hash_ids):  # (the links below read a row's whole blocks off its ids)
+        blocks = -(-int(trace.input_tokens[i]) // block_size)
+        if hashes is not None and len(hashes) != blocks:
+            raise ScenarioError(f"{path}: row {i + 1}: hash_ids: {len(hashes)} ids for input_length "
+                                f"{int(trace.input_tokens[i])}, where one per {block_size} tokens gives {blocks}; "
+                                f"set traffic.source.block_size to the trace's block size")
     order = sorted(range(len(trace)), key=lambda i: trace.arrival_s[i])
     ends: dict[int, int] = {}  # a row's last whole-block id → the latest row ending its whole-block prefix there
     owner: dict[int, int] = {}  # block id → the session of the first row holding it, −1 once two sessions do

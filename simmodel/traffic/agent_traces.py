@@ -8,7 +8,8 @@ after the calls it waits on::
     {"session": "s1", "call": "fetch", "after": ["plan"], "wait_ms": 1200, "new_input_tokens": 900, "output_tokens": 60}
     {"session": "s1", "call": "answer", "after": ["search", "fetch"], "new_input_tokens": 40, "output_tokens": 400}
 
-- ``session``, ``call``: names (strings or integers); a call's name is unique within its session.
+- ``session``, ``call``: names (strings or integers, compared as text: 1 and "1" are one name); a call's name is
+  unique within its session.
 - ``after``: the calls of its session it waits for (default none: a root).
 - ``wait_ms``: how long it waits once they are done (a tool's run, a user's think time); absent: drawn from
   ``traffic.source.tool_latency_ms`` (0 for a root without one).
@@ -64,8 +65,8 @@ def _read_simmodel(path: Path, block_size: int = 512) -> list[AgentSession]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read ({exc})") from None
-    by_session: dict[object, list] = {}  # name → [calls, names → index, first line]
-    systems: dict[object, int] = {}  # system prompt name → index
+    by_session: dict[str, list] = {}  # name → [calls, names → index, first line]
+    systems: dict[str, int] = {}  # system prompt name → index
     lengths: dict[int, int] = {}
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -86,6 +87,7 @@ def _read_simmodel(path: Path, block_size: int = 512) -> list[AgentSession]:
             raise ScenarioError(f"{where}: after: must be a list of call names, got {after!r}")
         parents = []
         for p in after:
+            p = _as_name(where, "after", p)
             if p not in names:
                 raise ScenarioError(f"{where}: after: {p!r} is not an earlier call of session {session!r} (a call "
                                     f"comes after the calls it waits on)")
@@ -112,7 +114,7 @@ def _read_simmodel(path: Path, block_size: int = 512) -> list[AgentSession]:
             if lengths.setdefault(system, system_tokens) != system_tokens:
                 raise ScenarioError(f"{where}: system_tokens: system prompt {row['system']!r} has "
                                     f"{lengths[system]} tokens on an earlier line; got {system_tokens}")
-        calls.append(AgentCall(str(call), tuple(parents), None if wait is None else wait / 1000.0, new, out,
+        calls.append(AgentCall(call, tuple(parents), None if wait is None else wait / 1000.0, new, out,
                                start or 0.0, keeps_context=keeps, system=system,
                                system_tokens=system_tokens))
         names[call] = len(calls) - 1
@@ -120,7 +122,7 @@ def _read_simmodel(path: Path, block_size: int = 512) -> list[AgentSession]:
     for name, (calls, _, _) in by_session.items():
         first = min(c.start_s for c in calls if not c.parents)
         calls = [replace(c, start_s=max(c.start_s - first, 0.0)) for c in calls]
-        sessions.append(AgentSession(str(name), first, tuple(calls)))
+        sessions.append(AgentSession(name, first, tuple(calls)))
     return sessions
 
 
@@ -130,11 +132,15 @@ _READERS = {"simmodel": _read_simmodel, **IMPORTERS}
 assert set(_READERS) == set(AGENT_FORMATS)
 
 
-def _name(where: str, row: dict, key: str) -> object:
-    value = row.get(key)
+def _name(where: str, row: dict, key: str) -> str:
+    """A session, call or system prompt name, as text: 1 and "1" name the same one (they print alike)."""
+    return _as_name(where, key, row.get(key))
+
+
+def _as_name(where: str, key: str, value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
         raise ScenarioError(f"{where}: {key}: required, a string or an integer; got {value!r}")
-    return value
+    return str(value)
 
 
 def _number(where: str, row: dict, key: str) -> float | None:

@@ -92,7 +92,7 @@ def test_a_concurrency_load_runs_sessions_one_after_another(tmp_path):
 
 @pytest.mark.parametrize("rows, message", [
     ([{"session": 1, "call": "a", "after": ["z"], "new_input_tokens": 5, "output_tokens": 1}],
-     "line 1: after: 'z' is not an earlier call of session 1"),
+     "line 1: after: 'z' is not an earlier call of session '1'"),
     ([{"session": 1, "call": "a", "new_input_tokens": 5, "output_tokens": 1, "tools": 3}],
      "line 1: tools: unknown field"),
     ([dict(TRACE[0], keeps_context=False)], "line 1: keeps_context: only a call that waits on others"),
@@ -101,6 +101,18 @@ def test_a_concurrency_load_runs_sessions_one_after_another(tmp_path):
 ])
 def test_bad_lines_name_the_line_and_rule(tmp_path, rows, message):
     assert message in workload_error(_scenario(tmp_path, rows))
+
+
+def test_names_compare_as_text(tmp_path):
+    """Session 1 and session "1" are one session (they print alike), and after: [1] names call "1"."""
+    from simmodel.traffic.agent_traces import read_agent_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"session": 1, "call": "1", "start_s": 0, "new_input_tokens": 5, "output_tokens": 1},
+        {"session": "1", "call": 2, "after": [1], "wait_ms": 10, "new_input_tokens": 5, "output_tokens": 1}]))
+    (session,) = read_agent_trace(path, "simmodel")
+    assert session.name == "1" and [(c.name, c.parents) for c in session.calls] == [("1", ()), ("2", (0,))]
 
 
 def test_a_missing_wait_needs_tool_latency(tmp_path):
@@ -209,6 +221,17 @@ def test_mooncake_rows_link_by_block_hashes(tmp_path):
     assert (res.requests.arrival_s * 1000).tolist() == pytest.approx([0, 500, 1000])
     assert res.requests.cached_tokens.tolist() == [0, 0, 32]
     assert res.requests.call.tolist() == ["row1", "row3", "row2"]
+
+
+def test_mooncake_hash_ids_must_cover_the_input(tmp_path):
+    """40 tokens in 16-token blocks are cdiv(40, 16) = 3 blocks; 2 ids are refused (a wrong block size, say)."""
+    from simmodel.traffic.agent_traces import read_agent_trace
+
+    path = tmp_path / "toolagent.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2]}) + "\n")
+    with pytest.raises(ScenarioError, match="row 1: hash_ids: 2 ids for input_length 40, where one per 16 tokens "
+                                            "gives 3; set traffic.source.block_size"):
+        read_agent_trace(path, "mooncake", 16)
 
 
 @pytest.mark.parametrize("line, message", [
