@@ -20,11 +20,13 @@ from simmodel.perf.kv_layout import KvLayout
 
 
 def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int,
-              block_size: int, mean_accepted: float | None = None, layout: KvLayout | None = None) -> list[dict]:
+              block_size: int, mean_accepted: float | None = None, layout: KvLayout | None = None,
+              queue_size: int | None = None) -> list[dict]:
     """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted.
     ``mean_accepted``: with ``config.num_speculative_tokens``, MTP drafts accepted as ``MeanAcceptance`` accepts
     them (the spec recorder's fake model runner samples by the same rule). ``layout``: vLLM's KV cache groups
-    (sliding-window ones: the hybrid recorder's)."""
+    (sliding-window ones: the hybrid recorder's). ``queue_size``: the engine's batch queue (vLLM's
+    ``max_concurrent_batches``; default 2 async, else 1)."""
     if layout is not None and layout.hybrid:
         pool = (HybridPrefixCachingPool(num_gpu_blocks - 1, block_size, layout) if config.enable_prefix_caching
                 else BlockPool(num_gpu_blocks - 1, block_size, layout))
@@ -38,7 +40,7 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
     by_index: dict[int, str] = {}
     records: list[dict] = []
     queue: deque = deque()  # passes scheduled, not yet updated (newest first), as vLLM's batch queue
-    queue_size = 2 if config.async_scheduling else 1
+    queue_size = queue_size or (2 if config.async_scheduling else 1)
     step = 0
 
     def name(r) -> str:

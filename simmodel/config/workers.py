@@ -359,16 +359,15 @@ def _storage(node: _Node, sglang: bool) -> StorageSpec:
 
 def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSpec, kv: KvCacheSpec,
                     model: ModelSpec, speculation: SpeculationSpec | None, p: Parallelism) -> None:
-    """Pipeline parallelism is modelled as vLLM runs it synchronously (``perf.pipeline``); refused beside what its
-    batch queue is not modelled with."""
+    """Pipeline parallelism is modelled as vLLM runs it (``perf.pipeline``): a batch queue of P synchronous, of
+    P + 1 under async scheduling (Model Runner V2, vLLM 0.32's default); refused beside what that queue is not
+    modelled with."""
     at = node.at("parallelism.pipeline")
     refusals = (
         (backend != "vllm", f"is modelled for vLLM's batch queue; {backend}'s pipeline loop is not, so use backend "
                             f"vllm or set it to 1"),
         (name != "aggregated", f"is modelled on aggregated workers only (P/D handoffs between pipelined workers "
                                f"are not); set it to 1 on the {name} workers"),
-        (scheduler.async_scheduling, "with async scheduling (vLLM's V2 model runner, a queue of P + 1) is not "
-                                     "modelled; set scheduler.async_scheduling false"),
         (p.attention_data != 1 or p.prefill_context != 1 or p.decode_context != 1,
          "beside attention DP or context parallelism is not modelled; set those to 1"),
         (kv.host_offload is not None, "with a host KV tier is not modelled; remove kv_cache.host_offload"),

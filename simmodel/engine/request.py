@@ -35,7 +35,7 @@ class Request:
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
         "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
-        "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds",
+        "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds", "next_decode_eligible_step",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "predicted_cached_tokens",
         # A host KV tier: prompt tokens loaded from it at first admission, and when the load began and landed;
@@ -109,6 +109,9 @@ class Request:
         self.num_scheduled_drafts = 0
         self.num_emitted = 0
         self.spec_rounds = 0
+        self.next_decode_eligible_step = 0
+        """Async scheduling with pipeline stages: the scheduler step from which it may be scheduled again (vLLM's
+        ``decode_stagger`` steps after the plan that reached its end)."""
         """Its last scheduled chunk left prompt tokens to compute (vLLM's flag, set when scheduled)."""
         self.bootstrap = False
         """A prefill worker's leg: its one sampled token is not the client's, and its KV is held for transfer."""

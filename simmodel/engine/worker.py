@@ -232,10 +232,12 @@ class Worker:
     def lag(self) -> int:
         """Passes in flight while the next one is planned: 0 synchronous (a pass is planned once the one before
         it delivered its outputs), 1 under async scheduling (vLLM's batch queue of two, SGLang's overlap); with
-        P pipeline stages, synchronous, P − 1 (vLLM's batch queue of P)."""
+        P pipeline stages, P − 1 synchronous and P under async scheduling (vLLM's batch queue of P, or of P + 1
+        with Model Runner V2)."""
+        extra = 1 if self.async_scheduling else 0
         if self.stages is not None:
-            return len(self.stages.free) - 1
-        return 1 if self.async_scheduling else 0
+            return len(self.stages.free) - 1 + extra
+        return extra
 
     def run(self) -> Generator[Event, Any, None]:
         """The engine loop, for either ``lag``: plan a pass, launch it, and deliver the outputs of the pass

@@ -95,10 +95,26 @@ def test_two_cohorts_fill_the_pipeline(tmp_path):
     assert res.requests.e2e_ms.tolist() == pytest.approx([45 + x100 + x1, 50 + x100 + 2 * x1], abs=1e-9)
 
 
+def test_two_cohorts_under_async_scheduling(tmp_path):
+    """The same two requests under async scheduling (Model Runner V2): a queue of P + 1 = 3 batches, and a
+    request's decodes P = 2 scheduler steps apart. At 0 the engine plans three batches: A's prefill (stage 0 0–10,
+    stage 1 10+x–20+x, x = x(100)), B's prefill (A not eligible before step 3: 10–20, 20+x–30+x) and A's first
+    decode (eligible at step 3: stage 0 20–25, stage 1 once free, 30+x–35+x). With the queue full it waits for
+    batch 1 (A's first token at 20+x), then plans B's decode (25–30, 35+x–40+x); at 30+x (B's first token) A's
+    second decode (30+x–35+x, 40+x–45+x); at 35+x B's second (35+x–40+x, 45+x–50+x). At 40+x neither may go
+    again (A's outputs in flight reach its 3, B's too by 45+x): the plans are empty and deliver A's last token at
+    45+x, B's at 50+x, without the synchronous engine's waits of x(1) for each output."""
+    data = trace_scenario(write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 3), (0.0, 100, 3)]),
+                          engine={"workers": {"aggregated": {"parallelism": {"pipeline": 2}, "scheduler": {
+                              "max_batched_tokens": 100, "max_sequences": 4, "async_scheduling": True}}}})
+    res = run_scenario(data)
+    x100 = 8_641e-6
+    assert res.requests.ttft_ms.tolist() == pytest.approx([20 + x100, 30 + x100], abs=1e-9)
+    assert res.requests.e2e_ms.tolist() == pytest.approx([45 + x100, 50 + x100], abs=1e-9)
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"engine": {"backend": "sglang"}}, "pipeline: is modelled for vLLM's batch queue"),
-    ({"engine": {"workers": {"aggregated": {"scheduler": {"async_scheduling": True}}}}},
-     "pipeline: with async scheduling"),
     ({"engine": {"workers": {"aggregated": {"parallelism": {"pipeline": 33}}}}},
      "pipeline: each stage holds at least one of meta-llama/Llama-3.1-8B-Instruct's 32 layers"),
 ])

@@ -13,7 +13,7 @@ import pytest
 from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 from simmodel.perf.kv_layout import KvLayout
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _requests
+from tests.unit.test_vllm_golden import FIELDS, _compare, _nonempty, _requests
 
 HYBRID_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_hybrid").glob("*.json"))
 
@@ -36,5 +36,5 @@ def test_matches_vllm_with_a_sliding_group(path: Path) -> None:
         enable_prefix_caching=cfg["enable_prefix_caching"], async_scheduling=cfg["async_scheduling"])
     layout = KvLayout(2, 1, full_groups=1, sliding_groups=1, window=cfg["sliding_window"])
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
-                                 layout=layout) if r["scheduled"]]
+                                 layout=layout) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

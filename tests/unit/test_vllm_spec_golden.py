@@ -12,7 +12,7 @@ import pytest
 
 from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _requests
+from tests.unit.test_vllm_golden import FIELDS, _compare, _nonempty, _requests
 
 SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec").glob("*.json"))
 
@@ -34,5 +34,5 @@ def test_matches_vllm_with_drafts(path: Path) -> None:
         num_speculative_tokens=cfg["num_speculative_tokens"],
         num_lookahead_tokens=cfg["num_speculative_tokens"])  # (MTP/EAGLE: a KV slot per draft past the pass)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
-                                 mean_accepted=cfg["mean_accepted"]) if r["scheduled"]]
+                                 mean_accepted=cfg["mean_accepted"]) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

@@ -69,7 +69,10 @@ def build(cfg: dict, k: int, sched=None):
     return sched
 
 
-def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None) -> tuple[list[dict], dict]:
+def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
+        queue_size: int | None = None) -> tuple[list[dict], dict]:
+    """Drive ``reqs`` through vLLM's scheduler for ``cfg`` (built here unless ``sched`` is given) as ``EngineCore``
+    does, with a batch queue of ``queue_size`` (default: 2 async, else 1); returns the steps and the summary."""
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm_sched_oracle import _block_hasher, make_request
 
@@ -79,7 +82,7 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None) -> tu
     pending = deque(sorted(reqs, key=lambda r: int(r["arrival_step"])))
     by_id, rounds, emitted, finish_step, steps = {}, {}, {}, {}, []
     queue: deque = deque()
-    queue_size = 2 if asynchronous else 1
+    queue_size = queue_size or (2 if asynchronous else 1)
     step = idle = 0
 
     def process():
@@ -112,7 +115,7 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None) -> tu
             live = [r for r in rec["sampling"] if r in sched.requests and not sched.requests[r].is_finished()]
             if live:
                 sched.update_draft_token_ids(DraftTokenIds(live, [[SAMPLED] * k for _ in live]))
-        if rec["scheduled"]:
+        if rec["scheduled"] or rec["preempted"] or finished or got:  # (a plan may only preempt)
             steps.append({"step": rec["step"], "scheduled": rec["scheduled"], "preempted": rec["preempted"],
                           "finished": sorted(finished), "emitted": got})
 

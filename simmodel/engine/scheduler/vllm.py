@@ -40,6 +40,9 @@ class VllmSchedulerConfig:
     num_lookahead_tokens: int = 0
     """KV slots reserved past a pass's tokens for the drafter to write (vLLM's ``num_lookahead_tokens``: the
     drafts' count for MTP/EAGLE heads, none for n-gram lookups)."""
+    decode_stagger: int = 1
+    """Async scheduling with P pipeline stages (vLLM's Model Runner V2): a request whose chunk reached its end is
+    scheduled again P steps later at the earliest, one batch per stage in flight; 1 otherwise."""
 
 
 class VllmScheduler:
@@ -58,6 +61,9 @@ class VllmScheduler:
         """Requests whose KV is already here (received P/D handoffs); vLLM's ``kv_holding_waiting``."""
         self.running: list[Request] = []
         self.async_scheduling = config.async_scheduling
+        self.current_step = 0
+        """``schedule()`` calls so far (vLLM's ``current_step``), counted only with a decode stagger, the one rule that
+        reads them (a worker with one never runs passes as runs, whose plans make no such calls)."""
         self.prefill_capacity_bound = False
         """The last admitting pass left requests waiting for capacity (prefill schedule interval)."""
         self.finished_since_schedule = False
@@ -166,6 +172,10 @@ class VllmScheduler:
         """
         cfg, pool, out = self.config, self.pool, SchedulerOutput()
         self.finished_since_schedule = False
+        stagger = cfg.decode_stagger
+        if stagger > 1:
+            self.current_step += 1
+        step = self.current_step
         asynchronous = self.async_scheduling
         defer = throttle_prefills and not self.prefill_capacity_bound and any(
             not r.is_prefill_chunk for r in self.running)
@@ -191,6 +201,9 @@ class VllmScheduler:
             placeholders = request.num_output_placeholders
             if placeholders and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
                 req_index += 1  # async: the outputs in flight already reach max_tokens
+                continue
+            if stagger > 1 and step < request.next_decode_eligible_step:
+                req_index += 1  # its decodes are a stage count of steps apart
                 continue
             if defer and request.is_prefill_chunk:
                 req_index += 1  # a prefill chunk waits for a cadence-aligned pass; decodes go on
@@ -253,6 +266,8 @@ class VllmScheduler:
                 if ends:  # (its sampled token and its drafts; the drafts it proposes stand in as placeholders)
                     request.num_output_placeholders = placeholders + 1 + request.num_scheduled_drafts
                     request.num_draft_tokens = speculative
+                    if stagger > 1:
+                        request.next_decode_eligible_step = step + stagger
             token_budget -= num_new
             req_index += 1
 
@@ -461,6 +476,8 @@ class VllmScheduler:
             if ends:
                 request.num_output_placeholders += 1 + drafts
                 request.num_draft_tokens = self.config.num_speculative_tokens
+                if self.config.decode_stagger > 1:
+                    request.next_decode_eligible_step = self.current_step + self.config.decode_stagger
         request.num_computed_tokens = computed + num_new
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
