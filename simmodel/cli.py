@@ -327,7 +327,8 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
         layout = role.kv_layout
         kinds = [f"{n} {kind}" for n, kind in ((layout.full_groups, "full-attention"),
                                                (layout.sliding_groups, f"{layout.window}-token window"),
-                                               (layout.state_groups, "linear-attention state")) if n]
+                                               (layout.state_groups, "Mamba-2 state" if role.deployment.model.is_mamba
+                                                else "linear-attention state")) if n]
         groups = (f" ({layout.num_groups} KV cache groups of {layout.group_size} layers: {', '.join(kinds)})"
                   if layout.hybrid else "")
         stages = f" × {p.pipeline} stage(s)" if p.pipeline > 1 else ""

@@ -111,7 +111,8 @@ def _linear(cfg: _Config, layers: int) -> dict[str, Any]:
                 linear_conv_kernel=cfg.int("linear_conv_kernel_dim"))
 
 
-_MAMBA_STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_MAMBA_STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 0}
+"""``mamba_ssm_cache_dtype`` → the recurrent state's bytes per value; ``auto``: the activations' (0)."""
 
 
 def _nemotron_h(cfg: _Config, layers: int) -> dict[str, Any]:
@@ -122,6 +123,9 @@ def _nemotron_h(cfg: _Config, layers: int) -> dict[str, Any]:
     if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set(LAYER_KINDS):
         cfg.fail(f"hybrid_override_pattern must be a string of {layers} letters from {LAYER_KINDS} (one per "
                  f"layer: Mamba-2, attention, MLP, MoE), got {_shown(pattern)}")
+    if "*" not in pattern or "M" not in pattern:
+        cfg.fail("hybrid_override_pattern must have attention (*) and Mamba-2 (M) layers: a model without either is "
+                 "not a Nemotron-H hybrid vLLM's hybrid KV cache serves as modelled here")
     if "E" in pattern and not cfg.get("n_routed_experts"):
         cfg.fail("hybrid_override_pattern has MoE layers (E) but n_routed_experts is missing")
     if cfg.get("moe_latent_size") is not None:
@@ -129,9 +133,12 @@ def _nemotron_h(cfg: _Config, layers: int) -> dict[str, Any]:
     dtype = cfg.get("mamba_ssm_cache_dtype")
     if dtype is not None and dtype not in _MAMBA_STATE_BYTES:
         cfg.fail(f"mamba_ssm_cache_dtype must be one of {', '.join(_MAMBA_STATE_BYTES)}, got {_shown(dtype)}")
+    heads, groups = cfg.int("mamba_num_heads"), cfg.int("n_groups")
+    if heads % groups:
+        cfg.fail(f"n_groups {groups} must divide mamba_num_heads {heads} (each group's B and C serve whole heads)")
     shared = cfg.int("moe_shared_expert_intermediate_size", 0, minimum=0) if "E" in pattern else 0
-    return dict(layer_pattern=pattern, num_linear_layers=pattern.count("M"), mamba_heads=cfg.int("mamba_num_heads"),
-                mamba_head_dim=cfg.int("mamba_head_dim"), mamba_groups=cfg.int("n_groups"),
+    return dict(layer_pattern=pattern, num_linear_layers=pattern.count("M"), mamba_heads=heads,
+                mamba_head_dim=cfg.int("mamba_head_dim"), mamba_groups=groups,
                 mamba_state_size=cfg.int("ssm_state_size"), linear_conv_kernel=cfg.int("conv_kernel"),
                 state_dtype_bytes=_MAMBA_STATE_BYTES[dtype or "float32"], shared_expert_intermediate_size=shared)
 

@@ -150,10 +150,11 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         pattern = self.layer_pattern
-        if pattern and (len(pattern) != self.num_layers or set(pattern) - set(LAYER_KINDS)
+        if pattern and (len(pattern) != self.num_layers or set(pattern) - set(LAYER_KINDS) or "*" not in pattern
                         or pattern.count("M") != self.num_linear_layers):
             raise ValueError(f"{self.model_id}: layer_pattern must give one of {LAYER_KINDS} per layer "
-                             f"({self.num_layers}), its M the {self.num_linear_layers} state layers")
+                             f"({self.num_layers}), an attention layer (*) at least, its M the "
+                             f"{self.num_linear_layers} state layers")
 
     # -- structure ------------------------------------------------------------------------------
 

@@ -64,6 +64,23 @@ def test_mtp_under_async_scheduling():
     assert res.summary["speculation"]["acceptance_rate"] == 1.0
 
 
+def test_placeholder_drafts_of_a_padded_admission_are_never_accepted():
+    """nextn 2, every real draft accepted; prompts of 17 tokens sharing their first 16 (one block), 3 outputs, one
+    request at a time. A prefills 17 (0–20, token 1) and verifies 2 drafts (20–30: 2 tokens, its last). B, sent at
+    30, finds 16 cached: one token left, which vLLM pads to 1 + 2 with placeholder drafts (token id −1). That pass
+    (30–50, a prefill: nothing sampled before) gives B's first token only, as no target token matches a placeholder;
+    its next (50–60) verifies 2 real drafts and ends it. Time to second token 10 ms for both (0 if the placeholders
+    counted as accepted drafts); 2 real drafts verified per request, all accepted."""
+    data = make_scenario(traffic={"source": {"input_tokens": 17, "output_tokens": 3,
+                                             "shared_prefix": {"tokens": 16, "groups": 1}}, "stop": {"requests": 2}},
+                         engine={"nextn": 2, "nextn_accepted": 2.0})
+    res = run_scenario(data)
+    assert res.passes.num_scheduled_tokens.tolist() == [17, 3, 3, 3]
+    assert res.requests.ttst_ms.tolist() == pytest.approx([10, 10])
+    assert res.requests.e2e_ms.tolist() == pytest.approx([30, 30])
+    assert res.summary["speculation"]["acceptance_rate"] == 1.0
+
+
 def test_mtp_defaults_async_on():
     """vLLM 0.32 schedules asynchronously by default with MTP/EAGLE drafts."""
     data = make_scenario(engine={"nextn": 1, "nextn_accepted": 0.5})

@@ -193,6 +193,15 @@ NANO_CONFIG = {
     "torch_dtype": "bfloat16", "vocab_size": 131072}
 
 
+def test_config_json_state_dtype_auto(tmp_path):
+    """``mamba_ssm_cache_dtype: auto`` keeps the state at the activations' width: 3 × 6144 + 64 × 64 × 128 values
+    of 2 B a layer."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NANO_CONFIG, "mamba_ssm_cache_dtype": "auto"}))
+    model = model_from_hf_config(path)
+    assert Deployment(model, HARDWARE["h200_sxm"]).linear_state_bytes_per_gpu == 23 * 2 * (3 * 6144 + 64 * 64 * 128)
+
+
 def test_config_json(tmp_path):
     """The Nano's config.json (the keys read) parses to its registry row; the 56B's names its head size
     attention_head_dim and gives no mamba_ssm_cache_dtype (float32, vLLM's default for the family)."""
@@ -212,7 +221,10 @@ def test_config_json(tmp_path):
     ({"hybrid_override_pattern": NANO_PATTERN[:-1]}, "hybrid_override_pattern must be a string of 52 letters"),
     ({"hybrid_override_pattern": NANO_PATTERN[:-1] + "X"}, "hybrid_override_pattern must be a string of 52 letters"),
     ({"moe_latent_size": 1024}, "moe_latent_size (experts in a latent space, Nemotron 3 Super) is not modeled"),
-    ({"mamba_ssm_cache_dtype": "float8"}, "mamba_ssm_cache_dtype must be one of float32, bfloat16, float16"),
+    ({"mamba_ssm_cache_dtype": "float8"}, "mamba_ssm_cache_dtype must be one of float32, bfloat16, float16, auto"),
+    ({"hybrid_override_pattern": NANO_PATTERN.replace("*", "M")}, "must have attention (*) and Mamba-2 (M) layers"),
+    ({"hybrid_override_pattern": "E" * 52}, "must have attention (*) and Mamba-2 (M) layers"),
+    ({"n_groups": 3}, "n_groups 3 must divide mamba_num_heads 64"),
 ])
 def test_config_json_refusals(tmp_path, change, message):
     path = tmp_path / "config.json"

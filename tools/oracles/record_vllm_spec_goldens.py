@@ -20,7 +20,8 @@ drafts for every request the step sampled (the drafter proposes after each sampl
 of two and no draft updates (the placeholders stand for them). The fake model runner samples, for a request whose
 chunk reaches its end, 1 + a tokens where a is the drafts it accepts: round r of the request's verifications
 accepts min(drafts, ⌊(r+1)·m⌋ − ⌊r·m⌋) of them (m the stream's mean; simmodel's ``MeanAcceptance`` is the same
-rule, stated in ``engine/speculation.py``).
+rule, stated in ``engine/speculation.py``), except the placeholders vLLM pads an admission with (token id −1,
+which no target token matches): none of those.
 
 Writes ``tests/golden/vllm_spec/<name>.json`` in ``record_vllm_goldens``'s format, its config with
 ``num_speculative_tokens``, ``mean_accepted`` and ``async_scheduling``. ``tests/unit/test_vllm_spec_golden.py``
@@ -88,6 +89,8 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
     def process():
         rec, so = queue.pop()
         req_ids = list(so.num_scheduled_tokens)
+        # An admission with drafts is one vLLM padded to 1 + k with placeholders (token id −1): none is accepted.
+        admitted = {nr.req_id for nr in so.scheduled_new_reqs} | set(so.scheduled_cached_reqs.resumed_req_ids)
         sampled = []
         for rid in req_ids:
             if rid not in rec["sampling"]:
@@ -95,7 +98,7 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
                 continue
             drafts = len(so.scheduled_spec_decode_tokens.get(rid, ()))
             a = 0
-            if drafts:
+            if drafts and rid not in admitted:
                 a = accepted(rounds.get(rid, 0), drafts, mean)
                 rounds[rid] = rounds.get(rid, 0) + 1
             sampled.append([SAMPLED] * (1 + a))

@@ -28,6 +28,9 @@ class SchedulerOutput:
     drafts: dict[Request, int] = field(default_factory=dict)
     """Speculative decoding: the drafts this pass verifies, per request that has any (several passes may be in
     flight under async scheduling, each verifying its own)."""
+    padded: set[Request] = field(default_factory=set)
+    """Of those, the requests whose drafts are placeholders padding an admission to a uniform decode (token id −1
+    in vLLM): never accepted."""
     kv_blocks_used: int = 0
     """KV blocks in use on the rank once this pass was planned."""
     host_stores: list | None = None

@@ -328,7 +328,8 @@ class VllmScheduler:
         behind it. Async: a preempted request whose stale output is still in flight is stepped over.
 
         With drafts, a request with one token left to compute (a whole prompt cached, a received handoff) is padded
-        to 1 + k tokens with placeholder drafts, as vLLM does to keep the pass a uniform decode for its CUDA graph:
+        to 1 + k tokens with placeholder drafts (token id −1: never accepted), as vLLM does to keep the pass a
+        uniform decode for its CUDA graph:
         unless a running prompt's chunk is in the pass (``prefill_scheduled``) or the pass has no running request
         and the request nothing computed; a padded request that does not fit the budget ends the admissions."""
         cfg, pool = self.config, self.pool
@@ -467,6 +468,7 @@ class VllmScheduler:
         ends = computed + num_new >= request.num_tokens
         if drafts:
             out.drafts[request] = drafts
+            out.padded.add(request)
         out.is_decode.append(ends and num_new == 1 + drafts
                              and (request.num_output_tokens > 0 or request.kv_transferred))
         out.samples.append(ends)
@@ -524,11 +526,14 @@ class VllmScheduler:
             drafts = output.drafts.get(request, 0) if output.drafts else 0
             if drafts:
                 # Verification: accepted drafts plus the corrected (or bonus) token, stopping at the first
-                # reject; rejected drafts' KV positions are given back.
-                accepted = self.accept(request, drafts)
-                self.num_drafts_verified += drafts
-                self.num_drafts_accepted += accepted
-                request.spec_rounds += 1
+                # reject; rejected drafts' KV positions are given back. Placeholders padding an admission are no
+                # drafts: all rejected, and not counted as verified.
+                accepted = 0
+                if request not in output.padded:
+                    accepted = self.accept(request, drafts)
+                    self.num_drafts_verified += drafts
+                    self.num_drafts_accepted += accepted
+                    request.spec_rounds += 1
                 if not stale:
                     request.num_computed_tokens -= drafts - accepted
                     if asynchronous and request.num_output_placeholders:
