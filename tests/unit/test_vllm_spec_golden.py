@@ -18,7 +18,7 @@ SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec
 
 
 def test_enough_goldens() -> None:
-    assert len(SPEC_FILES) >= 20
+    assert len(SPEC_FILES) >= 24
     assert {json.loads(p.read_text())["config"]["async_scheduling"] for p in SPEC_FILES} == {False, True}
 
 

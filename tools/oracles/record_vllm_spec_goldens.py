@@ -175,6 +175,16 @@ def apc_spec_stream(name, reqs, *, k, mean, asynchronous, **kw):
     return name, cfg, reqs
 
 
+def one_token_after_an_admission(name: str, asynchronous: bool):
+    """A 5-token and a 1-token prompt arriving together on an idle engine: the second, admitted after the first
+    with no running request in the pass and nothing computed, is not padded."""
+    name, cfg, _ = spec_stream(name, 1110, k=2, mean=1.0, asynchronous=asynchronous, n=2, prompt=(5, 5),
+                               output=(4, 4), max_num_seqs=8, budget=64, arrivals="burst")
+    reqs = [{"id": "r0", "arrival_step": 0, "prompt_tokens": 5, "output_tokens": 4},
+            {"id": "r1", "arrival_step": 0, "prompt_tokens": 1, "output_tokens": 4}]
+    return name, cfg, reqs
+
+
 def streams() -> list[tuple[str, dict, list[dict]]]:
     out = []
     S = shared_requests
@@ -209,6 +219,11 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
                         span=40),
             spec_stream(f"{tag}_k3_sparse", 1108, k=3, mean=3.0, asynchronous=asynchronous, n=8, prompt=(1, 64),
                         output=(1, 30), max_num_seqs=8, budget=64, arrivals="sparse", span=40),
+            # One-token prompts admitted together: only those after a running request's are padded.
+            spec_stream(f"{tag}_k2_one_token_prompts", 1109, k=2, mean=1.0, asynchronous=asynchronous, n=12,
+                        prompt=(1, 3), output=(1, 10), max_num_seqs=8, budget=64, arrivals="bursts",
+                        bursts=(0, 3, 6)),
+            one_token_after_an_admission(f"{tag}_k2_one_token_after_an_admission", asynchronous),
         ]
     return out
 

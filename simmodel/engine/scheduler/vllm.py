@@ -273,7 +273,8 @@ class VllmScheduler:
 
         # Phase 2: admissions, only in a pass that preempted nothing.
         if not out.preempted:
-            skipped = self.admit_waiting(token_budget, threshold, out, arrived_before, defer, prefill_scheduled)
+            skipped = self.admit_waiting(token_budget, threshold, out, arrived_before, defer, prefill_scheduled,
+                                         bool(out.requests))
             if not defer:
                 self.prefill_capacity_bound = len(self.waiting) + len(self.handoffs) > skipped
         return out
@@ -323,15 +324,16 @@ class VllmScheduler:
         return True
 
     def admit_waiting(self, token_budget: int, threshold: int, out: SchedulerOutput,
-                       arrived_before: int | None = None, defer: bool = False, prefill_scheduled: bool = False) -> int:
+                       arrived_before: int | None = None, defer: bool = False, prefill_scheduled: bool = False,
+                       running_scheduled: bool = False) -> int:
         """FCFS admission, received handoffs first; the first request that does not fit blocks everything
         behind it. Async: a preempted request whose stale output is still in flight is stepped over.
 
         With drafts, a request with one token left to compute (a whole prompt cached, a received handoff) is padded
         to 1 + k tokens with placeholder drafts (token id −1: never accepted), as vLLM does to keep the pass a
-        uniform decode for its CUDA graph:
-        unless a running prompt's chunk is in the pass (``prefill_scheduled``) or the pass has no running request
-        and the request nothing computed; a padded request that does not fit the budget ends the admissions."""
+        uniform decode for its CUDA graph: unless a running prompt's chunk is in the pass (``prefill_scheduled``), or
+        the pass has no running request (``running_scheduled``) and the request nothing computed; a padded request
+        that does not fit the budget ends the admissions."""
         cfg, pool = self.config, self.pool
         skipped: list[Request] = []
         while token_budget > 0 and len(self.running) < cfg.max_num_seqs:
@@ -379,7 +381,7 @@ class VllmScheduler:
                 break  # off-cadence pass: only prompts with at most one token left may advance
             num_new = request.num_tokens - computed
             drafts = 0
-            if (num_new == 1 and cfg.num_speculative_tokens and not prefill_scheduled and (out.requests or computed)
+            if (num_new == 1 and cfg.num_speculative_tokens and not prefill_scheduled and (running_scheduled or computed)
                     and computed + 2 + cfg.num_speculative_tokens <= cfg.max_model_len):
                 drafts = cfg.num_speculative_tokens
                 if 1 + drafts > token_budget:
