@@ -214,8 +214,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
                                 f"behind it, vLLM reads a prompt's blocks found on storage into the host before "
                                 f"loading them, so such a prompt would never load; give it at least "
                                 f"{prompt * block_bytes / (1 << 30):.3g} GiB or lower context_length")
-    # (several groups: what one request takes at admission, its whole prompt in every group when vLLM reserves it,
-    # else vLLM's startup check, the sliding groups' window and chunk)
+    # (several groups: what one request takes at admission, its whole prompt in every group when vLLM reserves it
+    # (a sliding group at most its admission cap), else vLLM's startup check, the sliding groups' cap)
     in_flight = in_flight_tokens(scheduler.max_batched_tokens, scheduler.async_scheduling, p.pipeline)
     cap = layout.sliding_cap(context_length, kv_cache.block_size, in_flight) if layout.sliding_groups else None
     needed = (rules.blocks_needed(context_length, kv_cache.block_size) if not layout.hybrid

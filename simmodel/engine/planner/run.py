@@ -139,9 +139,7 @@ class Run(Admissions, Recording):
         grows = (context % self.bs == 0) & (context >= positions * self.bs) & active
         if self.planned_first:
             grows[0] = False  # the plan took the first pass's blocks already
-        self.allocations = run.per_rank(grows)
-        if self.position_blocks > 1:
-            self.allocations *= self.position_blocks
+        self.allocations = run.per_rank(grows) * self.position_blocks
         """Blocks the decodes of each row take, per rank (rows, ranks)."""
         self.total_allocations = self.allocations.sum(axis=0)
         decodes = run.per_rank(active)
