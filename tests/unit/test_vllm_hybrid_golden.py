@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 from simmodel.perf.kv_layout import KvLayout
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _nonempty, _requests
+from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
 
 HYBRID_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_hybrid").glob("*.json"))
 
@@ -29,11 +28,7 @@ def test_enough_goldens() -> None:
 def test_matches_vllm_with_a_sliding_group(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
-    config = VllmSchedulerConfig(
-        max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"], reserve_full_isl=cfg["reserve_full_isl"],
-        enable_prefix_caching=cfg["enable_prefix_caching"], async_scheduling=cfg["async_scheduling"])
+    config = _config(cfg)
     layout = KvLayout(2, 1, full_groups=1, sliding_groups=1, window=cfg["sliding_window"])
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  layout=layout) if _nonempty(r)]

@@ -5,13 +5,13 @@ the ``AsyncScheduler`` of Model Runner V2, whose decodes of one request are P st
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _nonempty, _requests
+from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
 
 PP_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_pp").glob("*.json"))
 
@@ -26,11 +26,7 @@ def test_matches_vllm_with_pipeline_stages(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
     stages, asynchronous = cfg["pipeline"], cfg["async_scheduling"]
-    config = VllmSchedulerConfig(
-        max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"], reserve_full_isl=cfg["reserve_full_isl"],
-        async_scheduling=asynchronous, decode_stagger=stages if asynchronous else 1)
+    config = replace(_config(cfg), decode_stagger=stages if asynchronous else 1)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  queue_size=stages + (1 if asynchronous else 0)) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

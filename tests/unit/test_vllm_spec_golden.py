@@ -6,13 +6,13 @@ finishes and emitted tokens, pass by pass."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from simmodel.engine.scheduler.vllm import VllmSchedulerConfig
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _nonempty, _requests
+from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
 
 SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec").glob("*.json"))
 
@@ -26,13 +26,8 @@ def test_enough_goldens() -> None:
 def test_matches_vllm_with_drafts(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
-    config = VllmSchedulerConfig(
-        max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
-        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"], reserve_full_isl=cfg["reserve_full_isl"],
-        enable_prefix_caching=cfg.get("enable_prefix_caching", False), async_scheduling=cfg["async_scheduling"],
-        num_speculative_tokens=cfg["num_speculative_tokens"],
-        num_lookahead_tokens=cfg["num_speculative_tokens"])  # (MTP/EAGLE: a KV slot per draft past the pass)
+    k = cfg["num_speculative_tokens"]  # (MTP/EAGLE: a KV slot per draft past the pass)
+    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  mean_accepted=cfg["mean_accepted"]) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

@@ -17,17 +17,15 @@ window, sharing the pool's ``num_gpu_blocks`` (vLLM's null block included). The 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_vllm_goldens import dump, stream  # noqa: E402
+from record_vllm_goldens import stream  # noqa: E402
 from record_vllm_goldens_apc import apc_stream, shared_requests  # noqa: E402
-from record_vllm_spec_goldens import run  # noqa: E402
+from record_vllm_spec_goldens import record_all, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-ORACLE_DIR = Path(os.environ.get("VLLM_ORACLE_DIR", REPO.parent / "shared" / "oracles"))
 OUT_DIR = REPO / "tests" / "golden" / "vllm_hybrid"
 
 
@@ -101,23 +99,5 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
     return out
 
 
-def main() -> None:
-    sys.path.insert(0, str(ORACLE_DIR))
-    import vllm  # noqa: PLC0415  (needs the vLLM venv)
-
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    for name, cfg, reqs in streams():
-        steps, summary = run(reqs, cfg, sched=build_hybrid(cfg))
-        for r in reqs:
-            s = summary[r["id"]]
-            expect = min(r["output_tokens"], cfg["max_model_len"] - r["prompt_tokens"])
-            assert s["finish_step"] is not None and s["emitted_tokens"] == expect, (name, r, s)
-        golden = {"name": name, "vllm_version": vllm.__version__, "config": cfg, "requests": reqs,
-                  "steps": steps, "summary": summary}
-        (OUT_DIR / f"{name}.json").write_text(dump(golden))
-        pre = sum(s["num_preemptions"] for s in summary.values())
-        print(f"{name:24s} reqs={len(reqs):3d} steps={len(steps):4d} preemptions={pre:3d}")
-
-
 if __name__ == "__main__":
-    main()
+    record_all(streams(), OUT_DIR, lambda reqs, cfg: run(reqs, cfg, sched=build_hybrid(cfg)))

@@ -228,23 +228,25 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
     return out
 
 
-def main() -> None:
+def record_all(all_streams: list[tuple[str, dict, list[dict]]], out_dir: Path, run_stream=None) -> None:
+    """Record every stream into ``out_dir/<name>.json`` with ``run_stream(reqs, cfg)`` (default ``run``), checking
+    that every request ends with its tokens (or at ``max_model_len``)."""
     sys.path.insert(0, str(ORACLE_DIR))
     import vllm  # noqa: PLC0415  (needs the vLLM venv)
 
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    for name, cfg, reqs in streams():
-        steps, summary = run(reqs, cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, cfg, reqs in all_streams:
+        steps, summary = (run_stream or run)(reqs, cfg)
         for r in reqs:
             s = summary[r["id"]]
             expect = min(r["output_tokens"], cfg["max_model_len"] - r["prompt_tokens"])
             assert s["finish_step"] is not None and s["emitted_tokens"] == expect, (name, r, s)
         golden = {"name": name, "vllm_version": vllm.__version__, "config": cfg, "requests": reqs,
                   "steps": steps, "summary": summary}
-        (OUT_DIR / f"{name}.json").write_text(dump(golden))
+        (out_dir / f"{name}.json").write_text(dump(golden))
         pre = sum(s["num_preemptions"] for s in summary.values())
-        print(f"{name:22s} reqs={len(reqs):3d} steps={len(steps):4d} preemptions={pre:3d}")
+        print(f"{name:24s} reqs={len(reqs):3d} steps={len(steps):4d} preemptions={pre:3d}")
 
 
 if __name__ == "__main__":
-    main()
+    record_all(streams(), OUT_DIR)
