@@ -50,6 +50,16 @@ def draft_model(model: ModelSpec) -> ModelSpec:
     return replace(model, num_layers=1, **plain)
 
 
+def stacked_draft_sums(sums: PassSums, drafts: int) -> PassSums:
+    """The drafter's first forward and (with more than one draft) the one repeated after it as the passes of one
+    ``PassSums``: the first forwards' rows, then the later ones' (``draft_sums``), priced in one call."""
+    first, later = draft_sums(sums)
+    if drafts == 1:
+        return first
+    return PassSums(np.concatenate((first.table, later.table)),
+                    np.concatenate((sums.kv_capacity_tokens, sums.kv_capacity_tokens)), 2 * sums.num_passes)
+
+
 def draft_sums(sums: PassSums) -> tuple[PassSums, PassSums]:
     """What the drafter's first forward runs (every new token of the pass, over its context, every sequence
     that samples picking a draft) and each later one (one token of each sequence that sampled)."""
@@ -80,12 +90,12 @@ class DraftedTiming(SumsTiming):
                                       replace(host, prefill_ms=0.0, decode_ms=0.0, mixed_ms=0.0), engine)
 
     def draft_seconds(self, sums: PassSums) -> np.ndarray:
-        """Per row: the drafter's k forwards."""
-        first, later = draft_sums(sums)
-        seconds = self.drafter.group_seconds(first).sum(axis=1)
-        if self.drafts > 1:
-            seconds = seconds + (self.drafts - 1) * self.drafter.group_seconds(later).sum(axis=1)
-        return seconds
+        """Per row: the drafter's k forwards (its first and later forwards priced in one call)."""
+        seconds = self.drafter.group_seconds(stacked_draft_sums(sums, self.drafts)).sum(axis=1)
+        if self.drafts == 1:
+            return seconds
+        n = len(sums.table)
+        return seconds[:n] + (self.drafts - 1) * seconds[n:]
 
     def _seconds(self, sums: PassSums) -> tuple[np.ndarray, list[tuple[str, ...]]]:
         seconds, labels = self.target.price_sums(sums)
@@ -105,9 +115,10 @@ class DraftedWork:
     def work_ns(self, sums: PassSums) -> np.ndarray:
         compute, memory = self.target.work_seconds(sums)
         seconds = compute + memory
-        first, later = draft_sums(sums)
-        for part, times in ((first, 1), (later, self.drafts - 1)):
-            if times:
-                compute, memory = self.drafter.work_seconds(part)
-                seconds = seconds + times * (compute + memory)
+        compute, memory = self.drafter.work_seconds(stacked_draft_sums(sums, self.drafts))
+        drafted = compute + memory
+        n = len(sums.table)
+        seconds = seconds + drafted[:n]
+        if self.drafts > 1:
+            seconds = seconds + (self.drafts - 1) * drafted[n:]
         return np.rint(seconds * 1e9).astype(np.int64)
