@@ -35,7 +35,7 @@ class Request:
         # Disaggregated serving: a prefill leg (``bootstrap``) and the client request it feeds.
         "block_ids", "num_cached_blocks", "block_keys", "num_cached_tokens",
         "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens", "is_prefill_chunk",
-        "num_draft_tokens", "num_scheduled_drafts", "num_emitted", "spec_rounds", "next_decode_eligible_step",
+        "num_draft_tokens", "num_emitted", "spec_rounds", "next_decode_eligible_step",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "predicted_cached_tokens",
         # A host KV tier: prompt tokens loaded from it at first admission, and when the load began and landed;
@@ -103,10 +103,9 @@ class Request:
         self.num_in_flight_tokens = 0
         self.num_stale_output_tokens = 0
         self.is_prefill_chunk = False
-        # Speculative decoding: drafts proposed for the next pass, drafts that pass verifies, tokens the last
-        # pass emitted, and verification rounds so far.
+        # Speculative decoding: drafts proposed for the next pass (those it verifies are in its plan:
+        # ``SchedulerOutput.drafts``), tokens the last pass emitted, and verification rounds so far.
         self.num_draft_tokens = 0
-        self.num_scheduled_drafts = 0
         self.num_emitted = 0
         self.spec_rounds = 0
         self.next_decode_eligible_step = 0

@@ -322,15 +322,15 @@ class RooflineTiming(SumsTiming):
         attention_gemms = 3 if m.is_mla else 2
         block_gemms = (m.num_layers * attention_gemms + m.num_dense_layers * 2
                        + m.num_moe_layers * (2 + (2 if m.num_shared_experts else 0))) if d.block_scaled else 0
-        self.layer_overhead_s = m.num_blocks / 2 * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
+        # (transformer layers, or their equivalent in blocks where a layer is one block: Nemotron-H)
+        layers, h = m.num_blocks / 2, m.hidden_size
+        self.layer_overhead_s = layers * host.per_layer_us * 1e-6 + block_gemms * host.block_fp8_gemm_us * 1e-6
         self.host_s_by_kind = np.array([host.decode_ms, host.decode_ms, host.prefill_ms, host.mixed_ms]) / 1000.0
         """Seconds a pass adds on the host, indexed by 2 × (it prefills) + (it decodes)."""
         self.linear_peak = efficiency.compute * weight_gemm_peak(d)
         self.attention_peak = efficiency.compute * hw.bf16_flops
         self.hbm = efficiency.memory * hw.hbm_bytes_per_s
         tp, act = d.tensor, d.activation_bytes
-        # (transformer layers, or their equivalent in blocks where a layer is one block: Nemotron-H)
-        layers, h = m.num_blocks / 2, m.hidden_size
         # Per token, per GPU of the rank: dense GEMM FLOPs (attention projections and dense MLPs).
         self.dense_flops_per_token = 2 * (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp
         self.dense_weight_bytes = (m.mixer_params + m.num_dense_layers * m.dense_mlp_params) / tp * d.weight_bytes

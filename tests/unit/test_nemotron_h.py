@@ -105,6 +105,17 @@ def test_state_flops_per_token():
     assert NANO.state_flops_per_token() == 23 * (5 * 64 * 64 * 128 + 2 * 4 * 6144) == 61_423_616
 
 
+def test_one_all_reduce_and_one_norm_per_block():
+    """A Nemotron-H layer is one block behind one norm, ending in one all-reduce under TP: the Nano's 52 blocks
+    make 52 all-reduces a pass at TP 2 (a transformer layer has two: Llama-3.1-8B's 32 layers make 64), and its
+    norms are 52 + 1 final, 53 × 2688 weights."""
+    hw = HARDWARE["h200_sxm"]
+    assert RooflineTiming(Deployment(NANO, hw, tensor=2), Efficiency(1.0, 1.0)).num_all_reduces == 52
+    llama = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    assert RooflineTiming(Deployment(llama, hw, tensor=2), Efficiency(1.0, 1.0)).num_all_reduces == 64
+    assert NANO.norm_params == 53 * 2688
+
+
 def test_decode_reads_and_writes_the_state():
     """A decode of 4 sequences at 999 tokens of context, at datasheet peaks: the 6 attention layers read 1000 tokens'
     KV (6,144 B a token) and the queries, and every Mamba-2 layer's state is read and written back (2 × 49,082,368 B

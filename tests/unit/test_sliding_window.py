@@ -115,6 +115,24 @@ def test_async_frees_only_behind_the_tokens_processed():
     assert (r.num_blocks, r.num_skipped_blocks, pool.num_used_blocks) == (23, 5, 23)
 
 
+def test_admission_cap_and_tokens_in_flight():
+    """vLLM's ``max_admission_blocks_per_request`` for gpt-oss (window 128, 16-token blocks, context 32768, budget
+    8192): cdiv(127 + tokens in flight, 16) + 1, the tokens in flight one budget synchronous (8192: cdiv(8319, 16) +
+    1 = 521) and two under async scheduling (16384: cdiv(16511, 16) + 1 = 1033), P budgets with P stages. A 2000-token
+    sequence checked whole holds 125 full-group blocks and at most 10 sliding ones when capped at 10: 135; with 320
+    tokens cached (20 blocks, 12 of them behind the window) the sliding group counts its 20 positions less the 12:
+    125 + 20 − 12 = 133."""
+    from simmodel.perf.kv_layout import in_flight_tokens
+
+    assert (in_flight_tokens(8192, False), in_flight_tokens(8192, True), in_flight_tokens(8192, False, 3)) == (
+        8192, 16384, 3 * 8192)
+    layout = kv_layout(MODELS["openai/gpt-oss-120b"])
+    assert layout.sliding_cap(32768, 16, 8192) == 521 and layout.sliding_cap(32768, 16, 16384) == 1033
+    assert layout.max_blocks(32768, 16, 16384) == 2048 + 1033
+    assert layout.blocks(2000, 0, 16, cap=10) == 135 and layout.blocks(2000, 320, 16, cap=10) == 133
+    assert layout.blocks(2000, 0, 16) == 250  # (uncapped: every position in both groups)
+
+
 def test_a_sliding_pool_admits_what_a_full_one_cannot():
     """Two 1000-token prompts with 200 blocks of 18 layers. Each reserves 126 at admission (every group's whole
     prompt), so the second waits; after the first's prompt the sliding group frees 54 blocks (72 held), leaving

@@ -534,7 +534,6 @@ class Run(Admissions, Recording):
                 request.num_output_placeholders = request.num_in_flight_tokens = in_flight[i]
                 request.is_prefill_chunk = False
             request.num_emitted = 1
-            request.num_scheduled_drafts = 0
             if blocks is not None and r < lefts[i]:
                 request.num_blocks = blocks[i]
             if prefills[i]:

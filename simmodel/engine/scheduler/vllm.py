@@ -251,11 +251,11 @@ class VllmScheduler:
             ctxs.append(computed)
             ends = computed + num_new >= num_tokens + placeholders
             # Drafts the chunk reaches are verified in this pass (vLLM trims the rest).
-            request.num_scheduled_drafts = max(0, computed + num_new - num_tokens - placeholders)
-            if request.num_scheduled_drafts:
-                out.drafts[request] = request.num_scheduled_drafts
+            verified = max(0, computed + num_new - num_tokens - placeholders)
+            if verified:
+                out.drafts[request] = verified
             request.num_draft_tokens = 0
-            decs.append(ends and num_new == 1 + request.num_scheduled_drafts
+            decs.append(ends and num_new == 1 + verified
                         and (request.num_output_tokens + placeholders > 0 or request.kv_transferred))
             samples.append(ends)
             prefill_scheduled |= request.is_prefill_chunk  # (a prompt's chunk after the first)
@@ -264,7 +264,7 @@ class VllmScheduler:
             if asynchronous:
                 request.num_in_flight_tokens += num_new
                 if ends:  # (its sampled token and its drafts; the drafts it proposes stand in as placeholders)
-                    request.num_output_placeholders = placeholders + 1 + request.num_scheduled_drafts
+                    request.num_output_placeholders = placeholders + 1 + verified
                     request.num_draft_tokens = speculative
                     if stagger > 1:
                         request.next_decode_eligible_step = step + stagger
@@ -312,7 +312,7 @@ class VllmScheduler:
             elif k > 0:
                 pool.allocate(k)
                 request.num_blocks += k
-            request.num_scheduled_drafts = request.num_draft_tokens = 0
+            request.num_draft_tokens = 0
             request.is_prefill_chunk = False
             request.num_computed_tokens = c + 1
         n = len(running)
@@ -491,7 +491,7 @@ class VllmScheduler:
         # Async: the outputs still in flight will be delivered, but not counted as placeholders again.
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
-        request.num_draft_tokens = request.num_scheduled_drafts = 0
+        request.num_draft_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
         self.waiting.appendleft(request)
