@@ -137,7 +137,7 @@ class SglangRules(BackendRules):
     def scheduler(self, node: _Node, context_length: int, chunked: bool, max_sequences: int,
                   speculation: SpeculationSpec | None) -> SchedulerSpec:
         self.refuse_others(node, lambda rules: rules.scheduler_keys)
-        return sglang_scheduler(node, max_sequences)
+        return sglang_scheduler(node, max_sequences, speculation)
 
     def blocks_needed(self, context_length: int, block_size: int) -> int:
         """An empty rank admits the longest prompt (context − 2 tokens) while it and a page fit its KV tokens."""
@@ -153,12 +153,27 @@ class SglangRules(BackendRules):
                                 f"(chunked_prefill_size); false is only accepted with backend vllm")
 
     def check_speculation(self, node: _Node, speculation: SpeculationSpec | None) -> None:
-        if speculation is not None:
-            key = "speculation" if speculation.kind == "ngram" else "nextn"
-            raise ScenarioError(f"{node.at(key)}: speculative decoding is not yet modeled for backend sglang")
+        """EAGLE/MTP drafts (``engine.nextn``) are modelled; SGLang's n-gram drafter is not."""
+        if speculation is not None and speculation.kind == "ngram":
+            raise ScenarioError(f"{node.at('speculation')}: n-gram speculative decoding is not yet modeled for "
+                                f"backend sglang; use engine.nextn (EAGLE/MTP drafts), or backend vllm")
 
     def check_roles(self, workers: _Node, roles: dict[str, WorkerRole], mode: str) -> None:
-        """A P/D decode rank reserves a whole prompt's KV, in pages, plus SGLang's reserved decode tokens."""
+        """A P/D decode rank reserves a whole prompt's KV, in pages, plus SGLang's reserved decode tokens.
+        Speculative decoding is modelled on aggregated workers without a host tier; SGLang turns mixed chunks off
+        with it (``_handle_eagle_family``), so they are refused."""
+        for name, role in roles.items():
+            if not role.draft_tokens:
+                continue
+            if mode != "aggregated":
+                raise ScenarioError(f"{workers.at(name)}: speculative decoding (engine.nextn) with a {mode} SGLang "
+                                    f"deployment is not yet modeled; use engine.mode aggregated or backend vllm")
+            if role.scheduler.sglang is not None and role.scheduler.sglang.enable_mixed_chunk:
+                raise ScenarioError(f"{workers.at(name)}.scheduler.enable_mixed_chunk: SGLang turns mixed chunks off "
+                                    f"with EAGLE/MTP speculative decoding (engine.nextn); remove it")
+            if role.kv_cache.host_offload is not None:
+                raise ScenarioError(f"{workers.at(name)}.kv_cache.host_offload: HiCache with speculative decoding "
+                                    f"(engine.nextn) is not yet modeled for backend sglang; remove one of them")
         if mode != "disaggregated":
             return
         dec = roles["decode"]

@@ -25,10 +25,17 @@ CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization", "static_batch")
 DEFAULT_BATCHED_TOKENS = SchedulerSpec().max_batched_tokens
 """``max_batched_tokens`` when unset (vLLM's ``max_num_batched_tokens`` as simmodel defaults it; SGLang's
 host loop takes it as its chunked prefill size)."""
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+"""SGLang's ``max_running_requests`` when unset with EAGLE/MTP speculative decoding (``_handle_eagle_family``,
+sglang 0.5.23 ``arg_groups/speculative_hook.py``)."""
 
 
-def sglang_scheduler(node: _Node, max_sequences: int) -> SchedulerSpec:
-    """SGLang's scheduler (its own knobs in ``SchedulerSpec.sglang``); it never schedules asynchronously here."""
+def sglang_scheduler(node: _Node, max_sequences: int, speculation: SpeculationSpec | None = None) -> SchedulerSpec:
+    """SGLang's scheduler (its own knobs in ``SchedulerSpec.sglang``); it never schedules asynchronously here.
+    With EAGLE/MTP drafts, ``max_sequences`` unset is 48, SGLang's ``max_running_requests`` then
+    (``_handle_eagle_family``)."""
+    if speculation is not None and max_sequences != 1:
+        max_sequences = SGLANG_SPECULATIVE_MAX_RUNNING
     spec = SchedulerSpec(max_batched_tokens=node.int("max_batched_tokens", DEFAULT_BATCHED_TOKENS),
                          max_sequences=node.int("max_sequences", max_sequences), async_scheduling=False,
                          sglang=_sglang_knobs(node))

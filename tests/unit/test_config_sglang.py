@@ -189,9 +189,8 @@ def test_images_and_vision_parse_on_a_vision_language_model():
 @pytest.mark.parametrize("engine, path, rule", [
     ({"enable_chunked_prefill": False}, "engine.enable_chunked_prefill", "SGLang always chunks long prompts"),
     ({"speculation": {"kind": "ngram", "num_speculative_tokens": 2, "acceptance_rates": [0.5, 0.5]}},
-     "engine.speculation", "speculative decoding is not yet modeled for backend sglang"),
-    ({"nextn": 2, "nextn_accepted": 1.0}, "engine.nextn", "speculative decoding is not yet modeled for backend sglang"),
-], ids=["chunked_prefill_off", "ngram", "nextn"])
+     "engine.speculation", "n-gram speculative decoding is not yet modeled for backend sglang"),
+], ids=["chunked_prefill_off", "ngram"])
 def test_engine_rules(engine, path, rule):
     assert_error(sglang_scenario(engine=engine), path, rule)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from simmodel.engine.placement import prefill_leg
 from simmodel.engine.rank import Rank
 from simmodel.engine.scheduler.sglang import SglangScheduler, SglangSchedulerConfig
+from simmodel.engine.speculation import MeanAcceptance
 from simmodel.engine.vision_encoder import RankVision
 from simmodel.engine.worker import Worker
 from simmodel.frontend.stages import Frontend
@@ -58,13 +59,15 @@ class SglangBackend:
             new_token_ratio_decay_steps=spec.new_token_ratio_decay_steps, overlap=role.host_loop,
             max_req_len=min(role.context_length, kv_tokens) - 1, ignore_eos=spec.ignore_eos,
             page_size=role.kv_cache.block_size, radix_cache=role.kv_cache.prefix_caching,
-            mixed_chunk=spec.enable_mixed_chunk, **_hicache(role))
+            mixed_chunk=spec.enable_mixed_chunk, num_speculative_steps=role.draft_tokens, **_hicache(role))
         workers = []
         for w in range(role.parallelism.replicas if count is None else count):
             worker = Worker(sim.env, w, timing, role.name, async_scheduling=role.host_loop,
                             prefill_decode_interval=spec.prefill_decode_interval)
             for r in range(role.parallelism.attention_data):
                 scheduler = SglangScheduler(cfg, kv_tokens)
+                if role.draft_tokens:
+                    scheduler.accept = MeanAcceptance(sim.scenario.engine.speculation.mean_accepted)
                 rank = Rank(sim.env, worker, r, scheduler, sim.recorder)
                 attach_host_tier("sglang", rank, role, sim.shared_stores)
                 worker.add_rank(rank)

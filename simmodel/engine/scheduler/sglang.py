@@ -32,6 +32,16 @@ Plain Python, no time passes inside. Rules (``docs/sglang.md``; the mocker's in
    eviction; without room it is computed); a plan first reaps the host copies that have landed (unlocking
    them), and an unfinished prompt's chunk counts its insertion's hits at the next plan, as SGLang inserts it then.
 
+10. with EAGLE/MTP speculative decoding (``num_speculative_steps`` k, topk 1; SGLang's spec v2, source-read from
+   sglang 0.5.23, no golden: the CPU oracle has no draft worker): a decode pass verifies each running request's last
+   token and k drafts (k + 1 tokens over its committed ones); before it, each request's allocation grows to its
+   committed tokens plus ``2 (k + 1)`` in whole pages and never shrinks (``eagle_prepare_for_decode``), and that
+   growth, not one page a request, is what ``check_decode_mem`` tests and retraction frees room for; when the pass's
+   outputs are processed the accepted drafts and the target's own token are committed, up to ``max_new_tokens`` of
+   them emitted; a finished request stores its KV up to its last emitted token and frees the rest of its allocation
+   (``release_kv_cache``). Admission and the ratio are unchanged (outputs count faster). Under the overlap loop the
+   committed tokens lag a pass, which the doubled reserve covers.
+
 Rule 7 (``prefill_decode_interval``) is the caller's: ``schedule(prefill_blocked=True)`` only decodes.
 
 With ``overlap`` (SGLang's overlap host loop, ``event_loop_overlap``) the next pass is planned before the
@@ -119,6 +129,16 @@ class SglangSchedulerConfig:
     """HiCache (``--enable-hierarchical-cache``): pages of the rank's host pool; 0: no host tier."""
     write_policy: str = "write_through"
     """HiCache's ``--hicache-write-policy``: when KV is copied to the host (``hiradix_cache``)."""
+    num_speculative_steps: int = 0
+    """EAGLE/MTP speculative decoding (``engine.nextn``; SGLang's ``--speculative-num-steps`` with
+    ``--speculative-eagle-topk 1``): each decode pass verifies this many drafts per request (rule 10); 0: none."""
+
+    @property
+    def decode_reserve(self) -> int:
+        """KV tokens a speculative request keeps allocated past its committed ones at each decode (SGLang's
+        ``get_alloc_reserve_per_decode``): twice ``max(steps · topk, draft tokens)`` = 2 (k + 1) with topk 1."""
+        k = self.num_speculative_steps
+        return 2 * (k + 1) if k else 0
 
     def __post_init__(self) -> None:
         if self.schedule_policy not in ("fcfs", "fifo", "lpm"):
@@ -168,7 +188,7 @@ class _State:
     """What the scheduler keeps per request (``Request`` has fixed slots)."""
 
     __slots__ = ("prompt_segments", "prompt_pages", "prompt_full", "output_block", "budget_new", "max_new", "node",
-                 "protected", "allocated", "hit", "held", "inserted")
+                 "protected", "allocated", "hit", "held", "inserted", "kv_allocated")
 
     def __init__(self, prompt_segments: list[tuple[Hashable, int]], output_block: OutputBlock,
                  page_size: int, num_prompt_tokens: int, budget_new: int) -> None:
@@ -198,6 +218,9 @@ class _State:
         self.inserted = 0
         """Pages of the request's sequence its insertions have reached since its admission (SGLang's
         ``cache_inserted_len``: a host tier counts hits past it)."""
+        self.kv_allocated = 0
+        """Speculative decoding: KV tokens allocated to the sequence by its decode passes (SGLang's
+        ``kv_allocated_len``; 0 until its first decode, when its prefilled tokens are)."""
 
 
 class SglangScheduler:
@@ -250,6 +273,10 @@ class SglangScheduler:
         self.handoffs: list[Request] = []
         """Disaggregated decode: KV arrived; they join the running batch at the next plan."""
         self.on_kv_reserved: Callable[[Request], None] | None = None
+        self.accept: Callable[[Request, int], int] | None = None
+        """Speculative decoding: how many of a request's verified drafts are accepted (``engine.speculation``)."""
+        self.num_drafts_verified = 0
+        self.num_drafts_accepted = 0
 
     # -- queue --------------------------------------------------------------------------------
     def _state(self, request: Request) -> _State:
@@ -771,11 +798,22 @@ class SglangScheduler:
 
     def _decode_pages(self, running: list[Request]) -> int:
         """Pages a decode step of ``running`` allocates: one for each request whose KV fills its last page
-        (SGLang's ``new_tokens_required_next_decode``; every request with page size 1)."""
+        (SGLang's ``new_tokens_required_next_decode``; every request with page size 1); speculative, the pages
+        that take each request's allocation to its committed tokens plus the reserve (``_spec_allocation``)."""
         page = self.page
+        if self.config.num_speculative_steps:
+            return sum(self._spec_allocation(r)[2] for r in running)
         if page == 1:
             return len(running)
         return sum(1 for r in running if r.num_computed_tokens % page == 0)
+
+    def _spec_allocation(self, request: Request) -> tuple[int, int, int]:
+        """A speculative request's KV tokens allocated now and after its next decode's allocation, and the pages
+        between (SGLang's ``page_aligned_decode_alloc_lens``): the allocation grows to the committed tokens plus
+        ``decode_reserve``, in whole pages, and never shrinks."""
+        cur = max(self._states[request].kv_allocated, request.num_computed_tokens)
+        nxt = max(cur, self._paged(request.num_computed_tokens + self.config.decode_reserve))
+        return cur, nxt, self._ceil_pages(nxt) - self._ceil_pages(cur)
 
     def _schedule_decode(self, out: SchedulerOutput) -> None:
         """A decode step for every running request; first, if the step's new pages do not fit after evicting
@@ -820,7 +858,12 @@ class SglangScheduler:
     def _allocate_decode(self, num_requests: int, pages: int) -> None:
         """A decode step's ``pages`` new pages, once the tree is evicted down to a page per request free
         (``alloc_for_decode``'s estimate)."""
-        self.cache.make_free(num_requests)  # (a page per request: SGLang's conservative estimate)
+        if not self.config.num_speculative_steps:
+            self.cache.make_free(num_requests)  # (a page per request: SGLang's conservative estimate)
+        elif self.page > 1:  # (``alloc_paged_token_slots_extend``'s estimate: the pages and one per request more)
+            self.cache.make_free(pages + num_requests)
+        else:
+            self.cache.make_free(pages)
         if not self.cache.allocate(pages):
             raise SimulationError(f"SGLang ran out of KV memory for a decode step of {num_requests} request(s) "
                                   f"with nothing left to retract, as SGLang would; raise clip_max_new_tokens or "
@@ -836,7 +879,11 @@ class SglangScheduler:
                 f"link_gb_per_s, or write_through_selective, locks less")
 
     def _add_decodes(self, out: SchedulerOutput, running: list[Request]) -> None:
-        """One decode token for each of ``running`` (its new pages allocated already)."""
+        """One decode token for each of ``running`` (its new pages allocated already); speculative, a verification
+        of each one's last token and its ``k`` drafts (``_add_verifies``)."""
+        if self.config.num_speculative_steps:
+            self._add_verifies(out, running)
+            return
         states, page = self._states, self.page
         contexts = [r.num_computed_tokens for r in running]
         for r, ctx in zip(running, contexts):
@@ -850,6 +897,27 @@ class SglangScheduler:
         out.is_decode += [True] * n
         out.samples += [True] * n
 
+    def _add_verifies(self, out: SchedulerOutput, running: list[Request]) -> None:
+        """Speculative decoding (rule 10): each of ``running`` verifies its last sampled token and ``k`` drafts, over
+        its committed tokens, its allocation grown to them plus the reserve (pages allocated already). Its committed
+        tokens advance only when the pass's outputs are processed, by the tokens accepted."""
+        k = self.config.num_speculative_steps
+        states = self._states
+        contexts = []
+        for r in running:
+            _, nxt, pages = self._spec_allocation(r)
+            st = states[r]
+            st.kv_allocated = nxt
+            st.allocated += pages
+            contexts.append(r.num_computed_tokens)
+            out.drafts[r] = k
+        n = len(running)
+        out.requests += running
+        out.num_new_tokens += [1 + k] * n
+        out.num_context_tokens += contexts
+        out.is_decode += [True] * n
+        out.samples += [True] * n
+
     def _retract(self, request: Request, out: SchedulerOutput, remaining: int) -> None:
         """SGLang's ``release_req``: the KV the tree never got (decoded tokens, a last partial page) is freed,
         the rest unlocked, and the tree evicted down to ``RETRACT_DECODE_STEPS`` free tokens per request
@@ -858,6 +926,7 @@ class SglangScheduler:
         if st.allocated:
             self.cache.release(st.allocated)
             st.allocated = 0
+        st.kv_allocated = 0
         self.cache.unlock(st.node)
         st.node, st.protected, st.inserted = None, 0, 0
         self._make_free_tokens(remaining * RETRACT_DECODE_STEPS)
@@ -885,6 +954,13 @@ class SglangScheduler:
                                                 output.num_new_tokens, output.samples, output.is_decode):
             prefill = not decode
             st = states.get(r)
+            if decode and self.config.num_speculative_steps:
+                if st is not None and r.status is RequestStatus.RUNNING:  # (else finished or retracted since)
+                    self._verified(r, st, new - 1)
+                    sampled.append(r)
+                    if r.status is RequestStatus.FINISHED:
+                        finished.append(r)
+                continue
             computed = ctx + new
             pages = new_pages(ctx, new, page)  # (the pages this entry allocated)
             if st is None or r.status is not RequestStatus.RUNNING or st.allocated < pages:
@@ -913,6 +989,25 @@ class SglangScheduler:
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return sampled, finished
 
+    def _verified(self, request: Request, st: _State, drafts: int) -> None:
+        """A speculative verification's outputs (rule 10): ``accepted`` of the ``drafts`` drafts and the token the
+        target samples after them are committed (SGLang's ``kv_committed_len += accept length``); up to
+        ``max_new_tokens`` of them are emitted, and a request that reaches it finishes, its KV up to its last
+        emitted token's predecessor stored (``owned_kv_len``) and the rest of its allocation freed."""
+        accepted = self.accept(request, drafts)
+        self.num_drafts_verified += drafts
+        self.num_drafts_accepted += accepted
+        request.spec_rounds += 1
+        emitted = min(accepted + 1, st.max_new - request.num_output_tokens)
+        request.num_output_tokens += emitted
+        request.num_emitted = emitted
+        request.num_computed_tokens += accepted + 1
+        if request.num_output_tokens >= st.max_new:
+            computed = request.num_computed_tokens = min(request.num_computed_tokens,
+                                                        request.num_prompt_tokens + request.num_output_tokens - 1)
+            self._store_pages(request, st, computed, False)
+            self._finish(request, st, computed)
+
     def _finish(self, request: Request, st: _State, computed: int) -> None:
         """The request sampled its last token, its pages stored (``_store_pages``): it leaves the batch (SGLang
         tries a prefill again), its last partial page is freed and its path unlocked."""
@@ -924,6 +1019,9 @@ class SglangScheduler:
         tail = self._ceil_pages(computed) - st.protected  # (a last partial page)
         cache.release(tail)
         st.allocated -= tail
+        if self.config.num_speculative_steps:  # (the rest of its allocation, a pass in flight's too)
+            cache.release(st.allocated)
+            st.allocated = 0
         cache.unlock(st.node)
         st.node, st.protected = None, 0
         if not st.allocated:  # overlap loop: else freed when the pass in flight is processed
@@ -936,9 +1034,10 @@ class SglangScheduler:
         waits or is mid-chunk, no P/D request has its KV arrived (one whose KV is on its way stays out of the
         passes: its arrival is a placement, which ends a run; one waiting for its reservation does not, each
         pass's plan tries to reserve as SGLang's does, ``reserve_preallocs``), no overlap loop, every request
-        past the decode that delivers a P/D handoff's first token; none on a rank with nothing running (it
-        plans empty passes). Else None."""
-        if self.waiting or self.chunked is not None or self.handoffs or self.config.overlap:
+        past the decode that delivers a P/D handoff's first token, no speculative decoding; none on a rank with
+        nothing running (it plans empty passes). Else None."""
+        if (self.waiting or self.chunked is not None or self.handoffs or self.config.overlap
+                or self.config.num_speculative_steps):
             return None
         if self.tiered and self.cache.threshold is None:
             return None  # (write-back copies on eviction stall the passes: each is planned on its own)
