@@ -16,6 +16,7 @@ from simmodel.engine.kv_cache import BlockKeys, BlockPool, PrefixCachingBlockPoo
 from simmodel.engine.request import Request
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import MeanAcceptance
+from simmodel.engine.state_kv_cache import StatePrefixCachingPool
 from simmodel.perf.kv_layout import KvLayout
 
 
@@ -28,7 +29,8 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
     (sliding-window ones: the hybrid recorder's). ``queue_size``: the engine's batch queue (vLLM's
     ``max_concurrent_batches``; default 2 async, else 1)."""
     if layout is not None and layout.hybrid:
-        pool = (HybridPrefixCachingPool(num_gpu_blocks - 1, block_size, layout) if config.enable_prefix_caching
+        cached = StatePrefixCachingPool if layout.state_groups else HybridPrefixCachingPool
+        pool = (cached(num_gpu_blocks - 1, block_size, layout) if config.enable_prefix_caching
                 else BlockPool(num_gpu_blocks - 1, block_size, layout))
     else:
         pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool

@@ -24,6 +24,8 @@ class BlockPool:
     __slots__ = ("num_blocks", "num_free_blocks", "block_size", "layout", "sliding", "position_blocks",
                  "fixed_blocks")
     caching = False
+    states = False
+    """(State groups that cache prefixes: ``engine.state_kv_cache``.)"""
 
     def __init__(self, num_blocks: int, block_size: int, layout: KvLayout | None = None) -> None:
         self.num_blocks = num_blocks
@@ -138,6 +140,7 @@ class PrefixCachingBlockPool:
 
     caching = True
     sliding = False
+    states = False
     layout = None
     """(One group: ``HybridPrefixCachingPool`` holds several.)"""
     position_blocks, fixed_blocks = 1, 0  # (as ``BlockPool``'s without groups)

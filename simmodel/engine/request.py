@@ -38,6 +38,8 @@ class Request:
         "num_draft_tokens", "num_emitted", "spec_rounds", "next_decode_eligible_step",
         "bootstrap", "kv_transferred", "awaiting_kv", "client", "source", "prefill_leg", "num_missing_blocks", "prefill_worker", "prefill_dp_rank", "prefill_dp_rank_hint",
         "predicted_cached_tokens",
+        # vLLM's prefix caching of state layers: where the request's attention hit ran deeper than its state hit.
+        "shared_prefix_boundary",
         # A host KV tier: prompt tokens loaded from it at first admission, and when the load began and landed;
         # of those tokens, the ones first read from a storage tier into the host, and when those reads began and
         # the last of them landed.
@@ -133,6 +135,7 @@ class Request:
         self.decode_admitted_at: int | None = None
         self.source_released_at: int | None = None
         self.predicted_cached_tokens: int | None = None
+        self.shared_prefix_boundary = 0
         """Prompt tokens the router expected cached on the rank it chose (a KV-aware or prefix-scoring router;
         P/D: the prefill pool's), beside ``num_cached_tokens``, what the rank found; None: no such router."""
 

@@ -50,6 +50,10 @@ class KvLayout:
     state_blocks: int = 1
     """Blocks a request holds in each state group: its state, and one more per speculative token (vLLM's
     ``MambaSpec.num_speculative_blocks``: a state per draft position, to roll back to the last accepted one)."""
+    state_checkpoint: bool = False
+    """Whether the state layers can write a state inside a pass (Mamba-2's ``MambaMixer2``: a prefill checkpoint
+    block), so that prefix caching (``engine.state_kv_cache``) need not end a prompt's chunk at its last block
+    boundary, as it must for a gated DeltaNet (Qwen3-Next)."""
 
     @property
     def hybrid(self) -> bool:
@@ -138,7 +142,7 @@ def kv_layout(model: ModelSpec, hybrid: bool = True, speculative_tokens: int = 0
     small, large = min(buckets), max(buckets)
     size = large if large < 1.5 * small else small
     return KvLayout(layers, size, cdiv(full, size), cdiv(sliding, size), model.sliding_window if sliding else 0,
-                    cdiv(linear, size), 1 + speculative_tokens if linear else 1)
+                    cdiv(linear, size), 1 + speculative_tokens if linear else 1, model.mamba_heads > 0)
 
 
 def state_block_size(attention_bytes_per_token: float, state_bytes: float, alignment: int = 16) -> int:

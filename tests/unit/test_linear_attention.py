@@ -107,8 +107,20 @@ def test_from_yaml():
     assert Simulation(parse_scenario(data, Path("."))).run().summary["completed_requests"] == 4
 
 
+def test_prefix_caching_splits_at_the_replay_boundary():
+    """With prefix caching (vLLM's mamba_cache_mode align) a gated DeltaNet cannot write a state inside a pass: the
+    pool has no checkpoint, so prompts are cut at their replay boundary (``StatePrefixCachingPool``)."""
+    from simmodel.sim import Simulation
+
+    sim = Simulation(parse_scenario(_yaml(prefix_caching=True), Path(".")))
+    pool = sim.workers[0].ranks[0].scheduler.pool
+    assert pool.states and not pool.checkpoint
+    res = sim.run()
+    # 100-token prompts, blocks of 544: no block boundary before the last token, so no cut (one prefill pass each).
+    assert res.summary["completed_requests"] == 4 and res.passes.num_prefill_tokens.tolist().count(100) == 4
+
+
 @pytest.mark.parametrize("kv, message", [
-    ({"prefix_caching": True}, "kv_cache.prefix_caching: Qwen/Qwen3-Next-80B-A3B-Instruct has 36 linear-attention"),
     ({"block_size": 256}, "kv_cache.block_size: Qwen/Qwen3-Next-80B-A3B-Instruct has 36 linear-attention layers; "
                           "vLLM raises the block size to 544"),
     ({"hybrid": False}, "kv_cache.hybrid: Qwen/Qwen3-Next-80B-A3B-Instruct has 36 linear-attention layers: vLLM "

@@ -12,6 +12,7 @@ from simmodel.engine.placement import prefill_leg
 from simmodel.engine.rank import Rank
 from simmodel.engine.scheduler.vllm import VllmScheduler, VllmSchedulerConfig
 from simmodel.engine.speculation import ConditionalAcceptance, MeanAcceptance
+from simmodel.engine.state_kv_cache import StatePrefixCachingPool
 from simmodel.engine.worker import Worker
 from simmodel.offload import attach as attach_host_tier
 from simmodel.perf.pipeline import PipelineStages, pipeline_shape
@@ -72,8 +73,9 @@ class VllmBackend:
                 layout = role.kv_layout
                 if not layout.hybrid:
                     pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
-                elif role.kv_cache.prefix_caching:  # (sliding-window groups: vLLM's hybrid KV cache manager)
-                    pool = HybridPrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
+                elif role.kv_cache.prefix_caching:  # (vLLM's hybrid KV cache manager: sliding-window or state groups)
+                    cached = StatePrefixCachingPool if layout.state_groups else HybridPrefixCachingPool
+                    pool = cached(role.num_kv_blocks, role.kv_cache.block_size, layout)
                 else:
                     pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
                 scheduler = VllmScheduler(sched_cfg, pool)

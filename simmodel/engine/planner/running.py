@@ -74,8 +74,9 @@ class RunningRequests:
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
             if (s.planner != "vllm" or s.handoffs or s.async_scheduling != self.asynchronous
-                    or s.config.num_speculative_tokens or rank.has_pending_releases or s.pool.sliding):
-                return False  # (KV cache groups that free blocks behind a window: pass by pass)
+                    or s.config.num_speculative_tokens or rank.has_pending_releases or s.pool.sliding
+                    or s.pool.states):
+                return False  # (KV cache groups that free blocks behind a window or a state: pass by pass)
             if s.waiting and not self._waiting_stays(s, None if self.plans is None else self.plans[r]):
                 return False
             running = s.running

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from simmodel.engine.kv_cache import BlockPool, PrefixCachingBlockPool, cdiv, free_blocks, take_blocks
 from simmodel.engine.request import Request, RequestStatus
 from simmodel.engine.scheduler.base import SchedulerOutput
+from simmodel.engine.state_kv_cache import state_checkpoint_valid
 from simmodel.perf.kv_layout import in_flight_tokens
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class VllmScheduler:
         """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
         self.loading: set[Request] = set()
         """Requests loading their prefix from the host tier, or landed and not admitted yet."""
+        self.states = pool.states
+        """State groups caching prefixes (``engine.state_kv_cache``): chunks split as ``_state_split`` says."""
         layout = pool.layout
         self.sliding_cap = (layout.sliding_cap(config.max_model_len, self.block_size, in_flight_tokens(
             config.max_num_batched_tokens, config.async_scheduling)) if pool.sliding else None)
@@ -172,6 +175,9 @@ class VllmScheduler:
         """
         cfg, pool, out = self.config, self.pool, SchedulerOutput()
         self.finished_since_schedule = False
+        states = self.states
+        if states:
+            pool.new_step()
         stagger = cfg.decode_stagger
         if stagger > 1:
             self.current_step += 1
@@ -213,16 +219,22 @@ class VllmScheduler:
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, token_budget, max_model_len - computed - 1)
+            if states:
+                num_new = self._state_split(request, num_new, computed)
             if num_new <= 0:
                 req_index += 1
                 continue
             # (sliding groups free on the tokens processed: those of passes in flight may still be rolled back)
             done = computed - request.num_in_flight_tokens
-            if sliding:
+            if sliding or states:
                 pool.slide(request, done)
             slots = computed + num_new + lookahead
-            num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, done)
-                             - request.num_blocks, 0)
+            if states:
+                num_needed = pool.blocks_needed(request, computed, computed + num_new, min(slots, max_model_len),
+                                                max(request.num_prompt_tokens, num_tokens - 1))
+            else:
+                num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, done)
+                                 - request.num_blocks, 0)
             stalled = False
             while num_needed > pool.num_free_blocks:
                 victim = self.running[-1]
@@ -238,7 +250,11 @@ class VllmScheduler:
             if stalled or request.status is RequestStatus.PREEMPTED:
                 break
             # Inlined _schedule(): this loop runs once per running request per pass.
-            if self.caching:
+            if states:
+                pool.grow(request, computed, computed + num_new, min(slots, max_model_len),
+                          max(request.num_prompt_tokens, num_tokens - 1))
+                pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
+            elif self.caching:
                 if num_needed:
                     self._take(request, num_needed)
                 if min(computed + num_new, num_tokens) // block_size > request.num_cached_blocks:
@@ -366,6 +382,8 @@ class VllmScheduler:
             # A fresh or preempted request starts from its longest cached prefix (prefix caching).
             fresh = self.caching and request.num_computed_tokens == 0
             hits = pool.find_hits(request) if fresh else ()
+            if fresh and self.states:
+                request.shared_prefix_boundary = hits.junction
             if fresh and self.offload is not None and not request.kv_transferred:
                 found = self.offload.lookup(request, len(hits))
                 if found < 0:  # a block it needs is landing on the host or being read: it waits, skipped
@@ -392,6 +410,16 @@ class VllmScheduler:
             if not cfg.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
+            if self.states:
+                num_new = self._state_split(request, num_new, computed)
+                if not num_new or (hits and pool.hit_computed_this_step(request, hits)):
+                    break
+                if not self._state_fits(request, hits, computed, num_new):
+                    break
+                self._admit(request, queue, hits, computed, out)
+                self._schedule(request, num_new, 0, out, drafts)
+                token_budget -= num_new
+                continue
             # Hit blocks with no other holder sit in the free queue: taking them costs free blocks too.
             held = request.num_blocks + (pool.hit_units(hits) if hits else 0)
             evictable = pool.num_evictable(hits) if hits else 0
@@ -406,23 +434,71 @@ class VllmScheduler:
                                              computed) - held, 0)
             if num_needed + evictable > pool.num_free_blocks:
                 break
-            queue.popleft()
-            if self.loading:
-                self.loading.discard(request)
-            self.running.append(request)
-            (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
-            if self.caching:
-                if request.num_preemptions == 0 and not request.kv_transferred and not request.num_host_cached_tokens:
-                    pool.count_lookup(request, computed)
-                if hits:
-                    pool.take_hits(request, hits)
-                request.num_computed_tokens = computed
-            request.status = RequestStatus.RUNNING
+            self._admit(request, queue, hits, computed, out)
             self._schedule(request, num_new, num_needed, out, drafts)
             token_budget -= num_new
         if skipped:
             self.waiting.extendleft(reversed(skipped))
         return len(skipped)
+
+    def _admit(self, request: Request, queue: deque[Request], hits, computed: int, out: SchedulerOutput) -> None:
+        """The queue's head joins the running requests, holding its cached prefix (``hits``, ``computed`` tokens)."""
+        queue.popleft()
+        if self.loading:
+            self.loading.discard(request)
+        self.running.append(request)
+        (out.resumed if request.status is RequestStatus.PREEMPTED else out.admitted).append(request)
+        if self.caching:
+            if request.num_preemptions == 0 and not request.kv_transferred and not request.num_host_cached_tokens:
+                self.pool.count_lookup(request, computed)
+            if hits:
+                self.pool.take_hits(request, hits)
+            request.num_computed_tokens = computed
+        request.status = RequestStatus.RUNNING
+
+    def _state_fits(self, request: Request, hits, computed: int, num_new: int) -> bool:
+        """Whether an admission fits with state groups caching prefixes (``allocate_slots``): its whole sequence (with
+        ``reserve_full_isl``), then this step's tokens, each counting the hit blocks that sit in the free queue."""
+        cfg, pool = self.config, self.pool
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        evictable = pool.num_evictable(hits) if hits else 0
+        if cfg.reserve_full_isl:
+            tokens = min(request.num_tokens, cfg.max_model_len)
+            if pool.blocks_needed(request, computed, tokens, tokens, prefill_end, hits) + evictable > pool.num_free_blocks:
+                return False
+        end = computed + num_new
+        slots = min(end + cfg.num_lookahead_tokens, cfg.max_model_len)
+        return pool.blocks_needed(request, computed, end, slots, prefill_end, hits) + evictable <= pool.num_free_blocks
+
+    def _state_split(self, request: Request, num_new: int, start: int) -> int:
+        """A prompt's chunk clipped where a state must be cached (``_mamba_block_aligned_split``, with prefix caching of
+        state groups; module doc of ``engine.state_kv_cache``): a chunk the budget cuts ends on a block boundary (unless
+        a block is wider than the budget and that would leave nothing), one that starts mid-block stops at the next
+        boundary, a chunk stops at the request's junction, and, unless Mamba-2 writes it in a checkpoint, at the
+        prompt's replay boundary. Past the prompt (decodes) chunks are as they are."""
+        num_tokens = request.num_tokens
+        prefill_end = max(request.num_prompt_tokens, num_tokens - 1)
+        if start >= prefill_end:
+            return num_new
+        bs, cfg = self.block_size, self.config
+        end = start + num_new
+        last_cache = max((num_tokens - 1) // bs * bs, 0)
+        internal = (self.pool.checkpoint and end >= prefill_end
+                    and state_checkpoint_valid(start, end, max((prefill_end - 1) // bs * bs, 0), bs))
+        if internal:
+            last_cache = 0
+        if end < prefill_end:
+            widest = cfg.max_num_batched_tokens
+            if cfg.long_prefill_token_threshold > 0:
+                widest = min(widest, cfg.long_prefill_token_threshold)
+            aligned = end // bs * bs
+            if aligned > start or bs <= widest:
+                end = aligned
+        junction = request.shared_prefix_boundary
+        stops = ((start // bs + 1) * bs if start % bs and not internal else 0, last_cache,
+                 start + (junction - start) // bs * bs if start < junction < end else 0)
+        end = min((s for s in stops if start < s < end), default=end)
+        return max(end - start, 0)
 
     def _load_from_host(self, request: Request, hits: list[int], found: int) -> bool:
         """Take GPU blocks for a request's prefix (``hits`` cached here, then ``found`` blocks on the host) and
@@ -460,8 +536,13 @@ class VllmScheduler:
     def _schedule(self, request: Request, num_new: int, num_blocks: int, out: SchedulerOutput, drafts: int = 0) -> None:
         """Take the blocks, record the chunk (``drafts``: its placeholder drafts) and advance
         ``num_computed_tokens`` (as vLLM does at once)."""
-        self._take(request, num_blocks)
         computed = request.num_computed_tokens
+        if self.states:
+            end = computed + num_new
+            self.pool.grow(request, computed, end, min(end + self.config.num_lookahead_tokens, self.config.max_model_len),
+                           max(request.num_prompt_tokens, request.num_tokens - 1))
+        else:
+            self._take(request, num_blocks)
         if self.caching:
             self.pool.cache_full_blocks(request, min(computed + num_new, request.num_tokens))
         out.requests.append(request)

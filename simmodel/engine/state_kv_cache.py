@@ -1,0 +1,257 @@
+"""vLLM's prefix caching of state layers (Mamba-2, gated DeltaNet): ``mamba_cache_mode`` align, the mode vLLM 0.32
+turns on for a model with state layers whenever prefix caching is on (``MambaModelConfig``).
+
+A state group's block holds one state, the whole sequence's up to a position, so a request's list in such a group is
+indexed by position like an attention group's but is mostly nulls: its running state sits at the block of its last
+computed token, a state it no longer needs is given back once the tokens before the next block boundary are processed
+(``remove_skipped_blocks``: blocks before ``(processed − 1) // block_size``), and a step that crosses into a new block
+takes one new block for the state (two when Mamba-2 also writes a checkpoint, below), whatever the chunk's length.
+Full-attention groups are as in ``HybridPrefixCachingPool``. Rules, from vLLM 0.32's ``MambaManager``,
+``HybridKVCacheCoordinator`` and ``Scheduler._mamba_block_aligned_split`` (checked pass by pass by
+``tests/unit/test_vllm_state_apc_golden.py``):
+
+- **Which states are cached.** With vLLM's default ``prefix_cache_retention_interval`` 0 a state group caches only the
+  states a later request can resume from: the prompt's replay boundary (its last block boundary before its last token,
+  ``(prompt − 1) // block_size`` blocks) and a shared-prefix junction found at its admission; each only if a chunk
+  ended there (the state is written at a chunk's end) or a Mamba-2 checkpoint was written there. Full-attention blocks
+  are cached densely.
+- **Hits.** The full-attention groups' longest cached run from the start (at most ``(tokens − 1) // block_size``
+  blocks), then the longest prefix of it whose last block's state is cached in every state group: the hit. Where the
+  attention hit runs deeper, its end is the request's junction (``shared_prefix_boundary``). A state cached by this
+  very step (its pass has not run) cannot serve a hit: the admission waits.
+- **Chunks** (the scheduler's, ``state_split``): a prompt's chunk that the budget cuts ends at a block boundary; one that
+  starts mid-block stops at the next boundary; a chunk stops at the junction; and a gated DeltaNet's prompt stops at its
+  replay boundary, its last tokens computed in a pass of their own. Mamba-2 instead writes the state at that boundary
+  into a checkpoint block inside the prompt's last chunk (``MambaMixer2``: one checkpoint block, alignment 1), when the
+  chunk starts on a boundary and runs at least a block past it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simmodel.engine.hybrid_kv_cache import NULL, HybridHits, HybridPrefixCachingPool
+from simmodel.perf.capacity import cdiv
+
+if TYPE_CHECKING:
+    from simmodel.perf.kv_layout import KvLayout
+
+
+class StateHits(HybridHits):
+    """A hit with state groups: also the junction (tokens) where the attention groups' hit ran deeper, else 0."""
+
+    __slots__ = ("junction",)
+
+    def __init__(self, per_group: list[list[int]], positions: int, junction: int) -> None:
+        super().__init__(per_group, positions)
+        self.junction = junction
+
+
+class StatePrefixCachingPool(HybridPrefixCachingPool):
+    """Usable KV blocks of one rank shared by full-attention groups and state groups, with prefix caching (see the
+    module docstring). Groups are the full ones, then the state ones (``KvLayout``)."""
+
+    sliding = False
+    states = True
+    """Requests give back state blocks behind their last computed token (``slide``) and grow by ``grow``."""
+
+    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout) -> None:
+        if layout.sliding_groups:
+            raise ValueError("state groups beside sliding-window groups are not modelled")
+        super().__init__(num_blocks, block_size, layout)
+        self.checkpoint = layout.state_checkpoint
+        self.cached_this_step: set = set()
+        """Keys of the state blocks cached since this step's plan began (vLLM's ``cached_blocks_this_step``)."""
+
+    def new_step(self) -> None:
+        """A plan begins (``new_step_starts``): states cached before it are computed or being computed by a pass
+        already in flight."""
+        self.cached_this_step.clear()
+
+    # -- lookups -------------------------------------------------------------------------------------------
+
+    def find_hits(self, request) -> StateHits:
+        n = (request.num_tokens - 1) // self.block_size
+        full, groups = self.full, self.groups
+        per_group: list[list[int]] = [[] for _ in range(groups)]
+        if not n or not self.blocks_by_key:
+            return StateHits(per_group, 0, 0)
+        keys = request.block_keys.upto(n)
+        attention = 0
+        while attention < n and all(self._cached(g, keys[attention]) is not None for g in range(full)):
+            attention += 1
+        length = 0
+        for i in range(attention - 1, -1, -1):
+            if all(self._cached(g, keys[i]) is not None for g in range(full, groups)):
+                length = i + 1
+                break
+        for g in range(full):
+            per_group[g] = [self._cached(g, keys[j]) for j in range(length)]
+        if length:
+            for g in range(full, groups):
+                per_group[g] = [NULL] * (length - 1) + [self._cached(g, keys[length - 1])]
+        junction = attention * self.block_size if attention > length else 0
+        return StateHits(per_group, length, junction)
+
+    def hit_computed_this_step(self, request, hits: StateHits) -> bool:
+        """Whether the hit's state was cached by this step's plan (its pass has not run: the admission waits)."""
+        if not hits.positions or not self.cached_this_step:
+            return False
+        key = request.block_keys(hits.positions - 1)
+        return any((g, key) in self.cached_this_step for g in range(self.full, self.groups))
+
+    def take_hits(self, request, hits: StateHits) -> None:
+        super().take_hits(request, hits)
+        request.num_skipped_blocks = 0
+
+    # -- counting and growing ---------------------------------------------------------------------------------
+
+    def _checkpoint(self, blocks: list[int], start: int, end: int, prefill_end: int) -> bool:
+        """Whether a step computing tokens ``start``…``end`` also writes a Mamba-2 checkpoint (``_needs_internal_checkpoint``
+        with retention 0): the prompt's last chunk, starting on a block boundary and running at least a block past the
+        boundary before its last token, whose checkpoint column is still a null."""
+        if not self.checkpoint or end < prefill_end:
+            return False
+        bs = self.block_size
+        position = max((end - 1) // bs * bs, 0)
+        column = cdiv(end, bs) - 2
+        return (state_checkpoint_valid(start, end, position, bs) and column >= 0
+                and (column >= len(blocks) or blocks[column] == NULL))
+
+    def blocks_needed(self, request, start: int, end: int, slots: int, prefill_end: int, hits: StateHits | None = None,
+                      ) -> int:
+        """New block ids a step computing tokens ``start``…``end`` (slots up to ``slots``) takes (``get_num_blocks_to_
+        allocate``), the request holding ``hits`` first if given: each full group one per new position, each state
+        group none while the last position is held, else one, and one more for a checkpoint."""
+        lists = request.block_ids
+        held = len(hits) if hits is not None else (len(lists[0]) if lists else 0)
+        positions = cdiv(slots, self.block_size)
+        needed = self.full * max(positions - held, 0)
+        required = cdiv(end, self.block_size)
+        for g in range(self.full, self.groups):
+            blocks = lists[g] if lists and hits is None else []
+            held_g = len(blocks) + (len(hits) if hits is not None else 0)
+            if required > held_g:
+                needed += min(required - held_g, 1 + self._checkpoint(blocks, start, end, prefill_end))
+        return needed
+
+    def grow(self, request, start: int, end: int, slots: int, prefill_end: int) -> int:
+        """Take the step's new block ids (``allocate_new_blocks``), group by group: full groups their new positions;
+        a state group, once its list runs short of the last position, nulls up to the positions before it (and
+        before a checkpoint), then its checkpoint's block and the state's. Returns how many were taken."""
+        lists = self._lists(request)
+        bs = self.block_size
+        taken = 0
+        positions = cdiv(slots, bs)
+        for g in range(self.full):
+            n = positions - len(lists[g])
+            if n > 0:
+                lists[g].extend(self._allocate(g, n))
+                taken += n
+        required = cdiv(end, bs)
+        for g in range(self.full, self.groups):
+            blocks = lists[g]
+            checkpoint = self._checkpoint(blocks, start, end, prefill_end)
+            if required <= len(blocks) and not checkpoint:
+                continue
+            nulls = required - 1 - checkpoint
+            if len(blocks) < nulls:
+                blocks.extend([NULL] * (nulls - len(blocks)))
+            n = required - len(blocks)
+            if n > 0:
+                blocks.extend(self._allocate(g, n))
+                taken += n
+        request.num_blocks += taken
+        return taken
+
+    def slide(self, request, computed: int) -> None:
+        """Give back each state group's blocks before the one holding the last of ``computed`` processed tokens
+        (``remove_skipped_blocks``: before ``(computed − 1) // block_size``), the last first; cached ones to the free
+        queue's end, others to its front."""
+        bound = max(computed - 1, 0) // self.block_size
+        start = request.num_skipped_blocks
+        if bound <= start or not request.block_ids:
+            return
+        freed = 0
+        for g in range(self.full, self.groups):
+            blocks = request.block_ids[g]
+            gone = []
+            for j in range(min(bound, len(blocks)) - 1, start - 1, -1):
+                if blocks[j] != NULL:
+                    gone.append(blocks[j])
+                    blocks[j] = NULL
+            self._release(gone)
+            freed += len(gone)
+        request.num_blocks -= freed
+        request.num_skipped_blocks = bound
+
+    # -- caching ------------------------------------------------------------------------------------------------
+
+    def cache_full_blocks(self, request, num_tokens: int) -> None:
+        """Cache the blocks ``num_tokens`` known tokens fill: every full group's; a state group's only at the prompt's
+        replay boundary and the request's junction (retention 0), where it holds a state. A step whose tokens reach
+        exactly the replay boundary (rounded down to a block) marks that state cached this step again while the
+        request holds it (vLLM's ``_cache_partial_tail_block`` re-registers it), so no admission hits it then."""
+        lists = request.block_ids
+        if not lists:
+            return
+        bs = self.block_size
+        full = min(num_tokens // bs, len(lists[0]))
+        first = request.num_cached_blocks
+        replay = (request.num_prompt_tokens - 1) // bs
+        if full <= first:
+            if full == replay and full:
+                self._mark_replay_state(request, full - 1)
+            return
+        keys = request.block_keys.upto(full)
+        stored = []
+        for g in range(self.full):
+            blocks = lists[g]
+            for j in range(first, full):
+                if self._store(g, blocks[j], keys[j]) and g == 0:
+                    stored.append(keys[j])
+        kept = {(request.num_prompt_tokens - 1) // bs - 1}
+        if request.shared_prefix_boundary:
+            kept.add(request.shared_prefix_boundary // bs - 1)
+        for j in sorted(kept):
+            if first <= j < full:
+                for g in range(self.full, self.groups):
+                    blocks = lists[g]
+                    if j < len(blocks) and blocks[j] != NULL:
+                        self._store(g, blocks[j], keys[j])
+                        self.cached_this_step.add((g, keys[j]))
+        if full == replay:
+            self._mark_replay_state(request, full - 1)
+        if stored and self.listener is not None:
+            self.listener(stored, True)
+        request.num_cached_blocks = full
+
+    def _mark_replay_state(self, request, j: int) -> None:
+        """The state the request holds at block ``j`` (its replay boundary's), if cached, is cached this step."""
+        key = request.block_keys(j)
+        for g in range(self.full, self.groups):
+            blocks = request.block_ids[g]
+            if j < len(blocks) and blocks[j] != NULL and self.key_of[blocks[j]] is not None:
+                self.cached_this_step.add((g, key))
+
+    def _store(self, g: int, b: int, key) -> bool:
+        """Cache block ``b`` of group ``g`` under ``key`` unless it is cached already; whether the key is new to the
+        cache (no other block held it)."""
+        if b == NULL or self.key_of[b] is not None:
+            return False
+        key = (g, key)
+        self.key_of[b] = key
+        holders = self.blocks_by_key.get(key)
+        if holders is None:
+            self.blocks_by_key[key] = {b: None}
+            return True
+        holders[b] = None
+        return False
+
+
+def state_checkpoint_valid(start: int, end: int, position: int, block_size: int) -> bool:
+    """Whether a Mamba-2 chunk computing tokens ``start``…``end`` can write the state at ``position`` into a checkpoint
+    (``is_mamba_prefill_checkpoint_valid`` with alignment 1): it starts on a block boundary, the checkpoint's column
+    lies past the chunk's initial state, at least a block after the start and strictly inside the chunk."""
+    return (start % block_size == 0 and cdiv(end, block_size) - 2 > (start - 1) // block_size
+            and start + block_size <= position and start < position < end)
