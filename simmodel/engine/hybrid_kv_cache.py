@@ -14,7 +14,11 @@ A prompt's cache hit (``find_hits``), as vLLM's ``HybridKVCacheCoordinator`` fin
   ``cdiv(window − 1, block_size)`` contiguous blocks cached in every sliding group; the hit ends where that run
   ends. Without such a run, only a run from block 0 counts;
 - every group then takes the common length: full groups their blocks, sliding groups the blocks inside the window
-  (the ones before are nulls).
+  (the ones before are nulls); where the full groups' hit ran deeper, its end is the request's junction.
+
+With vLLM's default ``prefix_cache_retention_interval`` 0, a sliding group caches only the window's blocks that end at
+a prompt's replay boundary (its last block boundary before its last token) or at its junction, the only places a later
+hit can end (``cache_full_blocks``).
 """
 
 from __future__ import annotations
@@ -33,13 +37,15 @@ NULL = -1
 class HybridHits:
     """A prompt's cache hit: per group, the hit block ids (``NULL`` for a sliding group's positions behind the
     window). Its length is the hit in blocks (positions), as a one-group hit's list of ids is (the scheduler reads
-    ``len`` and truth of either)."""
+    ``len`` and truth of either). ``junction``: where the full-attention groups' hit ran deeper than the hit, in
+    tokens (vLLM's ``shared_prefix_boundary``), else 0."""
 
-    __slots__ = ("per_group", "positions")
+    __slots__ = ("per_group", "positions", "junction")
 
-    def __init__(self, per_group: list[list[int]], positions: int) -> None:
+    def __init__(self, per_group: list[list[int]], positions: int, junction: int = 0) -> None:
         self.per_group = per_group
         self.positions = positions
+        self.junction = junction
 
     def __len__(self) -> int:
         return self.positions
@@ -103,7 +109,7 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         skipped = self.layout.skipped(length * self.block_size, self.block_size)
         for g in range(self.full, self.groups):
             per_group[g] = [NULL] * skipped + [self._cached(g, keys[j]) for j in range(skipped, length)]
-        return HybridHits(per_group, length)
+        return HybridHits(per_group, length, full * self.block_size if full > length else 0)
 
     def hit_units(self, hits: HybridHits) -> int:
         """Block ids a hit makes the request hold."""
@@ -183,20 +189,30 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
             self.free_queue.extend(last)
 
     def cache_full_blocks(self, request, num_tokens: int) -> None:
-        """Cache, in every group, the request's blocks that ``num_tokens`` known tokens fill."""
+        """Cache the request's blocks that ``num_tokens`` known tokens fill: in every full group all of them; in a
+        sliding group only the window's blocks before the prompt's replay boundary (its last block boundary before its
+        last token) and before its junction, the ones a later hit can end on (vLLM's default
+        ``prefix_cache_retention_interval`` 0, ``SlidingWindowManager.reachable_block_mask``)."""
         lists = request.block_ids
         if not lists:
             return
-        full = min(num_tokens // self.block_size, len(lists[0]))
+        bs = self.block_size
+        full = min(num_tokens // bs, len(lists[0]))
         if full <= request.num_cached_blocks:
             return
         keys = request.block_keys.upto(full)
         stored = []
+        kept: set[int] = set()
+        for boundary in (request.num_prompt_tokens - 1, request.shared_prefix_boundary):
+            end = boundary // bs
+            if boundary and end:
+                kept.update(range(max(end - self.need, 0), end))
         for g in range(self.groups):
             blocks = lists[g]
+            sliding = g >= self.full
             for j in range(request.num_cached_blocks, full):
                 b = blocks[j]
-                if b == NULL or self.key_of[b] is not None:
+                if b == NULL or self.key_of[b] is not None or (sliding and j not in kept):
                     continue
                 key = (g, keys[j])
                 self.key_of[b] = key

@@ -37,16 +37,6 @@ if TYPE_CHECKING:
     from simmodel.perf.kv_layout import KvLayout
 
 
-class StateHits(HybridHits):
-    """A hit with state groups: also the junction (tokens) where the attention groups' hit ran deeper, else 0."""
-
-    __slots__ = ("junction",)
-
-    def __init__(self, per_group: list[list[int]], positions: int, junction: int) -> None:
-        super().__init__(per_group, positions)
-        self.junction = junction
-
-
 class StatePrefixCachingPool(HybridPrefixCachingPool):
     """Usable KV blocks of one rank shared by full-attention groups and state groups, with prefix caching (see the
     module docstring). Groups are the full ones, then the state ones (``KvLayout``)."""
@@ -70,12 +60,12 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
 
     # -- lookups -------------------------------------------------------------------------------------------
 
-    def find_hits(self, request) -> StateHits:
+    def find_hits(self, request) -> HybridHits:
         n = (request.num_tokens - 1) // self.block_size
         full, groups = self.full, self.groups
         per_group: list[list[int]] = [[] for _ in range(groups)]
         if not n or not self.blocks_by_key:
-            return StateHits(per_group, 0, 0)
+            return HybridHits(per_group, 0, 0)
         keys = request.block_keys.upto(n)
         attention = 0
         while attention < n and all(self._cached(g, keys[attention]) is not None for g in range(full)):
@@ -91,16 +81,16 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
             for g in range(full, groups):
                 per_group[g] = [NULL] * (length - 1) + [self._cached(g, keys[length - 1])]
         junction = attention * self.block_size if attention > length else 0
-        return StateHits(per_group, length, junction)
+        return HybridHits(per_group, length, junction)
 
-    def hit_computed_this_step(self, request, hits: StateHits) -> bool:
+    def hit_computed_this_step(self, request, hits: HybridHits) -> bool:
         """Whether the hit's state was cached by this step's plan (its pass has not run: the admission waits)."""
         if not hits.positions or not self.cached_this_step:
             return False
         key = request.block_keys(hits.positions - 1)
         return any((g, key) in self.cached_this_step for g in range(self.full, self.groups))
 
-    def take_hits(self, request, hits: StateHits) -> None:
+    def take_hits(self, request, hits: HybridHits) -> None:
         super().take_hits(request, hits)
         request.num_skipped_blocks = 0
 
@@ -118,7 +108,7 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
         return (state_checkpoint_valid(start, end, position, bs) and column >= 0
                 and (column >= len(blocks) or blocks[column] == NULL))
 
-    def blocks_needed(self, request, start: int, end: int, slots: int, prefill_end: int, hits: StateHits | None = None,
+    def blocks_needed(self, request, start: int, end: int, slots: int, prefill_end: int, hits: HybridHits | None = None,
                       ) -> int:
         """New block ids a step computing tokens ``start``…``end`` (slots up to ``slots``) takes (``get_num_blocks_to_
         allocate``), the request holding ``hits`` first if given: each full group one per new position, each state

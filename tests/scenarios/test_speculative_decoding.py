@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import make_scenario, run_scenario
+from factories import make_scenario, run_scenario, trace_scenario, write_csv_trace
 
 from simmodel.config.load import parse_scenario
 from simmodel.errors import ScenarioError
@@ -64,21 +64,36 @@ def test_mtp_under_async_scheduling():
     assert res.summary["speculation"]["acceptance_rate"] == 1.0
 
 
-def test_placeholder_drafts_of_a_padded_admission_are_never_accepted():
-    """nextn 2, every real draft accepted; prompts of 17 tokens sharing their first 16 (one block), 3 outputs, one
-    request at a time. A prefills 17 (0–20, token 1) and verifies 2 drafts (20–30: 2 tokens, its last). B, sent at
-    30, finds 16 cached: one token left, which vLLM pads to 1 + 2 with placeholder drafts (token id −1). That pass
-    (30–50, a prefill: nothing sampled before) gives B's first token only, as no target token matches a placeholder;
-    its next (50–60) verifies 2 real drafts and ends it. Time to second token 10 ms for both (0 if the placeholders
-    counted as accepted drafts); 2 real drafts verified per request, all accepted."""
-    data = make_scenario(traffic={"source": {"input_tokens": 17, "output_tokens": 3,
-                                             "shared_prefix": {"tokens": 16, "groups": 1}}, "stop": {"requests": 2}},
-                         engine={"nextn": 2, "nextn_accepted": 2.0})
+def test_placeholder_drafts_of_a_padded_admission_are_never_accepted(tmp_path):
+    """nextn 2, every real draft accepted. A (17 → 12) prefills 0–20 (token 1) and verifies 2 drafts a pass: 4 tokens
+    at 30. B, a one-token prompt sent at 25, is admitted at 30 beside A's verification with one token left, which vLLM
+    pads to 1 + 2 with placeholder drafts (token id −1) to keep the pass a uniform decode: 3 + 3 tokens. That pass
+    (30–60: a prefill, B having sampled nothing, beside a decode, 20 + 10 ms) gives B its first token only, as no
+    target token matches a placeholder; its next (60–70) verifies 2 real drafts and ends it (3 outputs). A: 7 at 60,
+    10 at 70, done at 80 (E2E 80; B's 70 − 25 = 45). B's time to second token is 10 ms (0 if the placeholders counted
+    as accepted drafts); only real drafts count as verified: A's 4 rounds and B's 1, all accepted."""
+    data = trace_scenario(write_csv_trace(tmp_path / "t.csv", [(0.0, 17, 12), (0.025, 1, 3)]),
+                          engine={"nextn": 2, "nextn_accepted": 2.0})
     res = run_scenario(data)
-    assert res.passes.num_scheduled_tokens.tolist() == [17, 3, 3, 3]
+    assert res.passes.num_scheduled_tokens.tolist() == [17, 3, 6, 6, 3]
     assert res.requests.ttst_ms.tolist() == pytest.approx([10, 10])
-    assert res.requests.e2e_ms.tolist() == pytest.approx([30, 30])
-    assert res.summary["speculation"]["acceptance_rate"] == 1.0
+    assert res.requests.e2e_ms.tolist() == pytest.approx([80, 45])
+    spec = res.summary["speculation"]
+    assert (spec["num_draft_tokens"], spec["acceptance_rate"]) == (10, 1.0)
+
+
+def test_mtp_drops_the_last_block_of_a_prefix_hit():
+    """With prefix caching, vLLM's EAGLE/MTP block drop (``use_eagle_block_drop``): the drafter needs the hidden state of
+    a hit's last token recomputed, so a hit gives up its last block. Prompts of 40 tokens sharing their first 32 (two
+    blocks of 16), one at a time: B finds 2 blocks cached and keeps 1, so it computes 40 − 16 = 24 tokens (8 without
+    drafts)."""
+    source = {"input_tokens": 40, "output_tokens": 1, "shared_prefix": {"tokens": 32, "groups": 1}}
+    drafted = run_scenario(make_scenario(traffic={"source": source, "stop": {"requests": 2}},
+                                         engine={"nextn": 2, "nextn_accepted": 2.0}))
+    plain = run_scenario(make_scenario(traffic={"source": source, "stop": {"requests": 2}}))
+    assert drafted.passes.num_scheduled_tokens.tolist() == [40, 24]
+    assert plain.passes.num_scheduled_tokens.tolist() == [40, 8]
+    assert drafted.requests.cached_tokens.tolist() == [0, 16]
 
 
 def test_mtp_defaults_async_on():

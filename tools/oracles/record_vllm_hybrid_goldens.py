@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record_vllm_goldens import stream  # noqa: E402
 from record_vllm_goldens_apc import apc_stream, shared_requests  # noqa: E402
-from record_vllm_spec_goldens import record_all, run  # noqa: E402
+from record_vllm_spec_goldens import build, record_all, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "tests" / "golden" / "vllm_hybrid"
@@ -55,7 +55,10 @@ def build_hybrid(cfg: dict):
     vllm_config.cache_config.block_size, vllm_config.cache_config.enable_prefix_caching = bs, caching
     vllm_config.cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
     spec = dict(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    kv_cache_config = KVCacheConfig(num_blocks=cfg["num_gpu_blocks"], kv_cache_tensors=[], kv_cache_groups=[
+    # (``prefix_cache_retention_interval`` 0, ``CacheConfig``'s default: with prefix caching a sliding group keeps
+    # only the window's blocks before the prompt's replay boundary and a shared-prefix junction)
+    kv_cache_config = KVCacheConfig(num_blocks=cfg["num_gpu_blocks"], kv_cache_tensors=[],
+                                    prefix_cache_retention_interval=0, kv_cache_groups=[
         KVCacheGroupSpec(["model.layers.0.self_attn.attn"], FullAttentionSpec(**spec)),
         KVCacheGroupSpec(["model.layers.1.self_attn.attn"],
                          SlidingWindowSpec(**spec, sliding_window=cfg["sliding_window"]))])
@@ -67,10 +70,12 @@ def build_hybrid(cfg: dict):
     return sched
 
 
-def hybrid(name, window, asynchronous, maker, *args, **kw):
+def hybrid(name, window, asynchronous, maker, *args, k=0, mean=0.0, **kw):
     name, cfg, reqs = maker(name, *args, **kw)  # (``stream(name, seed, …)`` or ``apc_stream(name, reqs, …)``)
     cfg.update(sliding_window=window, async_scheduling=asynchronous)
     cfg.setdefault("enable_prefix_caching", False)
+    if k:  # (MTP/EAGLE drafts: ``record_vllm_spec_goldens.build``, the KV cache manager with EAGLE's block drop)
+        cfg.update(num_speculative_tokens=k, mean_accepted=mean)
     return name, cfg, reqs
 
 
@@ -95,9 +100,20 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
             hybrid(f"{tag}_apc_w12_tight", 12, asynchronous, apc_stream,
                    S(1306, 30, block_size=4, output=(4, 40), groups=3, prefix=(8, 60), suffix=(1, 30), dup=0.3,
                      arrivals="burst"), block_size=4, kv_factor=2.6, max_num_seqs=16, budget=128),
+            # MTP/EAGLE drafts with prefix caching: EAGLE's block drop over both groups.
+            hybrid(f"{tag}_apc_w24_groups_k2", 24, asynchronous, apc_stream,
+                   S(1307, 40, block_size=8, output=(1, 40), groups=3, prefix=(16, 120), suffix=(1, 60), dup=0.3,
+                     arrivals="spread", span=50), block_size=8, max_num_seqs=16, budget=256, k=2, mean=1.0),
+            hybrid(f"{tag}_apc_w12_tight_k3", 12, asynchronous, apc_stream,
+                   S(1308, 30, block_size=4, output=(4, 40), groups=3, prefix=(8, 60), suffix=(1, 30), dup=0.4,
+                     aligned=0.3, arrivals="burst"), block_size=4, kv_factor=2.6, max_num_seqs=16, budget=128,
+                   k=3, mean=1.5),
+            hybrid(f"{tag}_k2_w16_tight", 16, asynchronous, stream, 1309, n=24, prompt=(8, 160), output=(4, 60),
+                   block_size=8, kv_factor=2.4, max_num_seqs=12, budget=96, arrivals="burst", k=2, mean=1.0),
         ]
     return out
 
 
 if __name__ == "__main__":
-    record_all(streams(), OUT_DIR, lambda reqs, cfg: run(reqs, cfg, sched=build_hybrid(cfg)))
+    record_all(streams(), OUT_DIR, lambda reqs, cfg: run(reqs, cfg, sched=build(cfg, cfg.get("num_speculative_tokens", 0),
+                                                                           build_hybrid(cfg))))

@@ -13,7 +13,8 @@ drafts. An MTP drafter needs a draft model's config, which this CPU-only venv ca
 given what ``VllmConfig`` derives for one (``num_speculative_tokens`` k): ``num_spec_tokens`` = k,
 ``num_lookahead_tokens`` = k (``VllmConfig.num_lookahead_tokens`` for EAGLE/MTP), ``use_eagle``, the async
 scheduler's k draft placeholders and its ``_spec_decode_step_blocks``; no ``speculative_config`` (no draft slots,
-as EAGLE's and MTP's ``max_num_new_slots_for_drafting`` is 0).
+as EAGLE's and MTP's ``max_num_new_slots_for_drafting`` is 0); with prefix caching, its KV cache manager rebuilt as
+``Scheduler.__init__`` builds it for EAGLE/MTP (``use_eagle_block_drop``: a hit drops its last block).
 
 The engine loop follows ``EngineCore``: synchronous, each step's update then ``update_draft_token_ids`` with k
 drafts for every request the step sampled (the drafter proposes after each sampled token); async, a batch queue
@@ -62,7 +63,16 @@ def build(cfg: dict, k: int, sched=None):
     if not k:
         return sched
     sched.num_spec_tokens = sched.num_lookahead_tokens = k
-    sched.use_eagle = True
+    sched.use_eagle = sched.use_eagle_block_drop = True
+    if sched.cache_config.enable_prefix_caching:  # (the KV cache manager as ``Scheduler.__init__`` builds it then)
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        sched.kv_cache_manager = KVCacheManager(
+            kv_cache_config=sched.kv_cache_config, max_model_len=sched.max_model_len,
+            max_in_flight_tokens=sched.vllm_config.max_in_flight_tokens, enable_caching=True, use_eagle=True,
+            num_prefill_lookahead=sched.num_prefill_lookahead, log_stats=sched.log_stats,
+            enable_kv_cache_events=sched.enable_kv_cache_events, dcp_world_size=sched.dcp_world_size, pcp_world_size=1,
+            scheduler_block_size=sched.block_size, hash_block_size=sched.hash_block_size,
+            metrics_collector=sched.kv_metrics_collector, watermark=sched.scheduler_config.watermark)
     if hasattr(sched, "_spec_token_placeholders"):
         sched._spec_token_placeholders = [-1] * k
     sched._spec_decode_step_blocks = sum(cdiv(1 + 2 * k, m.block_size)
@@ -163,7 +173,8 @@ def spec_stream(name, seed, *, k, mean, asynchronous, **kw):
 
 def one_past_blocks(reqs: list[dict], block_size: int) -> list[dict]:
     """Each prompt lengthened (its last segment) to one token past a block boundary, so that a prompt cached whole
-    leaves exactly one token to compute: the waiting request vLLM pads to 1 + k with placeholder drafts."""
+    would leave exactly one token to compute (the waiting request vLLM pads to 1 + k with placeholder drafts), had
+    EAGLE's block drop not given back the hit's last block."""
     for r in reqs:
         r["segments"][-1][1] += (1 - sum(n for _, n in r["segments"])) % block_size
     return reqs

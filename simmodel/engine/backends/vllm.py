@@ -56,6 +56,7 @@ class VllmBackend:
             # (MTP/EAGLE heads write a draft's KV past the pass's tokens; n-gram lookups write none)
             num_lookahead_tokens=(engine.speculation.num_speculative_tokens
                                   if engine.speculation is not None and engine.speculation.kind == "mtp" else 0),
+            eagle_block_drop=role.draft_tokens > 0 and role.kv_cache.prefix_caching,
             # (Model Runner V2 under async scheduling: a request's decodes a stage count of steps apart)
             decode_stagger=role.parallelism.pipeline if role.scheduler.async_scheduling else 1,
         )
