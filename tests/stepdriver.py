@@ -22,19 +22,22 @@ from simmodel.perf.kv_layout import KvLayout
 
 def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks: int,
               block_size: int, mean_accepted: float | None = None, layout: KvLayout | None = None,
-              queue_size: int | None = None) -> list[dict]:
+              queue_size: int | None = None, eagle: bool = False) -> list[dict]:
     """Return one record per non-empty pass: step, scheduled {id: n}, preempted, finished, emitted.
     ``mean_accepted``: with ``config.num_speculative_tokens``, MTP drafts accepted as ``MeanAcceptance`` accepts
     them (the spec recorder's fake model runner samples by the same rule). ``layout``: vLLM's KV cache groups
     (sliding-window ones: the hybrid recorder's). ``queue_size``: the engine's batch queue (vLLM's
-    ``max_concurrent_batches``; default 2 async, else 1)."""
-    if layout is not None and layout.hybrid:
-        cached = StatePrefixCachingPool if layout.state_groups else HybridPrefixCachingPool
-        pool = (cached(num_gpu_blocks - 1, block_size, layout) if config.enable_prefix_caching
-                else BlockPool(num_gpu_blocks - 1, block_size, layout))
+    ``max_concurrent_batches``; default 2 async, else 1). ``eagle``: MTP/EAGLE drafts, whose prefix hits drop their last
+    block (with prefix caching)."""
+    usable = num_gpu_blocks - 1  # (vLLM's null block is not usable)
+    if not config.enable_prefix_caching:
+        pool = BlockPool(usable, block_size, layout if layout is not None and layout.hybrid else None)
+    elif layout is not None and layout.state_groups:
+        pool = StatePrefixCachingPool(usable, block_size, layout)
+    elif layout is not None and layout.hybrid:
+        pool = HybridPrefixCachingPool(usable, block_size, layout, eagle)
     else:
-        pool_cls = PrefixCachingBlockPool if config.enable_prefix_caching else BlockPool
-        pool = pool_cls(num_gpu_blocks - 1, block_size)  # vLLM's null block is not usable
+        pool = PrefixCachingBlockPool(usable, block_size, eagle)
     sched = VllmScheduler(config, pool)
     if mean_accepted is not None:
         sched.accept = MeanAcceptance(mean_accepted)

@@ -195,8 +195,7 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
     speculative = speculation.num_speculative_tokens if speculation is not None else 0
     if model.num_linear_layers:
         kv_cache = _check_linear(node, kv_cache, deployment, backend, name, speculative, chunked)
-    layout = _check_sliding(node, kv_cache, deployment, backend, name, speculative,
-                            speculation is not None and speculation.kind == "mtp")
+    layout = _check_sliding(node, kv_cache, deployment, backend, name, speculative)
     blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction, p.pipeline)
     host = kv_cache.host_offload
     block_bytes = kv_cache.block_size * deployment.kv_bytes_per_token_per_gpu * deployment.tensor
@@ -429,10 +428,10 @@ def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend:
 
 
 def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str,
-                   speculative: int, drafter: bool = False) -> KvLayout:
+                   speculative: int) -> KvLayout:
     """The worker's KV cache groups (``perf.kv_layout``), refusing what is not modelled with sliding-window layers:
-    other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, a host tier, P/D handoffs
-    (KV connectors) and, with prefix caching, an MTP/EAGLE ``drafter`` (its block drop over the groups)."""
+    other engines' sliding-window pools, and, beside vLLM's hybrid KV cache manager, a host tier and P/D handoffs
+    (KV connectors)."""
     model = deployment.model
     sliding = model.sliding_window > 0 and model.num_sliding_layers > 0
     at = node.at("kv_cache.hybrid")
@@ -450,10 +449,6 @@ def _check_sliding(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend
         raise ScenarioError(f"{at}: every layer of {model.model_id} attends within its window, one group of one kind "
                             f"whether vLLM's hybrid KV cache manager is on or off; remove it")
     layout = kv_layout(model, kv.hybrid is not False, speculative)
-    if layout.hybrid and drafter and kv.prefix_caching:
-        raise ScenarioError(f"{node.at('kv_cache.prefix_caching')}: {model.model_id}'s sliding-window layers with "
-                            f"MTP/EAGLE drafts: the prefix hits vLLM then finds over its hybrid KV cache groups (EAGLE's "
-                            f"last-block drop per group) are not modelled; set it to false, or kv_cache.hybrid false")
     if layout.hybrid:
         why = ("kv_cache.host_offload" if kv.host_offload
                else f"{name} workers" if name in ("prefill", "decode") else None)

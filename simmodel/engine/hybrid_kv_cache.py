@@ -63,12 +63,13 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
 
     sliding = True
 
-    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout) -> None:
-        super().__init__(num_blocks, block_size)
+    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout, eagle: bool = False) -> None:
+        super().__init__(num_blocks, block_size, eagle)
         self.layout = layout
         self.full, self.groups = layout.full_groups, layout.num_groups
-        self.need = cdiv(layout.window - 1, block_size)
-        """Contiguous cached blocks a sliding group needs for a hit (vLLM's ``sliding_window_contiguous_blocks``)."""
+        self.need = cdiv(layout.window - 1, block_size) + eagle
+        """Contiguous cached blocks a sliding group needs for a hit (vLLM's ``sliding_window_contiguous_blocks``: one
+        more with EAGLE, whose last is then dropped)."""
 
     def blocks_for(self, tokens: int, computed: int) -> int:
         return self.layout.blocks(tokens, computed, self.block_size)
@@ -85,7 +86,10 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         return next(iter(holders)) if holders else None
 
     def find_hits(self, request) -> HybridHits:
-        n = (request.num_tokens - 1) // self.block_size
+        tokens, eagle = request.num_tokens, self.eagle
+        n = (tokens - 1) // self.block_size
+        if eagle:  # (EAGLE looks a block further, within the request's full blocks, then drops one: per group)
+            n = min(n + 1, tokens // self.block_size)
         per_group: list[list[int]] = [[] for _ in range(self.groups)]
         if not n or not self.blocks_by_key:
             return HybridHits(per_group, 0)
@@ -93,8 +97,11 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         full = 0
         while full < n and all(self._cached(g, keys[full]) is not None for g in range(self.full)):
             full += 1
-        length, run = full, 0
-        for i in range(full - 1, -1, -1):  # (the sliding groups: the last long-enough run, scanning back)
+        if eagle and full:
+            full -= 1
+        scan = min(full + 1, tokens // self.block_size) if eagle else full
+        run = 0
+        for i in range(scan - 1, -1, -1):  # (the sliding groups: the last long-enough run, scanning back)
             if all(self._cached(g, keys[i]) is not None for g in range(self.full, self.groups)):
                 run += 1
                 if run >= self.need:
@@ -104,6 +111,8 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
                 run = 0
         else:
             length = run  # no long-enough run: only the one from block 0 (the scan ended inside it, or 0)
+        if eagle and length:
+            length -= 1
         for g in range(self.full):
             per_group[g] = [self._cached(g, keys[j]) for j in range(length)]
         skipped = self.layout.skipped(length * self.block_size, self.block_size)
@@ -203,10 +212,15 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         keys = request.block_keys.upto(full)
         stored = []
         kept: set[int] = set()
-        for boundary in (request.num_prompt_tokens - 1, request.shared_prefix_boundary):
-            end = boundary // bs
-            if boundary and end:
-                kept.update(range(max(end - self.need, 0), end))
+        prompt = request.num_prompt_tokens
+        # (vLLM's ``replay_boundaries``: with EAGLE, the block below a resend's and an extension's reach)
+        boundaries = ((max((prompt - 1) // bs * bs - bs, 0), max(prompt // bs * bs - bs, 0)) if self.eagle
+                      else (prompt - 1,))
+        if request.shared_prefix_boundary:
+            boundaries += (request.shared_prefix_boundary,)
+        for boundary in boundaries:
+            end = boundary // bs + self.eagle  # (with EAGLE the run ends a block past the boundary)
+            kept.update(range(max(end - self.need, 0), end))
         for g in range(self.groups):
             blocks = lists[g]
             sliding = g >= self.full

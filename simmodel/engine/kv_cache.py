@@ -145,9 +145,12 @@ class PrefixCachingBlockPool:
     """(One group: ``HybridPrefixCachingPool`` holds several.)"""
     position_blocks, fixed_blocks = 1, 0  # (as ``BlockPool``'s without groups)
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, eagle: bool = False) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.eagle = eagle
+        """MTP/EAGLE drafts (vLLM's ``use_eagle_block_drop``): a hit gives up its last block, whose last token's hidden
+        state the drafter needs computed again."""
         self.ref_cnt = [0] * num_blocks
         self.key_of: list[object | None] = [None] * num_blocks
         self.blocks_by_key: dict[object, dict[int, None]] = {}
@@ -199,8 +202,10 @@ class PrefixCachingBlockPool:
         return prefix
 
     def find_hits(self, request) -> list[int]:
-        """Cached blocks for the longest prefix of the request's tokens (``_cached_prefix``): one per block."""
-        return [next(iter(holders)) for holders in self._cached_prefix(request)]
+        """Cached blocks for the longest prefix of the request's tokens (``_cached_prefix``): one per block, less the
+        last with MTP/EAGLE drafts (``eagle``)."""
+        hits = [next(iter(holders)) for holders in self._cached_prefix(request)]
+        return hits[:-1] if self.eagle else hits
 
     def prefix_holders(self, request) -> set[int]:
         """Every cached block holding one of the blocks ``find_hits`` finds for the request (any of them taken for

@@ -468,6 +468,14 @@ _ROWS: tuple[tuple[tuple[str, ...], tuple[Any, ...], dict[str, Any]], ...] = (
     (("zai-org/GLM-4.5-Air",), (46, 4096, 96, 8, 128, 10944, 151552, False, 131072, 2),
      dict(num_experts=128, num_experts_per_token=8, moe_intermediate_size=1408, num_shared_experts=1,
           first_dense_layers=1)),
+    # zai-org/GLM-4.5: the architecture table of the GLM-5 technical report ("GLM-5: from Vibe Coding to Agentic
+    # Engineering", GLM-4.5's column; transcribed at glennklockwood.com/garden/GLM-5): 3 dense and 89 MoE layers
+    # (dense intermediate 12288; 160 experts of 1536, 8 routed and 1 shared), hidden 5120, 96 attention heads of 128
+    # and 8 KV heads, vocabulary 151552; 128K context (the GLM-4.5 README). Left out as for the Air: the q/k/v biases
+    # and the MTP layer. The report's 355 B total, 32 B active.
+    (("zai-org/GLM-4.5",), (92, 5120, 96, 8, 128, 12288, 151552, False, 131072, 2),
+     dict(num_experts=160, num_experts_per_token=8, moe_intermediate_size=1536, num_shared_experts=1,
+          first_dense_layers=3)),
     # openai/gpt-oss-120b config.json (aic openai--gpt-oss-120b): GptOssForCausalLM, every layer MoE (128 experts of
     # intermediate_size 2880, top 4, no shared expert), layer_types alternating sliding_attention (window 128, the
     # even layers) and full_attention; quantization_config mxfp4 with modules_to_not_convert the attention, the

@@ -81,6 +81,21 @@ def test_glm_45_air():
     assert m.kv_bytes_per_token(2) == 188_416
 
 
+def test_glm_45():
+    """96 query heads of 128 on hidden 5120 (q and output 5120 × 12288 each), 8 KV heads: 136.3 M of attention a layer
+    × 92 = 12.54 B; three dense layers of 3·5120·12288 = 188.7 M; 89 MoE layers of 161 experts of 3·5120·1536 = 23.6 M
+    and a 5120 × 160 router: 3798.6 M each, 338.07 B; embeddings and LM head 2 × 151552 × 5120 = 1552.0 M: 352.80 B
+    (the report's 355 B also counts the MTP layer and the biases). Active, 8 routed + 1 shared: 33.63 B, 32.08 B
+    without the embeddings (the report's 32 B). KV: 92 × 2 × 8 × 128 × 2 B = 376,832 B a token."""
+    m = MODELS["zai-org/GLM-4.5"]
+    expert = 3 * 5120 * 1536
+    assert m.num_parameters == (92 * (2 * 5120 * 12288 + 2 * 5120 * 1024) + 3 * 3 * 5120 * 12288
+                                + 89 * (161 * expert + 5120 * 160) + 2 * 151552 * 5120 + 2 * 5120 * 92 + 5120)
+    assert m.num_parameters / 1e9 == pytest.approx(352.80, abs=0.01)
+    assert (m.num_active_parameters - 2 * 151552 * 5120) / 1e9 == pytest.approx(32.08, abs=0.01)
+    assert m.kv_bytes_per_token(2) == 376_832
+
+
 PHI_4 = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "num_hidden_layers": 40, "hidden_size": 5120,
          "num_attention_heads": 40, "num_key_value_heads": 10, "intermediate_size": 17920, "vocab_size": 100352,
          "tie_word_embeddings": False, "max_position_embeddings": 16384, "torch_dtype": "bfloat16"}

@@ -6,6 +6,7 @@ prefix caching: every pass's scheduled tokens, preemptions, finishes and emitted
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ def test_enough_goldens() -> None:
 def test_matches_vllm_with_a_sliding_group(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
-    config = _config(cfg)
+    k = cfg.get("num_speculative_tokens", 0)  # (MTP/EAGLE drafts: lookahead slots, EAGLE's block drop)
+    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
     layout = KvLayout(2, 1, full_groups=1, sliding_groups=1, window=cfg["sliding_window"])
-    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
-                                 layout=layout) if _nonempty(r)]
+    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
+                                 mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

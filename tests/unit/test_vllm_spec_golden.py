@@ -27,8 +27,7 @@ def test_matches_vllm_with_drafts(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
     k = cfg["num_speculative_tokens"]  # (MTP/EAGLE: a KV slot per draft past the pass)
-    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k,
-                     eagle_block_drop=cfg.get("enable_prefix_caching", False))
+    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
-                                 mean_accepted=cfg["mean_accepted"]) if _nonempty(r)]
+                                 mean_accepted=cfg["mean_accepted"], eagle=True) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

@@ -56,11 +56,10 @@ class VllmBackend:
             # (MTP/EAGLE heads write a draft's KV past the pass's tokens; n-gram lookups write none)
             num_lookahead_tokens=(engine.speculation.num_speculative_tokens
                                   if engine.speculation is not None and engine.speculation.kind == "mtp" else 0),
-            eagle_block_drop=role.draft_tokens > 0 and role.kv_cache.prefix_caching,
             # (Model Runner V2 under async scheduling: a request's decodes a stage count of steps apart)
             decode_stagger=role.parallelism.pipeline if role.scheduler.async_scheduling else 1,
         )
-        pool_cls = PrefixCachingBlockPool if role.kv_cache.prefix_caching else BlockPool
+        eagle = role.draft_tokens > 0  # (MTP/EAGLE drafts: a prefix hit drops its last block)
         workers = []
         for w in range(role.parallelism.replicas if count is None else count):
             worker = Worker(sim.env, w, timing, role.name, role.scheduler.async_scheduling,
@@ -73,10 +72,12 @@ class VllmBackend:
             for r in range(role.parallelism.attention_data):
                 layout = role.kv_layout
                 if not layout.hybrid:
-                    pool = pool_cls(role.num_kv_blocks, role.kv_cache.block_size)
-                elif role.kv_cache.prefix_caching:  # (vLLM's hybrid KV cache manager: sliding-window or state groups)
-                    cached = StatePrefixCachingPool if layout.state_groups else HybridPrefixCachingPool
-                    pool = cached(role.num_kv_blocks, role.kv_cache.block_size, layout)
+                    pool = (PrefixCachingBlockPool(role.num_kv_blocks, role.kv_cache.block_size, eagle)
+                            if role.kv_cache.prefix_caching else BlockPool(role.num_kv_blocks, role.kv_cache.block_size))
+                elif layout.state_groups and role.kv_cache.prefix_caching:  # (states cached: vLLM's align mode)
+                    pool = StatePrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
+                elif role.kv_cache.prefix_caching:  # (vLLM's hybrid KV cache manager with sliding-window groups)
+                    pool = HybridPrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout, eagle)
                 else:
                     pool = BlockPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
                 scheduler = VllmScheduler(sched_cfg, pool)

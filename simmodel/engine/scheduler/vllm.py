@@ -41,9 +41,6 @@ class VllmSchedulerConfig:
     num_lookahead_tokens: int = 0
     """KV slots reserved past a pass's tokens for the drafter to write (vLLM's ``num_lookahead_tokens``: the
     drafts' count for MTP/EAGLE heads, none for n-gram lookups)."""
-    eagle_block_drop: bool = False
-    """MTP/EAGLE drafts with prefix caching (vLLM's ``use_eagle_block_drop``): a prefix hit gives up its last block, whose
-    last token's hidden state the drafter needs recomputed."""
     decode_stagger: int = 1
     """Async scheduling with P pipeline stages (vLLM's Model Runner V2): a request whose chunk reached its end is
     scheduled again P steps later at the earliest, one batch per stage in flight; 1 otherwise."""
@@ -82,8 +79,6 @@ class VllmScheduler:
         """A host KV tier behind the pool (``simmodel.offload``), looked up at admission; None: none."""
         self.loading: set[Request] = set()
         """Requests loading their prefix from the host tier, or landed and not admitted yet."""
-        if config.eagle_block_drop and pool.layout is not None:
-            raise ValueError("EAGLE's block drop over several KV cache groups is not modelled")
         self.states = pool.states
         """State groups caching prefixes (``engine.state_kv_cache``): chunks split as ``_state_split`` says."""
         layout = pool.layout
@@ -372,7 +367,7 @@ class VllmScheduler:
                 # must fit) and skips on: no budget is spent and the request is not running yet. Blocks
                 # already cached here need no transfer.
                 blocks = cdiv(min(request.num_tokens, cfg.max_model_len), self.block_size)
-                hits = self._hits(request) if self.caching else []
+                hits = pool.find_hits(request) if self.caching else []
                 if blocks - len(hits) + (pool.num_evictable(hits) if hits else 0) > pool.num_free_blocks:
                     break
                 queue.popleft()
@@ -386,7 +381,7 @@ class VllmScheduler:
                 continue
             # A fresh or preempted request starts from its longest cached prefix (prefix caching).
             fresh = self.caching and request.num_computed_tokens == 0
-            hits = self._hits(request) if fresh else ()
+            hits = pool.find_hits(request) if fresh else ()
             if fresh and pool.layout is not None:  # (several groups: where the full groups' hit ran deeper)
                 request.shared_prefix_boundary = hits.junction
             if fresh and self.offload is not None and not request.kv_transferred:
@@ -445,12 +440,6 @@ class VllmScheduler:
         if skipped:
             self.waiting.extendleft(reversed(skipped))
         return len(skipped)
-
-    def _hits(self, request: Request):
-        """The request's cached prefix (``pool.find_hits``), less its last block with MTP/EAGLE drafts
-        (``eagle_block_drop``)."""
-        hits = self.pool.find_hits(request)
-        return hits[:-1] if hits and self.config.eagle_block_drop else hits
 
     def _admit(self, request: Request, queue: deque[Request], hits, computed: int, out: SchedulerOutput) -> None:
         """The queue's head joins the running requests, holding its cached prefix (``hits``, ``computed`` tokens)."""
