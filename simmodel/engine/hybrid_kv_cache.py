@@ -166,10 +166,15 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
             taken.append(b)
         return taken
 
+    def skipped_blocks(self, computed: int) -> int:
+        """Blocks of a sliding group wholly behind the window once ``computed`` tokens are computed."""
+        return self.layout.skipped(computed, self.block_size)
+
     def slide(self, request, computed: int) -> None:
-        """Give back each sliding group's blocks wholly behind the window once ``computed`` tokens are computed
-        (vLLM's ``remove_skipped_blocks``): cached ones to the free queue's end, others to its front."""
-        skipped = self.layout.skipped(computed, self.block_size)
+        """Give back each sliding (or state) group's blocks it no longer needs once ``computed`` tokens are computed
+        (vLLM's ``remove_skipped_blocks``, ``skipped_blocks``), the last first: cached ones to the free queue's end,
+        others to its front."""
+        skipped = self.skipped_blocks(computed)
         start = request.num_skipped_blocks
         if skipped <= start or not request.block_ids:
             return

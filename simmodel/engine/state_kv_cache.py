@@ -154,26 +154,10 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
         request.num_blocks += taken
         return taken
 
-    def slide(self, request, computed: int) -> None:
-        """Give back each state group's blocks before the one holding the last of ``computed`` processed tokens
-        (``remove_skipped_blocks``: before ``(computed − 1) // block_size``), the last first; cached ones to the free
-        queue's end, others to its front."""
-        bound = max(computed - 1, 0) // self.block_size
-        start = request.num_skipped_blocks
-        if bound <= start or not request.block_ids:
-            return
-        freed = 0
-        for g in range(self.full, self.groups):
-            blocks = request.block_ids[g]
-            gone = []
-            for j in range(min(bound, len(blocks)) - 1, start - 1, -1):
-                if blocks[j] != NULL:
-                    gone.append(blocks[j])
-                    blocks[j] = NULL
-            self._release(gone)
-            freed += len(gone)
-        request.num_blocks -= freed
-        request.num_skipped_blocks = bound
+    def skipped_blocks(self, computed: int) -> int:
+        """A state group's blocks before the one holding the last of ``computed`` processed tokens
+        (``get_num_skipped_tokens`` = computed − 1)."""
+        return max(computed - 1, 0) // self.block_size
 
     # -- caching ------------------------------------------------------------------------------------------------
 
