@@ -33,7 +33,7 @@ def run_steps(requests: list[dict], config: VllmSchedulerConfig, num_gpu_blocks:
     if not config.enable_prefix_caching:
         pool = BlockPool(usable, block_size, layout if layout is not None and layout.hybrid else None)
     elif layout is not None and layout.state_groups:
-        pool = StatePrefixCachingPool(usable, block_size, layout)
+        pool = StatePrefixCachingPool(usable, block_size, layout, eagle)
     elif layout is not None and layout.hybrid:
         pool = HybridPrefixCachingPool(usable, block_size, layout, eagle)
     else:

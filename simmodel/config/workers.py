@@ -194,7 +194,8 @@ def _worker(node: _Node, model: ModelSpec, hardware: HardwareSpec, dtype: str, e
         timing = _check_calibration(node, timing, identity_of(name, deployment, backend, p))
     speculative = speculation.num_speculative_tokens if speculation is not None else 0
     if model.num_linear_layers:
-        kv_cache = _check_linear(node, kv_cache, deployment, backend, name, speculative, chunked)
+        kv_cache = _check_linear(node, kv_cache, deployment, backend, name, speculative, chunked,
+                                 speculation is not None and speculation.kind == "ngram")
     layout = _check_sliding(node, kv_cache, deployment, backend, name, speculative)
     blocks = _kv_blocks(node, kv_cache, deployment, layout.block_fraction, p.pipeline)
     host = kv_cache.host_offload
@@ -386,13 +387,13 @@ def _check_pipeline(node: _Node, backend: str, name: str, scheduler: SchedulerSp
 
 
 def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend: str, name: str,
-                  speculative: int, chunked: bool = True) -> KvCacheSpec:
+                  speculative: int, chunked: bool = True, ngram: bool = False) -> KvCacheSpec:
     """A model with state layers (Qwen3-Next's linear attention, Nemotron-H's Mamba-2): served by vLLM's hybrid KV
     cache manager, its state in groups of their own (``perf.kv_layout``), with the block size vLLM raises to hold a
     layer's state (the default; a smaller ``kv_cache.block_size`` is refused); with prefix caching, its states cached
     as vLLM's ``mamba_cache_mode`` align caches them (``engine.state_kv_cache``). Refused: other engines, the manager
-    off, prefix caching with speculative decoding or without chunked prefill (vLLM requires it), KV connectors (a host
-    tier, P/D) and any role but aggregated."""
+    off, prefix caching with n-gram drafts or without chunked prefill (vLLM requires it), KV connectors (a host tier,
+    P/D) and any role but aggregated."""
     model, d = deployment.model, deployment
     kind = "Mamba-2" if model.is_mamba else "linear-attention"
     what = f"{model.model_id} has {model.num_linear_layers} {kind} layers"
@@ -402,9 +403,9 @@ def _check_linear(node: _Node, kv: KvCacheSpec, deployment: Deployment, backend:
     refusals = (
         (kv.hybrid is False, "kv_cache.hybrid", "vLLM cannot serve them without its hybrid KV cache manager; "
                                                 "remove it"),
-        (kv.prefix_caching and speculative > 0, "kv_cache.prefix_caching",
-         "prefix caching of their states with speculative decoding (vLLM's mamba_cache_mode align with drafts) is not "
-         "modelled; set it to false or remove the drafts"),
+        (kv.prefix_caching and ngram, "kv_cache.prefix_caching",
+         "prefix caching of their states with n-gram drafts (vLLM's mamba_cache_mode align with speculative state "
+         "blocks and no EAGLE block drop) is not modelled; set it to false, or use engine.nextn"),
         (kv.prefix_caching and not chunked, "kv_cache.prefix_caching",
          "vLLM caches their states (mamba_cache_mode align) only with chunked prefill; set it to false or turn "
          "engine.enable_chunked_prefill back on"),

@@ -45,13 +45,26 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
     states = True
     """Requests give back state blocks behind their last computed token (``slide``) and grow by ``grow``."""
 
-    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout) -> None:
+    def __init__(self, num_blocks: int, block_size: int, layout: KvLayout, eagle: bool = False) -> None:
         if layout.sliding_groups:
             raise ValueError("state groups beside sliding-window groups are not modelled")
-        super().__init__(num_blocks, block_size, layout)
+        super().__init__(num_blocks, block_size, layout, eagle)
         self.checkpoint = layout.state_checkpoint
+        self.spec = layout.state_blocks - 1
+        """Speculative state blocks a request holds past its state in each state group (``num_speculative_blocks``)."""
         self.cached_this_step: set = set()
         """Keys of the state blocks cached since this step's plan began (vLLM's ``cached_blocks_this_step``)."""
+        self.grown: set = set()
+        """Requests whose state lists a step has grown since they last held nothing (``_allocated_block_reqs``)."""
+        self._checkpoints: dict = {}
+        """Requests whose step writes a checkpoint: its position and column (vLLM's ``_checkpoints``)."""
+
+    def checkpoint_position(self, tokens: int) -> int:
+        """The last position before ``tokens`` whose state a later request can resume from
+        (``get_mamba_prefill_checkpoint_position``): the last block boundary before the last token, or, with EAGLE's
+        block drop, the block boundary below the last whole block."""
+        bs = self.block_size
+        return max(tokens // bs * bs - bs if self.eagle else (tokens - 1) // bs * bs, 0)
 
     def new_step(self) -> None:
         """A plan begins (``new_step_starts``): states cached before it are computed or being computed by a pass
@@ -61,7 +74,10 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
     # -- lookups -------------------------------------------------------------------------------------------
 
     def find_hits(self, request) -> HybridHits:
-        n = (request.num_tokens - 1) // self.block_size
+        tokens, bs = request.num_tokens, self.block_size
+        n = (tokens - 1) // bs
+        if self.eagle:  # (the full groups look a block further, within the full blocks, and drop one; states do not)
+            n = min(n + 1, tokens // bs)
         full, groups = self.full, self.groups
         per_group: list[list[int]] = [[] for _ in range(groups)]
         if not n or not self.blocks_by_key:
@@ -70,6 +86,8 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
         attention = 0
         while attention < n and all(self._cached(g, keys[attention]) is not None for g in range(full)):
             attention += 1
+        if self.eagle and attention:
+            attention -= 1
         length = 0
         for i in range(attention - 1, -1, -1):
             if all(self._cached(g, keys[i]) is not None for g in range(full, groups)):
@@ -94,19 +112,24 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
         super().take_hits(request, hits)
         request.num_skipped_blocks = 0
 
+    def free_request(self, request) -> None:
+        super().free_request(request)
+        self.grown.discard(request)
+        self._checkpoints.pop(request, None)
+
     # -- counting and growing ---------------------------------------------------------------------------------
 
-    def _checkpoint(self, blocks: list[int], start: int, end: int, prefill_end: int) -> bool:
+    def _checkpoint(self, request, blocks: list[int], start: int, end: int, prefill_end: int) -> bool:
         """Whether a step computing tokens ``start``…``end`` also writes a Mamba-2 checkpoint (``_needs_internal_checkpoint``
-        with retention 0): the prompt's last chunk, starting on a block boundary and running at least a block past the
-        boundary before its last token, whose checkpoint column is still a null."""
+        with retention 0): the prompt's last chunk, starting on a block boundary and running at least a block past its
+        ``checkpoint_position``, whose checkpoint column is a null (or, once grown, one of its speculative blocks)."""
         if not self.checkpoint or end < prefill_end:
             return False
         bs = self.block_size
-        position = max((end - 1) // bs * bs, 0)
         column = cdiv(end, bs) - 2
-        return (state_checkpoint_valid(start, end, position, bs) and column >= 0
-                and (column >= len(blocks) or blocks[column] == NULL))
+        return (state_checkpoint_valid(start, end, self.checkpoint_position(end), bs) and column >= 0
+                and (column >= len(blocks) or blocks[column] == NULL
+                     or (request in self.grown and column >= len(blocks) - self.spec)))
 
     def blocks_needed(self, request, start: int, end: int, slots: int, prefill_end: int, hits: HybridHits | None = None,
                       ) -> int:
@@ -117,12 +140,14 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
         held = len(hits) if hits is not None else (len(lists[0]) if lists else 0)
         positions = cdiv(slots, self.block_size)
         needed = self.full * max(positions - held, 0)
-        required = cdiv(end, self.block_size)
+        required = cdiv(end, self.block_size) + self.spec
         for g in range(self.full, self.groups):
             blocks = lists[g] if lists and hits is None else []
-            held_g = len(blocks) + (len(hits) if hits is not None else 0)
-            if required > held_g:
-                needed += min(required - held_g, 1 + self._checkpoint(blocks, start, end, prefill_end))
+            new = required - len(blocks) - (len(hits) if hits is not None else 0)
+            if new > 0:  # (at most the state's block, a checkpoint's, and the speculative ones at the first growth)
+                cap = 1 + self._checkpoint(request, blocks, start, end, prefill_end)
+                new = min(new, cap if request in self.grown else cap + self.spec)
+            needed += new  # (an over-grown list counts less, as vLLM's sum does)
         return needed
 
     def grow(self, request, start: int, end: int, slots: int, prefill_end: int) -> int:
@@ -138,19 +163,32 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
             if n > 0:
                 lists[g].extend(self._allocate(g, n))
                 taken += n
-        required = cdiv(end, bs)
+        spec, grown = self.spec, request in self.grown
+        required = cdiv(end, bs) + spec
+        if self.groups > self.full and self._checkpoint(request, lists[self.full], start, end, prefill_end):
+            self._checkpoints[request] = (self.checkpoint_position(end), cdiv(end, bs) - 2)
+        else:
+            self._checkpoints.pop(request, None)
         for g in range(self.full, self.groups):
             blocks = lists[g]
-            checkpoint = self._checkpoint(blocks, start, end, prefill_end)
+            checkpoint = request in self._checkpoints
             if required <= len(blocks) and not checkpoint:
                 continue
-            nulls = required - 1 - checkpoint
-            if len(blocks) < nulls:
-                blocks.extend([NULL] * (nulls - len(blocks)))
+            previous = len(blocks)
+            skipped = required - spec - 1  # (the state's column)
+            if previous < skipped:
+                blocks.extend([NULL] * (skipped - checkpoint - previous))
+            if grown:  # (speculative blocks left below the state's column move up to serve again)
+                for j in range(previous - spec, previous):
+                    if j >= skipped - checkpoint:
+                        break
+                    blocks.append(blocks[j])
+                    blocks[j] = NULL
             n = required - len(blocks)
             if n > 0:
                 blocks.extend(self._allocate(g, n))
                 taken += n
+        self.grown.add(request)
         request.num_blocks += taken
         return taken
 
@@ -163,49 +201,80 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
 
     def cache_full_blocks(self, request, num_tokens: int) -> None:
         """Cache the blocks ``num_tokens`` known tokens fill: every full group's; a state group's only at the prompt's
-        replay boundary and the request's junction (retention 0), where it holds a state. A step whose tokens reach
-        exactly the replay boundary (rounded down to a block) marks that state cached this step again while the
-        request holds it (vLLM's ``_cache_partial_tail_block`` re-registers it), so no admission hits it then."""
+        replay boundaries and the request's junction (retention 0), where it holds a state. Then vLLM's
+        ``_cache_partial_tail_block``: a step that wrote a checkpoint keys it at its position (it sits a column late
+        with EAGLE's drop) if that is the prompt's or the junction's, else uncaches it; any other step whose tokens
+        reach exactly the prompt's ``checkpoint_position`` (rounded down to a block) marks the state there cached this
+        step again while the request holds it, so no admission hits it then."""
         lists = request.block_ids
         if not lists:
             return
         bs = self.block_size
         full = min(num_tokens // bs, len(lists[0]))
         first = request.num_cached_blocks
-        replay = (request.num_prompt_tokens - 1) // bs
-        if full <= first:
-            if full == replay and full:
-                self._mark_replay_state(request, full - 1)
-            return
-        keys = request.block_keys.upto(full)
-        stored = []
-        for g in range(self.full):
-            blocks = lists[g]
-            for j in range(first, full):
-                if self._store(g, blocks[j], keys[j]) and g == 0:
-                    stored.append(keys[j])
-        kept = {(request.num_prompt_tokens - 1) // bs - 1}
-        if request.shared_prefix_boundary:
-            kept.add(request.shared_prefix_boundary // bs - 1)
-        for j in sorted(kept):
-            if first <= j < full:
-                for g in range(self.full, self.groups):
-                    blocks = lists[g]
-                    if j < len(blocks) and blocks[j] != NULL:
-                        self._store(g, blocks[j], keys[j])
-                        self.cached_this_step.add((g, keys[j]))
-        if full == replay:
+        prompt = request.num_prompt_tokens
+        if full > first:
+            keys = request.block_keys.upto(full)
+            stored = []
+            for g in range(self.full):
+                blocks = lists[g]
+                for j in range(first, full):
+                    if self._store(g, blocks[j], keys[j]) and g == 0:
+                        stored.append(keys[j])
+            # (vLLM's ``replay_boundaries``: a resend's reach; with EAGLE the block below it and below an extension's)
+            boundaries = ((max((prompt - 1) // bs * bs - bs, 0), max(prompt // bs * bs - bs, 0)) if self.eagle
+                          else (prompt - 1,))
+            kept = {b // bs - 1 for b in boundaries}
+            if request.shared_prefix_boundary:
+                kept.add(request.shared_prefix_boundary // bs - 1)
+            for j in sorted(kept):
+                if first <= j < full:
+                    for g in range(self.full, self.groups):
+                        blocks = lists[g]
+                        if j < len(blocks) and blocks[j] != NULL:
+                            self._store(g, blocks[j], keys[j])
+                            self.cached_this_step.add((g, keys[j]))
+            if stored and self.listener is not None:
+                self.listener(stored, True)
+            request.num_cached_blocks = full
+        checkpoint = self._checkpoints.get(request)
+        if checkpoint is not None:
+            self._key_checkpoint(request, *checkpoint)
+        elif full and full * bs == self.checkpoint_position(prompt):
             self._mark_replay_state(request, full - 1)
-        if stored and self.listener is not None:
-            self.listener(stored, True)
-        request.num_cached_blocks = full
+
+    def _key_checkpoint(self, request, position: int, column: int) -> None:
+        """This step's checkpoint blocks (at ``column``, holding the state at ``position``): keyed as the block that
+        ends at ``position`` if that is the prompt's checkpoint position or the junction, else uncached."""
+        keep = position == self.checkpoint_position(request.num_prompt_tokens) or position == request.shared_prefix_boundary
+        key = request.block_keys(position // self.block_size - 1)
+        for g in range(self.full, self.groups):
+            b = request.block_ids[g][column]
+            if b == NULL or self.key_of[b] == (g, key) and keep:
+                continue
+            self._uncache(b)
+            if keep:
+                self._store(g, b, key)
+                self.cached_this_step.add((g, key))
+
+    def _uncache(self, b: int) -> None:
+        """Block ``b`` holds no cached key any more."""
+        key = self.key_of[b]
+        if key is None:
+            return
+        holders = self.blocks_by_key[key]
+        del holders[b]
+        if not holders:
+            del self.blocks_by_key[key]
+        self.key_of[b] = None
 
     def _mark_replay_state(self, request, j: int) -> None:
-        """The state the request holds at block ``j`` (its replay boundary's), if cached, is cached this step."""
+        """The state the request holds at block ``j`` (its replay boundary's), if any, is cached this step."""
         key = request.block_keys(j)
         for g in range(self.full, self.groups):
             blocks = request.block_ids[g]
-            if j < len(blocks) and blocks[j] != NULL and self.key_of[blocks[j]] is not None:
+            if j < len(blocks) and blocks[j] != NULL:
+                self._store(g, blocks[j], key)
                 self.cached_this_step.add((g, key))
 
     def _store(self, g: int, b: int, key) -> bool:

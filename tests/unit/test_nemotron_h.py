@@ -178,16 +178,22 @@ def test_tensor_must_split_heads_and_groups():
 
 def test_prefix_caching_of_the_states():
     """Prefix caching is vLLM's mamba_cache_mode align (``engine.state_kv_cache``): accepted, and the rank's pool caches
-    states, with Mamba-2's in-pass checkpoint; refused with drafts and without chunked prefill."""
+    states, with Mamba-2's in-pass checkpoint, and with MTP drafts their speculative state blocks and EAGLE's block
+    drop; refused with n-gram drafts and without chunked prefill."""
     from simmodel.sim import Simulation
 
     sim = Simulation(parse_scenario(_yaml(prefix_caching=True), Path(".")))
     pool = sim.workers[0].ranks[0].scheduler.pool
-    assert pool.states and pool.checkpoint and pool.layout.state_groups == 4
+    assert pool.states and pool.checkpoint and pool.layout.state_groups == 4 and not pool.eagle
     assert sim.run().summary["completed_requests"] == 4
+    sim = Simulation(parse_scenario(_yaml({"nextn": 2, "nextn_accepted": 1.0}, prefix_caching=True), Path(".")))
+    pool = sim.workers[0].ranks[0].scheduler.pool
+    assert pool.eagle and pool.spec == 2
+    assert sim.run().summary["completed_requests"] == 4
+    ngram = {"speculation": {"kind": "ngram", "num_speculative_tokens": 2, "acceptance_rates": [0.5, 0.5]}}
     with pytest.raises(ScenarioError, match="kv_cache.prefix_caching: nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 has "
-                                            "23 Mamba-2 layers: prefix caching of their states with speculative"):
-        parse_scenario(_yaml({"nextn": 2, "nextn_accepted": 1.0}, prefix_caching=True), Path("."))
+                                            "23 Mamba-2 layers: prefix caching of their states with n-gram drafts"):
+        parse_scenario(_yaml(ngram, prefix_caching=True), Path("."))
     with pytest.raises(ScenarioError, match="kv_cache.prefix_caching: .* only with chunked prefill"):
         parse_scenario(_yaml({"enable_chunked_prefill": False}, prefix_caching=True), Path("."))
 

@@ -7,6 +7,7 @@ preemptions, finishes and emitted tokens, pass by pass."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ def test_enough_goldens() -> None:
 def test_matches_vllm_caching_a_state_group(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
-    layout = KvLayout(2, 1, full_groups=1, state_groups=1, state_checkpoint=cfg["state_checkpoint"])
-    ours = [r for r in run_steps(_requests(golden), _config(cfg), cfg["num_gpu_blocks"], cfg["block_size"],
-                                 layout=layout) if _nonempty(r)]
+    k = cfg.get("num_speculative_tokens", 0)  # (MTP drafts: speculative state blocks, EAGLE's block drop)
+    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
+    layout = KvLayout(2, 1, full_groups=1, state_groups=1, state_blocks=1 + k, state_checkpoint=cfg["state_checkpoint"])
+    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
+                                 mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
     _compare(golden, ours, FIELDS)

@@ -123,9 +123,11 @@ def streams() -> list[tuple[str, dict, list[dict]]]:
     return out
 
 
-def cached(name, asynchronous, checkpoint, reqs, **kw):
+def cached(name, asynchronous, checkpoint, reqs, k=0, mean=0.0, **kw):
     name, cfg, reqs = apc_stream(name, reqs, async_scheduling=asynchronous, **kw)
     cfg.update(state_checkpoint=checkpoint)
+    if k:  # (MTP drafts: speculative state blocks, EAGLE's block drop)
+        cfg.update(num_speculative_tokens=k, mean_accepted=mean)
     return name, cfg, reqs
 
 
@@ -162,6 +164,15 @@ def cached_streams() -> list[tuple[str, dict, list[dict]]]:
                        S(1507, 36, block_size=8, output=(8, 48), groups=2, prefix=(24, 80), suffix=(1, 24), dup=0.4,
                          aligned=0.3, arrivals="bursts", bursts=(0, 10, 20)),
                        block_size=8, kv_factor=2.0, max_num_seqs=24, budget=256),
+                # MTP drafts with prefix caching.
+                cached(f"{tag}_{kind}_groups_bs16_k2", asynchronous, checkpoint,
+                       S(1508, 40, block_size=16, output=(1, 32), groups=4, prefix=(20, 140), suffix=(1, 60),
+                         dup=0.3, arrivals="spread", span=60), block_size=16, max_num_seqs=32, budget=512, k=2,
+                       mean=1.0),
+                cached(f"{tag}_{kind}_tight_bs8_k3", asynchronous, checkpoint,
+                       S(1509, 30, block_size=8, output=(4, 40), groups=3, prefix=(16, 80), suffix=(1, 30), dup=0.3,
+                         aligned=0.3, arrivals="burst"), block_size=8, kv_factor=2.5, max_num_seqs=16, budget=128,
+                       k=3, mean=1.5),
             ]
     return out
 

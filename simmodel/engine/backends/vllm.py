@@ -75,7 +75,7 @@ class VllmBackend:
                     pool = (PrefixCachingBlockPool(role.num_kv_blocks, role.kv_cache.block_size, eagle)
                             if role.kv_cache.prefix_caching else BlockPool(role.num_kv_blocks, role.kv_cache.block_size))
                 elif layout.state_groups and role.kv_cache.prefix_caching:  # (states cached: vLLM's align mode)
-                    pool = StatePrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout)
+                    pool = StatePrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout, eagle)
                 elif role.kv_cache.prefix_caching:  # (vLLM's hybrid KV cache manager with sliding-window groups)
                     pool = HybridPrefixCachingPool(role.num_kv_blocks, role.kv_cache.block_size, layout, eagle)
                 else:

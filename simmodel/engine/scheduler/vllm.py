@@ -414,6 +414,8 @@ class VllmScheduler:
                 num_new = self._state_split(request, num_new, computed)
                 if not num_new or (hits and pool.hit_computed_this_step(request, hits)):
                     break
+                if drafts and num_new != 1 + drafts:  # (the split cut the placeholder drafts: vLLM drops the padding)
+                    num_new, drafts = 1, 0
                 if not self._state_fits(request, hits, computed, num_new):
                     break
                 self._admit(request, queue, hits, computed, out)
@@ -480,11 +482,11 @@ class VllmScheduler:
         prefill_end = max(request.num_prompt_tokens, num_tokens - 1)
         if start >= prefill_end:
             return num_new
-        bs, cfg = self.block_size, self.config
+        bs, cfg, pool = self.block_size, self.config, self.pool
         end = start + num_new
-        last_cache = max((num_tokens - 1) // bs * bs, 0)
-        internal = (self.pool.checkpoint and end >= prefill_end
-                    and state_checkpoint_valid(start, end, max((prefill_end - 1) // bs * bs, 0), bs))
+        last_cache = pool.checkpoint_position(num_tokens)
+        internal = (pool.checkpoint and end >= prefill_end
+                    and state_checkpoint_valid(start, end, pool.checkpoint_position(prefill_end), bs))
         if internal:
             last_cache = 0
         if end < prefill_end:
