@@ -160,8 +160,8 @@ class SglangRules(BackendRules):
 
     def check_roles(self, workers: _Node, roles: dict[str, WorkerRole], mode: str) -> None:
         """A P/D decode rank reserves a whole prompt's KV, in pages, plus SGLang's reserved decode tokens.
-        Speculative decoding is modelled on aggregated workers without a host tier; SGLang turns mixed chunks off
-        with it (``_handle_eagle_family``), so they are refused."""
+        Speculative decoding is modelled on aggregated workers without a host tier or mixed chunks (SGLang keeps mixed
+        chunks with EAGLE, its running requests decoding one token in a mixed pass: not modelled)."""
         for name, role in roles.items():
             if not role.draft_tokens:
                 continue
@@ -169,8 +169,9 @@ class SglangRules(BackendRules):
                 raise ScenarioError(f"{workers.at(name)}: speculative decoding (engine.nextn) with a {mode} SGLang "
                                     f"deployment is not yet modeled; use engine.mode aggregated or backend vllm")
             if role.scheduler.sglang is not None and role.scheduler.sglang.enable_mixed_chunk:
-                raise ScenarioError(f"{workers.at(name)}.scheduler.enable_mixed_chunk: SGLang turns mixed chunks off "
-                                    f"with EAGLE/MTP speculative decoding (engine.nextn); remove it")
+                raise ScenarioError(f"{workers.at(name)}.scheduler.enable_mixed_chunk: mixed chunks with EAGLE/MTP "
+                                    f"speculative decoding (engine.nextn; SGLang's running requests then decode one "
+                                    f"token in a mixed pass) are not yet modeled; remove one of them")
             if role.kv_cache.host_offload is not None:
                 raise ScenarioError(f"{workers.at(name)}.kv_cache.host_offload: HiCache with speculative decoding "
                                     f"(engine.nextn) is not yet modeled for backend sglang; remove one of them")

@@ -161,7 +161,7 @@ def test_max_sequences_defaults_to_sglangs_48_with_drafts():
 
 @pytest.mark.parametrize("engine, path, rule", [
     ({"workers": {"aggregated": {"scheduler": {"enable_mixed_chunk": True}}}},
-     "engine.workers.aggregated.scheduler.enable_mixed_chunk", "SGLang turns mixed chunks off"),
+     "engine.workers.aggregated.scheduler.enable_mixed_chunk", "mixed chunks with EAGLE/MTP"),
     ({"workers": {"aggregated": {"kv_cache": {"host_offload": {"capacity_gib": 4}}}}},
      "engine.workers.aggregated.kv_cache.host_offload", "HiCache with speculative decoding"),
 ], ids=["mixed_chunk", "hicache"])
