@@ -82,6 +82,10 @@ def format_table(summary: dict) -> str:
         lines += _sla_lines(summary["sla"])
     if "num_retractions" in summary:
         lines.append(f"{'Retractions (SGLang)':<46} {summary['num_retractions']}")
+    spec = summary.get("speculation")
+    if spec and spec["num_rounds"]:
+        lines.append(f"{'Draft acceptance rate (' + spec['kind'] + ')':<46} {spec['acceptance_rate']:.4f}")
+        lines.append(f"{'Tokens per verification round':<46} {spec['mean_tokens_per_round']:.4f}")
     if "num_pauses" in summary:
         lines.append(f"{'Pauses (TensorRT-LLM max_utilization)':<46} {summary['num_pauses']}")
     for role, tier in (summary.get("kv_offload") or {}).items():

@@ -166,7 +166,7 @@ class SglangRules(BackendRules):
             if not role.draft_tokens:
                 continue
             if mode != "aggregated":
-                raise ScenarioError(f"{workers.at(name)}: speculative decoding (engine.nextn) with a {mode} SGLang "
+                raise ScenarioError(f"engine.mode: speculative decoding (engine.nextn) with a {mode} SGLang "
                                     f"deployment is not yet modeled; use engine.mode aggregated or backend vllm")
             if role.scheduler.sglang is not None and role.scheduler.sglang.enable_mixed_chunk:
                 raise ScenarioError(f"{workers.at(name)}.scheduler.enable_mixed_chunk: mixed chunks with EAGLE/MTP "
@@ -175,6 +175,15 @@ class SglangRules(BackendRules):
             if role.kv_cache.host_offload is not None:
                 raise ScenarioError(f"{workers.at(name)}.kv_cache.host_offload: HiCache with speculative decoding "
                                     f"(engine.nextn) is not yet modeled for backend sglang; remove one of them")
+            reserve = 2 * (role.draft_tokens + 1)  # (``get_alloc_reserve_per_decode`` with topk 1)
+            page = role.kv_cache.block_size
+            needed = cdiv(role.context_length + reserve, page) * page
+            if role.kv_tokens_per_rank < needed:
+                raise ScenarioError(f"{workers.at(name)}.kv_cache.capacity: with EAGLE/MTP drafts (engine.nextn "
+                                    f"{role.draft_tokens}) an SGLang request keeps 2 (k + 1) = {reserve} tokens "
+                                    f"allocated past its KV at each decode, so one request at context_length "
+                                    f"{role.context_length} needs {needed} tokens; a rank has "
+                                    f"{role.kv_tokens_per_rank}: lower context_length or give the rank more KV")
         if mode != "disaggregated":
             return
         dec = roles["decode"]

@@ -217,34 +217,43 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         keys = request.block_keys.upto(full)
         stored = []
         kept: set[int] = set()
-        prompt = request.num_prompt_tokens
-        # (vLLM's ``replay_boundaries``: with EAGLE, the block below a resend's and an extension's reach)
-        boundaries = ((max((prompt - 1) // bs * bs - bs, 0), max(prompt // bs * bs - bs, 0)) if self.eagle
-                      else (prompt - 1,))
-        if request.shared_prefix_boundary:
-            boundaries += (request.shared_prefix_boundary,)
-        for boundary in boundaries:
+        for boundary in self.replay_boundaries(request):
             end = boundary // bs + self.eagle  # (with EAGLE the run ends a block past the boundary)
             kept.update(range(max(end - self.need, 0), end))
         for g in range(self.groups):
             blocks = lists[g]
             sliding = g >= self.full
             for j in range(request.num_cached_blocks, full):
-                b = blocks[j]
-                if b == NULL or self.key_of[b] is not None or (sliding and j not in kept):
-                    continue
-                key = (g, keys[j])
-                self.key_of[b] = key
-                holders = self.blocks_by_key.get(key)
-                if holders is None:
-                    self.blocks_by_key[key] = {b: None}
-                    if g == 0:
-                        stored.append(keys[j])
-                else:
-                    holders[b] = None
+                if (not sliding or j in kept) and self._store(g, blocks[j], keys[j]) and g == 0:
+                    stored.append(keys[j])
         if stored and self.listener is not None:
             self.listener(stored, True)
         request.num_cached_blocks = full
+
+    def replay_boundaries(self, request) -> tuple[int, ...]:
+        """Where a later request can resume from this one's prompt (vLLM's ``replay_boundaries``: a resend's reach,
+        the last block boundary before the last token; with EAGLE the block boundary below it and below an
+        extension's), and the request's junction if it has one."""
+        bs, prompt = self.block_size, request.num_prompt_tokens
+        boundaries = ((max((prompt - 1) // bs * bs - bs, 0), max(prompt // bs * bs - bs, 0)) if self.eagle
+                      else (prompt - 1,))
+        if request.shared_prefix_boundary:
+            boundaries += (request.shared_prefix_boundary,)
+        return boundaries
+
+    def _store(self, g: int, b: int, key) -> bool:
+        """Cache block ``b`` of group ``g`` under ``key`` unless it is a null or cached already; whether the key is new
+        to the cache (no other block held it)."""
+        if b == NULL or self.key_of[b] is not None:
+            return False
+        key = (g, key)
+        self.key_of[b] = key
+        holders = self.blocks_by_key.get(key)
+        if holders is None:
+            self.blocks_by_key[key] = {b: None}
+            return True
+        holders[b] = None
+        return False
 
     def free_request(self, request) -> None:
         """Drop the request's references, group by group, each group's blocks last first (vLLM's order)."""

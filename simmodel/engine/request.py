@@ -135,9 +135,17 @@ class Request:
         self.decode_admitted_at: int | None = None
         self.source_released_at: int | None = None
         self.predicted_cached_tokens: int | None = None
-        self.shared_prefix_boundary = 0
         """Prompt tokens the router expected cached on the rank it chose (a KV-aware or prefix-scoring router;
         P/D: the prefill pool's), beside ``num_cached_tokens``, what the rank found; None: no such router."""
+        self.shared_prefix_boundary = 0
+        """vLLM's prefix caching over several KV cache groups: where the full-attention groups' hit ran deeper than the
+        hit the request got, in tokens (its junction, whose state or window is kept for the next sibling); 0: none."""
+
+    @property
+    def prefill_end(self) -> int:
+        """Where the request's prefill ends (vLLM's ``max(num_prompt_tokens, num_tokens − 1)``: a resumed request
+        recomputes its outputs but the last)."""
+        return max(self.num_prompt_tokens, self.num_tokens - 1)
 
     @property
     def num_tokens(self) -> int:

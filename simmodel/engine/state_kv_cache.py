@@ -221,12 +221,7 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
                 for j in range(first, full):
                     if self._store(g, blocks[j], keys[j]) and g == 0:
                         stored.append(keys[j])
-            # (vLLM's ``replay_boundaries``: a resend's reach; with EAGLE the block below it and below an extension's)
-            boundaries = ((max((prompt - 1) // bs * bs - bs, 0), max(prompt // bs * bs - bs, 0)) if self.eagle
-                          else (prompt - 1,))
-            kept = {b // bs - 1 for b in boundaries}
-            if request.shared_prefix_boundary:
-                kept.add(request.shared_prefix_boundary // bs - 1)
+            kept = {b // bs - 1 for b in self.replay_boundaries(request)}  # (the block ending at each)
             for j in sorted(kept):
                 if first <= j < full:
                     for g in range(self.full, self.groups):
@@ -276,20 +271,6 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
             if j < len(blocks) and blocks[j] != NULL:
                 self._store(g, blocks[j], key)
                 self.cached_this_step.add((g, key))
-
-    def _store(self, g: int, b: int, key) -> bool:
-        """Cache block ``b`` of group ``g`` under ``key`` unless it is cached already; whether the key is new to the
-        cache (no other block held it)."""
-        if b == NULL or self.key_of[b] is not None:
-            return False
-        key = (g, key)
-        self.key_of[b] = key
-        holders = self.blocks_by_key.get(key)
-        if holders is None:
-            self.blocks_by_key[key] = {b: None}
-            return True
-        holders[b] = None
-        return False
 
 
 def state_checkpoint_valid(start: int, end: int, position: int, block_size: int) -> bool:

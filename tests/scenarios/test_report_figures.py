@@ -98,3 +98,14 @@ def test_table_columns_in_order_and_never_run_together():
                   "Goodput (requests/s meeting the SLA)"):
         assert label in table
     assert "16.67% (90.00% required: not met)" in table
+
+
+def test_the_table_shows_draft_acceptance():
+    """nextn 1, every draft accepted (fixed timing, one 100 → 9 request): 4 rounds, acceptance 1, 2 tokens a round, in
+    the table as in summary.json; a run without drafts has no such rows."""
+    drafted = format_table(run_scenario(make_scenario(
+        traffic={"source": {"input_tokens": 100, "output_tokens": 9}, "stop": {"requests": 1}},
+        engine={"nextn": 1, "nextn_accepted": 1.0})).summary)
+    assert "Draft acceptance rate (mtp)                    1.0000" in drafted
+    assert "Tokens per verification round                  2.0000" in drafted
+    assert "Draft acceptance" not in format_table(run_scenario(make_scenario(**ONE_AT_A_TIME)).summary)

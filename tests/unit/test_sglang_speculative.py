@@ -180,8 +180,22 @@ def test_disaggregated_sglang_speculation_is_refused():
     data["engine"]["workers"] = {"prefill": dict(role), "decode": dict(role)}
     with pytest.raises(ScenarioError) as info:
         parse_scenario(data, Path("."))
-    assert str(info.value).startswith("engine.workers.prefill: speculative decoding (engine.nextn) with a "
+    assert str(info.value).startswith("engine.mode: speculative decoding (engine.nextn) with a "
                                       "disaggregated SGLang deployment is not yet modeled")
+
+
+def test_a_rank_must_hold_one_request_and_its_reserve():
+    """nextn 5 keeps 2 (5 + 1) = 12 tokens allocated past a request's KV: one request at context_length 1024 needs
+    1036 tokens (pages of one token), more than a rank of 1024; 1036 are enough."""
+    def data(blocks: int) -> dict:
+        return make_sglang_scenario(engine={"nextn": 5, "nextn_accepted": 1.0, "context_length": 1024, "workers": {
+            "aggregated": {"kv_cache": {"capacity": {"type": "fixed", "blocks": blocks}}}}})
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data(1024), Path("."))
+    assert str(info.value).startswith("engine.workers.aggregated.kv_cache.capacity: with EAGLE/MTP drafts (engine.nextn "
+                                      "5) an SGLang request keeps 2 (k + 1) = 12 tokens")
+    assert "needs 1036 tokens; a rank has 1024" in str(info.value)
+    parse_scenario(data(1036), Path("."))
 
 
 @pytest.mark.parametrize("page, overlap", [(1, False), (16, True)])

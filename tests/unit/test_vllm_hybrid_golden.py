@@ -13,7 +13,7 @@ import pytest
 
 from simmodel.perf.kv_layout import KvLayout
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
 
 HYBRID_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_hybrid").glob("*.json"))
 
@@ -34,4 +34,4 @@ def test_matches_vllm_with_a_sliding_group(path: Path) -> None:
     layout = KvLayout(2, 1, full_groups=1, sliding_groups=1, window=cfg["sliding_window"])
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
                                  mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
-    _compare(golden, ours, FIELDS)
+    _compare(golden, ours, HIT_FIELDS)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
 
 PP_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_pp").glob("*.json"))
 
@@ -29,4 +29,4 @@ def test_matches_vllm_with_pipeline_stages(path: Path) -> None:
     config = replace(_config(cfg), decode_stagger=stages if asynchronous else 1)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  queue_size=stages + (1 if asynchronous else 0)) if _nonempty(r)]
-    _compare(golden, ours, FIELDS)
+    _compare(golden, ours, HIT_FIELDS)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
 
 SPEC_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_spec").glob("*.json"))
 
@@ -30,4 +30,4 @@ def test_matches_vllm_with_drafts(path: Path) -> None:
     config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"],
                                  mean_accepted=cfg["mean_accepted"], eagle=True) if _nonempty(r)]
-    _compare(golden, ours, FIELDS)
+    _compare(golden, ours, HIT_FIELDS)

@@ -14,7 +14,7 @@ import pytest
 
 from simmodel.perf.kv_layout import KvLayout
 from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
 
 FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_state_apc").glob("*.json"))
 
@@ -35,4 +35,4 @@ def test_matches_vllm_caching_a_state_group(path: Path) -> None:
     layout = KvLayout(2, 1, full_groups=1, state_groups=1, state_blocks=1 + k, state_checkpoint=cfg["state_checkpoint"])
     ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
                                  mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
-    _compare(golden, ours, FIELDS)
+    _compare(golden, ours, HIT_FIELDS)

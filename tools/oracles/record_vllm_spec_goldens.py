@@ -130,7 +130,7 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
                 sched.update_draft_token_ids(DraftTokenIds(live, [[SAMPLED] * k for _ in live]))
         if rec["scheduled"] or rec["preempted"] or finished or got:  # (a plan may only preempt)
             steps.append({"step": rec["step"], "scheduled": rec["scheduled"], "preempted": rec["preempted"],
-                          "finished": sorted(finished), "emitted": got})
+                          "finished": sorted(finished), "emitted": got, "hits": rec["hits"]})
 
     while True:
         if not sched.has_requests() and not queue:
@@ -147,8 +147,14 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
         if sched.has_requests():
             so = sched.schedule()
             sampling = [r for r in so.num_scheduled_tokens if not sched.requests[r].is_prefill_chunk]
+            # The tokens each admitted or resumed request found computed (its prefix-cache hit), from vLLM's output.
+            hits = {nr.req_id: nr.num_computed_tokens for nr in so.scheduled_new_reqs}
+            cached = so.scheduled_cached_reqs
+            for rid, n in zip(cached.req_ids, cached.num_computed_tokens):
+                if rid in cached.resumed_req_ids:
+                    hits[rid] = n
             rec = {"step": step, "scheduled": dict(so.num_scheduled_tokens),
-                   "preempted": sorted(so.preempted_req_ids or ()), "sampling": set(sampling)}
+                   "preempted": sorted(so.preempted_req_ids or ()), "sampling": set(sampling), "hits": hits}
             queue.appendleft((rec, so))
             step += 1
             executed = so.total_num_scheduled_tokens > 0
@@ -160,8 +166,15 @@ def run(reqs: list[dict], cfg: dict, max_idle_steps: int = 50, sched=None,
         elif not queue:
             continue
         process()
+    hit_tokens: dict[str, int] = {}
+    first_hit: dict[str, int] = {}
+    for s in steps:
+        for rid, h in s["hits"].items():
+            hit_tokens[rid] = hit_tokens.get(rid, 0) + h
+            first_hit.setdefault(rid, h)
     summary = {r["id"]: {"emitted_tokens": emitted.get(r["id"], 0), "num_preemptions": by_id[r["id"]].num_preemptions,
-                         "finish_step": finish_step.get(r["id"])} for r in reqs}
+                         "finish_step": finish_step.get(r["id"]), "hit_tokens": hit_tokens.get(r["id"], 0),
+                         "first_hit": first_hit.get(r["id"])} for r in reqs}
     return steps, summary
 
 

@@ -231,7 +231,7 @@ class VllmScheduler:
             slots = computed + num_new + lookahead
             if states:
                 num_needed = pool.blocks_needed(request, computed, computed + num_new, min(slots, max_model_len),
-                                                max(request.num_prompt_tokens, num_tokens - 1))
+                                                request.prefill_end)
             else:
                 num_needed = max(pool.blocks_for(min(slots, max_model_len) if lookahead else slots, done)
                                  - request.num_blocks, 0)
@@ -252,7 +252,7 @@ class VllmScheduler:
             # Inlined _schedule(): this loop runs once per running request per pass.
             if states:
                 pool.grow(request, computed, computed + num_new, min(slots, max_model_len),
-                          max(request.num_prompt_tokens, num_tokens - 1))
+                          request.prefill_end)
                 pool.cache_full_blocks(request, min(computed + num_new, num_tokens))
             elif self.caching:
                 if num_needed:
@@ -462,7 +462,7 @@ class VllmScheduler:
         """Whether an admission fits with state groups caching prefixes (``allocate_slots``): its whole sequence (with
         ``reserve_full_isl``), then this step's tokens, each counting the hit blocks that sit in the free queue."""
         cfg, pool = self.config, self.pool
-        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        prefill_end = request.prefill_end
         evictable = pool.num_evictable(hits) if hits else 0
         if cfg.reserve_full_isl:
             tokens = min(request.num_tokens, cfg.max_model_len)
@@ -479,12 +479,13 @@ class VllmScheduler:
         boundary, a chunk stops at the request's junction, and, unless Mamba-2 writes it in a checkpoint, at the
         prompt's replay boundary. Past the prompt (decodes) chunks are as they are."""
         num_tokens = request.num_tokens
-        prefill_end = max(request.num_prompt_tokens, num_tokens - 1)
+        prefill_end = request.prefill_end
         if start >= prefill_end:
             return num_new
         bs, cfg, pool = self.block_size, self.config, self.pool
         end = start + num_new
         last_cache = pool.checkpoint_position(num_tokens)
+        # (vLLM's scheduler asks for the checkpoint at the prefill's end; the pool, when it allocates, at the chunk's)
         internal = (pool.checkpoint and end >= prefill_end
                     and state_checkpoint_valid(start, end, pool.checkpoint_position(prefill_end), bs))
         if internal:
@@ -542,7 +543,7 @@ class VllmScheduler:
         if self.states:
             end = computed + num_new
             self.pool.grow(request, computed, end, min(end + self.config.num_lookahead_tokens, self.config.max_model_len),
-                           max(request.num_prompt_tokens, request.num_tokens - 1))
+                           request.prefill_end)
         else:
             self._take(request, num_blocks)
         if self.caching:
