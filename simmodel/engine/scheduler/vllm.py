@@ -1,10 +1,14 @@
-"""vLLM v1's scheduler (0.32.0, ``vllm/v1/core/sched/scheduler.py``) for one attention-DP rank.
+"""vLLM v1's scheduler (0.32.0, ``vllm/v1/core/sched/scheduler.py`` and ``async_scheduler.py``) for one attention-DP
+rank.
 
-Reproduced in sync mode without prefix caching: running requests first, then FCFS admission
-with strict head-of-line blocking, chunked prefill, recompute preemption of the last running
-request, full-sequence KV reservation at admission (``scheduler_reserve_full_isl``) and the
-``max_model_len`` limits. Checked pass by pass against the real scheduler by
-``tests/unit/test_vllm_golden.py``.
+Running requests first, then FCFS admission with strict head-of-line blocking, chunked prefill, recompute
+preemption of the last running request, full-sequence KV reservation at admission (``scheduler_reserve_full_isl``)
+and the ``max_model_len`` limits; synchronous or async scheduling (placeholders for the outputs in flight);
+automatic prefix caching over one group or vLLM's hybrid KV cache groups (sliding-window layers, and state layers
+whose prompts are cut where their states must be kept: ``_state_split``); speculative decoding (n-gram or MTP/EAGLE
+drafts, EAGLE's block drop on prefix hits); pipeline stages' decode stagger; P/D handoffs and a host KV tier. Each
+is checked pass by pass against the real scheduler by the golden replays of ``tests/unit/test_vllm*_golden.py``
+(docs/vllm-scheduler.md, "How it is checked").
 """
 
 from __future__ import annotations
