@@ -994,6 +994,8 @@ class SglangScheduler:
         target samples after them are committed (SGLang's ``kv_committed_len += accept length``); up to
         ``max_new_tokens`` of them are emitted, and a request that reaches it finishes, its KV up to its last
         emitted token's predecessor stored (``owned_kv_len``) and the rest of its allocation freed."""
+        if self.accept is None:
+            raise ValueError("speculative decoding needs an acceptance model (SglangScheduler.accept)")
         accepted = self.accept(request, drafts)
         self.num_drafts_verified += drafts
         self.num_drafts_accepted += accepted
