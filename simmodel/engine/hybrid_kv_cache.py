@@ -85,21 +85,29 @@ class HybridPrefixCachingPool(PrefixCachingBlockPool):
         holders = self.blocks_by_key.get((g, key))
         return next(iter(holders)) if holders else None
 
-    def find_hits(self, request) -> HybridHits:
-        tokens, eagle = request.num_tokens, self.eagle
+    def full_groups_hit(self, request) -> tuple[list, int]:
+        """The keys of the request's blocks a hit may reach, and the full groups' hit in blocks: the longest run cached in
+        every full group from the start, at most ``(tokens − 1) // block_size`` blocks; with EAGLE a block further
+        (within the request's full blocks), then one less. ``([], 0)`` when nothing can hit."""
+        tokens = request.num_tokens
         n = (tokens - 1) // self.block_size
-        if eagle:  # (EAGLE looks a block further, within the request's full blocks, then drops one: per group)
+        if self.eagle:
             n = min(n + 1, tokens // self.block_size)
-        per_group: list[list[int]] = [[] for _ in range(self.groups)]
         if not n or not self.blocks_by_key:
-            return HybridHits(per_group, 0)
+            return [], 0
         keys = request.block_keys.upto(n)
         full = 0
         while full < n and all(self._cached(g, keys[full]) is not None for g in range(self.full)):
             full += 1
-        if eagle and full:
-            full -= 1
-        scan = min(full + 1, tokens // self.block_size) if eagle else full
+        return keys, full - 1 if self.eagle and full else full
+
+    def find_hits(self, request) -> HybridHits:
+        per_group: list[list[int]] = [[] for _ in range(self.groups)]
+        keys, full = self.full_groups_hit(request)
+        if not keys:
+            return HybridHits(per_group, 0)
+        eagle = self.eagle  # (the sliding groups look a block past the full groups' hit too, and drop one)
+        scan = min(full + 1, request.num_tokens // self.block_size) if eagle else full
         run = 0
         for i in range(scan - 1, -1, -1):  # (the sliding groups: the last long-enough run, scanning back)
             if all(self._cached(g, keys[i]) is not None for g in range(self.full, self.groups)):

@@ -74,20 +74,11 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
     # -- lookups -------------------------------------------------------------------------------------------
 
     def find_hits(self, request) -> HybridHits:
-        tokens, bs = request.num_tokens, self.block_size
-        n = (tokens - 1) // bs
-        if self.eagle:  # (the full groups look a block further, within the full blocks, and drop one; states do not)
-            n = min(n + 1, tokens // bs)
         full, groups = self.full, self.groups
         per_group: list[list[int]] = [[] for _ in range(groups)]
-        if not n or not self.blocks_by_key:
+        keys, attention = self.full_groups_hit(request)  # (the state groups neither look further nor drop)
+        if not keys:
             return HybridHits(per_group, 0, 0)
-        keys = request.block_keys.upto(n)
-        attention = 0
-        while attention < n and all(self._cached(g, keys[attention]) is not None for g in range(full)):
-            attention += 1
-        if self.eagle and attention:
-            attention -= 1
         length = 0
         for i in range(attention - 1, -1, -1):
             if all(self._cached(g, keys[i]) is not None for g in range(full, groups)):
@@ -135,7 +126,8 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
                       ) -> int:
         """New block ids a step computing tokens ``start``…``end`` (slots up to ``slots``) takes (``get_num_blocks_to_
         allocate``), the request holding ``hits`` first if given: each full group one per new position, each state
-        group none while the last position is held, else one, and one more for a checkpoint."""
+        group none while its last position (the state's, then its speculative blocks') is held, else one, one more for
+        a checkpoint, and its speculative blocks at its first growth; a list grown past that position counts less."""
         lists = request.block_ids
         held = len(hits) if hits is not None else (len(lists[0]) if lists else 0)
         positions = cdiv(slots, self.block_size)
@@ -152,8 +144,9 @@ class StatePrefixCachingPool(HybridPrefixCachingPool):
 
     def grow(self, request, start: int, end: int, slots: int, prefill_end: int) -> int:
         """Take the step's new block ids (``allocate_new_blocks``), group by group: full groups their new positions;
-        a state group, once its list runs short of the last position, nulls up to the positions before it (and
-        before a checkpoint), then its checkpoint's block and the state's. Returns how many were taken."""
+        a state group, once its list runs short of its last position, nulls up to the state's column (and before a
+        checkpoint), its speculative blocks left below that column moved up, then new blocks for the checkpoint, the
+        state and the speculative positions still missing. Returns how many were taken."""
         lists = self._lists(request)
         bs = self.block_size
         taken = 0

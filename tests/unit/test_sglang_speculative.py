@@ -29,6 +29,14 @@ def scheduler(kv_tokens: int, accepted: int, **config) -> SglangScheduler:
     return sched
 
 
+def passes(sched: SglangScheduler):
+    """Plan passes one at a time (synchronously) until one plans nothing: each is yielded before its outputs are
+    applied, which happens when the loop asks for the next."""
+    while (out := sched.schedule()).requests:
+        yield out
+        sched.update_from_output(out)
+
+
 def test_reserve_is_twice_the_draft_tokens():
     """topk 1: max(k · 1, k + 1) = k + 1 draft tokens; doubled for the overlap loop's lag."""
     assert [SglangSchedulerConfig(num_speculative_steps=k).decode_reserve for k in (0, 1, 3)] == [0, 4, 8]
@@ -44,19 +52,14 @@ def test_one_request_verifies_and_grows_its_allocation_by_hand():
     sched = scheduler(1000, 2, num_speculative_steps=3, radix_cache=False)
     r = Request(0, 0, 10, 8)
     sched.add_request(r)
-    seen = []
-    while True:
-        out = sched.schedule()
-        if not out.requests:
-            break
-        free_planned = sched.num_free_tokens
-        sched.update_from_output(out)
-        seen.append((out.num_new_tokens, out.num_context_tokens, out.drafts.get(r, 0), free_planned,
-                     r.num_output_tokens, r.num_emitted))
-    assert seen == [([10], [0], 0, 990, 1, 1),
-                    ([4], [10], 3, 982, 4, 3),
-                    ([4], [13], 3, 979, 7, 3),
-                    ([4], [16], 3, 976, 8, 1)]
+    planned, outputs = [], []
+    for out in passes(sched):
+        if planned:  # (the pass before's outputs are applied now)
+            outputs.append((r.num_output_tokens, r.num_emitted))
+        planned.append((out.num_new_tokens, out.num_context_tokens, out.drafts.get(r, 0), sched.num_free_tokens))
+    outputs.append((r.num_output_tokens, r.num_emitted))
+    assert planned == [([10], [0], 0, 990), ([4], [10], 3, 982), ([4], [13], 3, 979), ([4], [16], 3, 976)]
+    assert outputs == [(1, 1), (4, 3), (7, 3), (8, 1)]
     assert r.status is RequestStatus.FINISHED and sched.num_free_tokens == 1000
     assert (sched.num_drafts_verified, sched.num_drafts_accepted, r.spec_rounds) == (9, 6, 3)
 
@@ -119,13 +122,7 @@ def test_pages_and_the_radix_cache_by_hand():
     sched = scheduler(1000, 1, num_speculative_steps=1, page_size=4)
     r = Request(0, 0, 10, 9)
     sched.add_request(r)
-    free = []
-    while True:
-        out = sched.schedule()
-        if not out.requests:
-            break
-        free.append(sched.cache.num_free)
-        sched.update_from_output(out)
+    free = [sched.cache.num_free for _ in passes(sched)]
     assert free == [247, 246, 246, 245, 245]
     assert r.num_computed_tokens == 18 and r.num_output_tokens == 9
     assert (sched.cache.num_free, sched.cache.num_evictable) == (246, 4)

@@ -274,7 +274,7 @@ class SglangScheduler:
         """Disaggregated decode: KV arrived; they join the running batch at the next plan."""
         self.on_kv_reserved: Callable[[Request], None] | None = None
         self.accept: Callable[[Request, int], int] | None = None
-        """Speculative decoding: how many of a request's verified drafts are accepted (``engine.speculation``)."""
+        """Speculative decoding: how many of a request's verified drafts are accepted (``engine.nextn_accepted``)."""
         self.num_drafts_verified = 0
         self.num_drafts_accepted = 0
 
@@ -802,18 +802,18 @@ class SglangScheduler:
         that take each request's allocation to its committed tokens plus the reserve (``_spec_allocation``)."""
         page = self.page
         if self.config.num_speculative_steps:
-            return sum(self._spec_allocation(r)[2] for r in running)
+            return sum(self._spec_allocation(r)[1] for r in running)
         if page == 1:
             return len(running)
         return sum(1 for r in running if r.num_computed_tokens % page == 0)
 
-    def _spec_allocation(self, request: Request) -> tuple[int, int, int]:
-        """A speculative request's KV tokens allocated now and after its next decode's allocation, and the pages
-        between (SGLang's ``page_aligned_decode_alloc_lens``): the allocation grows to the committed tokens plus
+    def _spec_allocation(self, request: Request) -> tuple[int, int]:
+        """A speculative request's KV tokens allocated after its next decode's allocation, and the pages it takes
+        (SGLang's ``page_aligned_decode_alloc_lens``): the allocation grows to the committed tokens plus
         ``decode_reserve``, in whole pages, and never shrinks."""
         cur = max(self._states[request].kv_allocated, request.num_computed_tokens)
         nxt = max(cur, self._paged(request.num_computed_tokens + self.config.decode_reserve))
-        return cur, nxt, self._ceil_pages(nxt) - self._ceil_pages(cur)
+        return nxt, self._ceil_pages(nxt) - self._ceil_pages(cur)
 
     def _schedule_decode(self, out: SchedulerOutput) -> None:
         """A decode step for every running request; first, if the step's new pages do not fit after evicting
@@ -905,7 +905,7 @@ class SglangScheduler:
         states = self._states
         contexts = []
         for r in running:
-            _, nxt, pages = self._spec_allocation(r)
+            nxt, pages = self._spec_allocation(r)
             st = states[r]
             st.kv_allocated = nxt
             st.allocated += pages
