@@ -357,7 +357,7 @@ class Worker:
             self._open_run = (run, d + 1, lag, lag)  # (its finishes may call back, and fail the run)
             called_back = run.end_row(d)
             self.open_pass_ends.remove(int(run.end[d]))
-            if d + 1 == length:
+            if d + 1 == length and (length := run.priced_further(length, horizon)) == d + 1:
                 break
             if self._placement_ends(run) or self._storage_moved(run):  # (its plan may prefill, or find more)
                 break  # (the loop's release is then the hop after which the ranks plan, as pass by pass)

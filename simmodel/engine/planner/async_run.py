@@ -80,7 +80,7 @@ class AsyncRun(Run):
 
     def deliverable(self, horizon: float) -> int:
         """Rows whose outputs may be delivered as priced now: before ``horizon`` and within the time limit."""
-        hi = min(self.last, self.rows, self.cap)
+        hi = min(self.last, self.rows, self.cap, self.priced)
         end = self.end[:hi]
         v = int(end.searchsorted(horizon, side="left"))
         limits = self.worker.limits
@@ -91,7 +91,7 @@ class AsyncRun(Run):
     def valid(self, horizon: float) -> int:
         """How many rows the run may deliver: each before ``horizon``, and the row then left in flight
         planned and running a request."""
-        return min(self.cap - 1, self.last - 1, self.rows - 1, self.deliverable(horizon))
+        return min(self.cap - 1, self.last - 1, self.rows - 1, self.priced - 1, self.deliverable(horizon))
 
     def end_row(self, d: int) -> bool:
         """Row d ends now (decision d): its outputs processed and recorded as the async loop records a pass's

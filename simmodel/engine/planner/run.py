@@ -29,6 +29,10 @@ pops them in vLLM's order: by step (synchronous: row × 2 + phase, a row's plan 
 ``AsyncRun``), then running order, then action."""
 _ALLOCATE, _CACHE, _FINISH = 0, 1, 2
 
+PRICED_AHEAD = 64
+"""Rows a run applied as its passes end prices at a time: requests placed on its worker meanwhile (P/D handoffs,
+a closed loop's next requests) become new columns every few rows, and each prices the rows after it again."""
+
 _DECODE_ROW = np.array([1, 1, 0, 1, 1])
 """What one decoding request adds to a pass's decode totals (sequences, new tokens, context, pairs, sampled),
 besides its context (added to the context and pairs columns)."""
@@ -173,6 +177,8 @@ class Run(Admissions, Recording):
         self.labels: list = [()] * rows
         self.last = int(run.left.max())
         """Rows up to this one have a request running (the ones after have none yet)."""
+        self.priced = 0
+        """Rows priced with the columns as they are now (``price_from``); the run takes no row past them."""
         self.cap = rows
         """Rows the run may take at most (lowered where a row's blocks would not be free, or its price not fit
         the clock, or a finish would call back into the simulation outside ``calls_back_inside``)."""
@@ -239,8 +245,13 @@ class Run(Admissions, Recording):
     # -- rows ---------------------------------------------------------------------------------------
 
     def price_from(self, k: int) -> bool:
-        """Price rows k.. up to the last with a running request; False if a price does not fit the clock."""
+        """Price rows k.. up to the last with a running request (a run applied as its passes end: the next
+        ``PRICED_AHEAD`` of them, ``priced_further`` pricing more as its rows end); False if a price does not fit
+        the clock. The rows after them keep no price: each admission changes it."""
         hi = min(self.last, self.rows)
+        if self.ticked:
+            hi = min(hi, k + PRICED_AHEAD)
+        self.priced = max(k, hi)
         if k >= hi:
             return True
         n, R = hi - k, self.num_ranks
@@ -254,6 +265,7 @@ class Run(Admissions, Recording):
                 return False
             hi, seconds, labels = k + j, seconds[:j], labels[:j]
             busy = clock_ns(seconds)
+            self.priced = hi
         self.busy[k:hi] = busy
         self.work_ns[k:hi] = self.worker.work_ns(sums).reshape(n, R)[:hi - k]
         end = self.end[k:hi]
@@ -264,7 +276,15 @@ class Run(Admissions, Recording):
 
     def valid(self, horizon: float) -> int:
         """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
-        return rows_within(self.end, min(self.cap, self.last, self.rows), horizon, self.worker.limits, self.now)
+        return rows_within(self.end, min(self.cap, self.last, self.rows, self.priced), horizon, self.worker.limits,
+                           self.now)
+
+    def priced_further(self, taken: int, horizon: float) -> int:
+        """A run applied as its passes end, whose ``taken`` rows are all it may take as priced: price the rows
+        after them if only their price held it back; returns the rows it may take now (``valid``)."""
+        if self.priced < min(self.last, self.rows, self.cap) and not self.price_from(self.priced):
+            return taken
+        return max(taken, self.valid(horizon))
 
     def _kv_check(self, k: int) -> None:
         """Lower ``cap`` to the first row from k on (the rows before are planned) whose decodes would need more

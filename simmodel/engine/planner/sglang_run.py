@@ -200,6 +200,11 @@ class DecodeRun:
         each ending before ``horizon`` and starting within the time limit."""
         return rows_within(self.end, min(self.cap, self.rows), horizon, self.worker.limits, self.start0)
 
+    def priced_further(self, taken: int, horizon: float) -> int:
+        """The rows the run may take now, ``taken`` being all it could as priced (``Run.priced_further``): every
+        row was priced at once, so no more."""
+        return taken
+
     # -- rows, as their passes start and end ------------------------------------------------------------
 
     def plan_first(self) -> None:
