@@ -4,8 +4,8 @@ Each scenario runs twice, pass by pass (``coalesce=False``) and with runs, and e
 the summary (but wall time), every request row, pass row and event in order, the inter-token intervals, and
 each rank's radix tree and KV counters at the end. The scenarios reach each way a run ends or is not
 started: arrivals, finishes, a page per request short (eviction, retraction), a closed loop's next request
-(and a staged load's next stage), P/D handoffs and the reservations a decode rank short of KV makes inside a
-run, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
+(and a staged load's next stage), P/D handoffs joining a run and the reservations a decode rank makes inside
+one, pages of 16 tokens, the radix cache off, the host loop, mixed chunks, attention DP, the stop
 time, a pause and the pass limit; on one and on several attention-DP ranks.
 """
 
@@ -237,15 +237,17 @@ def test_a_decode_rank_short_of_kv_runs_its_passes_while_the_next_request_waits_
     assert_same((by_pass, by_pass.run()), (in_runs, in_runs.run()))
 
 
-def test_a_reservation_made_inside_a_run_hands_its_pass_over(tmp_path, monkeypatch):
+def test_a_reservation_made_inside_a_run_leaves_it_going(tmp_path, monkeypatch):
     """1P1D, 1,500 decode KV tokens (pages of one token), three requests of 100 prompt tokens at t = 0, in the
     order A (300 outputs), C (50), B (300). The first plan reserves max(100 + 512, 100 + outputs) = 612 tokens
     for A, then 612 for C (1,500 − 612 = 888 left), but not B (1,500 − 1,224 = 276 < 612). While A and C decode,
     B needs 612 of free + evictable − 512 × 2 running, which 1,500 never holds. When C finishes (A still
     running, about 50 outputs in), its tokens turn evictable and allocatable is 1,500 − A's ~150 tokens − 512 ≥
-    612: the plan right after C's finish, a row of A's run, reserves B. That plan is handed over and the pass
-    runs on its own; B's prefill leg starts on the idle prefill worker at that instant, so its transfer starts
-    one 20 ms prefill pass after C's finish, while A still decodes; every output is the same both ways."""
+    612: the plan right after C's finish, a row of A's run, reserves B, and the run goes on (no pass of the
+    decode worker is planned on its own from A's first run on); B's prefill leg starts on the idle prefill
+    worker at that instant, so its transfer starts one 20 ms prefill pass after C's finish, while A still
+    decodes, and B joins A's run when its KV arrives; every output is the same both ways."""
+    from simmodel.engine.planner.sglang_run import DecodeRun
     from simmodel.engine.scheduler.sglang import SglangScheduler
 
     trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 300), (0.0, 100, 50), (0.0, 100, 300)])
@@ -266,9 +268,61 @@ def test_a_reservation_made_inside_a_run_hands_its_pass_over(tmp_path, monkeypat
             in_run.append(reserved)
         return reserved
 
+    handed, joined = [], []
+    hand_over, join = DecodeRun._hand_over_plan, DecodeRun.join
+
+    def counted_hand_over(self, rank, sched, k):
+        handed.append(k)
+        hand_over(self, rank, sched, k)
+
+    def counted_join(self, k, requests):
+        joined.append([r.request_id for r in requests])
+        return join(self, k, requests)
+
     monkeypatch.setattr(SglangScheduler, "reserve_preallocs", counted)
+    monkeypatch.setattr(DecodeRun, "_hand_over_plan", counted_hand_over)
+    monkeypatch.setattr(DecodeRun, "join", counted_join)
     by_pass, runs = run(data, coalesce=False), run(data, coalesce=True)
     assert in_run.count(1) == 1 and set(in_run) == {0, 1}  # (B's, inside A's run; every other try failed)
+    assert handed == [] and joined[-1] == [2]  # (B joins A's run, as C did)
     a, c, b = sorted(runs[0].requests, key=lambda r: r.request_id)
     assert b.transfer_start_at == c.finished_at + 20_000_000 < a.finished_at
+    assert_same(by_pass, runs)
+
+
+def test_a_handoff_whose_kv_arrives_during_a_run_joins_it(tmp_path, monkeypatch):
+    """1P1D, fixed timing (prefill 20 ms, decode 10 ms, the KV crossing in 5 ms). A (100 prompt, 10 outputs) at
+    0: the decode rank reserves at 0, A prefills 0–20, its KV crosses 20–25, and the plan at 25 joins it: its
+    first decode 25–35 delivers the prefill's token with its own (TTFT 35), then a run of its 8 other decodes,
+    35–115 (E2E 115). B (100 prompt, 3 outputs) at 22: the decode rank, idle while A's KV crosses, reserves at
+    22, B prefills 22–42 on the idle prefill worker, its KV crosses 42–47, during A's run row 45–55; the plan
+    at 55, a row of that run, joins B as a new column: its first decode 55–65 delivers two tokens (TTFT 43),
+    its last 65–75 (E2E 53). A's run never hands a pass over; every output is the same pass by pass."""
+    from simmodel.engine.planner.sglang_run import DecodeRun
+
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 10), (0.022, 100, 3)])
+    role = {"kv_cache": {"capacity": {"type": "fixed", "blocks": 100_000}},
+            "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10}}
+    data = make_sglang_scenario(traffic={"source": {"type": "trace", "path": str(trace), "format": "csv"},
+                                         "load": {"type": "trace_timestamps"}},
+                                engine={"mode": "disaggregated", "context_length": 600, "kv_transfer": {"latency_ms": 5},
+                                        "workers": {"prefill": copy.deepcopy(role), "decode": copy.deepcopy(role)}})
+    del data["engine"]["workers"]["aggregated"]
+    joins, handed = [], []
+    join, hand_over = DecodeRun.join, DecodeRun._hand_over_plan
+
+    def counted_join(self, k, requests):
+        joins.append((self.base + k, [r.request_id for r in requests]))
+        return join(self, k, requests)
+
+    def counted_hand_over(self, rank, sched, k):
+        handed.append(k)
+        hand_over(self, rank, sched, k)
+
+    monkeypatch.setattr(DecodeRun, "join", counted_join)
+    monkeypatch.setattr(DecodeRun, "_hand_over_plan", counted_hand_over)
+    by_pass, runs = run(data, coalesce=False), run(data, coalesce=True)
+    assert joins == [(3, [1])] and handed == []  # (B joins in the decode rank's fourth pass, 55–65)
+    latencies = {r.request_id: (r.ttft_ms, r.e2e_ms) for r in runs[1].requests.itertuples()}
+    assert latencies == {0: pytest.approx((35.0, 115.0)), 1: pytest.approx((43.0, 53.0))}
     assert_same(by_pass, runs)

@@ -15,7 +15,7 @@ import numpy as np
 from simmodel.engine.clock import clock_ns, fits_clock
 from simmodel.engine.planner.admissions import Admissions
 from simmodel.engine.planner.recording import Recording
-from simmodel.engine.planner.running import RunningRequests, rows_within
+from simmodel.engine.planner.running import PRICED_AHEAD, RunningRequests, rows_within
 from simmodel.engine.scheduler.base import SchedulerOutput
 from simmodel.perf.timing import DECODE, PREFILL, PassSums
 
@@ -28,10 +28,6 @@ _COLUMNS = 1 << 20
 pops them in vLLM's order: by step (synchronous: row × 2 + phase, a row's plan then its end; async: see
 ``AsyncRun``), then running order, then action."""
 _ALLOCATE, _CACHE, _FINISH = 0, 1, 2
-
-PRICED_AHEAD = 64
-"""Rows a run applied as its passes end prices at a time: requests placed on its worker meanwhile (P/D handoffs,
-a closed loop's next requests) become new columns every few rows, and each prices the rows after it again."""
 
 _DECODE_ROW = np.array([1, 1, 0, 1, 1])
 """What one decoding request adds to a pass's decode totals (sequences, new tokens, context, pairs, sampled),

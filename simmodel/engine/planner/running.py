@@ -31,6 +31,10 @@ _ASYNC = attrgetter("num_output_placeholders", "num_in_flight_tokens", "num_stal
 MAX_RUN = 1024
 """Most passes one run covers (bounds the arrays priced at once)."""
 
+PRICED_AHEAD = 64
+"""Rows a run applied as its passes end prices at a time: requests placed on its worker meanwhile (P/D handoffs,
+a closed loop's next requests) become new columns every few rows, and each prices the rows after it again."""
+
 
 class RunningRequests:
     """The running requests of every rank of a worker, rank after rank, as arrays (one entry per request)."""

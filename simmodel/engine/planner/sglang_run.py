@@ -13,12 +13,16 @@ pass, through the scheduler's own rules (``SglangScheduler.plan_decode``, ``fini
 A run starts only where every rank's scheduler says the passes from now on are plain decodes
 (``decode_run``; an idle rank decodes nothing and waits for the others), on a synchronous worker, and ends
 before a pass whose new pages may not fit a rank's free and evictable pages (SGLang would retract there; its
-plan evicts the tree as SGLang's does), at the first pass end after something was placed on the worker that
-its next plan takes into the batch (a prompt to prefill, a P/D request whose KV arrived), at the end of
-``run(until=...)`` and at the limits; anything else runs pass by pass. On one rank, a P/D decode run goes on
-while requests wait for their KV to be reserved: each row's plan first tries to reserve it, as SGLang's does
-(``SglangScheduler.reserve_preallocs``, given the running requests' tokens and needs the run holds); a plan
-that reserves is finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own.
+plan evicts the tree as SGLang's does), at the first pass end after a prompt to prefill was placed on the
+worker (on several ranks, anything placed), at the end of ``run(until=...)`` and at the limits; anything else
+runs pass by pass. On one rank, a P/D decode run goes on through SGLang's handoffs, each row's plan making them
+as ``schedule`` does: first it tries to reserve the KV of the requests waiting for it
+(``SglangScheduler.reserve_preallocs``, given the running requests' tokens and needs the run holds), whose
+prefill legs then start; then the requests whose KV arrived join the batch (``join_handoffs``) and become new
+columns from that row (``DecodeRun.join``), their first decode delivering the client's first token with the
+prefill's, and the rows are priced again. A plan whose reservations or joins leave its new pages short of the
+free and evictable ones, or its pass past the run's horizon, or the run's first plan if it reserves, is
+finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own.
 On several ranks, a finish that calls back into the simulation (a closed-loop client's next request) ends the
 run before its pass unless no callback can fail the run or read a worker's state (``Worker.quiet_callbacks``),
 as for vLLM's runs.
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simmodel.engine.clock import clock_ns
-from simmodel.engine.planner.running import MAX_RUN, per_rank_sums, rows_within
+from simmodel.engine.planner.running import MAX_RUN, PRICED_AHEAD, per_rank_sums, rows_within
 from simmodel.engine.recorder import Event, EventKind, PassEnd, PassRecord
 from simmodel.engine.scheduler.sglang import new_pages
 from simmodel.perf.timing import DECODE, PassSums
@@ -68,7 +72,7 @@ def plan_decode_run(worker: Worker, horizon: float, plans: list | None = None,
         rows = min(rows, worker.limits.spec.max_passes - worker.limits.num_passes)
     if rows < 1:
         return None
-    run = DecodeRun(worker, worker.env.now, rows, requests, left, [len(mine) for mine, _ in columns])
+    run = DecodeRun(worker, worker.env.now, rows, requests, left, [len(mine) for mine, _ in columns], horizon)
     m = run.valid(horizon) if run.price() else 0
     if m < 1:
         return None
@@ -91,8 +95,8 @@ class DecodeRun:
     """Never set here (see ``Run.holds_waiting``)."""
 
     def __init__(self, worker: Worker, now: int, rows: int, requests: list, left: list[int],
-                 counts: list[int]) -> None:
-        self.worker, self.rows = worker, rows
+                 counts: list[int], horizon: float = float("inf")) -> None:
+        self.worker, self.rows, self.horizon = worker, rows, horizon
         ranks = self.ranks = worker.ranks
         R = self.num_ranks = len(ranks)
         self.scheds = [rank.scheduler for rank in ranks]
@@ -108,6 +112,14 @@ class DecodeRun:
         self.context = np.array([r.num_computed_tokens for r in requests], np.int64)
         self.outputs = np.array([r.num_output_tokens for r in requests], np.int64)
         self.left = np.array(left, np.int64)
+        self.first = np.zeros(len(requests), np.int64)
+        """Per column, the row of its first decode: 0, or the row whose plan joined it (a P/D handoff whose KV
+        arrived during the run: ``join``)."""
+        self.joined: dict[int, list[int]] = {}
+        """Row: the columns its plan joined to the batch (their first decode delivers the client's first token)."""
+        self.acted = False
+        """Whether the plan just made reserved KV for a P/D request or joined one whose KV arrived (what it set
+        going runs before its pass starts: ``Worker._tick``)."""
         self.stage = requests[0].stage if self.recorder.staged else 0
         page = self.page = self.scheds[0].page
         j = np.arange(rows)[:, None]
@@ -134,8 +146,13 @@ class DecodeRun:
             self.cap = min(self.cap, int(self.left[calls].min()) - 1)
         self.busy = np.zeros((rows, R), np.int64)
         self.work_ns = np.zeros((rows, R), np.int64)
+        """Each row's rank passes at datasheet peaks (``PassEnergy.work_ns``)."""
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
+        self.priced = 0
+        """Rows priced with the columns as they are now (``price``)."""
+        self.capacity = np.tile(worker.kv_capacity_tokens, rows)
+        """Each row's ranks' KV capacity in tokens, as the timing model takes them."""
         self.used_at: list[list[int]] = [[]] * rows
         self.done: set[int] = set()
         """Columns finished (their fields delivered as their last row ended)."""
@@ -154,56 +171,67 @@ class DecodeRun:
     @property
     def takes_placements(self) -> bool:
         """Whether a request placed on the worker meanwhile leaves the run going: on one rank, a P/D request
-        waiting for its KV to be reserved (each row's plan tries, as SGLang's does), not one whose KV arrived
-        (it joins the batch) nor a new prompt (SGLang's next plan prefills it; it ends the run)."""
-        sched = self.scheds[0]
-        return self.num_ranks == 1 and not (sched.handoffs or sched.waiting)
+        waiting for its KV to be reserved (each row's plan tries, as SGLang's does) or one whose KV arrived (the
+        next row's plan joins it to the batch, a new column), not a new prompt (SGLang's next plan prefills it;
+        it ends the run)."""
+        return self.num_ranks == 1 and not self.scheds[0].waiting
 
-    def _free_rows(self) -> int:
-        """Rows before the first planned with a rank whose new pages may not fit what is free or evictable
-        (SGLang would retract there; short of free pages alone, the plan evicts, as SGLang's does): each rank's
-        free and evictable pages less its rows' new pages, plus the last partial pages the finishes before give
-        back. (A finish also makes its stored pages evictable, left out: the bound stays below what SGLang has.)"""
+    def _free_rows(self, k: int = 0) -> int:
+        """Rows before the first from row k on (its plan not made yet) planned with a rank whose new pages may not
+        fit what is free or evictable (SGLang would retract there; short of free pages alone, the plan evicts, as
+        SGLang's does): each rank's free and evictable pages now less its rows' new pages from row k, plus the
+        last partial pages the finishes from row k on give back. (A finish also makes its stored pages evictable,
+        left out: the bound stays below what SGLang has.)"""
         rows, R, page = self.rows, self.num_ranks, self.page
-        free = (np.array([s.cache.num_free + s.cache.num_evictable for s in self.scheds])
-                - np.cumsum(self.pages, axis=0))
-        free += self.pages  # (before each row's own pages: what its plan finds free or evictable)
+        pages = self.pages[k:]
+        free = (np.array([s.cache.num_free + s.cache.num_evictable for s in self.scheds]) - np.cumsum(pages, axis=0))
+        free += pages  # (before each row's own pages: what its plan finds free or evictable)
         if page > 1:  # a finish frees its last partial page for the rows after it
             final = self.context + self.left
-            given = np.zeros((rows + 1, R), np.int64)
+            done = self.first + self.left  # (the row after each column's last)
+            given = np.zeros((rows + 1 - k, R), np.int64)
             rank_of = np.repeat(np.arange(R), np.diff(self.bounds))
-            within = self.left < rows
-            np.add.at(given, (self.left[within], rank_of[within]), (-(-final // page) - final // page)[within])
-            free += np.cumsum(given[:rows], axis=0)
-        short = (free < self.pages).any(axis=1)
-        return int(np.argmax(short)) if short.any() else rows
+            within = (done > k) & (done < rows)
+            np.add.at(given, (done[within] - k, rank_of[within]), (-(-final // page) - final // page)[within])
+            free += np.cumsum(given[:rows - k], axis=0)
+        short = (free < pages).any(axis=1)
+        return k + int(np.argmax(short)) if short.any() else rows
 
-    def price(self) -> bool:
-        """Price every row of every rank in one call; False if a price does not fit the clock (the loop reports
-        it)."""
-        worker, rows = self.worker, self.rows
-        sums = PassSums(self.table, np.tile(worker.kv_capacity_tokens, rows), rows)
+    def price(self, k: int = 0) -> bool:
+        """Price rows k.. of every rank in one call, the next ``PRICED_AHEAD`` of them (``priced_further`` prices
+        more as the run's rows end; a join prices the rows from its row again); False if a price does not fit
+        the clock (the loop reports it)."""
+        worker, R = self.worker, self.num_ranks
+        hi = min(self.rows, k + PRICED_AHEAD)
+        n = hi - k
+        sums = PassSums(self.table[k * R:hi * R], self.capacity[k * R:hi * R], n)
         seconds, labels = worker.timing.price_sums(sums)
         busy = clock_ns(seconds)
         if busy is None:
             return False
-        self.busy = busy
-        self.work_ns = worker.work_ns(sums).reshape(rows, self.num_ranks)
-        """Each row's rank passes at datasheet peaks (``PassEnergy.work_ns``)."""
-        (busy[:, 0] if self.num_ranks == 1 else busy.max(axis=1)).cumsum(out=self.end)
-        self.end += self.start0
-        self.labels = labels
+        self.busy[k:hi] = busy
+        self.work_ns[k:hi] = worker.work_ns(sums).reshape(n, R)
+        end = self.end[k:hi]
+        (busy[:, 0] if R == 1 else busy.max(axis=1)).cumsum(out=end)
+        end += int(self.end[k - 1]) if k else self.start0
+        self.labels[k:hi] = labels
+        self.priced = hi
         return True
 
     def valid(self, horizon: float) -> int:
         """Rows the run may take: up to the first short of pages (or a finish that may not call back inside),
-        each ending before ``horizon`` and starting within the time limit."""
-        return rows_within(self.end, min(self.cap, self.rows), horizon, self.worker.limits, self.start0)
+        each priced, ending before ``horizon`` and starting within the time limit."""
+        return rows_within(self.end, min(self.cap, self.rows, self.priced), horizon, self.worker.limits, self.start0)
 
     def priced_further(self, taken: int, horizon: float) -> int:
-        """The rows the run may take now, ``taken`` being all it could as priced (``Run.priced_further``): every
-        row was priced at once, so no more."""
-        return taken
+        """The rows the run may take now, ``taken`` being all it could as priced (``Run.priced_further``): the
+        rows after them are priced if only their price held it back (a price the clock cannot hold ends the
+        run there: the loop plans that pass and reports it)."""
+        if self.priced < min(self.rows, self.cap):
+            if not self.price(self.priced):
+                self.cap = self.priced
+                return taken
+        return max(taken, self.valid(horizon))
 
     # -- rows, as their passes start and end ------------------------------------------------------------
 
@@ -217,20 +245,82 @@ class DecodeRun:
 
     def _plan(self, k: int) -> None:
         """Plan row k on every rank, as ``SglangScheduler.schedule`` plans a decode rank's pass: first the KV of
-        P/D requests waiting for it (``reserve_preallocs``, one rank); if that reserves any, the rank plans the
-        rest of the pass itself and the run hands it over (``handed``), else the row's decodes."""
-        for rank, sched, n, pages in zip(self.ranks, self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
+        P/D requests waiting for it (``reserve_preallocs``, one rank), then the P/D requests whose KV arrived join
+        the batch (``join``, one rank), then the row's decodes. Where the first plan reserves, or where what a
+        later plan reserved or joined leaves the row's new pages short of what is free or evictable (SGLang would
+        retract) or its price past the run's horizon, the rank plans the rest of the pass itself and the run hands
+        it over (``handed``)."""
+        self.acted = False
+        for rank, sched in zip(self.ranks, self.scheds):
             if sched.prealloc and sched.reserve_preallocs(*self._running_tokens(k)):
-                self._settle(k)  # (the rank plans on the requests as the run leaves them)
-                self.handed = [rank.plan(schedule=partial(sched.schedule, preallocs_reserved=True))]
-                self.worker.mark_planned()
-                if not k:
+                if not k:  # (what the first plan sets going runs before its pass: the loop runs it)
+                    self._hand_over_plan(rank, sched, k)
                     self.planned_alone = self.handed
+                    return
+                self.acted = True
+            if sched.handoffs:  # (one rank: ``takes_placements``)
+                self.acted = True
+                if self.recorder.staged and any(r.stage != self.stage for r in sched.handoffs):
+                    self._hand_over_plan(rank, sched, k)  # (a run's intervals are recorded under one stage)
+                    return
+                if not self.join(k, sched.join_handoffs()):
+                    self._hand_over_plan(rank, sched, k)
+                    return
+        if self.acted:
+            self.cap = self._free_rows(k)
+            if self.cap <= k or self.valid(self.horizon) <= k:
+                self._hand_over_plan(self.ranks[0], self.scheds[0], k)
                 return
+        for sched, n, pages in zip(self.scheds, self.active[k].tolist(), self.pages[k].tolist()):
             if n:  # (a rank with nothing running plans an empty pass: no decode, no step of its ratio)
                 sched.plan_decode(n, pages)
             else:
                 sched.plan_idle()
+
+    def _hand_over_plan(self, rank, sched, k: int) -> None:
+        """The rank plans row k itself, on the requests as the run leaves them, its reservations (if any) made
+        already: the run hands that pass over (``handed``)."""
+        self._settle(k)
+        self.handed = [rank.plan(schedule=partial(sched.schedule, preallocs_reserved=True))]
+        self.worker.mark_planned()
+
+    def join(self, k: int, joined: list) -> bool:
+        """P/D requests whose KV arrived joined the batch as row k was planned (``SglangScheduler.join_handoffs``:
+        each holds its prompt and the prefill's token): each becomes a column decoding from row k, whose first
+        decode delivers the client's first token with the prefill's, and the rows from k are priced again.
+        False if a price does not fit the clock (the loop then plans the row, and reports it)."""
+        sched, page, rows = self.scheds[0], self.page, self.rows
+        i0 = len(self.requests)
+        context = np.array([r.num_computed_tokens for r in joined], np.int64)
+        left = np.array([sched.passes_left(r) for r in joined], np.int64)
+        self.requests += joined
+        self.context = np.concatenate((self.context, context))
+        self.outputs = np.concatenate((self.outputs, [r.num_output_tokens for r in joined]))
+        self.left = np.concatenate((self.left, left))
+        self.first = np.concatenate((self.first, np.full(len(joined), k, np.int64)))
+        self.bounds[-1] += len(joined)
+        if self.held is not None:
+            self.held = np.concatenate((self.held, [r.num_prompt_tokens + r.num_output_tokens for r in joined]))
+            self.needs = np.concatenate((self.needs, [sched.clipped_need(r) for r in joined]))
+        self.joined[k] = list(range(i0, i0 + len(joined)))
+        for i, n in enumerate(left.tolist(), i0):
+            if k + n <= rows:
+                self.finishing.setdefault(k + n - 1, []).append(i)
+        hi = min(rows, k + int(left.max()))  # (the rows the new columns run)
+        j = np.arange(hi - k)[:, None]
+        active = left > j
+        decodes = active.sum(axis=1)
+        contexts = (active * (context + j)).sum(axis=1)
+        self.active[k:hi, 0] += decodes
+        if page > 1:  # (with pages of one token ``pages`` is ``active``)
+            self.pages[k:hi, 0] += (active & ((context + j) % page == 0)).sum(axis=1)
+        cells = self.table.reshape(rows, 1, 10)[k:hi, 0]
+        cells[:, DECODE] += decodes
+        cells[:, DECODE + 1] += decodes
+        cells[:, DECODE + 4] += decodes
+        cells[:, DECODE + 2] += contexts
+        cells[:, DECODE + 3] += contexts + decodes
+        return self.price(k)
 
     def _running_tokens(self, k: int) -> tuple[int, int]:
         """The prompt and output tokens of the requests running when row k is planned (one rank: those with a
@@ -241,14 +331,18 @@ class DecodeRun:
             sched = self.scheds[0]
             self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
             self.needs = np.array([sched.clipped_need(r) for r in self.requests], np.int64)
-        running = self.left > k
+        first = self.first
+        running = self.left > k - first  # (a column joined by row k's own plan joins after its reservations)
+        if k:
+            running &= first < k
         n = int(running.sum())
-        tokens = int(self.held[running].sum()) + k * n
+        tokens = int(self.held[running].sum()) + int((k - first[running]).sum())
         return tokens, int(self.needs[running].max()) if n else tokens
 
     def waiting(self) -> bool:
-        """Whether the plan just made must be handed over (``handed``): nothing else waits while a run goes on."""
-        return self.handed is not None
+        """Whether the plan just made must be handed over (``handed``), or reserved or joined (``acted``): what it
+        set going runs before its pass (nothing else waits while a run goes on)."""
+        return self.handed is not None or self.acted
 
     def admit_placed(self, k: int, at: int) -> list:
         """Row k was planned now (``_plan``) seeing what was placed on the worker: the plans it hands over, if
@@ -260,6 +354,7 @@ class DecodeRun:
 
     def take(self, k: int, outs: list, admitted_at: int) -> bool:
         """Whether the run goes on with row k as the run planned it (False: it hands it over)."""
+        self.acted = False
         return self.handed is None
 
     def hand_over(self, m: int) -> tuple[tuple, list]:
@@ -290,6 +385,7 @@ class DecodeRun:
         role, w, index, label = worker.role, worker.worker_id, self.base + k, "+".join(self.labels[k])
         finishing = self.finishing.get(k, ())
         called_back = False
+        joined = self.joined.get(k, ())
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             intervals = self._intervals(k, r, start, end)  # (before the finishing requests' fields move on)
             lo, hi = self.bounds[r], self.bounds[r + 1]
@@ -304,7 +400,8 @@ class DecodeRun:
             a = int(self.active[k, r])
             row = PassRecord(role, w, r, index, start, end, a, 0, 0, a, a, self.used_at[k][r], 0,
                              int(self.busy[k, r]), int(self.work_ns[k, r]), label)
-            called_back |= rank.record_pass_end(PassEnd(row, end, intervals, (), finished))
+            firsts = [requests[i] for i in joined] if joined else ()  # (one rank: ``takes_placements``)
+            called_back |= rank.record_pass_end(PassEnd(row, end, intervals, firsts, finished))
         return called_back
 
     def _intervals(self, k: int, r: int, start: int, end: int) -> list[tuple[int, int, int]]:
@@ -313,7 +410,13 @@ class DecodeRun:
         by the time since its last token."""
         stage = self.stage
         if k:
-            return [(end - start, int(self.active[k, r]), stage)]
+            joined = self.joined.get(k)
+            if not joined:
+                return [(end - start, int(self.active[k, r]), stage)]
+            # A joined request's first decode delivers the prefill's token and its own together (no interval for
+            # the first, none between them); the others follow the pass before.
+            follow = int(self.active[k, r]) - len(joined)
+            return [(0, 1, stage)] * len(joined) + ([(end - start, follow, stage)] if follow else [])
         last = self.base - 1
         mine = self.requests[self.bounds[r]:self.bounds[r + 1]]
         intervals = [(end - q.last_token_at, 1, stage) for q in mine if q.last_token_pass != last]
@@ -326,23 +429,26 @@ class DecodeRun:
 
     def _pages_of(self, i: int, rows: int) -> int:
         """Pages column i's decodes in rows 0..rows − 1 took (one where its context was a multiple of a page)."""
-        return new_pages(int(self.context[i]), max(min(rows, int(self.left[i])), 0), self.page)
+        return new_pages(int(self.context[i]), max(min(rows - int(self.first[i]), int(self.left[i])), 0), self.page)
 
     def _deliver(self, i: int, delivered: int, planned: int) -> None:
         """Column i's request once ``delivered`` of the run's rows delivered their tokens, ``planned`` planned."""
         request = self.requests[i]
-        n = min(delivered, int(self.left[i]))
-        request.num_computed_tokens = int(self.context[i]) + min(planned, int(self.left[i]))
+        first, left = int(self.first[i]), int(self.left[i])
+        n = min(delivered - first, left)
+        request.num_computed_tokens = int(self.context[i]) + min(max(planned - first, 0), left)
         if n <= 0:
             return
         ends = self.end
         outputs = int(self.outputs[i])
         request.num_output_tokens = outputs + n
-        request.num_emitted = 1
+        request.num_emitted = 2 if request.kv_transferred and request.num_output_tokens == 2 else 1
+        if request.first_token_at is None:  # (a joined P/D request's: its first decode, with the prefill's)
+            request.first_token_at = int(ends[first])
         if outputs < 2 <= outputs + n and request.second_token_at is None:
-            request.second_token_at = int(ends[1 - outputs])
-        request.last_token_at = int(ends[n - 1])
-        request.last_token_pass = self.base + n - 1
+            request.second_token_at = int(ends[first + 1 - outputs])
+        request.last_token_at = int(ends[first + n - 1])
+        request.last_token_pass = self.base + first + n - 1
 
     def close(self, m: int, ahead: int = 0, started: int | None = None) -> tuple:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:

@@ -415,11 +415,13 @@ class SglangScheduler:
             del self.prealloc[:reserved]
         return reserved
 
-    def _join_handoffs(self) -> None:
+    def join_handoffs(self) -> list[Request]:
         """Arrived KV enters the tree under the request's lock (its whole pages; a last partial page stays
-        the request's own); the request runs with the prefill's token."""
+        the request's own); the request runs with the prefill's token. Returns the requests that joined the
+        batch (a run of decode passes takes them as new columns: ``engine.planner.sglang_run``)."""
         cache = self.cache
-        for r in self.handoffs:
+        joined = list(self.handoffs)
+        for r in joined:
             st = self._states[r]
             cache.release(st.allocated)
             _, node = cache.insert(st.prompt_pages, st.prompt_full)
@@ -432,6 +434,7 @@ class SglangScheduler:
             r.status = RequestStatus.RUNNING
             self.running.append(r)
         self.handoffs.clear()
+        return joined
 
     def _segments(self, request: Request, st: _State) -> list[tuple[Hashable, int]]:
         """The request's sequence (prompt and outputs so far) in the tree's units, pages."""
@@ -464,7 +467,7 @@ class SglangScheduler:
         if self.prealloc and not preallocs_reserved:
             self.reserve_preallocs()
         if self.handoffs:
-            self._join_handoffs()
+            self.join_handoffs()
         if not prefill_blocked and (self.waiting or self.chunked is not None):
             self._schedule_prefill(out, arrived_before)
         if self.running and not out.requests:
@@ -1033,23 +1036,26 @@ class SglangScheduler:
     def decode_run(self) -> tuple[list[Request], list[int]] | None:
         """The running requests in batch order, and the decode passes each has left, if every pass from now on
         is a plain decode pass of them until one of them finishes or something is placed on the rank: nothing
-        waits or is mid-chunk, no P/D request has its KV arrived (one whose KV is on its way stays out of the
-        passes: its arrival is a placement, which ends a run; one waiting for its reservation does not, each
-        pass's plan tries to reserve as SGLang's does, ``reserve_preallocs``), no overlap loop, every request
-        past the decode that delivers a P/D handoff's first token, no speculative decoding; none on a rank with
-        nothing running (it plans empty passes). Else None."""
+        waits or is mid-chunk, no P/D request has its KV arrived and waits to join (one whose KV is on its way
+        stays out of the passes until a plan joins it, ``join_handoffs``; one waiting for its reservation too,
+        each pass's plan tries to reserve as SGLang's does, ``reserve_preallocs``), no overlap loop, every
+        request past the decode that delivers a P/D handoff's first token, no speculative decoding; none on a
+        rank with nothing running (it plans empty passes). Else None."""
         if (self.waiting or self.chunked is not None or self.handoffs or self.config.overlap
                 or self.config.num_speculative_steps):
             return None
         if self.tiered and self.cache.threshold is None:
             return None  # (write-back copies on eviction stall the passes: each is planned on its own)
-        states = self._states
         left = []
         for r in self.running:
             if r.kv_transferred and r.num_output_tokens < 2:
                 return None
-            left.append(states[r].max_new - r.num_output_tokens)
+            left.append(self.passes_left(r))
         return list(self.running), left
+
+    def passes_left(self, request: Request) -> int:
+        """The decode passes a running request has left: one a token up to its ``max_new_tokens``."""
+        return self._states[request].max_new - request.num_output_tokens
 
     def plan_decode(self, num_requests: int, pages: int) -> None:
         """A decode pass of a run is planned (``_schedule_decode``, its requests counted by the planner): the tree
