@@ -109,12 +109,16 @@ class DecodeRun:
         """Columns of rank r: ``bounds[r]:bounds[r + 1]``."""
         for count in counts:
             self.bounds.append(self.bounds[-1] + count)
-        self.context = np.array([r.num_computed_tokens for r in requests], np.int64)
-        self.outputs = np.array([r.num_output_tokens for r in requests], np.int64)
+        contexts = [r.num_computed_tokens for r in requests]
+        outputs = [r.num_output_tokens for r in requests]
+        self.context = np.array(contexts, np.int64)
+        self.outputs = np.array(outputs, np.int64)
         self.left = np.array(left, np.int64)
         self.first = np.zeros(len(requests), np.int64)
         """Per column, the row of its first decode: 0, or the row whose plan joined it (a P/D handoff whose KV
         arrived during the run: ``join``)."""
+        self.column_fields = [(c, o, 0, n) for c, o, n in zip(contexts, outputs, left)]
+        """Per column, (context, outputs, first, left) as Python integers, for delivering it."""
         self.joined: dict[int, list[int]] = {}
         """Row: the columns its plan joined to the batch (their first decode delivers the client's first token)."""
         self.acted = False
@@ -302,6 +306,7 @@ class DecodeRun:
         if self.held is not None:
             self.held = np.concatenate((self.held, [r.num_prompt_tokens + r.num_output_tokens for r in joined]))
             self.needs = np.concatenate((self.needs, [sched.clipped_need(r) for r in joined]))
+        self.column_fields += [(c, r.num_output_tokens, k, n) for r, c, n in zip(joined, context.tolist(), left.tolist())]
         self.joined[k] = list(range(i0, i0 + len(joined)))
         for i, n in enumerate(left.tolist(), i0):
             if k + n <= rows:
@@ -429,26 +434,38 @@ class DecodeRun:
 
     def _pages_of(self, i: int, rows: int) -> int:
         """Pages column i's decodes in rows 0..rows − 1 took (one where its context was a multiple of a page)."""
-        return new_pages(int(self.context[i]), max(min(rows - int(self.first[i]), int(self.left[i])), 0), self.page)
+        return self._pages_of_columns([i], rows)[0]
+
+    def _pages_of_columns(self, columns: list[int], rows: int) -> list[int]:
+        """``_pages_of`` each of ``columns``."""
+        page, fields = self.page, self.column_fields
+        return [new_pages(context, max(min(rows - first, left), 0), page)
+                for context, _, first, left in map(fields.__getitem__, columns)]
 
     def _deliver(self, i: int, delivered: int, planned: int) -> None:
         """Column i's request once ``delivered`` of the run's rows delivered their tokens, ``planned`` planned."""
-        request = self.requests[i]
-        first, left = int(self.first[i]), int(self.left[i])
-        n = min(delivered - first, left)
-        request.num_computed_tokens = int(self.context[i]) + min(max(planned - first, 0), left)
-        if n <= 0:
-            return
-        ends = self.end
-        outputs = int(self.outputs[i])
-        request.num_output_tokens = outputs + n
-        request.num_emitted = 2 if request.kv_transferred and request.num_output_tokens == 2 else 1
-        if request.first_token_at is None:  # (a joined P/D request's: its first decode, with the prefill's)
-            request.first_token_at = int(ends[first])
-        if outputs < 2 <= outputs + n and request.second_token_at is None:
-            request.second_token_at = int(ends[first + 1 - outputs])
-        request.last_token_at = int(ends[first + n - 1])
-        request.last_token_pass = self.base + first + n - 1
+        self._deliver_columns([i], delivered, planned)
+
+    def _deliver_columns(self, columns: list[int], delivered: int, planned: int) -> None:
+        """The requests of ``columns`` once ``delivered`` of the run's rows delivered their tokens, ``planned``
+        planned (a column's rows counted from its first)."""
+        ends, base = self.end, self.base
+        requests, fields = self.requests, self.column_fields
+        for i in columns:
+            context, outputs, first, left = fields[i]
+            request = requests[i]
+            n = min(delivered - first, left)
+            request.num_computed_tokens = context + min(max(planned - first, 0), left)
+            if n <= 0:
+                continue
+            request.num_output_tokens = outputs + n
+            request.num_emitted = 2 if request.kv_transferred and outputs + n == 2 else 1
+            if request.first_token_at is None:  # (a joined P/D request's: its first decode, with the prefill's)
+                request.first_token_at = int(ends[first])
+            if outputs < 2 <= outputs + n and request.second_token_at is None:
+                request.second_token_at = int(ends[first + 1 - outputs])
+            request.last_token_at = int(ends[first + n - 1])
+            request.last_token_pass = base + first + n - 1
 
     def close(self, m: int, ahead: int = 0, started: int | None = None) -> tuple:
         """The run stops after row m − 1, and ``ahead`` rows after it are planned, ``started`` of them (default:
@@ -466,9 +483,8 @@ class DecodeRun:
         self.settled = True
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             still = [i for i in range(self.bounds[r], self.bounds[r + 1]) if i not in self.done]
-            for i in still:
-                self._deliver(i, m, m + ahead)
-            sched.deliver_decoded([self.requests[i] for i in still], [self._pages_of(i, m + ahead) for i in still])
+            self._deliver_columns(still, m, m + ahead)
+            sched.deliver_decoded([self.requests[i] for i in still], self._pages_of_columns(still, m + ahead))
             rank.num_passes += m
             if m:
                 rank.last_delivery = int(self.end[m - 1])

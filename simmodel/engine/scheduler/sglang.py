@@ -1046,11 +1046,12 @@ class SglangScheduler:
             return None
         if self.tiered and self.cache.threshold is None:
             return None  # (write-back copies on eviction stall the passes: each is planned on its own)
+        states = self._states
         left = []
         for r in self.running:
             if r.kv_transferred and r.num_output_tokens < 2:
                 return None
-            left.append(self.passes_left(r))
+            left.append(states[r].max_new - r.num_output_tokens)  # (``passes_left``, inline: every run's start)
         return list(self.running), left
 
     def passes_left(self, request: Request) -> int:
