@@ -661,6 +661,8 @@ class WorkerArrivals:
         self.source, self.worker_index = source, worker_index
         self._position = 0
         """This worker's requests before this one (in its own order) are all made."""
+        self._last_at: tuple[int, int] = (-1, 0)
+        """(request, ``_at``) of the last request asked for."""
 
     def _next_index(self, position: int | None = None) -> tuple[int, int] | None:
         """(position, request index) of this worker's first request not made yet, from ``position`` on (else
@@ -676,8 +678,14 @@ class WorkerArrivals:
         return None if i is None else (p, i)
 
     def _at(self, i: int) -> int:
-        """When request ``i`` reaches the deployment (its arrival plus ``engine.request_overhead_ms``)."""
-        return to_ns(self.source.stream.arrival(i)) + self.source.overhead_ns
+        """When request ``i`` reaches the deployment (its arrival plus ``engine.request_overhead_ms``); the
+        worker's next request is asked for again and again as its runs go on, so the last answer is kept."""
+        last = self._last_at
+        if last[0] == i:
+            return last[1]
+        at = to_ns(self.source.stream.arrival(i)) + self.source.overhead_ns
+        self._last_at = (i, at)
+        return at
 
     def next_arrival_ns(self) -> int | None:
         """When this worker's next request reaches it (None: no more)."""

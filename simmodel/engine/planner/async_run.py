@@ -32,6 +32,7 @@ class AsyncRun(Run):
         super().__init__(worker, run, now, rows, ticked)
         self.start0 = first_start
         self.busy[0], self.work_ns[0], self.end[0] = first_busy, first_work, first_end  # priced when it started
+        self.worked = 1
         self.labels[0] = tuple(first_provenance.split("+")) if first_provenance else ()
         self.last_admission = 1  # row 1 is planned now (decision −1), after the outputs before it
 
@@ -131,7 +132,7 @@ class AsyncRun(Run):
         plans = self._row_plans(m)
         for plan, blocks in zip(plans, used.tolist()):
             plan.kv_blocks_used = blocks
-        cost = (self.busy[m].copy(), "+".join(self.labels[m]), self.work_ns[m].copy())
+        cost = (self.busy[m].copy(), "+".join(self.labels[m]), self.works(m + 1)[m].copy())
         return plans, int(self.end[m - 1]), cost, int(self.end[m])
 
     def plan_first(self) -> None:

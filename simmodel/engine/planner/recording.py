@@ -81,7 +81,7 @@ class Recording:
             rec.passes.extend(role, labels,
                               (*per_pass, tokens[:m].ravel(), prefill_tokens[:m].ravel(), prefill_seqs[:m].ravel(),
                                decodes[:m].ravel(), sampled.ravel(), used.ravel(), 0, self.busy[lo:hi].ravel(),
-                               self.work_ns[lo:hi].ravel()),
+                               self.works(hi)[lo:hi].ravel()),
                               int(ends[m - 1]))
         finished = self.finished
         if self.ranks[0].watcher is not None:
@@ -157,7 +157,7 @@ class Recording:
         index = self.base + k
         cells = self.cells[k].astype(np.int64).tolist()
         follow = [sums[DECODE] - first for sums, first in zip(cells, self.first_decodes[k].tolist())]
-        busy, work = self.busy[k].tolist(), self.work_ns[k].tolist()
+        busy, work = self.busy[k].tolist(), self.works(k + 1)[k].tolist()
         label = "+".join(self.labels[k])
         rec = self.recorder
         # (for the events, and for a router watching the ranks)
@@ -196,7 +196,7 @@ class Recording:
         role, w, index = worker.role, worker.worker_id, self.base + k
         for r, (t, pt, ps, d, u, b, a) in enumerate(zip(tokens.tolist(), prefill_tokens.tolist(), prefill_seqs.tolist(),
                                                           decodes.tolist(), used.tolist(), self.busy[k].tolist(),
-                                                          self.work_ns[k].tolist())):
+                                                          self.works(k + 1)[k].tolist())):
             passes.append(PassRecord(role, w, r, index, start, end, t, pt, ps, d, d + ps, u, 0, b, a, label))
 
     def _begin_events(self, j: int, planned_at: int, start: int, tokens: list[int], add) -> None:

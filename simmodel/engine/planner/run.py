@@ -168,7 +168,11 @@ class Run(Admissions, Recording):
         self.capacity = np.tile(worker.kv_capacity_tokens, rows)
         self.busy = np.zeros((rows, R), np.int64)
         self.work_ns = np.zeros((rows, R), np.int64)
-        """Each row's rank passes at datasheet peaks (``PassEnergy.active_ns``)."""
+        """Each row's rank passes at datasheet peaks (``PassEnergy.work_ns``), rows ..``worked`` − 1 computed."""
+        self.worked = 0
+        """Rows whose ``work_ns`` is computed (``works``): a row's work depends only on its totals, so it is
+        computed once they are final, when the row is recorded, not each time an admission prices the rows
+        after it again."""
         self.end = np.zeros(rows, np.int64)
         self.labels: list = [()] * rows
         self.last = int(run.left.max())
@@ -244,6 +248,7 @@ class Run(Admissions, Recording):
         """Price rows k.. up to the last with a running request (a run applied as its passes end: the next
         ``PRICED_AHEAD`` of them, ``priced_further`` pricing more as its rows end); False if a price does not fit
         the clock. The rows after them keep no price: each admission changes it."""
+        self.worked = min(self.worked, k)  # (their totals may have changed: ``works``)
         hi = min(self.last, self.rows)
         if self.ticked:
             hi = min(hi, k + PRICED_AHEAD)
@@ -263,12 +268,22 @@ class Run(Admissions, Recording):
             busy = clock_ns(seconds)
             self.priced = hi
         self.busy[k:hi] = busy
-        self.work_ns[k:hi] = self.worker.work_ns(sums).reshape(n, R)[:hi - k]
         end = self.end[k:hi]
         (busy[:, 0] if R == 1 else busy.max(axis=1)).cumsum(out=end)
         end += int(self.end[k - 1]) if k else self.now
         self.labels[k:hi] = labels
         return True
+
+    def works(self, hi: int) -> np.ndarray:
+        """``work_ns``, with rows ..``hi`` − 1 computed (and every row priced with them, in one call)."""
+        lo = self.worked
+        if lo < hi:
+            hi = max(hi, min(self.priced, self.rows))
+            R, n = self.num_ranks, hi - lo
+            sums = PassSums(self.table[lo * R:hi * R], self.capacity[lo * R:hi * R], n)
+            self.work_ns[lo:hi] = self.worker.work_ns(sums).reshape(n, R)
+            self.worked = hi
+        return self.work_ns
 
     def valid(self, horizon: float) -> int:
         """Rows the run may take as priced now: each ends before ``horizon`` and starts within the time limit."""
