@@ -61,6 +61,8 @@ class HostTier:
         If the run reaches a block still landing, or one another load reads, the request waits instead of
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
         rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
+        if not keys or keys[0] not in self.ready_at:
+            return 0, None  # (most lookups miss at once: no need to look at the rest of a long prompt)
         copies = list(map(self.ready_at.get, keys))
         n = copies.index(None) if None in copies else len(copies)
         if not n:
