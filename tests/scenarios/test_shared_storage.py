@@ -17,6 +17,7 @@ from factories import (
     make_sglang_scenario,
     run_both_ways,
     run_scenario,
+    write_csv_trace,
 )
 
 from simmodel.offload.storage import StoredBlocks
@@ -168,3 +169,26 @@ def test_runs_that_hold_waiting_requests_end_where_pass_by_pass_would_plan(sched
     runs, differ = run_both_ways(data)
     assert differ == []
     assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
+
+
+@pytest.mark.parametrize(("async_scheduling", "ttft_ms"), [(False, 3540.0), (True, 3550.0)])
+def test_a_run_holding_waiting_requests_ends_at_the_finish_that_frees_a_slot_however_far(tmp_path, async_scheduling,
+                                                                                        ttft_ms):
+    """A (100 → 600 tokens), B (100 → 350) and C (100 → 50) at 0, two sequence slots, fixed timing (prefill 20 ms,
+    decode 10 ms, a mixed pass both), a shared store (so the worker's runs are applied as their passes end and
+    hold C waiting). A and B prefill 0–20; B's last token ends 349 decode passes later, at 20 + 349 × 10 = 3,510;
+    the plan then admits C into a mixed pass 3,510–3,540 (async: the plan after that, 3,520–3,550), its first
+    token. That finish lies some 350 rows into the run, past the rows it prices at first (64): the run ends there
+    all the same, as pass by pass, and does not go on past the slot. (A fresh review found it going on: C's TTFT
+    5,100 ms.)"""
+    trace = write_csv_trace(tmp_path / "t.csv", [(0.0, 100, 600), (0.0, 100, 350), (0.0, 100, 50)])
+    data = make_scenario(traffic={"source": {"type": "trace", "path": str(trace), "format": "csv"},
+                                  "load": {"type": "trace_timestamps"}},
+                         engine={"context_length": 2048, "workers": {"aggregated": {
+                             "scheduler": {"max_sequences": 2, "async_scheduling": async_scheduling},
+                             "timing": {"type": "fixed", "prefill_ms": 20, "decode_ms": 10},
+                             "kv_cache": {"block_size": 16, "capacity": {"type": "fixed", "blocks": 4000},
+                                          "host_offload": {"capacity_gib": 10, "storage": {**STORAGE, "shared": True}}}}}})
+    runs, differ = run_both_ways(data)
+    assert differ == []
+    assert runs.requests.set_index("request_id").loc[2, "ttft_ms"] == pytest.approx(ttft_ms)

@@ -292,9 +292,16 @@ class Run(Admissions, Recording):
 
     def priced_further(self, taken: int, horizon: float) -> int:
         """A run applied as its passes end, whose ``taken`` rows are all it may take as priced: price the rows
-        after them if only their price held it back; returns the rows it may take now (``valid``)."""
-        if self.priced < min(self.last, self.rows, self.cap) and not self.price_from(self.priced):
+        after them if only their price held it back; returns the rows it may take now (``valid``). Not a run
+        that holds waiting requests (it ends before the first decision after a finish, which ``plan_ticked``
+        looked for among the rows priced then), nor, async, past a pass of no time (the loop decides at once
+        after it, ``plan_ticked``): those end here."""
+        if self.holds_waiting:
             return taken
+        if self.priced < min(self.last, self.rows, self.cap):
+            before = self.priced
+            if not self.price_from(before) or self.lag and not self.busy[before:self.priced].max(axis=1).all():
+                return taken
         return max(taken, self.valid(horizon))
 
     def _kv_check(self, k: int) -> None:

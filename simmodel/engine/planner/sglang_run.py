@@ -21,8 +21,9 @@ as ``schedule`` does: first it tries to reserve the KV of the requests waiting f
 prefill legs then start; then the requests whose KV arrived join the batch (``join_handoffs``) and become new
 columns from that row (``DecodeRun.join``), their first decode delivering the client's first token with the
 prefill's, and the rows are priced again. A plan whose reservations or joins leave its new pages short of the
-free and evictable ones, or its pass past the run's horizon, or the run's first plan if it reserves, is
-finished by the rank (``Rank.plan``, the rest of ``schedule``) and that pass runs on its own.
+free and evictable ones, or its pass past the run's horizon or the clock, a plan joining a staged load's
+request of another stage, and the run's first plan if it reserves, are finished by the rank (``Rank.plan``,
+the rest of ``schedule``) and those passes run on their own.
 On several ranks, a finish that calls back into the simulation (a closed-loop client's next request) ends the
 run before its pass unless no callback can fail the run or read a worker's state (``Worker.quiet_callbacks``),
 as for vLLM's runs.
@@ -84,9 +85,9 @@ class DecodeRun:
     """A run of an SGLang worker's decode passes: rows (passes) of its ranks' running requests (columns, rank
     after rank, each rank's in batch order).
 
-    Column i, on rank ``rank_of[i]``, has ``context[i]`` tokens in KV and ``outputs[i]`` sampled before row 0
-    and decodes in rows 0..``left[i]`` − 1, the last of which samples its last token (it finishes at that
-    row's end).
+    Column i, on rank ``rank_of[i]``, has ``context[i]`` tokens in KV and ``outputs[i]`` sampled before its first
+    row ``first[i]`` (0, or the row whose plan joined it) and decodes in rows ``first[i]``..``first[i] + left[i]``
+    − 1, the last of which samples its last token (it finishes at that row's end).
     """
 
     lag = 0
@@ -165,8 +166,9 @@ class DecodeRun:
         self.needs: np.ndarray | None = None
         """Per column, its ``SglangScheduler.clipped_need``, with ``held``."""
         self.handed: list | None = None
-        """The plans of the row whose plan reserved KV for a P/D request (``_plan``), made by the ranks: that
-        row runs on its own, after the run."""
+        """The plans of a row the run could not plan itself (``_plan``: the first plan reserving KV for a P/D request,
+        or reservations or joins that leave it short of pages or past the horizon), made by the ranks: that row
+        runs on its own, after the run."""
         self.planned_alone: list | None = None
         """``handed``, if it is row 0: the run delivers nothing and the worker's loop runs that pass."""
         self.settled = False
@@ -252,8 +254,9 @@ class DecodeRun:
         P/D requests waiting for it (``reserve_preallocs``, one rank), then the P/D requests whose KV arrived join
         the batch (``join``, one rank), then the row's decodes. Where the first plan reserves, or where what a
         later plan reserved or joined leaves the row's new pages short of what is free or evictable (SGLang would
-        retract) or its price past the run's horizon, the rank plans the rest of the pass itself and the run hands
-        it over (``handed``)."""
+        retract) or its price past the run's horizon (or past what the clock holds), or where a staged load's request
+        of another stage joins (a run's intervals are recorded under one stage), the rank plans the rest of the
+        pass itself and the run hands it over (``handed``)."""
         self.acted = False
         for rank, sched in zip(self.ranks, self.scheds):
             if sched.prealloc and sched.reserve_preallocs(*self._running_tokens(k)):
@@ -329,7 +332,8 @@ class DecodeRun:
 
     def _running_tokens(self, k: int) -> tuple[int, int]:
         """The prompt and output tokens of the requests running when row k is planned (one rank: those with a
-        row from k on, each k outputs on from row 0), and the largest ``clipped_need`` among them (or those
+        row from k on, each k − ``first`` outputs on from its first row; a column joined by row k's own plan is
+        not one yet, as it joins after the reservations), and the largest ``clipped_need`` among them (or those
         tokens if none runs), for ``reserve_preallocs``."""
         assert self.num_ranks == 1, "a run plans reservations on one rank only (plan_decode_run)"
         if self.held is None:
@@ -337,9 +341,7 @@ class DecodeRun:
             self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
             self.needs = np.array([sched.clipped_need(r) for r in self.requests], np.int64)
         first = self.first
-        running = self.left > k - first  # (a column joined by row k's own plan joins after its reservations)
-        if k:
-            running &= first < k
+        running = self.left > k - first
         n = int(running.sum())
         tokens = int(self.held[running].sum()) + int((k - first[running]).sum())
         return tokens, int(self.needs[running].max()) if n else tokens
@@ -433,7 +435,8 @@ class DecodeRun:
     # -- the end of the run ---------------------------------------------------------------------------
 
     def _pages_of(self, i: int, rows: int) -> int:
-        """Pages column i's decodes in rows 0..rows − 1 took (one where its context was a multiple of a page)."""
+        """Pages column i's decodes in the run's rows 0..rows − 1 took (from its first row; one where its context
+        was a multiple of a page)."""
         return self._pages_of_columns([i], rows)[0]
 
     def _pages_of_columns(self, columns: list[int], rows: int) -> list[int]:
