@@ -333,10 +333,10 @@ class Worker:
         return list(in_flight), planned
 
     def _tick(self, run: Run | AsyncRun, length: int) -> Generator[Event, Any, tuple]:
-        """A run applied as its passes end (``planner.plan_ticked``), delivering up to
-        ``length`` rows (more once those are priced, ``Run.priced_further``): each pass end is an event of its own,
-        at the instant and in the order the loop makes it. With ``lag`` passes in flight (row 0 already, under async), the end of row d delivers its outputs
-        and plans row d + 1 + lag, which then starts (at once, or async when row d + 1 ends).
+        """A run applied as its passes end (``planner.plan_ticked``), delivering up to ``length`` rows (more once
+        those are priced, ``Run.priced_further``): each pass end is an event of its own, at the instant and in the
+        order the loop makes it. With ``lag`` passes in flight (row 0 already, under async), the end of row d
+        delivers its outputs and plans row d + 1 + lag, which then starts (at once, or async when row d + 1 ends).
 
         Something placed on the worker meanwhile is seen by that plan: the run goes on if it takes what the
         plan admits (``Run.takes_placements``, which an SGLang run answers by what was placed), else it ends

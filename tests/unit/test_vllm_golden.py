@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,18 @@ def _summarize(records: list[dict]) -> dict[str, dict]:
             if s["first_hit"] is None:
                 s["first_hit"] = h
     return out
+
+
+def compare_with_drafts(golden: dict, layout=None) -> None:
+    """Replay a golden recorded with ``record_vllm_spec_goldens.run`` through our scheduler, with its MTP/EAGLE
+    drafts if it has any (k of them: a KV slot per draft past the pass, EAGLE's block drop on a hit), on the KV
+    layout given (default one full-attention group), and compare every pass and the prefix-cache hits."""
+    cfg = golden["config"]
+    k = cfg.get("num_speculative_tokens", 0)
+    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
+    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
+                                 mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
+    _compare(golden, ours, HIT_FIELDS)
 
 
 def _compare(golden: dict, ours: list[dict], fields: tuple[str, ...]) -> None:

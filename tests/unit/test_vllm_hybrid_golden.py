@@ -6,14 +6,12 @@ prefix caching: every pass's scheduled tokens, preemptions, finishes and emitted
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from simmodel.perf.kv_layout import KvLayout
-from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import compare_with_drafts
 
 HYBRID_FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_hybrid").glob("*.json"))
 
@@ -28,10 +26,5 @@ def test_enough_goldens() -> None:
 @pytest.mark.parametrize("path", HYBRID_FILES, ids=[p.stem for p in HYBRID_FILES])
 def test_matches_vllm_with_a_sliding_group(path: Path) -> None:
     golden = json.loads(path.read_text())
-    cfg = golden["config"]
-    k = cfg.get("num_speculative_tokens", 0)  # (MTP/EAGLE drafts: lookahead slots, EAGLE's block drop)
-    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
-    layout = KvLayout(2, 1, full_groups=1, sliding_groups=1, window=cfg["sliding_window"])
-    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
-                                 mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
-    _compare(golden, ours, HIT_FIELDS)
+    compare_with_drafts(golden, KvLayout(2, 1, full_groups=1, sliding_groups=1,
+                                         window=golden["config"]["sliding_window"]))

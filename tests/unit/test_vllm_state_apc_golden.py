@@ -7,14 +7,12 @@ preemptions, finishes and emitted tokens, pass by pass."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from simmodel.perf.kv_layout import KvLayout
-from tests.stepdriver import run_steps
-from tests.unit.test_vllm_golden import HIT_FIELDS, _compare, _config, _nonempty, _requests
+from tests.unit.test_vllm_golden import compare_with_drafts
 
 FILES = sorted((Path(__file__).resolve().parents[1] / "golden" / "vllm_state_apc").glob("*.json"))
 
@@ -30,9 +28,6 @@ def test_enough_goldens() -> None:
 def test_matches_vllm_caching_a_state_group(path: Path) -> None:
     golden = json.loads(path.read_text())
     cfg = golden["config"]
-    k = cfg.get("num_speculative_tokens", 0)  # (MTP drafts: speculative state blocks, EAGLE's block drop)
-    config = replace(_config(cfg), num_speculative_tokens=k, num_lookahead_tokens=k)
-    layout = KvLayout(2, 1, full_groups=1, state_groups=1, state_blocks=1 + k, state_checkpoint=cfg["state_checkpoint"])
-    ours = [r for r in run_steps(_requests(golden), config, cfg["num_gpu_blocks"], cfg["block_size"], layout=layout,
-                                 mean_accepted=cfg.get("mean_accepted"), eagle=k > 0) if _nonempty(r)]
-    _compare(golden, ours, HIT_FIELDS)
+    k = cfg.get("num_speculative_tokens", 0)  # (MTP drafts: a speculative state block each)
+    compare_with_drafts(golden, KvLayout(2, 1, full_groups=1, state_groups=1, state_blocks=1 + k,
+                                         state_checkpoint=cfg["state_checkpoint"]))

@@ -85,7 +85,6 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
         state.storage_marks = worker.storage_marks()  # (the run ends once storage gains a write: ``Worker._tick``)
         if (slot := state.slot_decision(m)) is not None:
             m = slot + 1  # (the decision after the first finish may admit one, and is the loop's)
-            state.cap = min(state.cap, m + lag)  # (no row past it, however many more rows are priced)
     if m < 1 or lag and not state.busy[1:m + 1].max(axis=1).all():
         return None  # (async: after a pass of no time the loop decides at once, without waiting)
     state.plan_first()

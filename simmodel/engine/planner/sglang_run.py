@@ -85,9 +85,10 @@ class DecodeRun:
     """A run of an SGLang worker's decode passes: rows (passes) of its ranks' running requests (columns, rank
     after rank, each rank's in batch order).
 
-    Column i, on rank ``rank_of[i]``, has ``context[i]`` tokens in KV and ``outputs[i]`` sampled before its first
-    row ``first[i]`` (0, or the row whose plan joined it) and decodes in rows ``first[i]``..``first[i] + left[i]``
-    − 1, the last of which samples its last token (it finishes at that row's end).
+    Column i, on rank ``rank_of[i]``, has ``context[i]`` tokens in KV and some outputs sampled before its first row
+    ``first[i]`` (0, or the row whose plan joined it), and decodes in rows ``first[i]``..``first[i] + left[i]`` − 1,
+    the last of which samples its last token (it finishes at that row's end); ``column_fields[i]`` holds the same
+    as Python integers.
     """
 
     lag = 0
@@ -113,7 +114,6 @@ class DecodeRun:
         contexts = [r.num_computed_tokens for r in requests]
         outputs = [r.num_output_tokens for r in requests]
         self.context = np.array(contexts, np.int64)
-        self.outputs = np.array(outputs, np.int64)
         self.left = np.array(left, np.int64)
         self.first = np.zeros(len(requests), np.int64)
         """Per column, the row of its first decode: 0, or the row whose plan joined it (a P/D handoff whose KV
@@ -302,7 +302,6 @@ class DecodeRun:
         left = np.array([sched.passes_left(r) for r in joined], np.int64)
         self.requests += joined
         self.context = np.concatenate((self.context, context))
-        self.outputs = np.concatenate((self.outputs, [r.num_output_tokens for r in joined]))
         self.left = np.concatenate((self.left, left))
         self.first = np.concatenate((self.first, np.full(len(joined), k, np.int64)))
         self.bounds[-1] += len(joined)
@@ -338,7 +337,8 @@ class DecodeRun:
         assert self.num_ranks == 1, "a run plans reservations on one rank only (plan_decode_run)"
         if self.held is None:
             sched = self.scheds[0]
-            self.held = np.array([r.num_prompt_tokens for r in self.requests], np.int64) + self.outputs
+            self.held = np.array([r.num_prompt_tokens + outputs for r, (_, outputs, _, _) in
+                                  zip(self.requests, self.column_fields)], np.int64)
             self.needs = np.array([sched.clipped_need(r) for r in self.requests], np.int64)
         first = self.first
         running = self.left > k - first
