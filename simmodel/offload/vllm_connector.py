@@ -45,7 +45,7 @@ from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import PassBytes
 from simmodel.offload.storage import StorageTier
-from simmodel.offload.tier import UNQUEUED, HostTier
+from simmodel.offload.tier import UNQUEUED, Held, HostTier
 
 if TYPE_CHECKING:
     import simpy
@@ -61,7 +61,7 @@ class Offered:
     could never fit (vLLM makes it again each pass, to no effect), ``lands_at`` when its last copy to the tier
     lands (``UNQUEUED`` while not queued)."""
 
-    __slots__ = ("first", "next", "keys", "request", "hopeless", "lands_at", "block_ids", "copies")
+    __slots__ = ("first", "next", "keys", "request", "hopeless", "lands_at", "block_ids", "copies", "held")
 
     def __init__(self, request: Request, first: int = 0) -> None:
         self.first = self.next = first
@@ -72,6 +72,8 @@ class Offered:
         """The request's GPU blocks as of its last pass (the list stays as it was once the pool frees them)."""
         self.copies: list[tuple[int, list[int]]] = []
         """(when it lands, the GPU blocks it reads) of its copies to the tier queued so far (landed ones pruned)."""
+        self.held: list[Held] = []
+        """Where blocks ``first`` … ``next − 1`` are in the tier (``HostTier.touch_reversed`` at its finish)."""
 
 
 class VllmCpuOffload:
@@ -226,24 +228,21 @@ class VllmCpuOffload:
         whether the answer holds while the tiers neither gain nor lose a block: not if a read got no host slot
         (one may free without a block leaving, as a load or a write to storage ends)."""
         tier, storage = self.tier, self.storage
-        ready_at, readers, held = tier.ready_at, tier.readers, storage.blocks
+        held = storage.blocks
         found, total, wake, pending, cacheable = 0, len(keys), float("inf"), False, True
         promoted, slots = [], []
         while found < total:
             rest = keys[found:]
-            copies = list(map(ready_at.get, rest))
-            n = copies.index(None) if None in copies else len(copies)
+            n, gap, late, read = tier.scan(rest, now)
             if n:  # (a run on the host)
-                late = [copy.at for copy in set(copies[:n]) if copy.at > now]
-                if late:
-                    pending, wake = True, min(wake, *late)
-                elif readers and not readers.keys().isdisjoint(rest[:n]):
+                if late is not None:
+                    pending, wake = True, min(wake, late)
+                elif read:
                     pending = True
                 found += n
                 if n == len(rest):
                     break
             # (then a run missing on the host, up to the next block there: read what storage holds from its start)
-            gap = next((i for i in range(n + 1, len(copies)) if copies[i] is not None), len(copies)) - n
             held_run = list(map(held.__contains__, rest[n:n + gap]))
             m = held_run.index(False) if False in held_run else gap
             taken, copy = tier.promote(rest[n:n + m], now) if m else (0, None)
@@ -318,7 +317,7 @@ class VllmCpuOffload:
         host: pin them; the copy is queued with the plan's (``planned``), and the request is handed to
         ``on_loaded`` when it lands."""
         keys = request.block_keys.upto(start + count)[start:start + count]
-        self.tier.read(keys)
+        held = self.tier.read(keys)
         promoted = self.promoted.pop(request, None)
         if promoted and not request.num_preemptions:
             from_storage = len(promoted.intersection(keys)) * self.block_size
@@ -326,29 +325,30 @@ class VllmCpuOffload:
             self.num_storage_hit_tokens += from_storage
         offered = self.offered[request] = Offered(request, start)
         offered.next = start + count  # (what it loaded is not offered)
+        offered.held.append(held)
         self.num_loads += 1
         self.blocks_loaded += count
-        self.queued.append((request, keys, min((start + count) * self.block_size, request.num_tokens - 1)))
+        self.queued.append((request, held, min((start + count) * self.block_size, request.num_tokens - 1)))
 
     def start_loads(self, loads: list, at: int) -> None:
         """Start the copies of ``loads`` at ``at``: the end of the pass planned with them (vLLM copies on a stream
         that waits for that pass), or the plan's instant if it runs no pass."""
         now = self.env.now
-        for request, keys, computed in loads:
-            _, end = self.load_link.transfer(at, len(keys) * self.gpu_block_bytes)
+        for request, held, computed in loads:
+            _, end = self.load_link.transfer(at, len(held) * self.gpu_block_bytes)
             if not request.num_preemptions:  # (the request's figures are its first admission's)
                 request.host_load_start_at = at
-            self._event(at, EventKind.HOST_LOAD_START, request, len(keys) * self.block_size)
+            self._event(at, EventKind.HOST_LOAD_START, request, len(held) * self.block_size)
             heappush(self._landing, end)
             self.env.timeout(max(end - now, 0)).callbacks.append(
-                lambda _, request=request, keys=keys, computed=computed: self._landed(request, keys, computed))
+                lambda _, request=request, held=held, computed=computed: self._landed(request, held, computed))
 
-    def _landed(self, request: Request, keys: list, computed: int) -> None:
+    def _landed(self, request: Request, held: Held, computed: int) -> None:
         heappop(self._landing)  # (the earliest: loads land in the order they started, on one link)
-        self.tier.done_reading(keys)
+        self.tier.done_reading(held)
         if not request.num_preemptions:
             request.host_load_end_at = self.env.now
-        self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(keys) * self.block_size)
+        self._event(self.env.now, EventKind.HOST_LOAD_END, request, len(held) * self.block_size)
         self.on_loaded(request, computed)
 
     # -- what a plan sets going, and a pass end ------------------------------------------------
@@ -470,7 +470,8 @@ class VllmCpuOffload:
             return
         self._retrying.discard(request)
         entry.next = end
-        new, copy = taken
+        new, copy, held = taken
+        entry.held.append(held)
         if new:  # (with the GPU blocks its copy reads)
             ids = entry.block_ids
             if len(new) == end - first:
@@ -490,7 +491,7 @@ class VllmCpuOffload:
                 self._offer(entry, end, at, stores)
             self._retrying.discard(entry.request)
         for entry in entries:
-            self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next])
+            self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next], entry.held)
 
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a pass that ended at ``at``: its stores on the store link, its loads on the load
@@ -500,7 +501,7 @@ class VllmCpuOffload:
         if loads:
             self.start_loads(loads, at)
         if loads:  # (the bytes over all the rank's GPUs, as the summary counts them; stores count their own)
-            self.pass_bytes.add(pass_index, sum(len(keys) for _, keys, _ in loads) * self.block_bytes, 0)
+            self.pass_bytes.add(pass_index, sum(len(held) for _, held, _ in loads) * self.block_bytes, 0)
 
     def _store(self, request: Request, keys: list, copy, source: list[int], at: int, pass_index: int) -> int:
         """Queue one request's copy to the tier at ``at``; returns when it lands. Until then the GPU blocks it reads

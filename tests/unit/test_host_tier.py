@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections import Counter, OrderedDict
 
 from factories import make_scenario, make_sglang_scenario, scenario_error
 
@@ -31,9 +32,9 @@ def test_lookup_counts_the_landed_run_and_waits_on_a_landing_or_read_block():
     assert tier.lookup(["a", "b", "c"], 10) == (-1, 11)
     assert tier.lookup(["a", "b", "c"], 11) == (3, None)
     assert tier.lookup(["x", "a"], 11) == (0, None)  # (a run starts at the first key)
-    tier.read(["b"])
+    reading = tier.read(["b"])
     assert tier.lookup(["a", "b"], 12) == (-1, None)
-    tier.done_reading(["b"])
+    tier.done_reading(reading)
     assert tier.lookup(["a", "b"], 12) == (2, None)
 
 
@@ -45,15 +46,15 @@ def test_a_store_evicts_the_least_recent_landed_unread_blocks_or_takes_nothing()
     tier = HostTier(4)
     _store(tier, ["a", "b", "c", "d"], 0, 0)
     tier.touch_reversed(["c", "d"])
-    assert list(tier.ready_at) == ["a", "b", "d", "c"]
+    assert tier.keys() == ["a", "b", "d", "c"]
     assert _store(tier, ["e", "f"], 1, 100) == ["e", "f"]
-    assert list(tier.ready_at) == ["d", "c", "e", "f"] and tier.num_evicted == 2
-    tier.read(["d"])
+    assert tier.keys() == ["d", "c", "e", "f"] and tier.num_evicted == 2
+    reading = tier.read(["d"])
     assert _store(tier, ["g", "h", "c"], 2, 100) is None  # (c is offered: protected; d read)
     assert tier.num_failed == 1 and len(tier) == 4
-    tier.done_reading(["d"])
+    tier.done_reading(reading)
     assert _store(tier, ["g"], 3, 200) == ["g"]
-    assert "d" not in tier.ready_at and tier.num_evicted == 3
+    assert "d" not in tier and tier.num_evicted == 3
 
 
 def test_landing_blocks_are_never_evicted():
@@ -64,9 +65,9 @@ def test_landing_blocks_are_never_evicted():
     _store(tier, ["a", "b"], 0, 50)
     assert _store(tier, ["c"], 10, 70) is None
     assert tier.store(["c"], 60)[0] == ["c"]  # (its copy not queued yet)
-    assert list(tier.ready_at) == ["b", "c"]
+    assert tier.keys() == ["b", "c"]
     assert tier.lookup(["b", "c"], 80) == (-1, None)
-    assert tier.store(["d"], 80)[0] == ["d"] and list(tier.ready_at) == ["c", "d"]  # (b goes, c cannot)
+    assert tier.store(["d"], 80)[0] == ["d"] and tier.keys() == ["c", "d"]  # (b goes, c cannot)
     assert tier.store(["e"], 90) is None
 
 
@@ -75,29 +76,149 @@ def test_random_operations_keep_the_tier_within_its_capacity():
     evicts a block being read or still landing, and a lookup never counts a block that is not there."""
     rng = random.Random(7)
     tier = HostTier(50)
-    reading: list[list[int]] = []
+    reading: list[tuple] = []
     for now in range(0, 4000, 3):
         keys = [rng.randrange(120) for _ in range(rng.randrange(1, 30))]
         keys = list(dict.fromkeys(keys))
         op = rng.random()
         if op < 0.5:
-            before = dict(tier.ready_at)
+            before = {k: tier.lands_at(k) for k in tier.keys()}
             taken = _store(tier, keys, now, now + rng.randrange(0, 40))
-            gone = set(before) - set(tier.ready_at)
-            assert all(before[k].at <= now for k in gone)  # (only landed blocks go)
-            assert not gone & {k for ks in reading for k in ks}
-            assert taken is None or set(taken) <= set(tier.ready_at)
+            gone = set(before) - set(tier.keys())
+            assert all(before[k] <= now for k in gone)  # (only landed blocks go)
+            assert not gone & {k for ks, _ in reading for k in ks}
+            assert taken is None or set(taken) <= set(tier.keys())
         elif op < 0.7:
             n, _ = tier.lookup(keys, now)
             if n > 0:
-                assert all(tier.ready_at[k].at <= now for k in keys[:n])
-                tier.read(keys[:n])
-                reading.append(keys[:n])
+                assert all(tier.lands_at(k) <= now for k in keys[:n])
+                reading.append((keys[:n], tier.read(keys[:n])))
         elif op < 0.85 and reading:
-            tier.done_reading(reading.pop(rng.randrange(len(reading))))
+            tier.done_reading(reading.pop(rng.randrange(len(reading)))[1])
         else:
             tier.touch_reversed(keys)
         assert len(tier) <= tier.capacity
+
+
+class _PlainLru:
+    """The tier's rules stated plainly, one key at a time over an ordered dict (least recent first): what the
+    slot-and-log ``HostTier`` must agree with, operation by operation."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.order, self.reads = capacity, OrderedDict(), Counter()
+        self.landing: list[list] = []  # [lands, free from, count counted as landed]
+
+    def _can_go(self, key, now, protected) -> bool:
+        at, free_at = self.order[key]
+        return free_at <= now and not self.reads[key] and key not in protected
+
+    def store(self, keys, now):
+        here = [key for key in keys if key in self.order]
+        new = [key for key in keys if key not in self.order]
+        if not new:
+            return new, None
+        over = len(self.order) + len(new) - self.capacity
+        if over > 0:
+            victims = [key for key in self.order if self._can_go(key, now, set(here))][:over]
+            if len(new) > self.capacity - len(here) or len(victims) < over:
+                return None
+            for key in victims:
+                del self.order[key]
+        times = [float("inf"), float("inf")]  # (shared by the copy's keys, as ``Copy``)
+        for key in new:
+            self.order[key] = times
+        return new, times
+
+    def promote(self, keys, now):
+        over = len(self.order) + len(keys) - self.capacity
+        count = len(keys)
+        if over > 0:
+            victims = [key for key in self.order if self._can_go(key, now, set())][:over]
+            count -= over - len(victims)
+            for key in victims:
+                del self.order[key]
+        times = [float("inf"), float("inf")]
+        for key in keys[:max(count, 0)]:
+            self.order[key] = times
+        return max(count, 0), times
+
+    def lookup(self, keys, now):
+        n = 0
+        while n < len(keys) and keys[n] in self.order:
+            n += 1
+        late = [self.order[key][0] for key in keys[:n] if self.order[key][0] > now]
+        if late:
+            return -1, None if late[0] == float("inf") else late[0]
+        if any(self.reads[key] for key in keys[:n]):
+            return -1, None
+        return n, None
+
+    def touch_reversed(self, keys):
+        for key in reversed(keys):
+            if key in self.order:
+                self.order.move_to_end(key)
+
+
+def test_the_tier_agrees_with_its_rules_stated_plainly():
+    """Property: random stores (landing now or later, some pinned for storage and released later), promotions,
+    lookups, loads (read, then done) and finishes (touches, with and without the slots the request's stores
+    and loads gave) leave ``HostTier`` and ``_PlainLru`` with the same answers and the same LRU order, on a
+    tier small enough to evict all the time. Keys are drawn from a small set so that they are evicted, stored
+    again in other slots, and touched through stale slots."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        tier, plain = HostTier(40), _PlainLru(40)
+        reading, held_by, copies = [], {}, []
+        for now in range(0, 3000, 2):
+            keys = list(dict.fromkeys(rng.randrange(90) for _ in range(rng.randrange(1, 25))))
+            op = rng.random()
+            if op < 0.35:
+                taken, want = tier.store(keys, now), plain.store(keys, now)
+                assert (taken is None) == (want is None)
+                if taken is not None:
+                    assert taken[0] == want[0]
+                    held_by[tuple(keys)] = taken[2]
+                    if want[1] is not None:
+                        copies.append((taken[1], want[1], len(taken[0])))
+            elif op < 0.42:
+                absent = [key for key in keys if key not in plain.order]
+                got, want = tier.promote(absent, now), plain.promote(absent, now)
+                assert got[0] == want[0]
+                if got[0]:
+                    copies.append((got[1], want[1], got[0]))
+            elif op < 0.6 and copies:  # a copy lands (pinned: released later) or a pinned one is released
+                copy, times, count = copies.pop(rng.randrange(len(copies)))
+                if times[0] == float("inf"):
+                    lands, pinned = now + rng.randrange(0, 30), rng.random() < 0.3
+                    tier.landed(copy, count, lands, pinned)
+                    times[0] = lands
+                    if not pinned:
+                        times[1] = lands
+                    else:
+                        copies.append((copy, times, count))
+                elif times[1] == float("inf"):
+                    tier.release(copy, count, now)
+                    times[1] = now
+            elif op < 0.75:
+                assert tier.lookup(keys, now) == plain.lookup(keys, now)
+                n, _ = plain.lookup(keys, now)
+                if n > 0:
+                    reading.append(tier.read(keys[:n]))
+                    plain.reads.update(keys[:n])
+                    reading[-1] = (keys[:n], reading[-1])
+            elif op < 0.85 and reading:
+                done, held = reading.pop(rng.randrange(len(reading)))
+                tier.done_reading(held)
+                plain.reads.subtract(done)
+            else:
+                stored = [ks for ks in held_by if ks[0] == keys[0]]
+                if stored and rng.random() < 0.7:
+                    keys = list(stored[-1])
+                    tier.touch_reversed(keys, [held_by[stored[-1]]])
+                else:
+                    tier.touch_reversed(keys)
+                plain.touch_reversed(keys)
+            assert tier.keys() == list(plain.order)
 
 
 def test_host_offload_configuration_rules():
@@ -167,7 +288,7 @@ def test_a_request_whose_own_copy_has_not_landed_is_not_looked_up():
     offload.planned(plan, 0)
     env.run_until(10)
     offload.pass_ended(plan, 10, 0)
-    assert offload.tier.ready_at[request.block_keys(0)].at == 2010
+    assert offload.tier.lands_at(request.block_keys(0)) == 2010
     env.run_until(500)
     assert offload.lookup(request, 0) == -1 and offload.waking
     env.run_until(2010)
