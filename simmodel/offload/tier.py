@@ -87,7 +87,7 @@ class HostTier:
         """Slot → loads reading its block now (it cannot be evicted)."""
         self._gen = np.zeros(size, np.int64)
         """Slot → how many blocks it has held and dropped (``Held``)."""
-        self._looked: tuple = (None, [], None)
+        self._looked: tuple = (-1, [], ())
         """(``version``, keys, their slots) of the last lookup that found a run: the load that follows it reads
         them without looking them up again."""
         self._num_reads = 0
@@ -158,7 +158,7 @@ class HostTier:
     def read(self, keys: list) -> Held:
         """A load starts reading ``keys``: they stay until ``done_reading`` (given what this returns)."""
         version, looked, run = self._looked
-        if version == self.version and len(keys) <= len(looked) and looked[:len(keys)] == keys:
+        if version == self.version and len(keys) <= len(run) and looked[:len(keys)] == keys:
             slots = run[:len(keys)]  # (the lookup just made found them: nothing has moved since)
         else:
             slots = self._slots_of(keys)
@@ -363,6 +363,7 @@ class HostTier:
         self._free.extend(victims.tolist())
         self.num_evicted += len(victims)
         self._num_landed -= len(victims)
+        self.version += 1
         lo, tail = self._head, self._tail  # (the log's head moves past its stale entries)
         while lo < tail:
             hi = min(tail, lo + 4096)
