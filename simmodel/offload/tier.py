@@ -11,9 +11,9 @@ lookups leave it alone.
 How it is kept: a tier holds hundreds of thousands of blocks and a request stores, touches and evicts
 hundreds at a time, so each block has a *slot* (a key → slot dict), and what the rules ask of a block
 (its recency, when it lands, from when it may go, the loads reading it) lives in arrays over slots, changed
-a request's blocks at a time. Recency is a stamp from a counter that every store and touch advances, and an
-append-only log of (slot, stamp) in stamp order is the LRU order: an entry whose slot has been stamped again
-since, or freed, is stale and skipped. Eviction reads the log from its head.
+a request's blocks at a time. Recency is a stamp from a counter that every store and touch advances, and a
+log of (slot, stamp), appended to in stamp order, is the LRU order: an entry whose slot has been stamped again
+since, or freed, is stale and skipped (and dropped when the log fills). Eviction reads the log from its head.
 """
 
 from __future__ import annotations
@@ -275,7 +275,9 @@ class HostTier:
         slots.reverse()  # (the lowest free slots first: a tier that never evicts fills 0, 1, 2, …)
         before = len(self._slot)
         self._slot.update(zip(keys, slots))
-        if len(self._slot) != before + k:
+        if len(self._slot) != before + k:  # (block keys are chained hashes: never so in the engine)
+            _consume(map(self._slot.__delitem__, dict.fromkeys(keys)))
+            free.extend(reversed(slots))
             raise ValueError("host tier: the keys of one store must be distinct and new")
         taken = np.array(slots, np.int64)
         self._key[taken] = np.fromiter(keys, object, k)
