@@ -6,6 +6,7 @@ import copy
 import random
 from collections import Counter, OrderedDict
 
+import pytest
 from factories import make_scenario, make_sglang_scenario, scenario_error
 
 from simmodel.offload.tier import HostTier
@@ -219,6 +220,17 @@ def test_the_tier_agrees_with_its_rules_stated_plainly():
                     tier.touch_reversed(keys)
                 plain.touch_reversed(keys)
             assert tier.keys() == list(plain.order)
+
+
+def test_a_store_given_a_key_twice_raises_and_takes_nothing():
+    """Block keys are chained hashes, so one store never holds a key twice; if it did, the tier says so and is
+    left as it was: a, b held in a tier of 5, a store of c, c raises, and c, d, e then fit in the 3 free slots."""
+    tier = HostTier(5)
+    _store(tier, ["a", "b"], 0, 0)
+    with pytest.raises(ValueError, match="distinct"):
+        tier.store(["c", "c"], 1)
+    assert tier.keys() == ["a", "b"]
+    assert _store(tier, ["c", "d", "e"], 1, 1) == ["c", "d", "e"] and tier.keys() == ["a", "b", "c", "d", "e"]
 
 
 def test_host_offload_configuration_rules():
