@@ -29,6 +29,9 @@ UNQUEUED = float("inf")
 _FREE = -1
 """The stamp of a slot that holds no block."""
 
+_NONE = np.zeros(0, np.int64)
+"""No slots."""
+
 
 class Copy:
     """The copy of one request's blocks to the tier: when it lands (``UNQUEUED`` until it is queued), and when its
@@ -49,8 +52,8 @@ class Held:
 
     __slots__ = ("slots", "gens", "tier")
 
-    def __init__(self, tier: HostTier, slots: np.ndarray) -> None:
-        self.tier, self.slots, self.gens = tier, slots, tier._gen[slots]
+    def __init__(self, tier: HostTier, slots: np.ndarray, gens: np.ndarray) -> None:
+        self.tier, self.slots, self.gens = tier, slots, gens
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -122,11 +125,10 @@ class HostTier:
         next one that is (or the end); the earliest instant one of its blocks lands after ``now`` (None if all
         have landed; ``UNQUEUED`` if the only ones not landed are not queued yet); and whether a load reads one
         of them."""
-        slots = list(map(self._slot.get, keys))
-        n = slots.index(None) if None in slots else len(slots)
+        slots, run = self._run(keys)
+        n = len(run)
         late, read = None, False
         if n:
-            run = np.array(slots[:n] if n < len(slots) else slots, np.int64)
             at = self._at[run]
             later = at[at > now]
             if len(later):
@@ -142,9 +144,7 @@ class HostTier:
         rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
         if not keys or keys[0] not in self._slot:
             return 0, None  # (most lookups miss at once: no need to look at the rest of a long prompt)
-        slots = list(map(self._slot.get, keys))
-        n = slots.index(None) if None in slots else len(slots)
-        run = np.array(slots[:n] if n < len(slots) else slots, np.int64)
+        _, run = self._run(keys)
         at = self._at[run]
         late = np.flatnonzero(at > now)
         if len(late):
@@ -153,7 +153,7 @@ class HostTier:
         if self._num_reads and self._reads[run].any():
             return -1, None
         self._looked = (self.version, keys, run)
-        return n, None
+        return len(run), None
 
     def read(self, keys: list) -> Held:
         """A load starts reading ``keys``: they stay until ``done_reading`` (given what this returns)."""
@@ -165,7 +165,7 @@ class HostTier:
         self._reads[slots] += 1  # (a load's keys are distinct)
         self._num_reads += len(keys)
         self.version += 1  # (a lookup reaching these now waits)
-        return Held(self, slots)
+        return self._held(slots)
 
     def done_reading(self, held: Held) -> None:
         """A load that ``read`` blocks has ended (they cannot have moved while read)."""
@@ -182,7 +182,7 @@ class HostTier:
         num_here = len(slots) - slots.count(None)
         new = [key for key, slot in zip(keys, slots) if slot is None] if num_here else keys
         if not new:
-            return new, Copy(), Held(self, np.array(slots, np.int64))
+            return new, Copy(), self._held(np.array(slots, np.int64))
         over = len(self._slot) + len(new) - self.capacity
         if over > 0:
             fits = len(new) <= self.capacity - num_here
@@ -200,7 +200,7 @@ class HostTier:
             every[every < 0] = copy.slots
         else:
             every = copy.slots
-        return new, copy, Held(self, every)
+        return new, copy, self._held(every)
 
     def promote(self, keys: list, now: int) -> tuple[int, Copy]:
         """Take slots for ``keys`` (none of them here), to be read from storage: as many of them, from the first,
@@ -211,12 +211,9 @@ class HostTier:
         count = len(keys)
         over = len(self._slot) + count - self.capacity
         if over > 0:
-            victims = self._victims(over, now, None, partial=True) if self._landed_by(now) else None
-            if victims is not None:
-                count -= over - len(victims)
-                self._evict(victims)
-            else:
-                count -= over
+            victims = self._victims(over, now, None, partial=True) if self._landed_by(now) else _NONE
+            count -= over - len(victims)
+            self._evict(victims)
         if count <= 0:
             return 0, Copy()
         self.version += 1
@@ -265,6 +262,15 @@ class HostTier:
     def _slots_of(self, keys: list) -> np.ndarray:
         return np.fromiter(map(self._slot.__getitem__, keys), np.int64, len(keys))
 
+    def _run(self, keys: list) -> tuple[list, np.ndarray]:
+        """Each key's slot (None where it is not here), and the slots of the run held from the first key."""
+        slots = list(map(self._slot.get, keys))
+        n = slots.index(None) if None in slots else len(slots)
+        return slots, np.array(slots[:n] if n < len(slots) else slots, np.int64)
+
+    def _held(self, slots: np.ndarray) -> Held:
+        return Held(self, slots, self._gen[slots])
+
     def _add(self, keys: list) -> Copy:
         """Give ``keys`` (none here) free slots, as the most recent blocks, in order; returns their ``Copy``."""
         k, free = len(keys), self._free
@@ -310,15 +316,18 @@ class HostTier:
         self._log_stamp[self._tail:self._tail + k] = stamps
         self._tail += k
 
+    def _fresh(self, lo: int, hi: int) -> np.ndarray:
+        """Which of the log's entries ``lo`` … ``hi`` − 1 are not stale (their slot's stamp is still theirs)."""
+        return self._stamp[self._log_slot[lo:hi]] == self._log_stamp[lo:hi]
+
     def _live(self, lo: int, hi: int) -> np.ndarray:
         """The slots of the log's entries ``lo`` … ``hi`` − 1 that are not stale, in LRU order."""
-        slots = self._log_slot[lo:hi]
-        return slots[self._stamp[slots] == self._log_stamp[lo:hi]]
+        return self._log_slot[lo:hi][self._fresh(lo, hi)]
 
     def _compact(self, more: int) -> None:
         """Drop the log's stale entries, making room for ``more`` (the array grows if live entries fill half)."""
         lo, hi = self._head, self._tail
-        keep = self._stamp[self._log_slot[lo:hi]] == self._log_stamp[lo:hi]
+        keep = self._fresh(lo, hi)
         slots, stamps = self._log_slot[lo:hi][keep], self._log_stamp[lo:hi][keep]
         n = len(slots)
         size = len(self._log_slot)
@@ -352,7 +361,7 @@ class HostTier:
             lo = hi
         if need and not partial:
             return None
-        return np.concatenate(found) if found else np.zeros(0, np.int64)
+        return np.concatenate(found) if found else _NONE
 
     def _evict(self, victims: np.ndarray) -> None:
         """Drop the blocks in slots ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``)."""
@@ -369,8 +378,7 @@ class HostTier:
         lo, tail = self._head, self._tail  # (the log's head moves past its stale entries)
         while lo < tail:
             hi = min(tail, lo + 4096)
-            slots = self._log_slot[lo:hi]
-            live = np.flatnonzero(self._stamp[slots] == self._log_stamp[lo:hi])
+            live = np.flatnonzero(self._fresh(lo, hi))
             if len(live):
                 lo += int(live[0])
                 break

@@ -127,24 +127,15 @@ class DecodeRun:
         going runs before its pass starts: ``Worker._tick``)."""
         self.stage = requests[0].stage if self.recorder.staged else 0
         page = self.page = self.scheds[0].page
-        j = np.arange(rows)[:, None]
-        active = self.left > j
-        self.active = per_rank_sums(active, self.bounds)
+        self.active = np.zeros((rows, R), np.int64)
         """Requests each row decodes, per rank (rows, ranks)."""
-        self.pages = self.active if page == 1 else per_rank_sums(active & ((self.context + j) % page == 0),
-                                                                        self.bounds)
+        self.pages = self.active if page == 1 else np.zeros((rows, R), np.int64)
         """New pages each row takes per rank (a decode takes one where its sequence has filled its last page)."""
-        contexts = per_rank_sums(active * (self.context + j), self.bounds)
-        table = self.table = np.zeros((rows * R, 10))
-        cells = table.reshape(rows, R, 10)
-        cells[:, :, DECODE] = cells[:, :, DECODE + 1] = cells[:, :, DECODE + 4] = self.active
-        cells[:, :, DECODE + 2] = contexts
-        cells[:, :, DECODE + 3] = contexts + self.active
+        self.table = np.zeros((rows * R, 10))
+        """Each row's ranks' pass sums, as the timing model takes them."""
         self.finishing: dict[int, list[int]] = {}
         """Row: the columns whose last token it samples (rank after rank, each in batch order)."""
-        for i, n in enumerate(self.left.tolist()):
-            if n <= rows:
-                self.finishing.setdefault(n - 1, []).append(i)
+        self._count_columns(0, 0, self.context, self.left, self.bounds)
         self.cap = self._free_rows()
         calls = [i for i, r in enumerate(requests) if r.on_finish is not None]
         if calls and R > 1 and not worker.quiet_callbacks:  # (the pass where the first of them finishes)
@@ -296,7 +287,7 @@ class DecodeRun:
         each holds its prompt and the prefill's token): each becomes a column decoding from row k, whose first
         decode delivers the client's first token with the prefill's, and the rows from k are priced again.
         False if a price does not fit the clock (the loop then plans the row, and reports it)."""
-        sched, page, rows = self.scheds[0], self.page, self.rows
+        sched = self.scheds[0]
         i0 = len(self.requests)
         context = np.array([r.num_computed_tokens for r in joined], np.int64)
         left = np.array([sched.passes_left(r) for r in joined], np.int64)
@@ -310,24 +301,33 @@ class DecodeRun:
             self.needs = np.concatenate((self.needs, [sched.clipped_need(r) for r in joined]))
         self.column_fields += [(c, r.num_output_tokens, k, n) for r, c, n in zip(joined, context.tolist(), left.tolist())]
         self.joined[k] = list(range(i0, i0 + len(joined)))
+        self._count_columns(k, i0, context, left, [0, len(joined)])
+        return self.price(k)
+
+    def _count_columns(self, k: int, i0: int, context: np.ndarray, left: np.ndarray, bounds: list[int]) -> None:
+        """Add columns i0.. (their ``context`` and ``left``, rank r's in ``bounds[r]:bounds[r + 1]`` of them),
+        decoding from row k, to each row's decodes, new pages and pass sums, and to the rows that sample their
+        last tokens."""
+        rows, page = self.rows, self.page
         for i, n in enumerate(left.tolist(), i0):
             if k + n <= rows:
                 self.finishing.setdefault(k + n - 1, []).append(i)
-        hi = min(rows, k + int(left.max()))  # (the rows the new columns run)
+        if not len(left):
+            return
+        hi = min(rows, k + int(left.max()))  # (the rows the columns run)
         j = np.arange(hi - k)[:, None]
         active = left > j
-        decodes = active.sum(axis=1)
-        contexts = (active * (context + j)).sum(axis=1)
-        self.active[k:hi, 0] += decodes
+        decodes = per_rank_sums(active, bounds)
+        contexts = per_rank_sums(active * (context + j), bounds)
+        self.active[k:hi] += decodes
         if page > 1:  # (with pages of one token ``pages`` is ``active``)
-            self.pages[k:hi, 0] += (active & ((context + j) % page == 0)).sum(axis=1)
-        cells = self.table.reshape(rows, 1, 10)[k:hi, 0]
-        cells[:, DECODE] += decodes
-        cells[:, DECODE + 1] += decodes
-        cells[:, DECODE + 4] += decodes
-        cells[:, DECODE + 2] += contexts
-        cells[:, DECODE + 3] += contexts + decodes
-        return self.price(k)
+            self.pages[k:hi] += per_rank_sums(active & ((context + j) % page == 0), bounds)
+        cells = self.table.reshape(rows, self.num_ranks, 10)[k:hi]
+        cells[:, :, DECODE] += decodes
+        cells[:, :, DECODE + 1] += decodes
+        cells[:, :, DECODE + 4] += decodes
+        cells[:, :, DECODE + 2] += contexts
+        cells[:, :, DECODE + 3] += contexts + decodes
 
     def _running_tokens(self, k: int) -> tuple[int, int]:
         """The prompt and output tokens of the requests running when row k is planned (one rank: those with a
@@ -400,8 +400,8 @@ class DecodeRun:
             for i in finishing:
                 if lo <= i < hi:
                     request = requests[i]
-                    self._deliver(i, k + 1, k + 1)
-                    sched.finish_decoded(request, self._pages_of(i, k + 1))
+                    self._deliver([i], k + 1, k + 1)
+                    sched.finish_decoded(request, self._pages_of([i], k + 1)[0])
                     self.done.add(i)
                     finished.append((request, request.num_output_tokens))
             a = int(self.active[k, r])
@@ -434,22 +434,14 @@ class DecodeRun:
 
     # -- the end of the run ---------------------------------------------------------------------------
 
-    def _pages_of(self, i: int, rows: int) -> int:
-        """Pages column i's decodes in the run's rows 0..rows − 1 took (from its first row; one where its context
+    def _pages_of(self, columns: list[int], rows: int) -> list[int]:
+        """Pages each of ``columns`` took in the run's rows 0..rows − 1 (from its first row; one where its context
         was a multiple of a page)."""
-        return self._pages_of_columns([i], rows)[0]
-
-    def _pages_of_columns(self, columns: list[int], rows: int) -> list[int]:
-        """``_pages_of`` each of ``columns``."""
         page, fields = self.page, self.column_fields
         return [new_pages(context, max(min(rows - first, left), 0), page)
                 for context, _, first, left in map(fields.__getitem__, columns)]
 
-    def _deliver(self, i: int, delivered: int, planned: int) -> None:
-        """Column i's request once ``delivered`` of the run's rows delivered their tokens, ``planned`` planned."""
-        self._deliver_columns([i], delivered, planned)
-
-    def _deliver_columns(self, columns: list[int], delivered: int, planned: int) -> None:
+    def _deliver(self, columns: list[int], delivered: int, planned: int) -> None:
         """The requests of ``columns`` once ``delivered`` of the run's rows delivered their tokens, ``planned``
         planned (a column's rows counted from its first)."""
         ends, base = self.end, self.base
@@ -486,8 +478,8 @@ class DecodeRun:
         self.settled = True
         for r, (rank, sched) in enumerate(zip(self.ranks, self.scheds)):
             still = [i for i in range(self.bounds[r], self.bounds[r + 1]) if i not in self.done]
-            self._deliver_columns(still, m, m + ahead)
-            sched.deliver_decoded([self.requests[i] for i in still], self._pages_of_columns(still, m + ahead))
+            self._deliver(still, m, m + ahead)
+            sched.deliver_decoded([self.requests[i] for i in still], self._pages_of(still, m + ahead))
             rank.num_passes += m
             if m:
                 rank.last_delivery = int(self.end[m - 1])
