@@ -23,9 +23,19 @@ def _fits(seconds, ns):
     return (ns < MAX_NS) & (seconds >= 0)
 
 
+_FEW = 8
+"""Durations ``clock_ns`` converts one by one as Python floats (the same float64 operations, without the arrays'
+fixed cost: a pass of a few ranks)."""
+
+
 def clock_ns(seconds):
     """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
     (``fits_clock``)."""
+    if seconds.size <= _FEW:
+        values = seconds.ravel().tolist()
+        if not all(0 <= s and s * NS_PER_S < MAX_NS for s in values):  # (NaN fails both comparisons)
+            return None
+        return np.array([round(s * NS_PER_S) for s in values], np.int64).reshape(seconds.shape)  # (ties to even)
     ns = np.asarray(seconds * NS_PER_S, dtype=np.float64)  # (its own array: rounded in place)
     # ``fits_clock`` of every duration, from the extremes (a NaN makes both extremes NaN, failing both):
     if ns.size and not (ns.max() < MAX_NS and seconds.min() >= 0):

@@ -76,7 +76,7 @@ SEQUENCES, NEW_TOKENS, CONTEXT_TOKENS, PAIRS, SAMPLED = range(5)
 
 _FEW_SEQUENCES = 16
 """A batch of at most this many sequences is summed in Python (a prefill pass, mostly): whole numbers, so the
-same totals as the matrix product's, without its fixed cost."""
+same totals as the arrays' weighted counts, without their fixed cost."""
 
 
 def pass_sums(batch: PassBatch, num_passes: int = 1) -> PassSums:
@@ -96,12 +96,17 @@ def pass_sums(batch: PassBatch, num_passes: int = 1) -> PassSums:
                         num_passes)
     q = batch.num_new_tokens.astype(np.float64)
     c = batch.num_context_tokens.astype(np.float64)
-    per_sequence = np.stack([np.ones_like(q), q, c, q * c + q * (q + 1) / 2, batch.samples], axis=1)
-    # One row per (rank, kind): a one-hot matrix product sums each group's sequences (exactly, see above).
-    groups = np.zeros((2 * batch.num_ranks, q.size))
-    groups[2 * batch.rank + batch.is_decode, np.arange(q.size)] = 1.0
-    return PassSums((groups @ per_sequence).reshape(batch.num_ranks, 10),
-                    np.asarray(batch.kv_capacity_tokens, dtype=np.float64), num_passes)
+    # One row per (rank, kind), each column a weighted count of its group's sequences (float64 sums of whole
+    # numbers: exact, see above).
+    group, m = 2 * batch.rank + batch.is_decode, 2 * batch.num_ranks
+    table = np.empty((m, 5))
+    table[:, SEQUENCES] = np.bincount(group, minlength=m)
+    table[:, NEW_TOKENS] = np.bincount(group, q, m)
+    table[:, CONTEXT_TOKENS] = np.bincount(group, c, m)
+    table[:, PAIRS] = np.bincount(group, q * c + q * (q + 1) / 2, m)
+    table[:, SAMPLED] = np.bincount(group, batch.samples, m)
+    return PassSums(table.reshape(batch.num_ranks, 10), np.asarray(batch.kv_capacity_tokens, dtype=np.float64),
+                    num_passes)
 
 
 class PassTiming(Protocol):

@@ -1,11 +1,19 @@
 """``clock_ns``: pass times in seconds become whole nanoseconds of the simulated clock, or None when one of
-them is not a duration the clock can hold (``fits_clock``). Expected values are worked by hand."""
+them is not a duration the clock can hold (``fits_clock``). Expected values are worked by hand, and hold whether
+the durations are converted one by one (a few of them) or as arrays."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import simmodel.engine.clock as clock_module
 from simmodel.engine.clock import MAX_NS, clock_ns, fits_clock
+
+
+@pytest.fixture(autouse=True, params=[8, -1], ids=["one by one", "as arrays"])
+def conversion(request, monkeypatch):
+    monkeypatch.setattr(clock_module, "_FEW", request.param)
 
 
 def test_durations_round_to_the_nearest_nanosecond_keeping_their_shape():

@@ -84,9 +84,14 @@ def test_a_model_without_a_multi_pass_price_is_called_once_per_pass():
     assert seconds.tolist() == [FixedTiming(20, 10).price(b).total_s.tolist() for b in singles]
 
 
-def test_pass_sums_total_each_rank_and_kind_by_hand():
+@pytest.mark.parametrize("few", [16, -1], ids=["summed in Python", "summed as arrays"])
+def test_pass_sums_total_each_rank_and_kind_by_hand(monkeypatch, few):
     """Rank 0: a prefill chunk of 3 tokens on 2 cached (pairs 3·2 + 3·4/2 = 12, does not sample) and a decode
-    on 10 (pairs 11); rank 1: two decodes on 5 and 7 (pairs 6 + 8 = 14); rank 2 idle."""
+    on 10 (pairs 11); rank 1: two decodes on 5 and 7 (pairs 6 + 8 = 14); rank 2 idle. The same totals whichever
+    way the batch is summed (``_FEW_SEQUENCES``: -1 sends every batch to the arrays)."""
+    import simmodel.perf.timing as timing_module
+
+    monkeypatch.setattr(timing_module, "_FEW_SEQUENCES", few)
     batch = PassBatch(3, np.array([0, 0, 1, 1]), np.array([3, 1, 1, 1]), np.array([2, 10, 5, 7]),
                       np.array([False, True, True, True]), np.array([False, True, True, True]),
                       np.array([100.0, 200.0, 300.0]))
@@ -99,9 +104,9 @@ def test_pass_sums_total_each_rank_and_kind_by_hand():
     assert sums.kv_capacity_tokens.tolist() == [100.0, 200.0, 300.0]
 
 
-def test_few_sequences_are_summed_exactly_as_the_matrix_product_sums_them(monkeypatch):
+def test_few_sequences_are_summed_exactly_as_the_arrays_sum_them(monkeypatch):
     """A batch of at most ``_FEW_SEQUENCES`` is summed in Python: whole numbers, so the very totals (bits) the
-    one-hot product gives, which the same batch gets with that path turned off."""
+    arrays' weighted counts give, which the same batch gets with that path turned off."""
     import simmodel.perf.timing as timing_module
 
     rng = np.random.default_rng(3)
