@@ -90,6 +90,9 @@ class HostTier:
         """Slot → loads reading its block now (it cannot be evicted)."""
         self._gen = np.zeros(size, np.int64)
         """Slot → how many blocks it has held and dropped (``Held``)."""
+        self._kept = np.zeros(size, bool)
+        """Slot → whether the eviction being chosen must leave its block (``_victims``' ``protected``; all False
+        between calls)."""
         self._looked: tuple = (-1, [], ())
         """(``version``, keys, their slots) of the last lookup that found a run: the load that follows it reads
         them without looking them up again."""
@@ -302,6 +305,7 @@ class HostTier:
         self._free_at = np.concatenate([self._free_at, np.full(grow, UNQUEUED)])
         self._reads = np.concatenate([self._reads, np.zeros(grow, np.int64)])
         self._gen = np.concatenate([self._gen, np.zeros(grow, np.int64)])
+        self._kept = np.concatenate([self._kept, np.zeros(grow, bool)])
         self._free[:0] = range(size - 1, old - 1, -1)  # (popped from the end: lowest first)
 
     def _stamp_log(self, slots: np.ndarray) -> None:
@@ -344,6 +348,9 @@ class HostTier:
         ``partial``)."""
         found: list[np.ndarray] = []
         need, lo, tail = count, self._head, self._tail
+        kept = self._kept
+        if protected is not None:
+            kept[protected] = True  # (cleared before returning)
         while need and lo < tail:
             hi = min(tail, lo + max(2 * need, 256))
             live = self._live(lo, hi)
@@ -352,13 +359,15 @@ class HostTier:
                 if self._num_reads:
                     can &= self._reads[live] == 0
                 if protected is not None:
-                    can &= ~np.isin(live, protected)
+                    can &= ~kept[live]
                 if not can.all():
                     live = live[can]
                 live = live[:need]
                 found.append(live)
                 need -= len(live)
             lo = hi
+        if protected is not None:
+            kept[protected] = False
         if need and not partial:
             return None
         return np.concatenate(found) if found else _NONE
@@ -375,14 +384,15 @@ class HostTier:
         self.num_evicted += len(victims)
         self._num_landed -= len(victims)
         self.version += 1
-        lo, tail = self._head, self._tail  # (the log's head moves past its stale entries)
+        lo, tail = self._head, self._tail  # (the log's head moves past its stale entries: the victims' mostly)
+        step = 2 * len(victims) + 256
         while lo < tail:
-            hi = min(tail, lo + 4096)
+            hi = min(tail, lo + step)
             live = np.flatnonzero(self._fresh(lo, hi))
             if len(live):
                 lo += int(live[0])
                 break
-            lo = hi
+            lo, step = hi, 2 * step
         self._head = lo
 
     def _landed_by(self, now: int) -> int:
