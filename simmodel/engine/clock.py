@@ -31,7 +31,7 @@ fixed cost: a pass of a few ranks)."""
 def clock_ns(seconds):
     """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
     (``fits_clock``)."""
-    if seconds.size <= _FEW:
+    if seconds.size <= _FEW and (seconds.dtype == np.float64 or seconds.dtype.kind in "iu"):  # (float32: its own)
         values = seconds.ravel().tolist()
         if not all(0 <= s and s * NS_PER_S < MAX_NS for s in values):  # (NaN fails both comparisons)
             return None
