@@ -24,14 +24,15 @@ def _fits(seconds, ns):
 
 
 _FEW = 8
-"""Durations ``clock_ns`` converts one by one as Python floats (the same float64 operations, without the arrays'
-fixed cost: a pass of a few ranks)."""
+"""Float64 durations ``clock_ns`` converts one by one as Python floats (the same float64 operations, without the
+arrays' fixed cost: a pass of a few ranks)."""
 
 
 def clock_ns(seconds):
     """Durations in seconds (an array) as integer nanoseconds, or None if one does not fit the clock
-    (``fits_clock``)."""
-    if seconds.size <= _FEW and (seconds.dtype == np.float64 or seconds.dtype.kind in "iu"):  # (float32: its own)
+    (``fits_clock``). A few float64 durations are converted one by one, any others as arrays (an array of
+    another type is multiplied in its own type, as it always was): the same nanoseconds either way."""
+    if seconds.size <= _FEW and seconds.dtype == np.float64:
         values = seconds.ravel().tolist()
         if not all(0 <= s and s * NS_PER_S < MAX_NS for s in values):  # (NaN fails both comparisons)
             return None

@@ -346,11 +346,23 @@ class HostTier:
         """The slots of the ``count`` least recently used blocks that can go (landed by ``now`` and written on to
         storage, no load reading them, not in ``protected``), or None if there are fewer (all there are if
         ``partial``)."""
-        found: list[np.ndarray] = []
-        need, lo, tail = count, self._head, self._tail
         kept = self._kept
         if protected is not None:
-            kept[protected] = True  # (cleared before returning)
+            kept[protected] = True
+        try:
+            found, need = self._scan_victims(count, now, protected is not None)
+        finally:
+            if protected is not None:
+                kept[protected] = False
+        if need and not partial:
+            return None
+        return np.concatenate(found) if found else _NONE
+
+    def _scan_victims(self, need: int, now: int, protect: bool) -> tuple[list[np.ndarray], int]:
+        """Read the log from its head for up to ``need`` blocks that can go (``_victims``; with ``protect``, not
+        flagged in ``_kept``): their slots, in chunks, and how many were not found."""
+        found: list[np.ndarray] = []
+        lo, tail, kept = self._head, self._tail, self._kept
         while need and lo < tail:
             hi = min(tail, lo + max(2 * need, 256))
             live = self._live(lo, hi)
@@ -358,7 +370,7 @@ class HostTier:
                 can = self._free_at[live] <= now
                 if self._num_reads:
                     can &= self._reads[live] == 0
-                if protected is not None:
+                if protect:
                     can &= ~kept[live]
                 if not can.all():
                     live = live[can]
@@ -366,11 +378,7 @@ class HostTier:
                 found.append(live)
                 need -= len(live)
             lo = hi
-        if protected is not None:
-            kept[protected] = False
-        if need and not partial:
-            return None
-        return np.concatenate(found) if found else _NONE
+        return found, need
 
     def _evict(self, victims: np.ndarray) -> None:
         """Drop the blocks in slots ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``)."""

@@ -24,6 +24,17 @@ def test_durations_round_to_the_nearest_nanosecond_keeping_their_shape():
     assert ns.tolist() == [[0, 1], [2, 1_500_000], [4_600_000_000_000_000_000, 2_000_000_000]]
 
 
+def test_a_duration_halfway_between_two_nanoseconds_rounds_to_the_even_one():
+    # 0.5, 1.5, 2.5 and 12.5 ns (each exactly a half in float64 once multiplied by 1e9) → 0, 2, 2, 12.
+    assert clock_ns(np.array([0.5e-9, 1.5e-9, 2.5e-9, 12.5e-9])).tolist() == [0, 2, 2, 12]
+
+
+def test_single_precision_durations_are_multiplied_in_single_precision():
+    # float32 0.1 is 0.100000001490116…; 0.1 × 1e9 rounded to float32 is exactly 1e8 (the float64 product would be
+    # 100,000,001.49…, rounding to 100,000,001).
+    assert clock_ns(np.array([0.1], np.float32)).tolist() == [100_000_000]
+
+
 def test_one_duration_the_clock_cannot_hold_refuses_them_all():
     # Negative, NaN, infinite, and 2**62 ns itself (the first instant past MAX_NS's range) do not fit.
     for bad in (-1e-9, np.nan, np.inf, MAX_NS / 1e9):

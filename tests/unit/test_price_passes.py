@@ -87,18 +87,19 @@ def test_a_model_without_a_multi_pass_price_is_called_once_per_pass():
 @pytest.mark.parametrize("few", [16, -1], ids=["summed in Python", "summed as arrays"])
 def test_pass_sums_total_each_rank_and_kind_by_hand(monkeypatch, few):
     """Rank 0: a prefill chunk of 3 tokens on 2 cached (pairs 3·2 + 3·4/2 = 12, does not sample) and a decode
-    on 10 (pairs 11); rank 1: two decodes on 5 and 7 (pairs 6 + 8 = 14); rank 2 idle. The same totals whichever
-    way the batch is summed (``_FEW_SEQUENCES``: -1 sends every batch to the arrays)."""
+    on 10 (pairs 11); rank 1: two decodes on 5 and 7 (pairs 6 + 8 = 14), the second not sampling (a draft token
+    being verified, say); rank 2 idle. The same totals whichever way the batch is summed (``_FEW_SEQUENCES``:
+    -1 sends every batch to the arrays)."""
     import simmodel.perf.timing as timing_module
 
     monkeypatch.setattr(timing_module, "_FEW_SEQUENCES", few)
     batch = PassBatch(3, np.array([0, 0, 1, 1]), np.array([3, 1, 1, 1]), np.array([2, 10, 5, 7]),
-                      np.array([False, True, True, True]), np.array([False, True, True, True]),
+                      np.array([False, True, True, True]), np.array([False, True, True, False]),
                       np.array([100.0, 200.0, 300.0]))
     sums = pass_sums(batch)
     # per kind: sequences, new tokens, context tokens, pairs, sampled (prefill, then decode)
     assert sums.table.tolist() == [[1, 3, 2, 12, 0, 1, 1, 10, 11, 1],
-                                   [0, 0, 0, 0, 0, 2, 2, 12, 14, 2],
+                                   [0, 0, 0, 0, 0, 2, 2, 12, 14, 1],
                                    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
     assert SUM_COLUMNS[3] == "prefill_pairs" and SUM_COLUMNS[9] == "decode_sampled"
     assert sums.kv_capacity_tokens.tolist() == [100.0, 200.0, 300.0]
@@ -114,9 +115,9 @@ def test_few_sequences_are_summed_exactly_as_the_arrays_sum_them(monkeypatch):
     python_sums = [pass_sums(b).table for b in batches]
     monkeypatch.setattr(timing_module, "_FEW_SEQUENCES", -1)
     for batch, table in zip(batches, python_sums):
-        product = pass_sums(batch).table
-        assert table.shape == product.shape == (3, len(SUM_COLUMNS))
-        assert table.tobytes() == product.tobytes()
+        counted = pass_sums(batch).table
+        assert table.shape == counted.shape == (3, len(SUM_COLUMNS))
+        assert table.tobytes() == counted.tobytes()
 
 
 def test_one_rank_pass_prices_as_scalars_with_the_arrays_bits():
