@@ -172,9 +172,8 @@ class HostTier:
 
     def done_reading(self, held: Held) -> None:
         """A load that ``read`` blocks has ended (they cannot have moved while read)."""
-        if held.tier is self:
-            self._reads[held.slots] -= 1
-            self._num_reads -= len(held.slots)
+        self._reads[held.slots] -= 1
+        self._num_reads -= len(held.slots)
 
     def store(self, keys: list, now: int) -> tuple[list, Copy, Held] | None:
         """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks

@@ -500,7 +500,7 @@ class VllmCpuOffload:
             self._store(*store, at, pass_index)
         if loads:
             self.start_loads(loads, at)
-        if loads:  # (the bytes over all the rank's GPUs, as the summary counts them; stores count their own)
+            # (the bytes over all the rank's GPUs, as the summary counts them; stores count their own)
             self.pass_bytes.add(pass_index, sum(len(held) for _, held, _ in loads) * self.block_bytes, 0)
 
     def _store(self, request: Request, keys: list, copy, source: list[int], at: int, pass_index: int) -> int:

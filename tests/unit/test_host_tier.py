@@ -110,7 +110,7 @@ class _PlainLru:
         self.landing: list[list] = []  # [lands, free from, count counted as landed]
 
     def _can_go(self, key, now, protected) -> bool:
-        at, free_at = self.order[key]
+        _, free_at = self.order[key]
         return free_at <= now and not self.reads[key] and key not in protected
 
     def store(self, keys, now):
@@ -120,7 +120,8 @@ class _PlainLru:
             return new, None
         over = len(self.order) + len(new) - self.capacity
         if over > 0:
-            victims = [key for key in self.order if self._can_go(key, now, set(here))][:over]
+            protected = set(here)
+            victims = [key for key in self.order if self._can_go(key, now, protected)][:over]
             if len(new) > self.capacity - len(here) or len(victims) < over:
                 return None
             for key in victims:
