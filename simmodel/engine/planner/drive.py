@@ -153,6 +153,9 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
             state.decide(d, plan=True)
         else:
             if t is None:
+                if (more := state.priced_further(valid, horizon)) > valid:
+                    valid = more  # (the rows priced so far all end before it: the run goes on)
+                    continue
                 return valid  # every delivery comes before the next arrival
             if end[d] == t or not source.quiet_until(int(end[d])):
                 return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it

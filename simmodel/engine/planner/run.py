@@ -245,13 +245,12 @@ class Run(Admissions, Recording):
     # -- rows ---------------------------------------------------------------------------------------
 
     def price_from(self, k: int) -> bool:
-        """Price rows k.. up to the last with a running request (a run applied as its passes end: the next
-        ``PRICED_AHEAD`` of them, ``priced_further`` pricing more as its rows end); False if a price does not fit
-        the clock. The rows after them keep no price: each admission changes it."""
+        """Price rows k.. up to the last with a running request, the next ``PRICED_AHEAD`` of them at most
+        (``priced_further`` prices more when the run reaches them: the next arrival is mostly a row or two
+        away, and its admission prices the rows after it again); False if a price does not fit the clock. The
+        rows after them keep no price: each admission changes it."""
         self.worked = min(self.worked, k)  # (their totals may have changed: ``works``)
-        hi = min(self.last, self.rows)
-        if self.ticked:
-            hi = min(hi, k + PRICED_AHEAD)
+        hi = min(self.last, self.rows, k + PRICED_AHEAD)
         self.priced = max(k, hi)
         if k >= hi:
             return True
@@ -291,16 +290,17 @@ class Run(Admissions, Recording):
                            self.now)
 
     def priced_further(self, taken: int, horizon: float) -> int:
-        """A run applied as its passes end, whose ``taken`` rows are all it may take as priced: price the rows
-        after them if only their price held it back; returns the rows it may take now (``valid``). Not a run
+        """A run whose ``taken`` rows are all it may take as priced: price the rows after them if only their
+        price held it back; returns the rows it may take now (``valid``). Not a run applied as its passes end
         that holds waiting requests (it ends before the first decision after a finish, which ``plan_ticked``
-        looked for among the rows priced then), nor, async, past a pass of no time (the loop decides at once
-        after it, ``plan_ticked``): those end here."""
+        looked for among the rows priced then), nor, async, one past a pass of no time (the loop decides at
+        once after it, ``plan_ticked``): those end here."""
         if self.holds_waiting:
             return taken
         if self.priced < min(self.last, self.rows, self.cap):
             before = self.priced
-            if not self.price_from(before) or self.lag and not self.busy[before:self.priced].max(axis=1).all():
+            if not self.price_from(before) or (self.ticked and self.lag
+                                               and not self.busy[before:self.priced].max(axis=1).all()):
                 return taken
         return max(taken, self.valid(horizon))
 

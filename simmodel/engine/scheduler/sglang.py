@@ -951,6 +951,7 @@ class SglangScheduler:
         decoded pages when it finishes (``release_kv_cache``, which marks its path used); until then they, and
         a last partial page, are the request's own, freed if it is retracted."""
         cache, states, page = self.cache, self._states, self.page
+        running, ended = RequestStatus.RUNNING, RequestStatus.FINISHED  # (locals: ~70 ns each on the enum class)
         sampled: list[Request] = []
         finished: list[Request] = []
         for r, ctx, new, samples, decode in zip(output.requests, output.num_context_tokens,
@@ -958,21 +959,21 @@ class SglangScheduler:
             prefill = not decode
             st = states.get(r)
             if decode and self.config.num_speculative_steps:
-                if st is not None and r.status is RequestStatus.RUNNING:  # (else finished or retracted since)
+                if st is not None and r.status is running:  # (else finished or retracted since)
                     self._verified(r, st, new - 1)
                     sampled.append(r)
-                    if r.status is RequestStatus.FINISHED:
+                    if r.status is ended:
                         finished.append(r)
                 continue
             computed = ctx + new
             pages = new_pages(ctx, new, page)  # (the pages this entry allocated)
-            if st is None or r.status is not RequestStatus.RUNNING or st.allocated < pages:
+            if st is None or r.status is not running or st.allocated < pages:
                 # overlap loop: finished (or retracted) after this pass was planned; its slot is discarded
                 if st is not None:
                     released = min(pages, st.allocated)
                     cache.release(released)
                     st.allocated -= released
-                    if r.status is RequestStatus.FINISHED and not st.allocated and not r.bootstrap:
+                    if r.status is ended and not st.allocated and not r.bootstrap:
                         del states[r]
                 continue
             finishing = samples and r.num_output_tokens + 1 >= st.max_new
@@ -989,7 +990,7 @@ class SglangScheduler:
                 finished.append(r)
                 self._finish(r, st, computed)
         if finished:
-            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+            self.running = [r for r in self.running if r.status is running]
         return sampled, finished
 
     def _verified(self, request: Request, st: _State, drafts: int) -> None:

@@ -278,7 +278,8 @@ class TrtllmScheduler:
 
     def drop_finished(self) -> None:
         """Take the requests a run retired out of ``running``, keeping its order."""
-        self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        running = RequestStatus.RUNNING  # (a local: an enum member looked up on its class costs ~70 ns)
+        self.running = [r for r in self.running if r.status is running]
 
     def start_plan(self) -> None:
         """A plan begins (a run's admissions)."""
@@ -395,10 +396,11 @@ class TrtllmScheduler:
         """One token for every request whose chunk reached the end of its sequence; a request stops at its
         maximum output or ``max_seq_len`` and frees its blocks. Returns those that sampled and those done."""
         max_seq_len = self.config.max_seq_len
+        running = RequestStatus.RUNNING
         sampled: list[Request] = []
         finished: list[Request] = []
         for request, samples in zip(output.requests, output.samples):
-            if not samples or request.status is not RequestStatus.RUNNING:
+            if not samples or request.status is not running:
                 continue
             request.num_output_tokens += 1
             request.num_emitted = 1

@@ -150,7 +150,8 @@ class VllmScheduler:
 
     def drop_finished(self) -> None:
         """Take the requests a run of passes retired (``retire``) out of ``running``, keeping its order."""
-        self.running = [q for q in self.running if q.status is RequestStatus.RUNNING]
+        running = RequestStatus.RUNNING  # (a local: an enum member looked up on its class costs ~70 ns)
+        self.running = [q for q in self.running if q.status is running]
 
     def start_plan(self) -> None:
         """A plan begins (a run's admissions, as ``schedule()`` begins): the finished requests are reported."""
