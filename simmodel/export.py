@@ -201,6 +201,8 @@ def _csv_cells(values: np.ndarray | list) -> list[str]:
             for i in np.flatnonzero(np.isnan(values)).tolist():
                 cells[i] = ""
             return cells
+        if values.dtype.kind in "iub":  # (digits, or True and False: ``str`` of each)
+            return list(map(str, values.tolist()))
         values = values.tolist()
     if all(type(v) is str for v in values):
         quoted = {v: _quoted(v) for v in set(values) if _needs_quotes(v)}

@@ -41,7 +41,9 @@ def test_csv_equals_pandas_on_awkward_values(tmp_path):
                        9999999999999998.0, 123.456, 2.0])
     columns = {"f": floats, "i": np.arange(len(floats), dtype=np.int64) * -(10**15),
                "s": ["plain", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", " space", "ünï", "x", "y", "z",
-                     "w", "v"]}
+                     "w", "v"],
+               "b": np.arange(len(floats)) % 3 == 0, "u": np.arange(len(floats), dtype=np.uint8) * 19,
+               "j": np.arange(len(floats), dtype=np.int32) - 7}
     write_csv(tmp_path / "ours.csv", columns)
     pd.DataFrame(columns).to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
