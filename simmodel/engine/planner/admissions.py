@@ -3,6 +3,7 @@ running requests, and what it admits becomes new columns of the run (``run.Run``
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -112,13 +113,6 @@ class Admissions:
         self._kv_check(k + 1)
         return self.price_from(k)
 
-    def _waiting_columns(self) -> np.ndarray:
-        """The columns of the ranks where requests wait."""
-        n = self.n
-        if self.num_ranks == 1:
-            return np.ones(n, bool)
-        return np.array(self.waits)[self.rank_of[:n]]
-
     def slot_decision(self, valid: int) -> int | None:
         """While requests wait on a rank (``waits``): the first decision that retires a request there since the
         last admission (a request is retired at the decision ending its last row, which plans row
@@ -126,13 +120,15 @@ class Admissions:
         last delivery (synchronous: the row it plans is delivered too); None: none."""
         if not any(self.waits):
             return None
-        n = self.n
-        last = self.first[:n] + self.left[:n] - 1  # the row each request finishes in
-        later = last[(last >= self.last_admission - self.lag) & self._waiting_columns()]
-        if not later.size:
-            return None
-        d = int(later.min())
-        return d if d < valid - 1 + self.lag else None
+        since = self.last_admission - self.lag  # (it only grows: the rows before it are dropped for good)
+        d = None
+        for heap, waits in zip(self.last_rows, self.waits):
+            if waits:
+                while heap and heap[0] < since:
+                    heappop(heap)
+                if heap and (d is None or heap[0] < d):
+                    d = heap[0]
+        return d if d is not None and d < valid - 1 + self.lag else None
 
     def _column(self, request: Request, r: int, context: int, left: int, first: int, blocks: int,
                 cached: int) -> None:
@@ -147,4 +143,5 @@ class Admissions:
         self.outputs[i], self.prefills[i], self.rank_of[i] = 0, True, r
         self.requests.append(request)
         self.n = i + 1
+        heappush(self.last_rows[r], first + left - 1)
         self._schedule_ops(i, first, left, context, blocks, cached, True)

@@ -236,6 +236,13 @@ class Run(Admissions, Recording):
         """Per rank, the requests the last admission stepped over (async: a preempted one's output in flight)."""
         self.last_admission = 0
         """The row of the last admission: it saw the finishes of the rows before it."""
+        self.last_rows: list[list[int]] = [[] for _ in range(R)]
+        """Per rank, a heap of the row each of its columns finishes in (``slot_decision``; rows before the last
+        admission's decisions are dropped as they come up: they are never looked for again)."""
+        for r, last in zip(run.rank_of.tolist(), (run.left - 1).tolist()):
+            self.last_rows[r].append(last)
+        for heap in self.last_rows:
+            heapify(heap)
         self._kv_check(self.planned_rows)
         if worker.offloads and self.caching:
             if any(self.waits):
