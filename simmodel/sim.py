@@ -18,6 +18,7 @@ from simmodel.config.load import load_scenario
 from simmodel.config.schema import AgenticSource, Scenario, StorageSpec, TraceSource
 from simmodel.engine.backends import BACKENDS, Backend
 from simmodel.engine.clock import MAX_NS, NS_PER_S, to_ns
+from simmodel.engine.collector import collector_paused
 from simmodel.engine.encoder_pool import EncoderPool
 from simmodel.engine.environment import Environment
 from simmodel.engine.limits import RunLimits
@@ -527,7 +528,7 @@ class Simulation:
         for worker in self.workers:
             worker.coalesce = False  # a step's passes are planned one at a time, each applied at its end
         try:
-            with self._settled_on_error():
+            with collector_paused(), self._settled_on_error():
                 while not self.finished:
                     logged = len(self.recorder.events)
                     self._run_instant()
@@ -589,20 +590,21 @@ class Simulation:
         started = time.perf_counter()
         for worker in self.workers:
             worker.horizon = limit  # no coalesced pass may end past where this call stops
-        with self._settled_on_error():
-            if progress is not None:
-                self._run_with_progress(limit, progress)
+        with collector_paused():
+            with self._settled_on_error():
+                if progress is not None:
+                    self._run_with_progress(limit, progress)
+                if limit is None:
+                    self.env.run()
+                elif limit >= self.env.now:
+                    self._run_to(limit)
             if limit is None:
-                self.env.run()
-            elif limit >= self.env.now:
-                self._run_to(limit)
-        if limit is None:
-            stalled = [r for r in self.requests if not r.status.is_finished]
-            if stalled:
-                raise SimulationError(f"the simulation stopped with {len(stalled)} request(s) unfinished and "
-                                      f"nothing left to happen (request {stalled[0].request_id} first)")
-        self.wall_time_s += time.perf_counter() - started
-        return self.results()
+                stalled = [r for r in self.requests if not r.status.is_finished]
+                if stalled:
+                    raise SimulationError(f"the simulation stopped with {len(stalled)} request(s) unfinished and "
+                                          f"nothing left to happen (request {stalled[0].request_id} first)")
+            self.wall_time_s += time.perf_counter() - started
+            return self.results()
 
     def _until_ns(self, until: object) -> int | None:
         """``run``'s ``until`` checked and in nanoseconds; None for "to the end"."""
