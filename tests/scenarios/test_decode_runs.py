@@ -167,6 +167,20 @@ def test_runs_are_actually_coalesced(tmp_path, asynchronous):
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_run_goes_on_past_the_rows_it_priced_first(tmp_path, asynchronous):
+    """A run prices its next 64 rows (``PRICED_AHEAD``); when all of them end before the next arrival (here none
+    comes) it prices 64 more and goes on. So one request's 600 decodes take the SimPy steps its 60 decodes take
+    (one run either way); a run that ended where its prices end would take ⌈600 / 64⌉ = 10 runs, at least one
+    step each, 9 more than the one run of 60."""
+    steps = []
+    for outputs in (60, 600):
+        trace = write_csv_trace(tmp_path / f"{outputs}.csv", [(0.0, 100, outputs)])
+        data = with_async(trace_scenario(trace), asynchronous)
+        steps.append(simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True)))
+    assert steps[1] == steps[0]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("name, applied_as_they_end", [("attention-dp3", False), ("two-workers", False),
                                                        ("disaggregated", True), ("closed-loop", True)])
 def test_every_deployment_runs_most_passes_in_runs(monkeypatch, name, applied_as_they_end, asynchronous):
