@@ -5,26 +5,48 @@ thousands of them. CPython's collector counts allocations and, each time the lon
 quarter, scans all of them again for reference cycles; on a 10,000-request run those full scans took about an
 eighth of the run (six of them, ~0.3 s, measured with ``gc.callbacks``), and found nothing. The simulation makes
 no reference cycles: what it frees, it frees by reference counting (``tests/unit/test_collector.py`` runs every
-kind of deployment with the collector off and finds no cyclic garbage afterwards). So a run pauses the
-collector and restores it as it was when it returns; a cycle made meanwhile (a user's callback may make one) is
-collected at the collector's next pass after the run.
+ready scenario with the collector off and finds no cyclic garbage afterwards). So a run pauses the collector; a
+cycle made meanwhile (a user's callback may make one) is collected at the collector's next pass after the run.
+
+The collector is the process's, not the run's: while any run is paused, every thread runs without it (``simmodel
+serve`` runs simulations in worker threads). Pauses nest, across threads too: the collector comes back on when
+the last of them ends, if it was on when the first began.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+class _Pauses:
+    """The pauses in progress in this process, and whether the collector was on before the first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.was_on = False
+
+
+_PAUSES = _Pauses()
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector inside the block (if it is on), and turn it back on after it."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Pause the cyclic garbage collector inside the block; it comes back on when the last pause in progress
+    ends, if it was on when the first began."""
+    pauses = _PAUSES
+    with pauses.lock:
+        if not pauses.count:
+            pauses.was_on = gc.isenabled()
+            gc.disable()
+        pauses.count += 1
     try:
         yield
     finally:
-        gc.enable()
+        with pauses.lock:
+            pauses.count -= 1
+            if not pauses.count and pauses.was_on:
+                gc.enable()

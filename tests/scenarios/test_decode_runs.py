@@ -18,6 +18,8 @@ import pytest
 from factories import _merge, make_scenario, simpy_events_to_end, trace_scenario, write_csv_trace
 
 from simmodel.config.load import parse_scenario
+from simmodel.engine.planner import run as planner_run
+from simmodel.engine.worker import Worker
 from simmodel.errors import SimulationError
 from simmodel.sim import Simulation
 
@@ -178,6 +180,29 @@ def test_a_run_goes_on_past_the_rows_it_priced_first(tmp_path, asynchronous):
         data = with_async(trace_scenario(trace), asynchronous)
         steps.append(simpy_events_to_end(Simulation(parse_scenario(data, Path(".")), coalesce=True)))
     assert steps[1] == steps[0]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("rate", [2, 25])
+def test_pricing_a_few_rows_at_a_time_takes_the_runs_pricing_them_all_takes(monkeypatch, asynchronous, rate):
+    """Runs applied ahead price ``PRICED_AHEAD`` rows at a time and price more when they reach them (no arrival
+    among the rows priced, or one in the last of them, whose admission plans the row after). Priced 3 rows at a
+    time, so that arrivals fall at the window's edge often, each run must take the passes it takes priced to
+    its last row at once."""
+    data = with_async(merged({"traffic": {"load": {"requests_per_second": rate}}}), asynchronous)
+    count_run = Worker.count_run
+
+    def passes_per_run(ahead: int) -> list[tuple[int, int]]:
+        """(when, passes) of each run the worker counts."""
+        monkeypatch.setattr(planner_run, "PRICED_AHEAD", ahead)
+        taken: list[tuple[int, int]] = []
+        monkeypatch.setattr(Worker, "count_run", lambda worker, m, *rest, **named: (
+            taken.append((worker.env.now, m)), count_run(worker, m, *rest, **named))[1])
+        Simulation(parse_scenario(data, Path("."))).run()
+        return taken
+
+    whole = passes_per_run(10**6)
+    assert max(m for _, m in whole) > 3 and passes_per_run(3) == whole
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])

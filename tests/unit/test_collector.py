@@ -1,9 +1,11 @@
 """A simulation runs with Python's cyclic garbage collector paused (``engine.collector``). That is sound only
-because a run makes no reference cycles: every ready scenario, cut to a few requests, leaves no cyclic garbage."""
+because a run makes no reference cycles: every ready scenario (the searches aside), cut to a few requests, leaves
+no cyclic garbage."""
 
 from __future__ import annotations
 
 import gc
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,32 @@ def test_the_collector_is_back_on_after_an_error(collector_on) -> None:
         assert not gc.isenabled()
         raise RuntimeError("stopped")
     assert gc.isenabled()
+
+
+def test_pauses_nest_and_the_last_one_to_end_turns_it_back_on(collector_on) -> None:
+    with collector_paused():
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # (an inner pause ending, a run inside a run, leaves the outer one paused)
+    assert gc.isenabled()
+
+
+def test_a_pause_that_ends_first_leaves_another_threads_pause(collector_on) -> None:
+    # The main thread's pause begins first and ends first; the other thread's, begun meanwhile, still holds:
+    # the collector stays paused until it ends too (``simmodel serve`` runs simulations in worker threads).
+    began, ended = threading.Event(), threading.Event()
+    seen = []
+
+    def other():
+        with collector_paused():
+            began.set()
+            ended.wait(5)
+            seen.append(gc.isenabled())
+
+    thread = threading.Thread(target=other)
+    with collector_paused():
+        thread.start()
+        began.wait(5)
+    ended.set()
+    thread.join(5)
+    assert seen == [False] and gc.isenabled()

@@ -32,8 +32,9 @@ MAX_RUN = 1024
 """Most passes one run covers (bounds the arrays priced at once)."""
 
 PRICED_AHEAD = 64
-"""Rows a run applied as its passes end prices at a time: requests placed on its worker meanwhile (P/D handoffs,
-a closed loop's next requests) become new columns every few rows, and each prices the rows after it again."""
+"""Rows a run prices at a time (``Run.priced_further`` prices more when it reaches them): the requests it takes
+(arrivals; P/D handoffs and a closed loop's next requests, placed on the worker meanwhile) become new columns every
+few rows, and each prices the rows after it again."""
 
 
 class RunningRequests:
