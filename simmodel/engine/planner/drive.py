@@ -160,8 +160,9 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
             if end[d] == t or not source.quiet_until(int(end[d])):
                 return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
             if not state.admits or not state.may_plan(d, valid, horizon, source):
-                if state.admits and d + 1 == valid and (more := state.priced_further(valid, horizon)) > valid:
-                    valid = more  # (the row decision d plans was not priced yet)
+                if (state.admits and not lag and d + 1 == valid
+                        and (more := state.priced_further(valid, horizon)) > valid):
+                    valid = more  # (synchronous: the row decision d plans was not priced yet)
                     continue
                 return d + 1  # (not admitting: the loop makes decision d, seeing the arrival made by then)
             state.decide(d, plan=True)
