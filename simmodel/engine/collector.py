@@ -9,7 +9,7 @@ ready scenario but the searches with the collector off and finds no cyclic garba
 the collector; a cycle made meanwhile (a user's callback may make one) is collected at the collector's next pass
 after the run.
 
-The collector is the process's, not the run's: while any run is paused, every thread runs without it (``simmodel
+The collector is the process's, not the run's: while any run is in progress, every thread runs without it (``simmodel
 serve`` runs simulations in worker threads). Pauses nest, across threads too: the collector comes back on when
 the last of them ends, if it was on when the first began.
 """
