@@ -196,8 +196,12 @@ def test_pricing_a_few_rows_at_a_time_takes_the_runs_pricing_them_all_takes(monk
         """(when, passes) of each run the worker counts."""
         monkeypatch.setattr(planner_run, "PRICED_AHEAD", ahead)
         taken: list[tuple[int, int]] = []
-        monkeypatch.setattr(Worker, "count_run", lambda worker, m, *rest, **named: (
-            taken.append((worker.env.now, m)), count_run(worker, m, *rest, **named))[1])
+
+        def counted(worker, m, *rest, **named):
+            taken.append((worker.env.now, m))
+            return count_run(worker, m, *rest, **named)
+
+        monkeypatch.setattr(Worker, "count_run", counted)
         Simulation(parse_scenario(data, Path("."))).run()
         return taken
 

@@ -145,6 +145,12 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
             return 0
         t, d = _next_arrival(source, end, valid)
         slot = state.slot_decision(valid)
+        if ((slot is None or slot >= d) and d + 1 - lag >= valid
+                and (more := state.priced_further(valid, horizon)) > valid):
+            # The rows priced so far end before the next arrival, or (synchronous) the row its decision plans is
+            # not priced yet: price more and look again (the run takes what it would take priced whole).
+            valid = more
+            continue
         if slot is not None and (t is None or slot < d):
             # A finish frees a slot before the next arrival is read: that decision admits the next waiting one.
             d = slot
@@ -153,17 +159,10 @@ def _admit_arrivals(state: Run | AsyncRun, source, horizon: float) -> int:
             state.decide(d, plan=True)
         else:
             if t is None:
-                if (more := state.priced_further(valid, horizon)) > valid:
-                    valid = more  # (the rows priced so far all end before it: the run goes on)
-                    continue
                 return valid  # every delivery comes before the next arrival
             if end[d] == t or not source.quiet_until(int(end[d])):
                 return d  # an arrival at a delivery's instant (or over the request limit): the loop reads it
             if not state.admits or not state.may_plan(d, valid, horizon, source):
-                if (state.admits and not lag and d + 1 == valid
-                        and (more := state.priced_further(valid, horizon)) > valid):
-                    valid = more  # (synchronous: the row decision d plans was not priced yet)
-                    continue
                 return d + 1  # (not admitting: the loop makes decision d, seeing the arrival made by then)
             state.decide(d, plan=True)
             source.arrive_early(int(end[d]))
