@@ -136,6 +136,10 @@ class PrefixCachingBlockPool:
     LRU queue: a freed request's blocks enter it tail-first (so its last blocks are evicted first),
     uncached ones at the front; allocation takes from the front and evicts the cached key of the block
     it takes. Cached blocks with no reference still count as free.
+
+    ``blocks_by_key`` maps a cached key to the block that holds it, or to the blocks (a dict, in the order they were
+    cached) once several do: most keys have one holder all their life, and a dict for each would cost a fifth of a
+    long-prompt run's time (a subclass may keep dicts only; every reader here takes either).
     """
 
     caching = True
@@ -153,7 +157,7 @@ class PrefixCachingBlockPool:
         state the drafter needs computed again."""
         self.ref_cnt = [0] * num_blocks
         self.key_of: list[object | None] = [None] * num_blocks
-        self.blocks_by_key: dict[object, dict[int, None]] = {}
+        self.blocks_by_key: dict[object, int | dict[int, None]] = {}
         self.free_queue = FreeBlockQueue(num_blocks)
         self.num_queries = 0
         self.num_hits = 0
@@ -186,17 +190,17 @@ class PrefixCachingBlockPool:
     def num_used_blocks(self) -> int:
         return self.num_blocks - len(self.free_queue)
 
-    def _cached_prefix(self, request) -> list[dict]:
-        """The holders (cached blocks by id) of each block of the request's longest cached prefix, at most
-        ``num_tokens − 1`` tokens (the last token is always recomputed to get its logits)."""
-        prefix: list[dict] = []
+    def _cached_prefix(self, request) -> list[int | dict]:
+        """The holders (``blocks_by_key``'s block, or blocks by id) of each block of the request's longest cached
+        prefix, at most ``num_tokens − 1`` tokens (the last token is always recomputed to get its logits)."""
+        prefix: list[int | dict] = []
         n = (request.num_tokens - 1) // self.block_size
         if not n or not self.blocks_by_key:
             return prefix
         keys, by_key = request.block_keys.upto(n), self.blocks_by_key
         for j in range(n):
             holders = by_key.get(keys[j])
-            if not holders:
+            if holders is None or holders.__class__ is not int and not holders:
                 break
             prefix.append(holders)
         return prefix
@@ -204,7 +208,8 @@ class PrefixCachingBlockPool:
     def find_hits(self, request) -> list[int]:
         """Cached blocks for the longest prefix of the request's tokens (``_cached_prefix``): one per block, less the
         last with MTP/EAGLE drafts (``eagle``)."""
-        hits = [next(iter(holders)) for holders in self._cached_prefix(request)]
+        hits = [holders if holders.__class__ is int else next(iter(holders))
+                for holders in self._cached_prefix(request)]
         return hits[:-1] if self.eagle else hits
 
     def prefix_holders(self, request) -> set[int]:
@@ -212,7 +217,10 @@ class PrefixCachingBlockPool:
         another block may change which one it finds)."""
         held: set[int] = set()
         for holders in self._cached_prefix(request):
-            held.update(holders)
+            if holders.__class__ is int:
+                held.add(holders)
+            else:
+                held.update(holders)
         return held
 
     def free_position(self, blocks: set[int], limit: int) -> int | None:
@@ -275,7 +283,7 @@ class PrefixCachingBlockPool:
             key = key_of[b]
             if key is not None:  # evict its cached content
                 holders = by_key[key]
-                if len(holders) == 1:  # (b alone holds it)
+                if holders.__class__ is int or len(holders) == 1:  # (b alone holds it)
                     del by_key[key]
                     if evicted is not None:
                         evicted.append(key)
@@ -302,7 +310,7 @@ class PrefixCachingBlockPool:
         key = self.key_of[b]
         if key is not None:  # evict its cached content
             holders = self.blocks_by_key[key]
-            if len(holders) == 1:  # (b alone holds it)
+            if holders.__class__ is int or len(holders) == 1:  # (b alone holds it)
                 del self.blocks_by_key[key]
                 if self.listener is not None:
                     self.listener((key,), False)
@@ -329,9 +337,11 @@ class PrefixCachingBlockPool:
                 key_of[b] = key
                 holders = by_key.get(key)
                 if holders is None:
-                    by_key[key] = {b: None}
+                    by_key[key] = b
                     if stored is not None:
                         stored.append(key)
+                elif holders.__class__ is int:
+                    by_key[key] = {holders: None, b: None}
                 else:
                     holders[b] = None
         if stored:

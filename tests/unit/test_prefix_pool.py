@@ -1,0 +1,54 @@
+"""vLLM's prefix-caching block pool (``engine.kv_cache.PrefixCachingBlockPool``) when several blocks hold one key:
+which block a hit takes, which blocks a prefix depends on, and what eviction leaves. Expected values by hand from
+vLLM's rules (the pool's class doc): the first block cached under a key is the one a hit takes; a freed request's
+blocks rejoin the free queue tail-first; allocation takes from the front and evicts what it takes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from simmodel.engine.kv_cache import BlockKeys, PrefixCachingBlockPool
+
+
+def test_hits_take_the_first_block_cached_under_a_key_until_eviction_leaves_another():
+    """Four blocks of 16 tokens. Requests A and B have the same two blocks of content (k0 k1): A takes blocks 0 1 and
+    caches them, is freed (queue 2 3 1 0); B takes 2 3 and caches them as second copies, is freed (queue 1 0 3 2).
+    A 33-token prompt of that content looks up (33 − 1) // 16 = 2 blocks: hits 0 1 (the first copies), resting on
+    all four blocks. Taking single blocks from the front: 1 goes (k1 now only in 3: hits 0 3), then 0 (k0 only in 2:
+    hits 2 3), then 3 (k1's last copy: hits 2 alone, the prefix resting on block 2 only)."""
+    pool = PrefixCachingBlockPool(4, 16)
+    keys = BlockKeys(lambda j: ("same", j))
+    for _ in range(2):
+        request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=keys, num_blocks=2)
+        pool.cache_full_blocks(request, 32)
+        pool.free_request(request)
+    prompt = SimpleNamespace(num_tokens=33, block_keys=keys)
+    assert pool.find_hits(prompt) == [0, 1]
+    assert pool.prefix_holders(prompt) == {0, 1, 2, 3}
+    assert pool.allocate_one() == 1
+    assert pool.find_hits(prompt) == [0, 3]
+    assert pool.allocate_one() == 0
+    assert pool.find_hits(prompt) == [2, 3]
+    assert pool.prefix_holders(prompt) == {2, 3}
+    assert pool.allocate_one() == 3
+    assert pool.find_hits(prompt) == [2]
+    assert pool.prefix_holders(prompt) == {2}
+    assert pool.allocate_one() == 2
+    assert pool.find_hits(prompt) == [] and not pool.blocks_by_key
+
+
+def test_a_block_cached_again_by_its_own_request_is_not_a_second_holder():
+    """A request caching 32 tokens, then 48 of its three blocks: the first two keys are cached once (one holder
+    each), the third added; freeing and taking all three evicts each key with its only block."""
+    pool = PrefixCachingBlockPool(3, 16)
+    events = []
+    pool.listener = lambda keys, stored: events.extend((key, stored) for key in keys)
+    keys = BlockKeys(lambda j: ("own", j))
+    request = SimpleNamespace(block_ids=pool.allocate_ids(3), num_cached_blocks=0, block_keys=keys, num_blocks=3)
+    pool.cache_full_blocks(request, 32)
+    pool.cache_full_blocks(request, 48)
+    assert events == [(keys(0), True), (keys(1), True), (keys(2), True)]
+    assert pool.find_hits(SimpleNamespace(num_tokens=49, block_keys=keys)) == [0, 1, 2]
+    pool.free_request(request)
+    assert sorted(pool.allocate_ids(3)) == [0, 1, 2]
+    assert events[3:] == [(keys(2), False), (keys(1), False), (keys(0), False)] and not pool.blocks_by_key
