@@ -67,6 +67,10 @@ def gpu_power(deployment: Deployment) -> GpuPower | None:
     return GpuPower(hw.board_power_w, hw.idle_power_w, deployment.tensor * deployment.prefill_context)
 
 
+FEW_ROWS = 8
+"""Rows ``PassEnergy.work_ns`` finishes one by one as Python floats (a pass of a few ranks, pass by pass)."""
+
+
 class PassEnergy:
     """Prices the work of a worker's passes at datasheet peaks (``work_ns``) and turns pass rows into joules.
 
@@ -110,9 +114,25 @@ class PassEnergy:
             slopes, weights, head = self._affine
             table = sums.table
             seconds = table @ slopes
+            if len(table) <= FEW_ROWS:
+                return self._few_rows_ns(table, seconds)
             seconds += weights * ((table[:, PREFILL + NEW_TOKENS] + table[:, DECODE + NEW_TOKENS]) > 0)
             seconds += head * ((table[:, PREFILL + SAMPLED] + table[:, DECODE + SAMPLED]) > 0)
         return np.rint(seconds * 1e9).astype(np.int64)
+
+    def _few_rows_ns(self, table: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """``work_ns`` of a dense model's few rows (a pass of a few ranks; ``seconds``: the product of their sums with
+        the slopes): the same float64 operations as Python floats, without the arrays' fixed cost (a term not
+        added is one the arrays add as 0.0; both round half to even)."""
+        _, weights, head = self._affine
+        ns = []
+        for s, row in zip(seconds.tolist(), table.tolist()):
+            if row[PREFILL + NEW_TOKENS] + row[DECODE + NEW_TOKENS] > 0:
+                s += weights
+            if row[PREFILL + SAMPLED] + row[DECODE + SAMPLED] > 0:
+                s += head
+            ns.append(round(s * 1e9))
+        return np.array(ns, np.int64)
 
 
 def rank_pass_joules(power: GpuPower, duration_ns: np.ndarray, busy_ns: np.ndarray,

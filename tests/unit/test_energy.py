@@ -131,3 +131,29 @@ def test_a_dense_models_work_is_its_roofline_work_read_as_affine_terms(model, te
     expected = np.rint((compute + memory) * 1e9)
     assert np.abs(energy.work_ns(sums) - expected).max() <= 1  # (float rounding of one ns at most)
     assert (energy.work_ns(sums)[np.bincount(rank, minlength=40) == 0] == 0).all()
+
+
+def test_a_pass_of_a_few_ranks_gets_the_nanoseconds_of_many_rows():
+    """``work_ns`` finishes a few rows (``FEW_ROWS``) as Python floats and more as arrays: every row of 2,000 random
+    ones (idle, decode-only, prefill-only and mixed, sampling or not), priced alone and in a few, gets exactly the
+    nanoseconds it gets among all of them."""
+    from simmodel.perf.deployment import Deployment
+    from simmodel.perf.energy import FEW_ROWS, PassEnergy
+    from simmodel.perf.hardware import HARDWARE
+    from simmodel.perf.models import MODELS
+    from simmodel.perf.timing import PassSums
+
+    energy = PassEnergy(Deployment(MODELS["meta-llama/Llama-3.1-8B-Instruct"], HARDWARE["h100_sxm"], tensor=1))
+    rng = np.random.default_rng(7)
+    n = 2000
+    table = rng.integers(0, 5000, (n, 10)).astype(np.float64)
+    table[rng.random((n, 10)) < 0.4] = 0.0  # (many columns zero: rows with no new token, or none sampled)
+    table[: n // 10] = 0.0
+    rng.shuffle(table)
+    whole = energy.work_ns(PassSums(table, np.full(n, 1e6), n))
+    assert FEW_ROWS < n and (whole == 0).sum() >= n // 10
+    for lo in range(0, n, FEW_ROWS):
+        part = table[lo:lo + FEW_ROWS]
+        assert energy.work_ns(PassSums(part, np.full(len(part), 1e6), len(part))).tolist() == whole[lo:lo + FEW_ROWS].tolist()
+    alone = [energy.work_ns(PassSums(table[i:i + 1], np.full(1, 1e6), 1))[0] for i in range(n)]
+    assert alone == whole.tolist()
