@@ -402,14 +402,16 @@ class BlockKeys:
 
     Block j's key hashes block j−1's key with what the block holds, so equal keys mean equal prefixes.
     ``content(j)`` says what block j holds: exact token ids, trace hash ids, or a shared prefix; tokens
-    past what is known are unique to the request. Keys are computed on first use and kept.
+    past what is known are unique to the request. Keys are computed on first use and kept; a ``TraceBlocks``
+    content chains them itself (``TraceBlocks.chain``: the same keys, without a call per block).
     """
 
-    __slots__ = ("content", "_keys")
+    __slots__ = ("content", "_keys", "_chain")
 
     def __init__(self, content) -> None:
         self.content = content
         self._keys: list[int] = []
+        self._chain = content.chain if isinstance(content, TraceBlocks) else None
 
     def __call__(self, j: int) -> int:
         keys = self._keys
@@ -425,10 +427,60 @@ class BlockKeys:
 
     def _extend(self, n: int) -> None:
         keys, content = self._keys, self.content
+        if self._chain is not None:
+            self._chain(keys, n)
+            return
         parent = keys[-1] if keys else 0
         for j in range(len(keys), n):
             parent = hash((parent, content(j)))
             keys.append(parent)
+
+
+class TraceBlocks:
+    """What each KV block of a request holds when it lies inside one of the trace's blocks (the KV block size divides
+    the trace's: Mooncake's 512-token blocks, or the same size): tokens ``lo``..``hi`` of trace block ``t``, given as
+    ``((hash id, lo, hi),)`` (``trace_block_content``'s one segment); a block past the tokens the trace knows
+    belongs to the request alone (``unique``). A long prompt has thousands of blocks: ``chain`` makes their keys in
+    one loop, as ``BlockKeys`` would from ``__call__`` one block at a time."""
+
+    __slots__ = ("hash_ids", "per", "block_size", "known", "unique")
+
+    def __init__(self, hash_ids: tuple[int, ...], per: int, block_size: int, known: int, unique: object) -> None:
+        self.hash_ids, self.per, self.block_size, self.unique = hash_ids, per, block_size, unique
+        self.known = known // block_size
+        """Blocks wholly inside the tokens the trace knows (block j is iff (j + 1) × block_size ≤ its tokens)."""
+
+    def __call__(self, j: int) -> object:
+        if j >= self.known:
+            return (self.unique, j)
+        t, part = divmod(j, self.per)
+        lo = part * self.block_size
+        return ((self.hash_ids[t], lo, lo + self.block_size),)
+
+    def chain(self, keys: list[int], n: int) -> None:
+        """Append the keys of blocks ``len(keys)``..n − 1 to ``keys`` (chained from its last)."""
+        bs, per, hash_ids, append = self.block_size, self.per, self.hash_ids, keys.append
+        parent = keys[-1] if keys else 0
+        j = len(keys)
+        known = min(n, self.known)
+        if per == 1:  # (one KV block per trace block)
+            for h in hash_ids[j:known]:
+                parent = hash((parent, ((h, 0, bs),)))
+                append(parent)
+            j = max(j, known)
+        while j < known:  # trace block by trace block
+            t, part = divmod(j, per)
+            h = hash_ids[t]
+            stop = min(known, (t + 1) * per)
+            start = part * bs
+            for lo in range(start, start + (stop - j) * bs, bs):
+                parent = hash((parent, ((h, lo, lo + bs),)))
+                append(parent)
+            j = stop
+        unique = self.unique
+        for k in range(j, n):
+            parent = hash((parent, (unique, k)))
+            append(parent)
 
 
 def token_block_content(token_ids: list[int], block_size: int, unique: object) -> object:
@@ -445,23 +497,8 @@ def trace_block_content(hash_ids: tuple[int, ...], trace_block_size: int, num_pr
                         block_size: int, unique: object) -> object:
     """Content of block j from a trace's per-block hash ids (e.g. Mooncake's 512-token blocks)."""
     known = min(num_prompt_tokens, len(hash_ids) * trace_block_size)
-    if trace_block_size == block_size:  # the common case, one trace block per KV block: the same keys, faster
-        def same_size(j: int) -> object:
-            if (j + 1) * block_size > known:
-                return (unique, j)
-            return ((hash_ids[j], 0, block_size),)
-        return same_size
-
-    if trace_block_size % block_size == 0:  # several KV blocks per trace block, each inside one (Mooncake's 512)
-        per = trace_block_size // block_size
-
-        def inside(j: int) -> object:
-            if (j + 1) * block_size > known:
-                return (unique, j)
-            t, part = divmod(j, per)
-            lo = part * block_size
-            return ((hash_ids[t], lo, lo + block_size),)  # ``content``'s one segment, made directly
-        return inside
+    if trace_block_size % block_size == 0:  # each KV block inside one trace block (Mooncake's 512, or the same size)
+        return TraceBlocks(hash_ids, trace_block_size // block_size, block_size, known, unique)
 
     def content(j: int) -> object:
         lo, hi = j * block_size, (j + 1) * block_size
