@@ -171,3 +171,26 @@ def test_the_table_shows_tensorrt_llms_pauses():
     table = simmodel(*args).stdout
     assert summary["num_pauses"] == summary["num_preemptions"] > 0
     assert re.search(rf"^Pauses \(TensorRT-LLM max_utilization\) +{summary['num_pauses']}$", table, re.M)
+
+
+_AT_EXIT = """
+import atexit, gc, sys
+from simmodel.cli import main
+atexit.register(lambda: print("collector", gc.isenabled(), "frozen", gc.get_freeze_count() > 0, "status-seen"))
+sys.argv = ["simmodel", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize(("command", "collector"), [("run", False), ("validate", True)])
+def test_the_command_leaves_its_objects_to_the_operating_system(scenario, command, collector):
+    """As its own process (``main``), the command freezes every object on its way out, so that Python's shutdown
+    neither scans nor frees them; ``run`` keeps the collector off throughout (its passes would find nothing),
+    another command does not. Python's own exit still runs: ``atexit`` hooks see it, and the status is kept."""
+    proc = subprocess.run([sys.executable, "-c", _AT_EXIT, command, "-c", str(scenario), *(
+        ["--quiet", "--format", "json"] if command == "run" else [])], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"collector {collector} frozen True status-seen" in proc.stdout
+    bad = subprocess.run([sys.executable, "-c", _AT_EXIT, command, "-c", str(scenario.with_name("missing.yaml"))],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "frozen True status-seen" in bad.stdout

@@ -12,12 +12,6 @@ after the run.
 The collector is the process's, not the run's: while any run is in progress, every thread runs without it (``simmodel
 serve`` runs simulations in worker threads). Pauses nest, across threads too: the collector comes back on when
 the last of them ends, if it was on when the first began.
-
-When it comes back on, what the run made (and everything older) joins the collector's oldest generation at once.
-Left in its youngest, the millions of objects allocated meanwhile would all be scanned by the first collection after
-the run, which frees none of them (0.4 s after a 20,000-request P/D run); in the oldest they are scanned at its
-next full pass, like any long-lived object. ``gc.freeze()`` then ``gc.unfreeze()`` move them there without a scan;
-not done if anything was frozen already (by the application: unfreezing would give its objects back too).
 """
 
 from __future__ import annotations
@@ -56,7 +50,4 @@ def collector_paused() -> Iterator[None]:
         with pauses.lock:
             pauses.count -= 1
             if not pauses.count and pauses.was_on:
-                if not gc.get_freeze_count():  # (move every tracked object to the oldest generation, unscanned)
-                    gc.freeze()
-                    gc.unfreeze()
                 gc.enable()

@@ -48,40 +48,6 @@ def test_the_collector_is_paused_during_a_run_and_back_after(collector_on) -> No
     assert gc.isenabled()
 
 
-def _in_generation(thing: object) -> int | None:
-    return next((g for g in range(3) if any(o is thing for o in gc.get_objects(generation=g))), None)
-
-
-def test_what_a_run_made_joins_the_oldest_generation_unscanned(collector_on) -> None:
-    """After a run the simulation (made before it, young) and what the run made (its results) are in the oldest
-    generation, nothing stays frozen, and the youngest generation holds only what came after the run: the first
-    collection after the run does not rescan the run's objects. A collection of the two younger generations would
-    put them in the middle one; no scan reaches the oldest on its own."""
-    sim = Simulation(parse_scenario(make_scenario(), Path(".")))
-    assert _in_generation(sim) == 0
-    results = sim.run()
-    assert gc.get_freeze_count() == 0
-    assert _in_generation(sim) == 2 and _in_generation(results) == 2
-    assert len(gc.get_objects(generation=0)) < 1000
-
-
-def test_objects_the_application_froze_stay_frozen(collector_on) -> None:
-    """An application that froze its objects (``gc.freeze()``, before forking workers, say) keeps them frozen: the run
-    gives nothing back to the collector (what it made joins the oldest generation at the collector's own pace)."""
-    kept = [[n] for n in range(3)]
-    gc.freeze()
-    try:
-        assert gc.get_freeze_count() > 0 and _in_generation(kept) is None  # (frozen: in none of the three)
-        sim = Simulation(parse_scenario(make_scenario(), Path(".")))
-        sim.run()
-        assert gc.get_freeze_count() > 0 and gc.isenabled()
-        assert _in_generation(kept) is None and _in_generation(kept[0]) is None
-        assert _in_generation(sim) is not None  # (made after the freeze: the collector's)
-    finally:
-        gc.unfreeze()
-    assert _in_generation(kept) == 2
-
-
 def test_a_collector_turned_off_stays_off(collector_on) -> None:
     gc.disable()
     Simulation(parse_scenario(make_scenario(), Path("."))).run()
