@@ -394,7 +394,7 @@ def _validate_search(path: Path, overrides: tuple[str, ...]) -> None:
 def run(scenario: Path, overrides: tuple[str, ...], output_dir: Path | None, overwrite: bool, fmt: str,
         events: str, quiet: bool) -> None:
     """Simulate a scenario and print its metrics."""
-    if _ENDS_PROCESS:  # one simulation, then the process ends: the collector's passes would find nothing (``main``)
+    if _ENDS_PROCESS:  # one simulation, then the process ends: nothing for the collector to free before (``main``)
         gc.disable()
     if output_dir is not None:
         probe_output_dir(output_dir, overwrite, scenario)
