@@ -3,11 +3,12 @@
 A run keeps what it records: every row of the event log is a small tuple that lives to the end, hundreds of
 thousands of them. CPython's collector counts allocations and, each time the long-lived objects have grown by a
 quarter, scans all of them again for reference cycles; on a 10,000-request run those full scans took about an
-eighth of the run (six of them, ~0.3 s, measured with ``gc.callbacks``), and found nothing. The simulation makes
-no reference cycles: what it frees, it frees by reference counting (``tests/unit/test_collector.py`` runs every
+eighth of the run (six of them, ~0.3 s, measured with ``gc.callbacks``), and found nothing. A run makes no
+reference cycles: what it frees, it frees by reference counting (``tests/unit/test_collector.py`` runs every
 ready scenario but the searches with the collector off and finds no cyclic garbage afterwards). So a run pauses
 the collector; a cycle made meanwhile (a user's callback may make one) is collected at the collector's next pass
-after the run.
+after the run. The simulation itself is a cycle (its processes point back to its environment): dropped, it is
+freed by the collector, as any other.
 
 The collector is the process's, not the run's: while any run is in progress, every thread runs without it (``simmodel
 serve`` runs simulations in worker threads). Pauses nest, across threads too: the collector comes back on when

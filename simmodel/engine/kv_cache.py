@@ -139,7 +139,8 @@ class PrefixCachingBlockPool:
 
     ``blocks_by_key`` maps a cached key to the block that holds it, or to the blocks (a dict, in the order they were
     cached) once several do: most keys have one holder all their life, and a dict for each would cost a fifth of a
-    long-prompt run's time (a subclass may keep dicts only; every reader here takes either).
+    long-prompt run's time (a subclass may keep dicts only; every reader here takes either). A key goes with its
+    last holder: no dict here is ever empty.
     """
 
     caching = True
@@ -200,7 +201,7 @@ class PrefixCachingBlockPool:
         keys, by_key = request.block_keys.upto(n), self.blocks_by_key
         for j in range(n):
             holders = by_key.get(keys[j])
-            if holders is None or holders.__class__ is not int and not holders:
+            if holders is None:
                 break
             prefix.append(holders)
         return prefix

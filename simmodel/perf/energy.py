@@ -68,7 +68,8 @@ def gpu_power(deployment: Deployment) -> GpuPower | None:
 
 
 FEW_ROWS = 8
-"""Rows ``PassEnergy.work_ns`` finishes one by one as Python floats (a pass of a few ranks, pass by pass)."""
+"""Rows ``PassEnergy.work_ns`` finishes one by one as Python floats (a pass of a few ranks, pass by pass), as many
+as ``engine.clock.clock_ns`` converts that way."""
 
 
 class PassEnergy:
