@@ -116,24 +116,25 @@ class PassEnergy:
             table = sums.table
             seconds = table @ slopes
             if len(table) <= FEW_ROWS:
-                return self._few_rows_ns(table, seconds)
+                return _few_rows_ns(table, seconds, weights, head)
             seconds += weights * ((table[:, PREFILL + NEW_TOKENS] + table[:, DECODE + NEW_TOKENS]) > 0)
             seconds += head * ((table[:, PREFILL + SAMPLED] + table[:, DECODE + SAMPLED]) > 0)
         return np.rint(seconds * 1e9).astype(np.int64)
 
-    def _few_rows_ns(self, table: np.ndarray, seconds: np.ndarray) -> np.ndarray:
-        """``work_ns`` of a dense model's few rows (a pass of a few ranks; ``seconds``: the product of their sums with
-        the slopes): the same float64 operations as Python floats, without the arrays' fixed cost (a term not
-        added is one the arrays add as 0.0; both round half to even)."""
-        _, weights, head = self._affine
-        ns = []
-        for s, row in zip(seconds.tolist(), table.tolist()):
-            if row[PREFILL + NEW_TOKENS] + row[DECODE + NEW_TOKENS] > 0:
-                s += weights
-            if row[PREFILL + SAMPLED] + row[DECODE + SAMPLED] > 0:
-                s += head
-            ns.append(round(s * 1e9))
-        return np.array(ns, np.int64)
+
+def _few_rows_ns(table: np.ndarray, seconds: np.ndarray, weights: float, head: float) -> np.ndarray:
+    """``PassEnergy.work_ns`` of a dense model's few rows (a pass of a few ranks; ``seconds``: the product of their
+    sums with the slopes; ``weights``, ``head``: the affine terms a row adds when it has new tokens, when it
+    samples): the same float64 operations as Python floats, without the arrays' fixed cost (a term not added is one
+    the arrays add as 0.0; both round half to even)."""
+    ns = []
+    for s, row in zip(seconds.tolist(), table.tolist()):
+        if row[PREFILL + NEW_TOKENS] + row[DECODE + NEW_TOKENS] > 0:
+            s += weights
+        if row[PREFILL + SAMPLED] + row[DECODE + SAMPLED] > 0:
+            s += head
+        ns.append(round(s * 1e9))
+    return np.array(ns, np.int64)
 
 
 def rank_pass_joules(power: GpuPower, duration_ns: np.ndarray, busy_ns: np.ndarray,
