@@ -426,6 +426,13 @@ class BlockKeys:
             self._extend(n)
         return self._keys
 
+    def run(self, start: int, stop: int) -> BlockRun:
+        """Blocks ``start`` … ``stop`` − 1, as a tier keyed by groups of blocks is asked about them."""
+        content = self.content
+        if self._chain is not None and content.per > 1:
+            return BlockRun(self.upto(stop), start, stop, content.per, content.known)
+        return BlockRun(self.upto(stop), start, stop)
+
     def _extend(self, n: int) -> None:
         keys, content = self._keys, self.content
         if self._chain is not None:
@@ -435,6 +442,30 @@ class BlockKeys:
         for j in range(len(keys), n):
             parent = hash((parent, content(j)))
             keys.append(parent)
+
+
+class BlockRun:
+    """Blocks ``start`` … ``stop`` − 1 of one request: its chained keys from block 0 (``keys``, possibly longer), and
+    how they fall into the trace's blocks. Blocks 0 … ``known`` − 1 lie ``per`` to a trace block (``TraceBlocks``),
+    so block j's key follows from the key of block ``(j // per) × per`` and from j alone: equal keys there mean
+    equal trace blocks up to j, and the KV blocks of one trace block hold its tokens in order. A host tier keys
+    such a group of blocks once (``HostTier``); ``per`` 1: no groups."""
+
+    __slots__ = ("keys", "start", "stop", "per", "known")
+
+    def __init__(self, keys: list, start: int, stop: int, per: int = 1, known: int = 0) -> None:
+        self.keys, self.start, self.stop, self.per, self.known = keys, start, stop, per, known
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def list(self) -> list:
+        """The run's keys."""
+        return self.keys[self.start:self.stop]
+
+    def sub(self, start: int, stop: int) -> BlockRun:
+        """Blocks ``start`` … ``stop`` − 1 of the same request."""
+        return BlockRun(self.keys, start, stop, self.per, self.known)
 
 
 class TraceBlocks:

@@ -14,14 +14,27 @@ hundreds at a time, so each block has a *slot* (a key → slot dict), and what t
 a request's blocks at a time. Recency is a stamp from a counter that every store and touch advances, and a
 log of (slot, stamp), appended to in stamp order, is the LRU order: an entry whose slot has been stamped again
 since, or freed, is stale and skipped (and dropped when the log fills). Eviction reads the log from its head.
+
+The key → slot dict is most of a busy tier's cost (a block stored is looked up, added and, later, dropped), so
+while every request it is asked about lies in the trace's blocks (``BlockRun``: ``per`` KV blocks to a trace
+block, Mooncake's), it keys *groups*: the dict maps the key of a trace block's first KV block to a group of
+``per`` slots, and block j of a request is slot ``per × group + j mod per`` of the group its block
+``(j // per) × per`` names. That is exact because the keys are chained: two requests whose blocks there have the
+same key hold the same trace blocks up to it, so their KV blocks of that trace block are the same blocks in the
+same order. A request's blocks past what the trace knows are groups of one. The first request asked about that
+does not group so (a prompt of other content, or another ``per``) turns the tier back into a dict of blocks,
+slots kept, and it stays so.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from heapq import heappop, heappush
+from itertools import repeat
 
 import numpy as np
+
+from simmodel.engine.kv_cache import BlockRun
 
 UNQUEUED = float("inf")
 """When a block lands whose copy is not queued yet (its slot is taken as the pass that computes it is planned)."""
@@ -60,7 +73,10 @@ class Held:
 
 
 class HostTier:
-    """Up to ``capacity`` blocks, each under its content key with the instant its store lands."""
+    """Up to ``capacity`` blocks, each under its content key with the instant its store lands.
+
+    Its calls take the blocks they act on as a ``BlockRun`` or as a plain list of keys (a run that does not group:
+    asked so, the tier keys blocks, not groups)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -73,13 +89,31 @@ class HostTier:
         self.version = 0
         """Changes whenever a block is added, evicted or starts being read (what a lookup that found no landing or
         read block depends on)."""
+        self._per = 0
+        """Slots to a group: the ``per`` of the runs it has been asked about while they all group alike; 1 once one
+        did not (a dict of blocks), 0 while it has been asked about none."""
         self._slot: dict[object, int] = {}
-        """Key → its slot."""
+        """Key → its slot (``_per`` 1), or the key of a group's first block → the group (``_per`` > 1)."""
         self._free: list[int] = []
-        """Slots holding no block."""
+        """Slots holding no block (``_per`` 1), or groups holding none."""
+        self._count = 0
+        """Blocks held (``_per`` > 1; the dict's length otherwise)."""
+        self._group_key = np.empty(0, object)
+        """Group → the key it is under (``_per`` > 1; group 0 is never taken, so that a key not here can name it)."""
+        self._group_count = np.zeros(0, np.int64)
+        """Group → blocks it holds (``_per`` > 1)."""
+        self._group_keys = np.empty(0, object)
+        self._group_first = np.zeros(0, np.int64)
+        self._group_valid = np.zeros(0, np.int64)
+        """Group → the keys of a request that holds its blocks, where among them its first block is, and how many of
+        its blocks from the first those keys name (``_per`` > 1: the keys of its blocks, without a key kept per
+        block). A request whose prompt ends inside the group, or whose blocks there leave what the trace knows,
+        names only the first few; a store past them names the group by its own keys instead."""
+        self._div = self._mod = _NONE
+        """0, 1, 2, … divided by ``_per``, and the remainders (``_per`` > 1; as long as the longest run yet)."""
         size = 0
         self._key = np.empty(size, object)
-        """Slot → its key."""
+        """Slot → its key (``_per`` 1)."""
         self._stamp = np.full(size, _FREE, np.int64)
         """Slot → its recency (larger: more recent), ``_FREE`` for a free slot."""
         self._at = np.full(size, UNQUEUED)
@@ -93,9 +127,9 @@ class HostTier:
         self._kept = np.zeros(size, bool)
         """Slot → whether the eviction being chosen must leave its block (``_victims``' ``protected``; all False
         between calls)."""
-        self._looked: tuple = (-1, [], ())
-        """(``version``, keys, their slots) of the last lookup that found a run: the load that follows it reads
-        them without looking them up again."""
+        self._looked: tuple = (-1, None, 0, 0, _NONE)
+        """(``version``, keys, start, stop, their slots) of the last lookup that found a run: the load that follows
+        it reads them without looking them up again."""
         self._num_reads = 0
         self._clock = 0
         """The next stamp."""
@@ -109,64 +143,83 @@ class HostTier:
         """Blocks here whose store has landed (the most a store could evict), as of the last ``_landed_by``."""
 
     def __len__(self) -> int:
-        return len(self._slot)
+        return self._count if self._per > 1 else len(self._slot)
+
+    @property
+    def keys_groups(self) -> bool:
+        """Whether it keys groups of blocks (every request asked about so far lies in trace blocks alike)."""
+        return self._per > 1
 
     def __contains__(self, key: object) -> bool:
-        return key in self._slot
+        return self._where(key) is not None
 
     def keys(self) -> list:
         """The keys held, least recently used first."""
-        live = self._live(self._head, self._tail)
-        return self._key[live].tolist()
+        return self._keys_of(self._live(self._head, self._tail))
 
     def lands_at(self, key: object) -> float:
         """When the copy that brings ``key`` lands (``UNQUEUED`` while it is not queued)."""
-        return _instant(self._at[self._slot[key]])
+        slot = self._where(key)
+        if slot is None:
+            raise KeyError(key)
+        return _instant(self._at[slot])
 
-    def scan(self, keys: list, now: int) -> tuple[int, int, float | None, bool]:
+    def scan(self, keys: BlockRun | list, now: int) -> tuple[int, int, float | None, bool]:
         """The run of ``keys`` held here from the first: its length; how many keys after it are not here, up to the
         next one that is (or the end); the earliest instant one of its blocks lands after ``now`` (None if all
         have landed; ``UNQUEUED`` if the only ones not landed are not queued yet); and whether a load reads one
         of them."""
-        slots, run = self._run(keys)
-        n = len(run)
+        slots = self._find(_as_run(keys))
+        missing = np.flatnonzero(slots < 0)
+        n = int(missing[0]) if len(missing) else len(slots)
         late, read = None, False
         if n:
+            run = slots[:n]
             at = self._at[run]
             later = at[at > now]
             if len(later):
                 late = _instant(later.min())
             read = bool(self._num_reads) and bool(self._reads[run].any())
-        gap = next((i for i in range(n + 1, len(slots)) if slots[i] is not None), len(slots)) - n
+        after = np.flatnonzero(slots[n + 1:] >= 0)
+        gap = (int(after[0]) + 1 if len(after) else len(slots) - n) if n < len(slots) else 0
         return n, gap, late, read
 
-    def lookup(self, keys: list, now: int) -> tuple[int, int | None]:
+    def lookup(self, keys: BlockRun | list, now: int) -> tuple[int, int | None]:
         """How many of ``keys``, from the first, can be loaded at ``now`` (a missing key ends the run), with None.
         If the run reaches a block still landing, or one another load reads, the request waits instead of
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
         rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
-        if not keys or keys[0] not in self._slot:
+        run = _as_run(keys)
+        if not len(run) or self._per <= 1 and run.keys[run.start] not in self._slot:
             return 0, None  # (most lookups miss at once: no need to look at the rest of a long prompt)
-        _, run = self._run(keys)
-        at = self._at[run]
+        slots = self._find(run)
+        missing = np.flatnonzero(slots < 0)
+        if len(missing):
+            slots = slots[:missing[0]]
+        at = self._at[slots]
         late = np.flatnonzero(at > now)
         if len(late):
             t = _instant(at[late[0]])  # (the first such block, in prompt order)
             return -1, None if t == UNQUEUED else t
-        if self._num_reads and self._reads[run].any():
+        if self._num_reads and self._reads[slots].any():
             return -1, None
-        self._looked = (self.version, keys, run)
-        return len(run), None
+        if len(slots):
+            self._looked = (self.version, run.keys, run.start, run.start + len(slots), slots)
+        return len(slots), None
 
-    def read(self, keys: list) -> Held:
+    def read(self, keys: BlockRun | list) -> Held:
         """A load starts reading ``keys``: they stay until ``done_reading`` (given what this returns)."""
-        version, looked, run = self._looked
-        if version == self.version and len(keys) <= len(run) and looked[:len(keys)] == keys:
-            slots = run[:len(keys)]  # (the lookup just made found them: nothing has moved since)
+        run = _as_run(keys)
+        version, looked, start, stop, found = self._looked
+        if version == self.version and start == run.start and run.stop <= stop and (
+                looked is run.keys or looked[start:run.stop] == run.list()):
+            slots = found[:len(run)]  # (the lookup just made found them: nothing has moved since)
         else:
-            slots = self._slots_of(keys)
+            slots = self._find(run)
+            if (slots < 0).any():
+                raise KeyError("host tier: a load reads a block it does not hold")
         self._reads[slots] += 1  # (a load's keys are distinct)
-        self._num_reads += len(keys)
+        self._num_reads += len(slots)
         self.version += 1  # (a lookup reaching these now waits)
         return self._held(slots)
 
@@ -175,43 +228,50 @@ class HostTier:
         self._reads[held.slots] -= 1
         self._num_reads -= len(held.slots)
 
-    def store(self, keys: list, now: int) -> tuple[list, Copy, Held] | None:
+    def store(self, keys: BlockRun | list, now: int) -> tuple[list, Copy, Held] | None:
         """Take slots for those of ``keys`` not here (landed or landing), evicting the least recently used blocks
         that have landed, are not read and are not among ``keys``; returns the keys taken, their ``Copy``
         (``landed`` says when it lands, once it is queued) and where all of ``keys`` are held, or None, taking
         none, if not enough room can be freed."""
-        slots = list(map(self._slot.get, keys))
-        num_here = len(slots) - slots.count(None)
-        new = [key for key, slot in zip(keys, slots) if slot is None] if num_here else keys
-        if not new:
-            return new, Copy(), self._held(np.array(slots, np.int64))
-        over = len(self._slot) + len(new) - self.capacity
+        run = _as_run(keys)
+        slots = self._find(run)
+        absent = slots < 0
+        num_new = int(absent.sum())
+        if not num_new:
+            return [], Copy(), self._held(slots)
+        num_here = len(slots) - num_new
+        over = len(self) + num_new - self.capacity
         if over > 0:
-            fits = len(new) <= self.capacity - num_here
-            here = np.array([slot for slot in slots if slot is not None], np.int64) if num_here else None
+            fits = num_new <= self.capacity - num_here
+            here = slots[~absent] if num_here else None
             victims = self._victims(over, now, here) if fits and self._landed_by(now) >= over else None
             if victims is None:
                 self.num_failed += 1
                 self.never_fits = not fits
                 return None
-            self._evict(victims)
+            self._evict(victims)  # (never a block of ``keys``: the slots found stay theirs)
         self.version += 1
-        copy = self._add(new)
         if num_here:
-            every = np.array([-1 if slot is None else slot for slot in slots], np.int64)
-            every[every < 0] = copy.slots
+            where = np.flatnonzero(absent)
+            copy = self._add(run, where)
+            slots[where] = copy.slots
+            keys = run.keys
+            new = [keys[run.start + i] for i in where.tolist()]
         else:
-            every = copy.slots
-        return new, copy, self._held(every)
+            copy = self._add(run, None)
+            slots = copy.slots
+            new = run.list()
+        return new, copy, self._held(slots)
 
-    def promote(self, keys: list, now: int) -> tuple[int, Copy]:
+    def promote(self, keys: BlockRun | list, now: int) -> tuple[int, Copy]:
         """Take slots for ``keys`` (none of them here), to be read from storage: as many of them, from the first,
         as there is room for once the least recently used blocks that can go are evicted. vLLM's tiering manager
         takes them one at a time, each evicting the least recently used block that can go, until one finds none
         (``_initiate_promotion``); a slot taken is landing, so it never makes room for the next one, and one
         evicting scan does the same. Returns how many were taken and their ``Copy``."""
-        count = len(keys)
-        over = len(self._slot) + count - self.capacity
+        run = _as_run(keys)
+        count = len(run)
+        over = len(self) + count - self.capacity
         if over > 0:
             victims = self._victims(over, now, None, partial=True) if self._landed_by(now) else _NONE
             count -= over - len(victims)
@@ -219,7 +279,7 @@ class HostTier:
         if count <= 0:
             return 0, Copy()
         self.version += 1
-        return count, self._add(keys[:count])
+        return count, self._add(run.sub(run.start, run.start + count), None)
 
     def landed(self, copy: Copy, count: int, at: int, pinned: bool = False) -> None:
         """The ``count`` blocks of ``copy`` (``store``) land at ``at``: readable from then on, and evictable too
@@ -237,44 +297,117 @@ class HostTier:
         copy.free_at = at
         heappush(self._landing, (at, count))
 
-    def touch_reversed(self, keys: list, held: list[Held] | None = None) -> None:
+    def touch_reversed(self, keys: BlockRun | list, held: list[Held] | None = None) -> None:
         """A request that used ``keys`` (a prefix, in order) finished: they become the most recently used, the
         first of them most of all. ``held``: where they were found or put, in order (each key's slot is then
         looked up only if it has been emptied since)."""
-        if held and all(h.tier is self for h in held) and sum(map(len, held)) == len(keys):
+        run = _as_run(keys)
+        self._settle(run)
+        if held and all(h.tier is self for h in held) and sum(map(len, held)) == len(run):
             slots = held[0].slots if len(held) == 1 else np.concatenate([h.slots for h in held])
             gens = held[0].gens if len(held) == 1 else np.concatenate([h.gens for h in held])
-            moved = np.flatnonzero(self._gen[slots] != gens)
-            if len(moved):
-                slots = slots.copy()
-                now_at = [self._slot.get(keys[i]) for i in moved.tolist()]
-                slots[moved] = [-1 if slot is None else slot for slot in now_at]
-                slots = slots[slots >= 0]
-            slots = slots[::-1]
+            if (self._gen[slots] != gens).any():  # (some were emptied since: where are they now?)
+                slots = self._find(run)
         else:
-            found = list(map(self._slot.get, reversed(keys)))
-            if None in found:
-                found = [slot for slot in found if slot is not None]
-            slots = np.array(found, np.int64)
+            slots = self._find(run)
+        slots = slots[slots >= 0][::-1]
         if len(slots):
             self._stamp_log(slots)
 
-    # -- slots and the LRU log ------------------------------------------------------------------------
+    # -- keys and slots -------------------------------------------------------------------------------
 
-    def _slots_of(self, keys: list) -> np.ndarray:
-        return np.fromiter(map(self._slot.__getitem__, keys), np.int64, len(keys))
+    def _settle(self, run: BlockRun) -> None:
+        """Key the tier by groups for a first run that groups (``per`` > 1), or by blocks for one that does not
+        group as the tier does (``_flatten``)."""
+        per = self._per
+        if per == run.per or per == 1:
+            return
+        if per == 0:  # (nothing held yet)
+            self._per = run.per
+            if run.per > 1:
+                self._grow_groups(0)
+        else:
+            self._flatten()
 
-    def _run(self, keys: list) -> tuple[list, np.ndarray]:
-        """Each key's slot (None where it is not here), and the slots of the run held from the first key."""
-        slots = list(map(self._slot.get, keys))
-        n = slots.index(None) if None in slots else len(slots)
-        return slots, np.array(slots[:n] if n < len(slots) else slots, np.int64)
+    def _flatten(self) -> None:
+        """Key each block held under its own key from now on, in the slot it has (a run that does not group as the
+        tier's groups do could otherwise miss a block held in one)."""
+        live = np.flatnonzero(self._stamp != _FREE)
+        keys = self._keys_of(live)
+        self._key = np.empty(len(self._stamp), object)
+        self._key[live] = np.fromiter(keys, object, len(keys))
+        self._slot = dict(zip(keys, live.tolist()))
+        self._free = np.flatnonzero(self._stamp == _FREE)[::-1].tolist()
+        self._per = 1
+        self._group_key = self._group_keys = np.empty(0, object)
+        self._group_count = self._group_first = self._group_valid = self._div = self._mod = _NONE
 
-    def _held(self, slots: np.ndarray) -> Held:
-        return Held(self, slots, self._gen[slots])
+    def _keys_of(self, slots: np.ndarray) -> list:
+        """The keys of the blocks in ``slots``."""
+        per = self._per
+        if per <= 1:
+            return self._key[slots].tolist()
+        groups = (slots // per).tolist()
+        where = (self._group_first[slots // per] + slots % per).tolist()
+        return [self._group_keys[group][j] for group, j in zip(groups, where)]
 
-    def _add(self, keys: list) -> Copy:
-        """Give ``keys`` (none here) free slots, as the most recent blocks, in order; returns their ``Copy``."""
+    def _where(self, key: object) -> int | None:
+        """The slot of ``key``, or None (for inspection: a search of every slot while the tier keys groups)."""
+        if self._per <= 1:
+            return self._slot.get(key)
+        live = np.flatnonzero(self._stamp != _FREE)
+        found = [slot for slot, k in zip(live.tolist(), self._keys_of(live)) if k == key]
+        return found[0] if found else None
+
+    def _find(self, run: BlockRun) -> np.ndarray:
+        """The slot of each block of ``run``, −1 where it is not here."""
+        self._settle(run)
+        keys, start, stop = run.keys, run.start, run.stop
+        per = self._per
+        if per <= 1:
+            found = list(map(self._slot.get, keys[start:stop]))
+            if None in found:
+                found = [-1 if slot is None else slot for slot in found]
+            return np.array(found, np.int64)
+        grouped = min(stop, run.known)
+        if start < grouped:  # (blocks in trace blocks: one key per group)
+            first = start // per * per
+            heads = keys[first:grouped:per]  # (a key not here names group 0: never taken)
+            groups = np.fromiter(map(self._slot.get, heads, repeat(0, len(heads))), np.int64, len(heads))
+            div, mod = self._div_mod(grouped - first)
+            found = groups[div[start - first:grouped - first]] * per + mod[start - first:grouped - first]
+            slots = np.where(self._stamp[found] != _FREE, found, -1)
+            if grouped == stop:
+                return slots
+        else:
+            slots = _NONE
+        lone = max(start, grouped)  # (blocks past the trace's: a group of one each)
+        found = np.fromiter(map(self._slot.get, keys[lone:stop], repeat(0, stop - lone)), np.int64, stop - lone) * per
+        return np.concatenate([slots, np.where(self._stamp[found] != _FREE, found, -1)])
+
+    def _div_mod(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_div`` and ``_mod``, at least ``n`` long."""
+        if len(self._div) < n:
+            every = np.arange(max(n, 2 * len(self._div)), dtype=np.int64)
+            self._div, self._mod = every // self._per, every % self._per
+        return self._div, self._mod
+
+    def _add(self, run: BlockRun, where: np.ndarray | None) -> Copy:
+        """Give the blocks of ``run`` (those at ``where``, if given), none of them here, slots as the most recent
+        blocks, in order; returns their ``Copy``."""
+        self._settle(run)
+        if self._per <= 1:
+            keys = run.list() if where is None else [run.keys[run.start + i] for i in where.tolist()]
+            taken = self._add_blocks(keys)
+            self._key[taken] = np.fromiter(keys, object, len(keys))
+        else:
+            taken = self._add_grouped(run, where)
+        self._at[taken] = self._free_at[taken] = UNQUEUED
+        self._stamp_log(taken)
+        return Copy(self, taken)
+
+    def _add_blocks(self, keys: list) -> np.ndarray:
+        """Free slots for ``keys``, each under its own key."""
         k, free = len(keys), self._free
         if len(free) < k:
             self._grow(k - len(free))
@@ -287,25 +420,106 @@ class HostTier:
             _consume(map(self._slot.__delitem__, dict.fromkeys(keys)))
             free.extend(reversed(slots))
             raise ValueError("host tier: the keys of one store must be distinct and new")
-        taken = np.array(slots, np.int64)
-        self._key[taken] = np.fromiter(keys, object, k)
-        self._at[taken] = self._free_at[taken] = UNQUEUED
-        self._stamp_log(taken)
-        return Copy(self, taken)
+        return np.array(slots, np.int64)
+
+    def _add_grouped(self, run: BlockRun, where: np.ndarray | None) -> np.ndarray:
+        """The slots of the blocks of ``run`` (at ``where``) in their groups, taking a group for each that has
+        none (``_find``'s rule)."""
+        per, keys, start, known = self._per, run.keys, run.start, run.known
+        at = np.arange(start, run.stop) if where is None else where + start
+        inside = len(at) if run.stop <= known else int(np.searchsorted(at, known))
+        slots = np.empty(len(at), np.int64)
+        if inside:  # (blocks in trace blocks)
+            first = int(at[0]) // per * per
+            local = at[:inside] - first
+            div, mod = self._div_mod(int(local[-1]) + 1)
+            of = div[local]
+            counts = np.bincount(of)
+            groups = [self._group(keys, j, known) if count else 0
+                      for j, count in zip(range(first, first + len(counts) * per, per), counts.tolist())]
+            groups = np.array(groups, np.int64)
+            self._group_count[groups] += counts  # (groups not taken here are group 0, counted 0 each)
+            slots[:inside] = groups[of] * per + mod[local]
+            top = np.zeros(len(counts), np.int64)  # (the last block taken in each group, as an offset in it)
+            top[of] = mod[local]
+            for group in groups[top >= self._group_valid[groups]].tolist():
+                first = int(self._group_first[group])
+                self._group_keys[group] = keys
+                self._group_valid[group] = min(per, known - first, len(keys) - first)
+        for i, j in enumerate(at[inside:].tolist(), inside):  # (blocks past the trace's: a group each)
+            group = self._group(keys, j, known)
+            self._group_count[group] = 1
+            slots[i] = group * per
+        self._count += len(at)
+        return slots
+
+    def _group(self, keys: list, j: int, known: int) -> int:
+        """The group under the key of block ``j`` of a request's ``keys`` (``known`` of them in trace blocks), taken
+        if there is none."""
+        key = keys[j]
+        group = self._slot.get(key)
+        if group is None:
+            if not self._free:
+                self._grow_groups(1)
+            group = self._slot[key] = self._free.pop()
+            self._group_key[group], self._group_keys[group], self._group_first[group] = key, keys, j
+            self._group_valid[group] = 1 if j >= known else min(self._per, known - j, len(keys) - j)
+        return group
+
+    def _evict_keys(self, victims: np.ndarray) -> None:
+        """Drop the keys of the blocks in slots ``victims`` (or of the groups they empty)."""
+        per = self._per
+        if per <= 1:
+            _consume(map(self._slot.__delitem__, self._key[victims].tolist()))
+            self._key[victims] = None
+            self._free.extend(victims.tolist())
+            return
+        groups, counts = np.unique(victims // per, return_counts=True)
+        left = self._group_count[groups] - counts
+        self._group_count[groups] = left
+        empty = groups[left == 0]
+        if len(empty):
+            _consume(map(self._slot.__delitem__, self._group_key[empty].tolist()))
+            self._group_key[empty] = self._group_keys[empty] = None
+            self._free.extend(empty.tolist())
+        self._count -= len(victims)
+
+    def _held(self, slots: np.ndarray) -> Held:
+        return Held(self, slots, self._gen[slots])
 
     def _grow(self, more: int) -> None:
-        """At least ``more`` slots more (never past ``capacity``: a full tier evicts before it adds)."""
+        """At least ``more`` slots more (never past ``capacity`` while each block is keyed: a full tier evicts
+        before it adds)."""
         old = len(self._stamp)
         size = min(max(2 * old, old + more, 1024), max(self.capacity, old + more))
-        grow = size - old
-        self._key = np.concatenate([self._key, np.empty(grow, object)])
+        self._grow_slots(size)
+        self._free[:0] = range(size - 1, old - 1, -1)  # (popped from the end: lowest first)
+
+    def _grow_groups(self, more: int) -> None:
+        """At least ``more`` groups more (``_per`` slots each)."""
+        per = self._per
+        old = len(self._group_count)
+        size = max(2 * old, old + more, 1024 // per + 1)
+        self._group_key = np.concatenate([self._group_key, np.empty(size - old, object)])
+        self._group_keys = np.concatenate([self._group_keys, np.empty(size - old, object)])
+        self._group_count = np.concatenate([self._group_count, np.zeros(size - old, np.int64)])
+        self._group_first = np.concatenate([self._group_first, np.zeros(size - old, np.int64)])
+        self._group_valid = np.concatenate([self._group_valid, np.zeros(size - old, np.int64)])
+        self._grow_slots(size * per)
+        self._free[:0] = range(size - 1, max(old, 1) - 1, -1)  # (group 0 is never taken)
+
+    def _grow_slots(self, size: int) -> None:
+        grow = size - len(self._stamp)
+        if self._per <= 1:  # (groups know their blocks' keys)
+            self._key = np.concatenate([self._key, np.empty(grow, object)])
         self._stamp = np.concatenate([self._stamp, np.full(grow, _FREE, np.int64)])
         self._at = np.concatenate([self._at, np.full(grow, UNQUEUED)])
         self._free_at = np.concatenate([self._free_at, np.full(grow, UNQUEUED)])
         self._reads = np.concatenate([self._reads, np.zeros(grow, np.int64)])
         self._gen = np.concatenate([self._gen, np.zeros(grow, np.int64)])
         self._kept = np.concatenate([self._kept, np.zeros(grow, bool)])
-        self._free[:0] = range(size - 1, old - 1, -1)  # (popped from the end: lowest first)
+
+    # -- the LRU log ----------------------------------------------------------------------------------
 
     def _stamp_log(self, slots: np.ndarray) -> None:
         """Make ``slots`` the most recent, in order (the last most of all)."""
@@ -383,11 +597,9 @@ class HostTier:
         """Drop the blocks in slots ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``)."""
         if not len(victims):
             return
-        _consume(map(self._slot.__delitem__, self._key[victims].tolist()))
+        self._evict_keys(victims)
         self._stamp[victims] = _FREE
         self._gen[victims] += 1
-        self._key[victims] = None
-        self._free.extend(victims.tolist())
         self.num_evicted += len(victims)
         self._num_landed -= len(victims)
         self.version += 1
@@ -408,6 +620,11 @@ class HostTier:
         while landing and landing[0][0] <= now:
             self._num_landed += heappop(landing)[1]
         return self._num_landed
+
+
+def _as_run(keys: BlockRun | list) -> BlockRun:
+    """A plain list of keys as a run that does not group."""
+    return keys if isinstance(keys, BlockRun) else BlockRun(keys, 0, len(keys))
 
 
 def _instant(at: float) -> float:

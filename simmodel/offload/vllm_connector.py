@@ -41,6 +41,8 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import PassBytes
@@ -50,6 +52,7 @@ from simmodel.offload.tier import UNQUEUED, Held, HostTier
 if TYPE_CHECKING:
     import simpy
 
+    from simmodel.engine.kv_cache import BlockRun
     from simmodel.engine.recorder import Recorder
     from simmodel.engine.request import Request
     from simmodel.engine.scheduler.base import SchedulerOutput
@@ -205,7 +208,7 @@ class VllmCpuOffload:
         seen = (request, start, limit, self.tier.version, storage is not None and storage.version)
         if self._last_lookup[0] == seen:  # (a request left waiting is looked up again at every plan)
             return self._last_lookup[1]
-        keys = request.block_keys.upto(start + limit)[start:start + limit]
+        keys = request.block_keys.run(start, start + limit)
         if storage is None or not len(storage):
             found, wake = self.tier.lookup(keys, now)
             cacheable = found >= 0
@@ -217,7 +220,7 @@ class VllmCpuOffload:
             self._wake_at(wake)
         return found
 
-    def _lookup_tiers(self, request: Request, keys: list, now: int) -> tuple[int, int | None, bool]:
+    def _lookup_tiers(self, request: Request, keys: BlockRun, now: int) -> tuple[int, int | None, bool]:
         """``HostTier.lookup`` with storage behind the host, as vLLM's tiering manager looks up each block in turn
         (``TieringOffloadingManager.lookup``, the connector's ``_maximal_prefix_lookup``): a block on the host is
         a hit, or pending while it lands or is read; one missing there but held on storage takes a host slot
@@ -232,22 +235,23 @@ class VllmCpuOffload:
         found, total, wake, pending, cacheable = 0, len(keys), float("inf"), False, True
         promoted, slots = [], []
         while found < total:
-            rest = keys[found:]
-            n, gap, late, read = tier.scan(rest, now)
+            at = keys.start + found  # (the first block not found yet, of the request's)
+            n, gap, late, read = tier.scan(keys.sub(at, keys.stop), now)
             if n:  # (a run on the host)
                 if late is not None:
                     pending, wake = True, min(wake, late)
                 elif read:
                     pending = True
                 found += n
-                if n == len(rest):
+                if found == total:
                     break
             # (then a run missing on the host, up to the next block there: read what storage holds from its start)
-            held_run = list(map(held.__contains__, rest[n:n + gap]))
+            at += n
+            held_run = list(map(held.__contains__, keys.keys[at:at + gap]))
             m = held_run.index(False) if False in held_run else gap
-            taken, copy = tier.promote(rest[n:n + m], now) if m else (0, None)
+            taken, copy = tier.promote(keys.sub(at, at + m), now) if m else (0, None)
             if taken:
-                promoted += rest[n:n + taken]
+                promoted += keys.keys[at:at + taken]
                 slots.append((copy, taken))
                 found += taken
             if taken < m:
@@ -316,11 +320,11 @@ class VllmCpuOffload:
         """The scheduler gave the request GPU blocks for its blocks ``start`` … ``start + count − 1`` found on the
         host: pin them; the copy is queued with the plan's (``planned``), and the request is handed to
         ``on_loaded`` when it lands."""
-        keys = request.block_keys.upto(start + count)[start:start + count]
+        keys = request.block_keys.run(start, start + count)
         held = self.tier.read(keys)
         promoted = self.promoted.pop(request, None)
         if promoted and not request.num_preemptions:
-            from_storage = len(promoted.intersection(keys)) * self.block_size
+            from_storage = len(promoted.intersection(keys.list())) * self.block_size
             request.num_storage_cached_tokens = from_storage
             self.num_storage_hit_tokens += from_storage
         offered = self.offered[request] = Offered(request, start)
@@ -460,7 +464,7 @@ class VllmCpuOffload:
         if self._poll_open and self.storage is not None:  # (``prepare_store`` polls first)
             self._poll(at)
         first = entry.next
-        keys = entry.keys.upto(end)[first:end]
+        keys = entry.keys.run(first, end)
         taken = self.tier.store(keys, at)
         if taken is None:
             if self.tier.never_fits:
@@ -476,9 +480,8 @@ class VllmCpuOffload:
             ids = entry.block_ids
             if len(new) == end - first:
                 source = ids[first:end]
-            else:
-                wanted = set(new)
-                source = [ids[first + i] for i, key in enumerate(keys) if key in wanted]
+            else:  # (the blocks the copy takes, among those offered)
+                source = [ids[first + i] for i in np.flatnonzero(np.isin(held.slots, copy.slots)).tolist()]
             stores.append((request, new, copy, source))
             entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 
@@ -491,7 +494,7 @@ class VllmCpuOffload:
                 self._offer(entry, end, at, stores)
             self._retrying.discard(entry.request)
         for entry in entries:
-            self.tier.touch_reversed(entry.keys.upto(entry.next)[entry.first:entry.next], entry.held)
+            self.tier.touch_reversed(entry.keys.run(entry.first, entry.next), entry.held)
 
     def _copy(self, stores, loads, at: int, pass_index: int) -> None:
         """Queue the copies of a pass that ended at ``at``: its stores on the store link, its loads on the load

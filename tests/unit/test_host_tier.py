@@ -9,6 +9,7 @@ from collections import Counter, OrderedDict
 import pytest
 from factories import make_scenario, make_sglang_scenario, scenario_error
 
+from simmodel.engine.kv_cache import BlockKeys, TraceBlocks
 from simmodel.offload.tier import HostTier
 
 
@@ -335,3 +336,86 @@ def test_an_offer_larger_than_the_tier_is_not_made_again():
     assert offload.tier.num_failed == 1 and not offload.retrying
     offload.planned(SchedulerOutput([request], [1], [16], [True], [True]), 10)
     assert offload.tier.num_failed == 1 and len(offload.tier) == 0
+
+
+def _trace_requests(rng: random.Random, count: int, per: int) -> list:
+    """Requests of a Mooncake-like trace (``per`` KV blocks of one token to a trace block): each one's hash ids
+    are a conversation's first few (so that prompts share prefixes and diverge at trace-block bounds), and some
+    know fewer tokens than their blocks hold (blocks past them are their own, groups of one)."""
+    conversations = [[rng.randrange(1000) for _ in range(8)] for _ in range(4)]
+    requests = []
+    for i in range(count):
+        ids = tuple(rng.choice(conversations)[:rng.randint(1, 8)])
+        known = len(ids) * per - (rng.randrange(per + 1) if rng.random() < 0.3 else 0)
+        blocks = BlockKeys(TraceBlocks(ids, per, 1, known, (-1, i)))
+        requests.append((blocks, len(ids) * per + rng.randrange(3)))
+    return requests
+
+
+def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
+    """Property: the tier keyed by groups of blocks (``BlockRun``s of trace blocks, 4 KV blocks each) gives
+    ``_PlainLru``'s answers and LRU order, operation by operation, for random stores, promotions, lookups,
+    loads and touches over random ranges of requests whose prompts share and leave conversations at trace-block
+    bounds, some with blocks past what the trace knows; half way through each seed, a plain list of keys
+    (a run that does not group) turns it into a tier of blocks, which must go on agreeing."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        requests = _trace_requests(rng, 30, 4)
+        tier, plain = HostTier(60), _PlainLru(60)
+        reading, copies = [], []
+        for step, now in enumerate(range(0, 3000, 2)):
+            blocks, n = rng.choice(requests)
+            start = rng.randrange(n) if rng.random() < 0.4 else 0
+            stop = rng.randint(start + 1, n)
+            run = blocks.run(start, stop)
+            keys = blocks.upto(stop)[start:stop]
+            if step == 750:  # (a plain list does not group: the tier keys blocks from now on)
+                assert tier.keys_groups
+                assert tier.lookup(list(keys), now) == plain.lookup(keys, now)
+                assert not tier.keys_groups
+            op = rng.random()
+            if op < 0.35:
+                taken, want = tier.store(run, now), plain.store(keys, now)
+                assert (taken is None) == (want is None)
+                if taken is not None:
+                    assert taken[0] == want[0]
+                    assert tier.keys()[-len(want[0]):] == want[0] if want[0] else True
+                    if want[1] is not None:
+                        copies.append((taken[1], want[1], len(taken[0])))
+            elif op < 0.42:
+                absent = 0
+                while absent < len(keys) and keys[absent] not in plain.order:
+                    absent += 1
+                got, want = tier.promote(run.sub(start, start + absent), now), plain.promote(keys[:absent], now)
+                assert got[0] == want[0]
+                if got[0]:
+                    copies.append((got[1], want[1], got[0]))
+            elif op < 0.6 and copies:
+                copy, times, count = copies.pop(rng.randrange(len(copies)))
+                if times[0] == float("inf"):
+                    lands, pinned = now + rng.randrange(0, 30), rng.random() < 0.3
+                    tier.landed(copy, count, lands, pinned)
+                    times[0] = lands
+                    if not pinned:
+                        times[1] = lands
+                    else:
+                        copies.append((copy, times, count))
+                elif times[1] == float("inf"):
+                    tier.release(copy, count, now)
+                    times[1] = now
+            elif op < 0.75:
+                assert tier.lookup(run, now) == plain.lookup(keys, now)
+                found, _ = plain.lookup(keys, now)
+                if found > 0:
+                    found = rng.randint(1, found)
+                    reading.append((keys[:found], tier.read(run.sub(start, start + found))))
+                    plain.reads.update(keys[:found])
+            elif op < 0.85 and reading:
+                done, held = reading.pop(rng.randrange(len(reading)))
+                tier.done_reading(held)
+                plain.reads.subtract(done)
+            else:
+                tier.touch_reversed(run)
+                plain.touch_reversed(keys)
+            assert tier.keys() == list(plain.order)
+            assert len(tier) == len(plain.order) <= tier.capacity
