@@ -49,13 +49,14 @@ _NONE = np.zeros(0, np.int64)
 class Copy:
     """The copy of one request's blocks to the tier: when it lands (``UNQUEUED`` until it is queued), and when its
     blocks can be evicted (when it lands, or when they have been written on to storage). Its blocks share it, so
-    that queueing the copy sets their times at once; ``slots`` are the tier's slots its blocks took."""
+    that queueing the copy sets their times at once; ``slots`` are the tier's slots its blocks took, ``taken``
+    which of the blocks a store was given they are (their indices among them; None: all)."""
 
-    __slots__ = ("at", "free_at", "slots", "tier")
+    __slots__ = ("at", "free_at", "slots", "tier", "taken")
 
     def __init__(self, tier: HostTier | None = None, slots: np.ndarray | None = None) -> None:
         self.at = self.free_at = UNQUEUED
-        self.tier, self.slots = tier, slots
+        self.tier, self.slots, self.taken = tier, slots, None
 
 
 class Held:
@@ -98,13 +99,13 @@ class HostTier:
         """Slots holding no block (``_per`` 1), or groups holding none."""
         self._count = 0
         """Blocks held (``_per`` > 1; the dict's length otherwise)."""
-        self._group_key = np.empty(0, object)
+        self._group_key: list = []
         """Group → the key it is under (``_per`` > 1; group 0 is never taken, so that a key not here can name it)."""
-        self._group_count = np.zeros(0, np.int64)
+        self._group_count: list[int] = []
         """Group → blocks it holds (``_per`` > 1)."""
-        self._group_keys = np.empty(0, object)
-        self._group_first = np.zeros(0, np.int64)
-        self._group_valid = np.zeros(0, np.int64)
+        self._group_keys: list = []
+        self._group_first: list[int] = []
+        self._group_valid: list[int] = []
         """Group → the keys of a request that holds its blocks, where among them its first block is, and how many of
         its blocks from the first those keys name (``_per`` > 1: the keys of its blocks, without a key kept per
         block). A request whose prompt ends inside the group, or whose blocks there leave what the trace knows,
@@ -254,6 +255,7 @@ class HostTier:
         if num_here:
             where = np.flatnonzero(absent)
             copy = self._add(run, where)
+            copy.taken = where
             slots[where] = copy.slots
             keys = run.keys
             new = [keys[run.start + i] for i in where.tolist()]
@@ -339,17 +341,16 @@ class HostTier:
         self._slot = dict(zip(keys, live.tolist()))
         self._free = np.flatnonzero(self._stamp == _FREE)[::-1].tolist()
         self._per = 1
-        self._group_key = self._group_keys = np.empty(0, object)
-        self._group_count = self._group_first = self._group_valid = self._div = self._mod = _NONE
+        self._group_key, self._group_keys, self._group_count, self._group_first, self._group_valid = [], [], [], [], []
+        self._div = self._mod = _NONE
 
     def _keys_of(self, slots: np.ndarray) -> list:
         """The keys of the blocks in ``slots``."""
         per = self._per
         if per <= 1:
             return self._key[slots].tolist()
-        groups = (slots // per).tolist()
-        where = (self._group_first[slots // per] + slots % per).tolist()
-        return [self._group_keys[group][j] for group, j in zip(groups, where)]
+        keys, first = self._group_keys, self._group_first
+        return [keys[group][first[group] + j] for group, j in zip((slots // per).tolist(), (slots % per).tolist())]
 
     def _where(self, key: object) -> int | None:
         """The slot of ``key``, or None (for inspection: a search of every slot while the tier keys groups)."""
@@ -429,26 +430,32 @@ class HostTier:
         at = np.arange(start, run.stop) if where is None else where + start
         inside = len(at) if run.stop <= known else int(np.searchsorted(at, known))
         slots = np.empty(len(at), np.int64)
+        count, valid = self._group_count, self._group_valid
         if inside:  # (blocks in trace blocks)
             first = int(at[0]) // per * per
-            local = at[:inside] - first
-            div, mod = self._div_mod(int(local[-1]) + 1)
-            of = div[local]
+            div, mod = self._div_mod(int(at[inside - 1]) + 1 - first)
+            if where is None:
+                of, offset = div[start - first:start - first + inside], mod[start - first:start - first + inside]
+            else:
+                local = at[:inside] - first
+                of, offset = div[local], mod[local]
             counts = np.bincount(of)
-            groups = [self._group(keys, j, known) if count else 0
-                      for j, count in zip(range(first, first + len(counts) * per, per), counts.tolist())]
-            groups = np.array(groups, np.int64)
-            self._group_count[groups] += counts  # (groups not taken here are group 0, counted 0 each)
-            slots[:inside] = groups[of] * per + mod[local]
-            top = np.zeros(len(counts), np.int64)  # (the last block taken in each group, as an offset in it)
-            top[of] = mod[local]
-            for group in groups[top >= self._group_valid[groups]].tolist():
-                first = int(self._group_first[group])
-                self._group_keys[group] = keys
-                self._group_valid[group] = min(per, known - first, len(keys) - first)
+            tops = offset[np.cumsum(counts) - 1].tolist()  # (the last block taken in each group, as an offset)
+            groups = []
+            for head, n, top in zip(range(first, first + len(counts) * per, per), counts.tolist(), tops):
+                if not n:
+                    groups.append(0)
+                    continue
+                group = self._group(keys, head, known)
+                count[group] += n
+                if top >= valid[group]:  # (its keys name fewer blocks than it now holds: these name them)
+                    self._group_keys[group] = keys
+                    valid[group] = min(per, known - head, len(keys) - head)
+                groups.append(group)
+            slots[:inside] = np.array(groups, np.int64)[of] * per + offset
         for i, j in enumerate(at[inside:].tolist(), inside):  # (blocks past the trace's: a group each)
             group = self._group(keys, j, known)
-            self._group_count[group] = 1
+            count[group] = 1
             slots[i] = group * per
         self._count += len(at)
         return slots
@@ -463,6 +470,7 @@ class HostTier:
                 self._grow_groups(1)
             group = self._slot[key] = self._free.pop()
             self._group_key[group], self._group_keys[group], self._group_first[group] = key, keys, j
+            self._group_count[group] = 0
             self._group_valid[group] = 1 if j >= known else min(self._per, known - j, len(keys) - j)
         return group
 
@@ -474,14 +482,17 @@ class HostTier:
             self._key[victims] = None
             self._free.extend(victims.tolist())
             return
-        groups, counts = np.unique(victims // per, return_counts=True)
-        left = self._group_count[groups] - counts
-        self._group_count[groups] = left
-        empty = groups[left == 0]
-        if len(empty):
-            _consume(map(self._slot.__delitem__, self._group_key[empty].tolist()))
-            self._group_key[empty] = self._group_keys[empty] = None
-            self._free.extend(empty.tolist())
+        groups = victims // per  # (in runs: the log holds a store's blocks, or a touched prefix, in a row)
+        cuts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
+        count, empty = self._group_count, []
+        for group, a, b in zip(groups[[0] + cuts].tolist(), [0] + cuts, cuts + [len(groups)]):
+            left = count[group] = count[group] - (b - a)
+            if not left:
+                empty.append(group)
+        for group in empty:
+            del self._slot[self._group_key[group]]
+            self._group_key[group] = self._group_keys[group] = None
+        self._free.extend(empty)
         self._count -= len(victims)
 
     def _held(self, slots: np.ndarray) -> Held:
@@ -497,15 +508,12 @@ class HostTier:
 
     def _grow_groups(self, more: int) -> None:
         """At least ``more`` groups more (``_per`` slots each)."""
-        per = self._per
         old = len(self._group_count)
-        size = max(2 * old, old + more, 1024 // per + 1)
-        self._group_key = np.concatenate([self._group_key, np.empty(size - old, object)])
-        self._group_keys = np.concatenate([self._group_keys, np.empty(size - old, object)])
-        self._group_count = np.concatenate([self._group_count, np.zeros(size - old, np.int64)])
-        self._group_first = np.concatenate([self._group_first, np.zeros(size - old, np.int64)])
-        self._group_valid = np.concatenate([self._group_valid, np.zeros(size - old, np.int64)])
-        self._grow_slots(size * per)
+        size = max(2 * old, old + more, 1024 // self._per + 1)
+        for column, fill in ((self._group_key, None), (self._group_keys, None), (self._group_count, 0),
+                             (self._group_first, 0), (self._group_valid, 0)):
+            column.extend([fill] * (size - old))
+        self._grow_slots(size * self._per)
         self._free[:0] = range(size - 1, max(old, 1) - 1, -1)  # (group 0 is never taken)
 
     def _grow_slots(self, size: int) -> None:

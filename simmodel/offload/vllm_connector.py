@@ -41,8 +41,6 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from simmodel.engine.recorder import EventKind
 from simmodel.offload.link import HostLink
 from simmodel.offload.protocol import PassBytes
@@ -481,7 +479,7 @@ class VllmCpuOffload:
             if len(new) == end - first:
                 source = ids[first:end]
             else:  # (the blocks the copy takes, among those offered)
-                source = [ids[first + i] for i in np.flatnonzero(np.isin(held.slots, copy.slots)).tolist()]
+                source = [ids[first + i] for i in copy.taken.tolist()]
             stores.append((request, new, copy, source))
             entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 
