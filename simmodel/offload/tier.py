@@ -103,13 +103,10 @@ class HostTier:
         """Group → the key it is under (``_per`` > 1; group 0 is never taken, so that a key not here can name it)."""
         self._group_count: list[int] = []
         """Group → blocks it holds (``_per`` > 1)."""
-        self._group_keys: list = []
-        self._group_first: list[int] = []
-        self._group_valid: list[int] = []
-        """Group → the keys of a request that holds its blocks, where among them its first block is, and how many of
-        its blocks from the first those keys name (``_per`` > 1: the keys of its blocks, without a key kept per
-        block). A request whose prompt ends inside the group, or whose blocks there leave what the trace knows,
-        names only the first few; a store past them names the group by its own keys instead."""
+        self._group_keys: list[list] = []
+        """Group → the keys of its blocks from the first, as a request that stored some of them had them (``_per`` >
+        1: a slice of its keys, without a key object kept per block). A request whose prompt ends inside the group,
+        or whose blocks there leave what the trace knows, has only the first few; a store past them gives its own."""
         self._div = self._mod = _NONE
         """0, 1, 2, … divided by ``_per``, and the remainders (``_per`` > 1; as long as the longest run yet)."""
         size = 0
@@ -257,8 +254,8 @@ class HostTier:
             copy = self._add(run, where)
             copy.taken = where
             slots[where] = copy.slots
-            keys = run.keys
-            new = [keys[run.start + i] for i in where.tolist()]
+            a, b = run.start + int(where[0]), run.start + int(where[-1]) + 1
+            new = run.keys[a:b] if b - a == len(where) else [run.keys[run.start + i] for i in where.tolist()]
         else:
             copy = self._add(run, None)
             slots = copy.slots
@@ -341,7 +338,7 @@ class HostTier:
         self._slot = dict(zip(keys, live.tolist()))
         self._free = np.flatnonzero(self._stamp == _FREE)[::-1].tolist()
         self._per = 1
-        self._group_key, self._group_keys, self._group_count, self._group_first, self._group_valid = [], [], [], [], []
+        self._group_key, self._group_keys, self._group_count = [], [], []
         self._div = self._mod = _NONE
 
     def _keys_of(self, slots: np.ndarray) -> list:
@@ -349,8 +346,8 @@ class HostTier:
         per = self._per
         if per <= 1:
             return self._key[slots].tolist()
-        keys, first = self._group_keys, self._group_first
-        return [keys[group][first[group] + j] for group, j in zip((slots // per).tolist(), (slots % per).tolist())]
+        keys = self._group_keys
+        return [keys[group][j] for group, j in zip((slots // per).tolist(), (slots % per).tolist())]
 
     def _where(self, key: object) -> int | None:
         """The slot of ``key``, or None (for inspection: a search of every slot while the tier keys groups)."""
@@ -430,7 +427,7 @@ class HostTier:
         at = np.arange(start, run.stop) if where is None else where + start
         inside = len(at) if run.stop <= known else int(np.searchsorted(at, known))
         slots = np.empty(len(at), np.int64)
-        count, valid = self._group_count, self._group_valid
+        count, named = self._group_count, self._group_keys
         if inside:  # (blocks in trace blocks)
             first = int(at[0]) // per * per
             div, mod = self._div_mod(int(at[inside - 1]) + 1 - first)
@@ -448,9 +445,8 @@ class HostTier:
                     continue
                 group = self._group(keys, head, known)
                 count[group] += n
-                if top >= valid[group]:  # (its keys name fewer blocks than it now holds: these name them)
-                    self._group_keys[group] = keys
-                    valid[group] = min(per, known - head, len(keys) - head)
+                if top >= len(named[group]):  # (its keys name fewer blocks than it now holds: these name them)
+                    named[group] = keys[head:head + min(per, known - head)]
                 groups.append(group)
             slots[:inside] = np.array(groups, np.int64)[of] * per + offset
         for i, j in enumerate(at[inside:].tolist(), inside):  # (blocks past the trace's: a group each)
@@ -469,9 +465,8 @@ class HostTier:
             if not self._free:
                 self._grow_groups(1)
             group = self._slot[key] = self._free.pop()
-            self._group_key[group], self._group_keys[group], self._group_first[group] = key, keys, j
-            self._group_count[group] = 0
-            self._group_valid[group] = 1 if j >= known else min(self._per, known - j, len(keys) - j)
+            self._group_key[group], self._group_count[group] = key, 0
+            self._group_keys[group] = keys[j:j + (1 if j >= known else min(self._per, known - j))]
         return group
 
     def _evict_keys(self, victims: np.ndarray) -> None:
@@ -489,10 +484,8 @@ class HostTier:
             left = count[group] = count[group] - (b - a)
             if not left:
                 empty.append(group)
-        for group in empty:
-            del self._slot[self._group_key[group]]
-            self._group_key[group] = self._group_keys[group] = None
-        self._free.extend(empty)
+        _consume(map(self._slot.__delitem__, map(self._group_key.__getitem__, empty)))
+        self._free.extend(empty)  # (their keys stay in the columns until the groups are taken again)
         self._count -= len(victims)
 
     def _held(self, slots: np.ndarray) -> Held:
@@ -510,8 +503,7 @@ class HostTier:
         """At least ``more`` groups more (``_per`` slots each)."""
         old = len(self._group_count)
         size = max(2 * old, old + more, 1024 // self._per + 1)
-        for column, fill in ((self._group_key, None), (self._group_keys, None), (self._group_count, 0),
-                             (self._group_first, 0), (self._group_valid, 0)):
+        for column, fill in ((self._group_key, None), (self._group_keys, None), (self._group_count, 0)):
             column.extend([fill] * (size - old))
         self._grow_slots(size * self._per)
         self._free[:0] = range(size - 1, max(old, 1) - 1, -1)  # (group 0 is never taken)
