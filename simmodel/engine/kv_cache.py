@@ -430,7 +430,7 @@ class BlockKeys:
         """Blocks ``start`` … ``stop`` − 1, as a tier keyed by groups of blocks is asked about them."""
         content = self.content
         if self._chain is not None and content.per > 1:
-            return BlockRun(self.upto(stop), start, stop, content.per, content.known)
+            return BlockRun(self.upto(stop), start, stop, content.per, content.known, content)
         return BlockRun(self.upto(stop), start, stop)
 
     def _extend(self, n: int) -> None:
@@ -449,12 +449,13 @@ class BlockRun:
     how they fall into the trace's blocks. Blocks 0 … ``known`` − 1 lie ``per`` to a trace block (``TraceBlocks``),
     so block j's key follows from the key of block ``(j // per) × per`` and from j alone: equal keys there mean
     equal trace blocks up to j, and the KV blocks of one trace block hold its tokens in order. A host tier keys
-    such a group of blocks once (``HostTier``); ``per`` 1: no groups."""
+    such a group of blocks once (``HostTier``); ``per`` 1: no groups. ``trace``: what the blocks hold."""
 
-    __slots__ = ("keys", "start", "stop", "per", "known")
+    __slots__ = ("keys", "start", "stop", "per", "known", "trace")
 
-    def __init__(self, keys: list, start: int, stop: int, per: int = 1, known: int = 0) -> None:
-        self.keys, self.start, self.stop, self.per, self.known = keys, start, stop, per, known
+    def __init__(self, keys: list, start: int, stop: int, per: int = 1, known: int = 0,
+                 trace: TraceBlocks | None = None) -> None:
+        self.keys, self.start, self.stop, self.per, self.known, self.trace = keys, start, stop, per, known, trace
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -465,7 +466,7 @@ class BlockRun:
 
     def sub(self, start: int, stop: int) -> BlockRun:
         """Blocks ``start`` … ``stop`` − 1 of the same request."""
-        return BlockRun(self.keys, start, stop, self.per, self.known)
+        return BlockRun(self.keys, start, stop, self.per, self.known, self.trace)
 
 
 class TraceBlocks:
@@ -502,17 +503,24 @@ class TraceBlocks:
             j = max(j, known)
         while j < known:  # trace block by trace block
             t, part = divmod(j, per)
-            h = hash_ids[t]
             stop = min(known, (t + 1) * per)
-            start = part * bs
-            for lo in range(start, start + (stop - j) * bs, bs):
-                parent = hash((parent, ((h, lo, lo + bs),)))
-                append(parent)
+            keys += trace_block_keys(parent, hash_ids[t], part * bs, (part + stop - j) * bs, bs)
+            parent = keys[-1]
             j = stop
         unique = self.unique
         for k in range(j, n):
             parent = hash((parent, (unique, k)))
             append(parent)
+
+
+def trace_block_keys(parent: int, hash_id: int, lo: int, hi: int, block_size: int) -> list[int]:
+    """The keys of the KV blocks holding tokens ``lo`` … ``hi`` − 1 of trace block ``hash_id``, chained from
+    ``parent`` (the key of the block before them): ``TraceBlocks``' content, one block at a time."""
+    keys = []
+    for start in range(lo, hi, block_size):
+        parent = hash((parent, ((hash_id, start, start + block_size),)))
+        keys.append(parent)
+    return keys
 
 
 def token_block_content(token_ids: list[int], block_size: int, unique: object) -> object:

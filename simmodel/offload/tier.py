@@ -34,7 +34,7 @@ from itertools import repeat
 
 import numpy as np
 
-from simmodel.engine.kv_cache import BlockRun
+from simmodel.engine.kv_cache import BlockRun, trace_block_keys
 
 UNQUEUED = float("inf")
 """When a block lands whose copy is not queued yet (its slot is taken as the pass that computes it is planned)."""
@@ -103,10 +103,11 @@ class HostTier:
         """Group → the key it is under (``_per`` > 1; group 0 is never taken, so that a key not here can name it)."""
         self._group_count: list[int] = []
         """Group → blocks it holds (``_per`` > 1)."""
-        self._group_keys: list[list] = []
-        """Group → the keys of its blocks from the first, as a request that stored some of them had them (``_per`` >
-        1: a slice of its keys, without a key object kept per block). A request whose prompt ends inside the group,
-        or whose blocks there leave what the trace knows, has only the first few; a store past them gives its own."""
+        self._group_hash: list = []
+        """Group → the hash id of the trace block its blocks hold (None: a group of one), from which the keys of its
+        blocks after the first follow (``trace_block_keys``; ``_per`` > 1: no key is kept per block)."""
+        self._block_size = 0
+        """Tokens to a KV block (``_per`` > 1)."""
         self._div = self._mod = _NONE
         """0, 1, 2, … divided by ``_per``, and the remainders (``_per`` > 1; as long as the longest run yet)."""
         size = 0
@@ -324,6 +325,7 @@ class HostTier:
         if per == 0:  # (nothing held yet)
             self._per = run.per
             if run.per > 1:
+                self._block_size = run.trace.block_size
                 self._grow_groups(0)
         else:
             self._flatten()
@@ -338,7 +340,7 @@ class HostTier:
         self._slot = dict(zip(keys, live.tolist()))
         self._free = np.flatnonzero(self._stamp == _FREE)[::-1].tolist()
         self._per = 1
-        self._group_key, self._group_keys, self._group_count = [], [], []
+        self._group_key, self._group_hash, self._group_count = [], [], []
         self._div = self._mod = _NONE
 
     def _keys_of(self, slots: np.ndarray) -> list:
@@ -346,8 +348,19 @@ class HostTier:
         per = self._per
         if per <= 1:
             return self._key[slots].tolist()
-        keys = self._group_keys
-        return [keys[group][j] for group, j in zip((slots // per).tolist(), (slots % per).tolist())]
+        heads, made = self._group_key, {}
+        keys = []
+        for group, j in zip((slots // per).tolist(), (slots % per).tolist()):
+            if not j:
+                keys.append(heads[group])
+                continue
+            block = made.get(group)
+            if block is None:
+                bs = self._block_size
+                block = made[group] = [heads[group]] + trace_block_keys(heads[group], self._group_hash[group], bs,
+                                                                         per * bs, bs)
+            keys.append(block[j])
+        return keys
 
     def _where(self, key: object) -> int | None:
         """The slot of ``key``, or None (for inspection: a search of every slot while the tier keys groups)."""
@@ -427,7 +440,7 @@ class HostTier:
         at = np.arange(start, run.stop) if where is None else where + start
         inside = len(at) if run.stop <= known else int(np.searchsorted(at, known))
         slots = np.empty(len(at), np.int64)
-        count, named = self._group_count, self._group_keys
+        count, hash_ids = self._group_count, run.trace.hash_ids
         if inside:  # (blocks in trace blocks)
             first = int(at[0]) // per * per
             div, mod = self._div_mod(int(at[inside - 1]) + 1 - first)
@@ -437,36 +450,31 @@ class HostTier:
                 local = at[:inside] - first
                 of, offset = div[local], mod[local]
             counts = np.bincount(of)
-            tops = offset[np.cumsum(counts) - 1].tolist()  # (the last block taken in each group, as an offset)
             groups = []
-            for head, n, top in zip(range(first, first + len(counts) * per, per), counts.tolist(), tops):
+            for head, n in zip(range(first, first + len(counts) * per, per), counts.tolist()):
                 if not n:
                     groups.append(0)
                     continue
-                group = self._group(keys, head, known)
+                group = self._group(keys[head], hash_ids[head // per])
                 count[group] += n
-                if top >= len(named[group]):  # (its keys name fewer blocks than it now holds: these name them)
-                    named[group] = keys[head:head + min(per, known - head)]
                 groups.append(group)
             slots[:inside] = np.array(groups, np.int64)[of] * per + offset
         for i, j in enumerate(at[inside:].tolist(), inside):  # (blocks past the trace's: a group each)
-            group = self._group(keys, j, known)
+            group = self._group(keys[j], None)
             count[group] = 1
             slots[i] = group * per
         self._count += len(at)
         return slots
 
-    def _group(self, keys: list, j: int, known: int) -> int:
-        """The group under the key of block ``j`` of a request's ``keys`` (``known`` of them in trace blocks), taken
-        if there is none."""
-        key = keys[j]
+    def _group(self, key: int, hash_id: int | None) -> int:
+        """The group under ``key`` (of a block that starts trace block ``hash_id``, or of a block of its own: None),
+        taken if there is none."""
         group = self._slot.get(key)
         if group is None:
             if not self._free:
                 self._grow_groups(1)
             group = self._slot[key] = self._free.pop()
-            self._group_key[group], self._group_count[group] = key, 0
-            self._group_keys[group] = keys[j:j + (1 if j >= known else min(self._per, known - j))]
+            self._group_key[group], self._group_hash[group], self._group_count[group] = key, hash_id, 0
         return group
 
     def _evict_keys(self, victims: np.ndarray) -> None:
@@ -503,7 +511,7 @@ class HostTier:
         """At least ``more`` groups more (``_per`` slots each)."""
         old = len(self._group_count)
         size = max(2 * old, old + more, 1024 // self._per + 1)
-        for column, fill in ((self._group_key, None), (self._group_keys, None), (self._group_count, 0)):
+        for column, fill in ((self._group_key, None), (self._group_hash, None), (self._group_count, 0)):
             column.extend([fill] * (size - old))
         self._grow_slots(size * self._per)
         self._free[:0] = range(size - 1, max(old, 1) - 1, -1)  # (group 0 is never taken)
