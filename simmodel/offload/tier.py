@@ -189,8 +189,13 @@ class HostTier:
         missing: (−1, when that block lands), or (−1, None) for a block being read (its load's end wakes the
         rank) or one whose copy is not queued yet (the end of the pass that computes it does)."""
         run = _as_run(keys)
-        if not len(run) or self._per <= 1 and run.keys[run.start] not in self._slot:
-            return 0, None  # (most lookups miss at once: no need to look at the rest of a long prompt)
+        per, start = self._per, run.start
+        if not len(run):
+            return 0, None
+        if per <= 1 or per == run.per:  # (most lookups miss at once: its first block's key, or its group's, is not here)
+            first = run.keys[start - start % per if per > 1 and start < run.known else start]
+            if first not in self._slot:
+                return 0, None
         slots = self._find(run)
         missing = np.flatnonzero(slots < 0)
         if len(missing):
