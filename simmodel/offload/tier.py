@@ -21,9 +21,10 @@ block, Mooncake's), it keys *groups*: the dict maps the key of a trace block's f
 ``per`` slots, and block j of a request is slot ``per × group + j mod per`` of the group its block
 ``(j // per) × per`` names. That is exact because the keys are chained: two requests whose blocks there have the
 same key hold the same trace blocks up to it, so their KV blocks of that trace block are the same blocks in the
-same order. A request's blocks past what the trace knows are groups of one. The first request asked about that
-does not group so (a prompt of other content, or another ``per``) turns the tier back into a dict of blocks,
-slots kept, and it stays so.
+same order. A request's blocks past what the trace knows are groups of one. No key is kept per block: those of a
+group's blocks after its first follow from its key and its trace block's hash id (``trace_block_keys``), and are
+made only when asked for (``keys``) or when the first request asked about that does not group so (a prompt of
+other content, or another ``per``) turns the tier back into a dict of blocks, slots kept, for good.
 """
 
 from __future__ import annotations

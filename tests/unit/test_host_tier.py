@@ -162,6 +162,30 @@ class _PlainLru:
                 self.order.move_to_end(key)
 
 
+def _land_or_release(tier: HostTier, copies: list, rng: random.Random, now: int) -> None:
+    """A random copy of ``copies`` lands (a pinned one is released later), or a pinned one that landed is
+    released: ``copies`` holds (the tier's ``Copy``, ``_PlainLru``'s times, its blocks)."""
+    copy, times, count = copies.pop(rng.randrange(len(copies)))
+    if times[0] == float("inf"):
+        lands, pinned = now + rng.randrange(0, 30), rng.random() < 0.3
+        tier.landed(copy, count, lands, pinned)
+        times[0] = lands
+        if not pinned:
+            times[1] = lands
+        else:
+            copies.append((copy, times, count))
+    elif times[1] == float("inf"):
+        tier.release(copy, count, now)
+        times[1] = now
+
+
+def _end_a_load(tier: HostTier, plain: _PlainLru, reading: list, rng: random.Random) -> None:
+    """A random load of ``reading`` (its keys, what the tier's ``read`` gave) ends."""
+    done, held = reading.pop(rng.randrange(len(reading)))
+    tier.done_reading(held)
+    plain.reads.subtract(done)
+
+
 def test_the_tier_agrees_with_its_rules_stated_plainly():
     """Property: random stores (landing now or later, some pinned for storage and released later), promotions,
     lookups, loads (read, then done) and finishes (touches, with and without the slots the request's stores
@@ -189,19 +213,8 @@ def test_the_tier_agrees_with_its_rules_stated_plainly():
                 assert got[0] == want[0]
                 if got[0]:
                     copies.append((got[1], want[1], got[0]))
-            elif op < 0.6 and copies:  # a copy lands (pinned: released later) or a pinned one is released
-                copy, times, count = copies.pop(rng.randrange(len(copies)))
-                if times[0] == float("inf"):
-                    lands, pinned = now + rng.randrange(0, 30), rng.random() < 0.3
-                    tier.landed(copy, count, lands, pinned)
-                    times[0] = lands
-                    if not pinned:
-                        times[1] = lands
-                    else:
-                        copies.append((copy, times, count))
-                elif times[1] == float("inf"):
-                    tier.release(copy, count, now)
-                    times[1] = now
+            elif op < 0.6 and copies:
+                _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
                 assert tier.lookup(keys, now) == plain.lookup(keys, now)
                 n, _ = plain.lookup(keys, now)
@@ -210,9 +223,7 @@ def test_the_tier_agrees_with_its_rules_stated_plainly():
                     reading.append((keys[:n], tier.read(keys[:n])))
                     plain.reads.update(keys[:n])
             elif op < 0.85 and reading:
-                done, held = reading.pop(rng.randrange(len(reading)))
-                tier.done_reading(held)
-                plain.reads.subtract(done)
+                _end_a_load(tier, plain, reading, rng)
             else:
                 stored = [ks for ks in held_by if ks[0] == keys[0]]
                 if stored and rng.random() < 0.7:
@@ -391,18 +402,7 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
                 if got[0]:
                     copies.append((got[1], want[1], got[0]))
             elif op < 0.6 and copies:
-                copy, times, count = copies.pop(rng.randrange(len(copies)))
-                if times[0] == float("inf"):
-                    lands, pinned = now + rng.randrange(0, 30), rng.random() < 0.3
-                    tier.landed(copy, count, lands, pinned)
-                    times[0] = lands
-                    if not pinned:
-                        times[1] = lands
-                    else:
-                        copies.append((copy, times, count))
-                elif times[1] == float("inf"):
-                    tier.release(copy, count, now)
-                    times[1] = now
+                _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
                 assert tier.lookup(run, now) == plain.lookup(keys, now)
                 found, _ = plain.lookup(keys, now)
@@ -411,9 +411,7 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
                     reading.append((keys[:found], tier.read(run.sub(start, start + found))))
                     plain.reads.update(keys[:found])
             elif op < 0.85 and reading:
-                done, held = reading.pop(rng.randrange(len(reading)))
-                tier.done_reading(held)
-                plain.reads.subtract(done)
+                _end_a_load(tier, plain, reading, rng)
             else:
                 tier.touch_reversed(run)
                 plain.touch_reversed(keys)
