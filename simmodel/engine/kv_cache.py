@@ -216,13 +216,17 @@ class PrefixCachingBlockPool:
     def prefix_holders(self, request) -> set[int]:
         """Every cached block holding one of the blocks ``find_hits`` finds for the request (any of them taken for
         another block may change which one it finds)."""
-        held: set[int] = set()
-        for holders in self._cached_prefix(request):
-            if holders.__class__ is int:
-                held.add(holders)
-            else:
-                held.update(holders)
-        return held
+        prefix = self._cached_prefix(request)
+        try:
+            return set(prefix)  # (each key held by one block: its id)
+        except TypeError:  # (some key held by several: a dict of them)
+            held: set[int] = set()
+            for holders in prefix:
+                if holders.__class__ is int:
+                    held.add(holders)
+                else:
+                    held.update(holders)
+            return held
 
     def free_position(self, blocks: set[int], limit: int) -> int | None:
         """Where the first of ``blocks`` sits in the free queue (0: the next block an allocation takes), if among

@@ -249,12 +249,12 @@ class HostTier:
         if over > 0:
             fits = num_new <= self.capacity - num_here
             here = slots[~absent] if num_here else None
-            victims = self._victims(over, now, here) if fits and self._landed_by(now) >= over else None
-            if victims is None:
+            chosen = self._victims(over, now, here) if fits and self._landed_by(now) >= over else None
+            if chosen is None:
                 self.num_failed += 1
                 self.never_fits = not fits
                 return None
-            self._evict(victims)  # (never a block of ``keys``: the slots found stay theirs)
+            self._evict(*chosen)  # (never a block of ``keys``: the slots found stay theirs)
         self.version += 1
         if num_here:
             where = np.flatnonzero(absent)
@@ -279,9 +279,9 @@ class HostTier:
         count = len(run)
         over = len(self) + count - self.capacity
         if over > 0:
-            victims = self._victims(over, now, None, partial=True) if self._landed_by(now) else _NONE
+            victims, end = self._victims(over, now, None, partial=True) if self._landed_by(now) else (_NONE, None)
             count -= over - len(victims)
-            self._evict(victims)
+            self._evict(victims, end)
         if count <= 0:
             return 0, Copy()
         self.version += 1
@@ -569,30 +569,35 @@ class HostTier:
         self._log_slot[:n], self._log_stamp[:n] = slots, stamps
         self._head, self._tail = 0, n
 
-    def _victims(self, count: int, now: int, protected: np.ndarray | None, partial: bool = False) -> np.ndarray | None:
+    def _victims(self, count: int, now: int, protected: np.ndarray | None,
+                 partial: bool = False) -> tuple[np.ndarray, int | None] | None:
         """The slots of the ``count`` least recently used blocks that can go (landed by ``now`` and written on to
         storage, no load reading them, not in ``protected``), or None if there are fewer (all there are if
-        ``partial``)."""
+        ``partial``); with where the log's head may move to once they are evicted (``_scan_victims``)."""
         kept = self._kept
         if protected is not None:
             kept[protected] = True
         try:
-            found, need = self._scan_victims(count, now, protected is not None)
+            found, need, end = self._scan_victims(count, now, protected is not None)
         finally:
             if protected is not None:
                 kept[protected] = False
         if need and not partial:
             return None
-        return np.concatenate(found) if found else _NONE
+        return (np.concatenate(found) if found else _NONE), end
 
-    def _scan_victims(self, need: int, now: int, protect: bool) -> tuple[list[np.ndarray], int]:
+    def _scan_victims(self, need: int, now: int, protect: bool) -> tuple[list[np.ndarray], int, int | None]:
         """Read the log from its head for up to ``need`` blocks that can go (``_victims``; with ``protect``, not
-        flagged in ``_kept``): their slots, in chunks, and how many were not found."""
+        flagged in ``_kept``): their slots, in chunks; how many were not found; and, if every block it read could
+        go, the log's index after the last one it found (every entry before it is stale once they are evicted),
+        else None."""
         found: list[np.ndarray] = []
         lo, tail, kept = self._head, self._tail, self._kept
+        end: int | None = lo
         while need and lo < tail:
             hi = min(tail, lo + max(2 * need, 256))
-            live = self._live(lo, hi)
+            fresh = self._fresh(lo, hi)
+            live = self._log_slot[lo:hi][fresh]
             if len(live):
                 can = self._free_at[live] <= now
                 if self._num_reads:
@@ -600,15 +605,20 @@ class HostTier:
                 if protect:
                     can &= ~kept[live]
                 if not can.all():
-                    live = live[can]
+                    live, end = live[can], None
+                if end is not None:
+                    end = hi if len(live) <= need else lo + int(np.flatnonzero(fresh)[need - 1]) + 1
                 live = live[:need]
                 found.append(live)
                 need -= len(live)
+            elif end is not None:
+                end = hi
             lo = hi
-        return found, need
+        return found, need, end
 
-    def _evict(self, victims: np.ndarray) -> None:
-        """Drop the blocks in slots ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``)."""
+    def _evict(self, victims: np.ndarray, end: int | None) -> None:
+        """Drop the blocks in slots ``victims`` (from ``_victims``: landed, so counted in ``_num_landed``; ``end``:
+        where the log's head may move to, or None)."""
         if not len(victims):
             return
         self._evict_keys(victims)
@@ -619,6 +629,8 @@ class HostTier:
         self.version += 1
         lo, tail = self._head, self._tail  # (the log's head moves past its stale entries: the victims' mostly)
         step = 2 * len(victims) + 256
+        if end is not None:  # (every entry before it is stale: the next is most likely not)
+            lo, step = end, 64
         while lo < tail:
             hi = min(tail, lo + step)
             live = np.flatnonzero(self._fresh(lo, hi))
