@@ -23,8 +23,9 @@ block, Mooncake's), it keys *groups*: the dict maps the key of a trace block's f
 same key hold the same trace blocks up to it, so their KV blocks of that trace block are the same blocks in the
 same order. A request's blocks past what the trace knows are groups of one. No key is kept per block: those of a
 group's blocks after its first follow from its key and its trace block's hash id (``trace_block_keys``), and are
-made only when asked for (``keys``) or when the first request asked about that does not group so (a prompt of
-other content, or another ``per``) turns the tier back into a dict of blocks, slots kept, for good.
+made only when asked for (``keys``, ``in``, ``lands_at``) or when the first request asked about that does not
+group so (a prompt of other content, another ``per`` or block size) turns the tier back into a dict of blocks,
+slots kept, for good.
 """
 
 from __future__ import annotations
@@ -324,9 +325,10 @@ class HostTier:
 
     def _settle(self, run: BlockRun) -> None:
         """Key the tier by groups for a first run that groups (``per`` > 1), or by blocks for one that does not
-        group as the tier does (``_flatten``)."""
+        group as the tier does (``_flatten``: another ``per``, or another block size, whose keys would not follow
+        from a group's key as its blocks' do)."""
         per = self._per
-        if per == run.per or per == 1:
+        if per == 1 or per == run.per and run.trace.block_size == self._block_size:
             return
         if per == 0:  # (nothing held yet)
             self._per = run.per

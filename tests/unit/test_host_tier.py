@@ -417,3 +417,19 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
                 plain.touch_reversed(keys)
             assert tier.keys() == list(plain.order)
             assert len(tier) == len(plain.order) <= tier.capacity
+
+
+def test_a_run_of_another_block_size_turns_the_tier_into_a_dict_of_blocks():
+    """Two requests with 4 KV blocks to a trace block, one of 1-token blocks, one of 2-token blocks: the keys of a
+    group's later blocks follow from its first one's with the block size of its content, so the second request
+    turns the tier into a dict of blocks, and every block keeps its key (the first request's 4 blocks, then the
+    second's 4, in the order they were stored)."""
+    first = BlockKeys(TraceBlocks((7,), 4, 1, 4, (-1, 0)))
+    second = BlockKeys(TraceBlocks((7,), 4, 2, 8, (-1, 1)))
+    tier = HostTier(20)
+    _store(tier, first.run(0, 4), 0, 0)
+    assert tier.keys_groups
+    _store(tier, second.run(0, 4), 1, 1)
+    assert not tier.keys_groups
+    assert tier.keys() == first.upto(4)[:4] + second.upto(4)[:4]
+    assert tier.lookup(first.run(0, 4), 2) == (4, None) and tier.lookup(second.run(0, 4), 2) == (4, None)
