@@ -179,6 +179,18 @@ def _land_or_release(tier: HostTier, copies: list, rng: random.Random, now: int)
         times[1] = now
 
 
+def _look_up_and_load(tier: HostTier, plain: _PlainLru, reading: list, rng: random.Random, now: int, keys: list,
+                      ask) -> None:
+    """Both look ``keys`` up and must agree; if some are found, a load reads the first few of them (a load may
+    read fewer blocks than its lookup found). ``ask(a, b)``: what the tier is given for ``keys[a:b]``."""
+    assert tier.lookup(ask(0, len(keys)), now) == plain.lookup(keys, now)
+    found, _ = plain.lookup(keys, now)
+    if found > 0:
+        found = rng.randint(1, found)
+        reading.append((keys[:found], tier.read(ask(0, found))))
+        plain.reads.update(keys[:found])
+
+
 def _end_a_load(tier: HostTier, plain: _PlainLru, reading: list, rng: random.Random) -> None:
     """A random load of ``reading`` (its keys, what the tier's ``read`` gave) ends."""
     done, held = reading.pop(rng.randrange(len(reading)))
@@ -216,12 +228,7 @@ def test_the_tier_agrees_with_its_rules_stated_plainly():
             elif op < 0.6 and copies:
                 _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
-                assert tier.lookup(keys, now) == plain.lookup(keys, now)
-                n, _ = plain.lookup(keys, now)
-                if n > 0:
-                    n = rng.randint(1, n)  # (a load may read fewer blocks than its lookup found)
-                    reading.append((keys[:n], tier.read(keys[:n])))
-                    plain.reads.update(keys[:n])
+                _look_up_and_load(tier, plain, reading, rng, now, keys, lambda a, b, keys=keys: keys[a:b])
             elif op < 0.85 and reading:
                 _end_a_load(tier, plain, reading, rng)
             else:
@@ -390,7 +397,7 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
                 assert (taken is None) == (want is None)
                 if taken is not None:
                     assert taken[0] == want[0]
-                    assert tier.keys()[-len(want[0]):] == want[0] if want[0] else True
+                    assert not want[0] or tier.keys()[-len(want[0]):] == want[0]  # (the newest, in order)
                     if want[1] is not None:
                         copies.append((taken[1], want[1], len(taken[0])))
             elif op < 0.42:
@@ -404,12 +411,7 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
             elif op < 0.6 and copies:
                 _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
-                assert tier.lookup(run, now) == plain.lookup(keys, now)
-                found, _ = plain.lookup(keys, now)
-                if found > 0:
-                    found = rng.randint(1, found)
-                    reading.append((keys[:found], tier.read(run.sub(start, start + found))))
-                    plain.reads.update(keys[:found])
+                _look_up_and_load(tier, plain, reading, rng, now, keys, lambda a, b, run=run: run.sub(run.start + a, run.start + b))
             elif op < 0.85 and reading:
                 _end_a_load(tier, plain, reading, rng)
             else:
