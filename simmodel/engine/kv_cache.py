@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from simmodel.perf.capacity import cdiv as cdiv  # re-exported: the schedulers count blocks with it
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simmodel.perf.kv_layout import KvLayout
 
 
@@ -432,10 +434,8 @@ class BlockKeys:
 
     def run(self, start: int, stop: int) -> BlockRun:
         """Blocks ``start`` … ``stop`` − 1, as a tier keyed by groups of blocks is asked about them."""
-        content = self.content
-        if self._chain is not None and content.per > 1:
-            return BlockRun(self.upto(stop), start, stop, content.per, content.known, content)
-        return BlockRun(self.upto(stop), start, stop)
+        grouped = self._chain is not None and self.content.per > 1
+        return BlockRun(self.upto(stop), start, stop, self.content if grouped else None)
 
     def _extend(self, n: int) -> None:
         keys, content = self._keys, self.content
@@ -453,13 +453,14 @@ class BlockRun:
     how they fall into the trace's blocks. Blocks 0 … ``known`` − 1 lie ``per`` to a trace block (``TraceBlocks``),
     so block j's key follows from the key of block ``(j // per) × per`` and from j alone: equal keys there mean
     equal trace blocks up to j, and the KV blocks of one trace block hold its tokens in order. A host tier keys
-    such a group of blocks once (``HostTier``); ``per`` 1: no groups. ``trace``: what the blocks hold."""
+    such a group of blocks once (``HostTier``). ``trace``: what the blocks hold, if they group (else ``per`` 1:
+    no groups)."""
 
-    __slots__ = ("keys", "start", "stop", "per", "known", "trace")
+    __slots__ = ("keys", "start", "stop", "trace", "per", "known")
 
-    def __init__(self, keys: list, start: int, stop: int, per: int = 1, known: int = 0,
-                 trace: TraceBlocks | None = None) -> None:
-        self.keys, self.start, self.stop, self.per, self.known, self.trace = keys, start, stop, per, known, trace
+    def __init__(self, keys: list, start: int, stop: int, trace: TraceBlocks | None = None) -> None:
+        self.keys, self.start, self.stop, self.trace = keys, start, stop, trace
+        self.per, self.known = (trace.per, trace.known) if trace is not None else (1, 0)
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -468,9 +469,14 @@ class BlockRun:
         """The run's keys."""
         return self.keys[self.start:self.stop]
 
+    def pick(self, where: np.ndarray) -> list:
+        """The keys of the run's blocks at ``where`` (indices in the run, ascending): a slice if they are a row."""
+        a, b = self.start + int(where[0]), self.start + int(where[-1]) + 1
+        return self.keys[a:b] if b - a == len(where) else [self.keys[self.start + i] for i in where.tolist()]
+
     def sub(self, start: int, stop: int) -> BlockRun:
         """Blocks ``start`` … ``stop`` − 1 of the same request."""
-        return BlockRun(self.keys, start, stop, self.per, self.known, self.trace)
+        return BlockRun(self.keys, start, stop, self.trace)
 
 
 class TraceBlocks:

@@ -262,8 +262,7 @@ class HostTier:
             copy = self._add(run, where)
             copy.taken = where
             slots[where] = copy.slots
-            a, b = run.start + int(where[0]), run.start + int(where[-1]) + 1
-            new = run.keys[a:b] if b - a == len(where) else [run.keys[run.start + i] for i in where.tolist()]
+            new = run.pick(where)
         else:
             copy = self._add(run, None)
             slots = copy.slots
@@ -389,20 +388,19 @@ class HostTier:
                 found = [-1 if slot is None else slot for slot in found]
             return np.array(found, np.int64)
         grouped = min(stop, run.known)
+        lone = max(start, grouped)  # (blocks past the trace's: a group of one each)
+        get = self._slot.get  # (a key not here names group 0, never taken: its slots hold no block)
+        found = _NONE
         if start < grouped:  # (blocks in trace blocks: one key per group)
             first = start // per * per
-            heads = keys[first:grouped:per]  # (a key not here names group 0: never taken)
-            groups = np.fromiter(map(self._slot.get, heads, repeat(0, len(heads))), np.int64, len(heads))
+            heads = keys[first:grouped:per]
+            groups = np.fromiter(map(get, heads, repeat(0, len(heads))), np.int64, len(heads))
             div, mod = self._div_mod(grouped - first)
             found = groups[div[start - first:grouped - first]] * per + mod[start - first:grouped - first]
-            slots = np.where(self._stamp[found] != _FREE, found, -1)
-            if grouped == stop:
-                return slots
-        else:
-            slots = _NONE
-        lone = max(start, grouped)  # (blocks past the trace's: a group of one each)
-        found = np.fromiter(map(self._slot.get, keys[lone:stop], repeat(0, stop - lone)), np.int64, stop - lone) * per
-        return np.concatenate([slots, np.where(self._stamp[found] != _FREE, found, -1)])
+        if lone < stop:
+            alone = np.fromiter(map(get, keys[lone:stop], repeat(0, stop - lone)), np.int64, stop - lone) * per
+            found = np.concatenate([found, alone]) if len(found) else alone
+        return np.where(self._stamp[found] != _FREE, found, -1)
 
     def _div_mod(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``_div`` and ``_mod``, at least ``n`` long."""
@@ -416,7 +414,7 @@ class HostTier:
         blocks, in order; returns their ``Copy``."""
         self._settle(run)
         if self._per <= 1:
-            keys = run.list() if where is None else [run.keys[run.start + i] for i in where.tolist()]
+            keys = run.list() if where is None else run.pick(where)
             taken = self._add_blocks(keys)
             self._key[taken] = np.fromiter(keys, object, len(keys))
         else:

@@ -162,6 +162,27 @@ class _PlainLru:
                 self.order.move_to_end(key)
 
 
+def _store_both(tier: HostTier, plain: _PlainLru, copies: list, now: int, keys: list, given) -> tuple | None:
+    """Both store ``keys`` (the tier given ``given``: them, or their run) and must agree on what they take; a copy
+    that takes blocks joins ``copies``. Returns the tier's answer."""
+    taken, want = tier.store(given, now), plain.store(keys, now)
+    assert (taken is None) == (want is None)
+    if taken is not None:
+        assert taken[0] == want[0]
+        if want[1] is not None:
+            copies.append((taken[1], want[1], len(taken[0])))
+    return taken
+
+
+def _promote_both(tier: HostTier, plain: _PlainLru, copies: list, now: int, keys: list, given) -> None:
+    """Both take slots for ``keys`` (none of them held; the tier given ``given``) to be read from storage, and must
+    take as many; a copy that takes some joins ``copies``."""
+    got, want = tier.promote(given, now), plain.promote(keys, now)
+    assert got[0] == want[0]
+    if got[0]:
+        copies.append((got[1], want[1], got[0]))
+
+
 def _land_or_release(tier: HostTier, copies: list, rng: random.Random, now: int) -> None:
     """A random copy of ``copies`` lands (a pinned one is released later), or a pinned one that landed is
     released: ``copies`` holds (the tier's ``Copy``, ``_PlainLru``'s times, its blocks)."""
@@ -212,19 +233,12 @@ def test_the_tier_agrees_with_its_rules_stated_plainly():
             keys = list(dict.fromkeys(rng.randrange(90) for _ in range(rng.randrange(1, 25))))
             op = rng.random()
             if op < 0.35:
-                taken, want = tier.store(keys, now), plain.store(keys, now)
-                assert (taken is None) == (want is None)
+                taken = _store_both(tier, plain, copies, now, keys, keys)
                 if taken is not None:
-                    assert taken[0] == want[0]
                     held_by[tuple(keys)] = taken[2]
-                    if want[1] is not None:
-                        copies.append((taken[1], want[1], len(taken[0])))
             elif op < 0.42:
                 absent = [key for key in keys if key not in plain.order]
-                got, want = tier.promote(absent, now), plain.promote(absent, now)
-                assert got[0] == want[0]
-                if got[0]:
-                    copies.append((got[1], want[1], got[0]))
+                _promote_both(tier, plain, copies, now, absent, absent)
             elif op < 0.6 and copies:
                 _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
@@ -393,21 +407,13 @@ def test_a_tier_keyed_by_trace_blocks_agrees_with_its_rules_stated_plainly():
                 assert not tier.keys_groups
             op = rng.random()
             if op < 0.35:
-                taken, want = tier.store(run, now), plain.store(keys, now)
-                assert (taken is None) == (want is None)
-                if taken is not None:
-                    assert taken[0] == want[0]
-                    assert not want[0] or tier.keys()[-len(want[0]):] == want[0]  # (the newest, in order)
-                    if want[1] is not None:
-                        copies.append((taken[1], want[1], len(taken[0])))
+                taken = _store_both(tier, plain, copies, now, keys, run)
+                assert not taken or not taken[0] or tier.keys()[-len(taken[0]):] == taken[0]  # (the newest, in order)
             elif op < 0.42:
                 absent = 0
                 while absent < len(keys) and keys[absent] not in plain.order:
                     absent += 1
-                got, want = tier.promote(run.sub(start, start + absent), now), plain.promote(keys[:absent], now)
-                assert got[0] == want[0]
-                if got[0]:
-                    copies.append((got[1], want[1], got[0]))
+                _promote_both(tier, plain, copies, now, keys[:absent], run.sub(start, start + absent))
             elif op < 0.6 and copies:
                 _land_or_release(tier, copies, rng, now)
             elif op < 0.75:
