@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from simmodel.perf.capacity import cdiv as cdiv  # re-exported: the schedulers count blocks with it
@@ -164,6 +165,9 @@ class PrefixCachingBlockPool:
         self.free_queue = FreeBlockQueue(num_blocks)
         self.num_queries = 0
         self.num_hits = 0
+        self._prompt_keys: dict = {}
+        """Per request ``first_free_holder`` was last asked about: (blocks its cached prefix may span, their keys as a
+        set), so that a request none of whose keys a free block there holds is passed over without a walk."""
         self.allocated: set[int] | None = None
         """When a set (a vLLM host tier watching for its flushes): the block ids taken for requests since it was
         last emptied, allocated from the free queue or hit in the cache (vLLM's blocks new to a request)."""
@@ -215,21 +219,6 @@ class PrefixCachingBlockPool:
                 for holders in self._cached_prefix(request)]
         return hits[:-1] if self.eagle else hits
 
-    def prefix_holders(self, request) -> set[int]:
-        """Every cached block holding one of the blocks ``find_hits`` finds for the request (any of them taken for
-        another block may change which one it finds)."""
-        prefix = self._cached_prefix(request)
-        try:
-            return set(prefix)  # (each key held by one block: its id)
-        except TypeError:  # (some key held by several: a dict of them)
-            held: set[int] = set()
-            for holders in prefix:
-                if holders.__class__ is int:
-                    held.add(holders)
-                else:
-                    held.update(holders)
-            return held
-
     def free_position(self, blocks: set[int], limit: int) -> int | None:
         """Where the first of ``blocks`` sits in the free queue (0: the next block an allocation takes), if among
         the first ``limit``; else None."""
@@ -243,6 +232,44 @@ class PrefixCachingBlockPool:
                 return i
             b = nxt[b]
         return None
+
+    def first_free_holder(self, requests, limit: int) -> int | None:
+        """Where the first free block that holds a block of one of the requests' cached prefixes (``find_hits``'
+        blocks, or any other holder of theirs) sits in the free queue (0: the next block an allocation takes), if
+        among the first ``limit``; else None. (A run that takes it changes what the request finds.)"""
+        position: dict[int, int] = {}  # the cached blocks among the first ``limit`` free ones: their positions
+        queue, key_of = self.free_queue, self.key_of
+        nxt, tail = queue.next, queue.tail
+        b = nxt[queue.head]
+        for i in range(limit):
+            if b == tail:
+                break
+            if key_of[b] is not None:
+                position[b] = i
+            b = nxt[b]
+        if not position:
+            return None
+        earliest = next(iter(position.values()))
+        keys_here = {key_of[b] for b in position}
+        found = limit
+        get = position.get
+        known = self._prompt_keys
+        if len(known) > 2 * len(requests) + 64:  # (most of those it knows have left the queue)
+            known = self._prompt_keys = {request: known[request] for request in requests if request in known}
+        for request in requests:
+            n = (request.num_tokens - 1) // self.block_size
+            entry = known.get(request)
+            if entry is None or entry[0] != n:
+                entry = known[request] = (n, set(request.block_keys.upto(n)[:n]))
+            if entry[1].isdisjoint(keys_here):
+                continue  # (none of its blocks is one of those here)
+            for holders in self._cached_prefix(request):
+                at = get(holders, limit) if holders.__class__ is int else min(map(get, holders, repeat(limit)))
+                if at < found:
+                    found = at
+            if found == earliest:
+                break  # (none can come sooner)
+        return found if found < limit else None
 
     def num_evictable(self, block_ids: list[int]) -> int:
         """Hit blocks that sit in the free queue: touching them takes them out of the free count."""

@@ -82,6 +82,10 @@ class Offload(Protocol):
     def planned_in_run(self) -> None:
         """A run of passes planned some of its passes itself (``planner.recording.Recording._tell_offloads``)."""
 
+    def carried_by_run(self, plan: SchedulerOutput) -> bool:
+        """Whether a run of passes may start with the pass of ``plan``, which copies to or from the tier, queueing
+        its copies as that pass ends (``planner.drive``; else the pass runs on its own)."""
+
     def fenced_blocks(self, now: int) -> set[int]:
         """Free GPU blocks a copy to the tier still reads after ``now``: a pass that takes one waits for it
         (vLLM's flush); a run of passes ends before one (``planner.run.Run._flush_check``)."""

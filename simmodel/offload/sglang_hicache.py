@@ -148,6 +148,11 @@ class SglangHiCache:
     def planned_in_run(self) -> None:
         """(Its copies are reaped by the plans it makes: nothing to note.)"""
 
+    def carried_by_run(self, plan: SchedulerOutput) -> bool:
+        """(Its runs are SGLang's decode passes, planned by themselves: none starts with a plan of the ranks that
+        copies.)"""
+        return False
+
     def fenced_blocks(self, now: int) -> set[int]:
         """(Its copies hold the tree's nodes, not freed blocks: none.)"""
         return set()

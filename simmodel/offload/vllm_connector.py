@@ -437,6 +437,17 @@ class VllmCpuOffload:
             fenced.clear()
         return wait, flushed
 
+    def carried_by_run(self, plan: SchedulerOutput) -> bool:
+        """Whether a run of passes may start with the pass of ``plan`` and queue its copies as that pass ends
+        (``planner.run.Run``, as ``Rank.finish_pass`` would): the plan loads nothing and waits for no copy, and it
+        only stores blocks of requests still running. A finished request's copy would fence GPU blocks that are
+        free now, which the run's checks, made as it starts, would not see (``Run._flush_check``); and without a
+        storage tier behind the host, whose writes other ranks may read."""
+        if plan.host_loads or plan.host_flush or self.storage is not None:
+            return False
+        offered = self.offered
+        return all(store[0] in offered for store in plan.host_stores or ())
+
     def pass_ended(self, plan: SchedulerOutput, at: int, pass_index: int) -> None:
         """The pass of a plan (``planned``) ended at ``at``: queue its copies."""
         self._copy(plan.host_stores or (), plan.host_loads or (), at, pass_index)

@@ -174,6 +174,33 @@ def test_runs_of_passes_with_flushes_equal_the_pass_by_pass_run():
     assert not differ
 
 
+def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_run(monkeypatch):
+    """Short whole prompts arriving open loop, over a GPU cache small enough to evict and a queue that builds up:
+    the pass that admits a prompt stores its blocks to the host, and a run of passes may start with it, queueing
+    those copies as that pass ends (``VllmCpuOffload.carried_by_run``), as the rank does pass by pass. Every
+    request, pass, event and tier figure is the same as pass by pass; runs did start with such passes."""
+    from simmodel.offload.vllm_connector import VllmCpuOffload
+
+    carried = []
+    decide = VllmCpuOffload.carried_by_run
+    monkeypatch.setattr(VllmCpuOffload, "carried_by_run", lambda self, plan: carried.append(decide(self, plan))
+                        or carried[-1])
+    data = make_scenario(
+        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 100, "max": 600},
+                            "output_tokens": {"distribution": "uniform", "min": 5, "max": 80},
+                            "shared_prefix": {"tokens": 256, "groups": 6}},
+                 "load": {"type": "poisson", "requests_per_second": 40}, "stop": {"requests": 150}},
+        engine={"context_length": 4096, "workers": {"aggregated": {
+            "scheduler": {"max_sequences": 16},
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": 400},
+                         "host_offload": {"capacity_gib": 2, "link_gb_per_s": 4}},
+            "timing": {"type": "default"}}}})
+    runs, differ = run_both_ways(data)
+    assert True in carried
+    assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
+    assert not differ
+
+
 def test_a_prefill_pool_keeps_its_tier_and_the_requests_show_its_hits(tmp_path):
     """Disaggregated, the tier on the prefill workers: the same three requests, each prefill leg a one-token request
     that holds its 32 prompt blocks (its one token is sampled by the prefill pass, which computes no 33rd block)

@@ -24,15 +24,12 @@ def test_hits_take_the_first_block_cached_under_a_key_until_eviction_leaves_anot
         pool.free_request(request)
     prompt = SimpleNamespace(num_tokens=33, block_keys=keys)
     assert pool.find_hits(prompt) == [0, 1]
-    assert pool.prefix_holders(prompt) == {0, 1, 2, 3}
     assert pool.allocate_one() == 1
     assert pool.find_hits(prompt) == [0, 3]
     assert pool.allocate_one() == 0
     assert pool.find_hits(prompt) == [2, 3]
-    assert pool.prefix_holders(prompt) == {2, 3}
     assert pool.allocate_ids(1) == [3]  # (through the run of blocks a prompt takes, as through a decode's one)
     assert pool.find_hits(prompt) == [2]
-    assert pool.prefix_holders(prompt) == {2}
     assert pool.allocate_ids(1) == [2]
     assert pool.find_hits(prompt) == [] and not pool.blocks_by_key
 
@@ -49,7 +46,42 @@ def test_a_block_cached_again_by_its_own_request_is_not_a_second_holder():
     pool.cache_full_blocks(request, 48)
     assert events == [(keys(0), True), (keys(1), True), (keys(2), True)]
     prompt = SimpleNamespace(num_tokens=49, block_keys=keys)
-    assert pool.find_hits(prompt) == [0, 1, 2] and pool.prefix_holders(prompt) == {0, 1, 2}
+    assert pool.find_hits(prompt) == [0, 1, 2]
     pool.free_request(request)
     assert sorted(pool.allocate_ids(3)) == [0, 1, 2]
     assert events[3:] == [(keys(2), False), (keys(1), False), (keys(0), False)] and not pool.blocks_by_key
+
+
+class _Prompt(SimpleNamespace):
+    """A waiting request (hashable, as the engine's are)."""
+
+    __hash__ = object.__hash__
+
+
+def test_the_first_free_block_a_waiting_prompt_rests_on():
+    """Five blocks of 16 tokens. A and B hold the same two blocks of content (s0 s1): A takes 0 1, caches and frees
+    them (queue 2 3 4 1 0); B takes 2 3, caches them as second copies and frees them (queue 4 1 0 3 2); U takes 4 and
+    frees it uncached, back to the front (queue 4 1 0 3 2). A 33-token prompt of that content rests on all four
+    cached blocks (s0 in 0 and 2, s1 in 1 and 3): the first of them in the queue is block 1, at position 1, and
+    among the first one block (4, uncached) there is none. A 17-token prompt rests on s0 alone: blocks 0 and 2, at
+    positions 2 and 4; beside a prompt of other content (nothing cached), still position 2; before the 33-token
+    prompt, position 1 (the first prompt's block does not end the search: a later one may come sooner)."""
+    pool = PrefixCachingBlockPool(5, 16)
+    same = BlockKeys(lambda j: ("s", j))
+    for _ in range(2):
+        request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=same, num_blocks=2)
+        pool.cache_full_blocks(request, 32)
+        pool.free_request(request)
+    lone = SimpleNamespace(block_ids=pool.allocate_ids(1), num_cached_blocks=0, block_keys=BlockKeys(lambda j: ("u", j)),
+                           num_blocks=1)
+    pool.free_request(lone)
+    long, short = _Prompt(num_tokens=33, block_keys=same), _Prompt(num_tokens=17, block_keys=same)
+    other = _Prompt(num_tokens=33, block_keys=BlockKeys(lambda j: ("q", j)))
+    assert pool.first_free_holder([long], 5) == 1
+    assert pool.first_free_holder([long], 1) is None
+    assert pool.first_free_holder([short], 5) == 2
+    assert pool.first_free_holder([other, short], 5) == 2
+    assert pool.first_free_holder([other], 5) is None
+    assert pool.first_free_holder([short, long], 5) == 1
+    long.num_tokens = 17  # (the same request asked about again, its prompt now one block: as the short one)
+    assert pool.first_free_holder([long], 5) == 2

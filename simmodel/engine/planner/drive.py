@@ -40,6 +40,8 @@ def carry(worker: Worker, horizon: float, plans: list | None = None, start: int 
         return None  # the next pass would most likely end past the horizon: not worth gathering
     run = _gathered(worker, plans, lag, may_wait=sees_arrivals(worker))
     rows = _rows(worker, now, horizon, started_before=lag)  # async: row 0 is in flight, rows 1..m start
+    if run is not None and not admits_arrivals(worker):
+        rows = min(rows, _rows_to_admission(worker, run, now, lag))
     if run is None or rows < 1 + lag:
         return None
     state = AsyncRun(worker, run, now, rows, in_flight) if lag else Run(worker, run, now, rows)
@@ -94,13 +96,22 @@ def plan_ticked(worker: Worker, horizon: float, plans: list | None = None,
 def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> RunningRequests | None:
     """The worker's running requests as a run's arrays, or None if they cannot start a run (see
     ``running.RunningRequests.gather``). Requests may wait only where the run admits them itself, or ends where
-    it could (``may_wait``). With a host KV tier, a first pass whose plan stores to or loads from it runs on its
-    own (``Rank.finish_pass`` starts those copies), as does one that waits for copies still reading blocks it takes
+    it could (``may_wait``). With a host KV tier, a first pass whose plan loads from it runs on its own
+    (``Rank.finish_pass`` starts those copies), as does one that waits for copies still reading blocks it takes
     (``host_flush``: ``Worker._start`` prices the wait), and every pass while a request's offer to the tier waits
-    to be made again, or after a plan whose lookups read from storage (``VllmCpuOffload.retrying``)."""
-    if worker.offloads and (plans is not None and any(p.host_stores or p.host_loads or p.host_flush for p in plans)
-                            or any(rank.offload.retrying for rank in worker.ranks)):
-        return None
+    to be made again, or after a plan whose lookups read from storage (``VllmCpuOffload.retrying``). A synchronous
+    run of one rank may start with a pass whose plan stores to the tier, if the tier says so (``carried_by_run``):
+    the run queues those copies as that pass ends (``Run.first_copies``). (On several ranks the pass-by-pass loop
+    queues each rank's copies between the ends of the ranks' passes, and a run applied ahead records the ends
+    all at once.)"""
+    if worker.offloads:
+        if any(rank.offload.retrying for rank in worker.ranks):
+            return None
+        carries = not lag and len(worker.ranks) == 1
+        if plans is not None and any((p.host_stores or p.host_loads or p.host_flush)
+                                     and not (carries and rank.offload.carried_by_run(p))
+                                     for rank, p in zip(worker.ranks, plans)):
+            return None
     run = RunningRequests(worker, plans, bool(lag), may_wait=may_wait)
     return run if run.gather() else None
 
@@ -114,6 +125,23 @@ def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
         rows = min(rows, int((horizon - now) // max(worker.decode_pass_ns or worker.last_pass_ns, 1)) + 2)
     if worker.limits is not None:
         rows = min(rows, worker.limits.spec.max_passes - worker.limits.num_passes + started_before)
+    return rows
+
+
+def _rows_to_admission(worker: Worker, run: RunningRequests, now: int, lag: int) -> int:
+    """Rows a run that admits nothing itself (``admits_arrivals``: a worker with a host KV tier) can take: it ends
+    at the first decision that could admit, the one after the next arrival (within twice the rows the time to it
+    allows at the last pass's pace) or, on a rank where requests wait, the one after its first finish. (Its arrays
+    are as long as its rows: most such runs take a row or two.)"""
+    rows = MAX_RUN
+    arrival = worker.arrivals.next_arrival_ns()
+    if arrival is not None:
+        rows = 2 * _rows(worker, now, arrival, started_before=lag)
+    for r, rank in enumerate(worker.ranks):
+        if rank.scheduler.waiting:
+            left = run.left if len(worker.ranks) == 1 else run.left[run.rank_of == r]
+            if len(left):
+                rows = min(rows, int(left.min()) + 1 + lag)
     return rows
 
 

@@ -115,6 +115,10 @@ class Run(Admissions, Recording):
         """Rows whose admissions were recorded as they were planned (``admit_placed``)."""
         self.stage = run.stage
         self.planned_first = run.plans is not None
+        self.copying = [(rank, plan) for rank, plan in zip(ranks, run.plans) if plan.host_stores] \
+            if self.planned_first and worker.offloads else []
+        """The ranks whose plan of row 0 (made by them) stores to their host tier, with that plan: the copies are
+        queued as row 0 ends (``first_copies``)."""
         self.requests: list[Request] = list(run.requests)
         n = len(self.requests)
         size = n + 32
@@ -328,12 +332,8 @@ class Run(Admissions, Recording):
         so the plan after that row is the rank's own (``sees_arrivals``)."""
         for r, (sched, pool) in enumerate(zip(self.scheds, self.pools)):
             total = int(self.total_allocations[r])
-            if not sched.waiting or not total:
-                continue
-            held: set[int] = set()
-            for request in sched.waiting:
-                held |= pool.prefix_holders(request)
-            self._end_before_taking(k, r, held, total)
+            if sched.waiting and total:
+                self._end_before(k, r, pool.first_free_holder(sched.waiting, total))
 
     def _flush_check(self, k: int) -> None:
         """With a host KV tier: lower ``cap`` to the first row from k on whose decodes would take a free block that
@@ -349,7 +349,11 @@ class Run(Admissions, Recording):
     def _end_before_taking(self, k: int, r: int, blocks: set[int], total: int) -> None:
         """Lower ``cap`` to the first row from k on whose decodes on rank r would take one of ``blocks`` from the
         free queue (the run's rows take ``total`` of its blocks at most)."""
-        at = self.pools[r].free_position(blocks, total) if blocks else None
+        self._end_before(k, r, self.pools[r].free_position(blocks, total) if blocks else None)
+
+    def _end_before(self, k: int, r: int, at: int | None) -> None:
+        """Lower ``cap`` to the first row from k on whose decodes on rank r would take the free block at position
+        ``at`` of the free queue (None: none)."""
         if at is not None:
             reached = np.cumsum(self.allocations[k:, r]) > at
             if reached.any():
@@ -462,6 +466,7 @@ class Run(Admissions, Recording):
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 of a run applied ahead; returns the passes it leaves in flight (none)
         and, if row m was planned already (the run hands it over), its plans."""
+        self.first_copies()
         handing_over = self.planned == m  # (row m planned by the last decision: ``_admit_arrivals``)
         self.apply(m, handing_over)
         ran = self._rows_through(m)
@@ -470,6 +475,15 @@ class Run(Admissions, Recording):
         if not handing_over:
             return (), None
         return (), self._hand_over(m, int(self.end[m - 1]))
+
+    def first_copies(self) -> None:
+        """Queue the copies to the host tier that row 0's plans stores (``copying``) as row 0 ends, as
+        ``Rank.finish_pass`` queues a pass's (before its outputs are applied)."""
+        if self.copying:
+            end = int(self.end[0])
+            for rank, plan in self.copying:
+                rank.offload.pass_ended(plan, end, self.base)
+            self.copying = []
 
     def _hand_over(self, k: int, planned_at: int) -> list[SchedulerOutput]:
         """Row k's plans, made at ``planned_at``, for the worker to run on their own: recorded as the ranks
@@ -620,6 +634,8 @@ class Run(Admissions, Recording):
     def end_row(self, k: int) -> bool:
         """Row k ends now: its finishes applied and recorded as the pass barrier finishes each rank's pass
         (``_record_row``); whether a finish called back as it was recorded."""
+        if not k:
+            self.first_copies()
         self.apply(k + 1, False)
         return self._record_row(k, self.used_at[k].tolist())
 
