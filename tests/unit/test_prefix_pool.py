@@ -10,6 +10,15 @@ from types import SimpleNamespace
 from simmodel.engine.kv_cache import BlockKeys, PrefixCachingBlockPool
 
 
+def _cache_twice(pool: PrefixCachingBlockPool, keys: BlockKeys) -> None:
+    """Two requests of the same two blocks of content, one after the other: each takes two blocks from the front of
+    the free queue, caches both (32 tokens) and is freed."""
+    for _ in range(2):
+        request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=keys, num_blocks=2)
+        pool.cache_full_blocks(request, 32)
+        pool.free_request(request)
+
+
 def test_hits_take_the_first_block_cached_under_a_key_until_eviction_leaves_another():
     """Four blocks of 16 tokens. Requests A and B have the same two blocks of content (k0 k1): A takes blocks 0 1 and
     caches them, is freed (queue 2 3 1 0); B takes 2 3 and caches them as second copies, is freed (queue 1 0 3 2).
@@ -18,10 +27,7 @@ def test_hits_take_the_first_block_cached_under_a_key_until_eviction_leaves_anot
     hits 2 3), then 3 (k1's last copy: hits 2 alone, the prefix resting on block 2 only)."""
     pool = PrefixCachingBlockPool(4, 16)
     keys = BlockKeys(lambda j: ("same", j))
-    for _ in range(2):
-        request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=keys, num_blocks=2)
-        pool.cache_full_blocks(request, 32)
-        pool.free_request(request)
+    _cache_twice(pool, keys)
     prompt = SimpleNamespace(num_tokens=33, block_keys=keys)
     assert pool.find_hits(prompt) == [0, 1]
     assert pool.allocate_one() == 1
@@ -68,10 +74,7 @@ def test_the_first_free_block_a_waiting_prompt_rests_on():
     prompt, position 1 (the first prompt's block does not end the search: a later one may come sooner)."""
     pool = PrefixCachingBlockPool(5, 16)
     same = BlockKeys(lambda j: ("s", j))
-    for _ in range(2):
-        request = SimpleNamespace(block_ids=pool.allocate_ids(2), num_cached_blocks=0, block_keys=same, num_blocks=2)
-        pool.cache_full_blocks(request, 32)
-        pool.free_request(request)
+    _cache_twice(pool, same)
     lone = SimpleNamespace(block_ids=pool.allocate_ids(1), num_cached_blocks=0, block_keys=BlockKeys(lambda j: ("u", j)),
                            num_blocks=1)
     pool.free_request(lone)
