@@ -440,9 +440,10 @@ class VllmCpuOffload:
     def carried_by_run(self, plan: SchedulerOutput) -> bool:
         """Whether a run of passes may start with the pass of ``plan`` and queue its copies as that pass ends
         (``planner.run.Run``, as ``Rank.finish_pass`` would): the plan loads nothing and waits for no copy, and it
-        only stores blocks of requests still running. A finished request's copy would fence GPU blocks that are
-        free now, which the run's checks, made as it starts, would not see (``Run._flush_check``); and without a
-        storage tier behind the host, whose writes other ranks may read."""
+        only stores blocks of requests still running (a finished request's copy would fence GPU blocks that are
+        free now, which the run's checks, made as it starts, would not see: ``Run._flush_check``), and no storage
+        tier is behind the host (a write through, queued as the run is applied ahead of the clock, would reach a
+        store other ranks read)."""
         if plan.host_loads or plan.host_flush or self.storage is not None:
             return False
         offered = self.offered

@@ -477,7 +477,7 @@ class Run(Admissions, Recording):
         return (), self._hand_over(m, int(self.end[m - 1]))
 
     def first_copies(self) -> None:
-        """Queue the copies to the host tier that row 0's plans stores (``copying``) as row 0 ends, as
+        """Queue the copies to the host tier that row 0's plans store (``copying``) as row 0 ends, as
         ``Rank.finish_pass`` queues a pass's (before its outputs are applied)."""
         if self.copying:
             end = int(self.end[0])
