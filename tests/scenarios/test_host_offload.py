@@ -174,6 +174,19 @@ def test_runs_of_passes_with_flushes_equal_the_pass_by_pass_run():
     assert not differ
 
 
+def _open_loop(inputs: tuple[int, int], outputs: tuple[int, int], prefix: int, rate: int, requests: int,
+               context: int, worker: dict) -> dict:
+    """Synthetic prompts of ``inputs`` tokens (uniform, over six shared ``prefix``-token prefixes) and ``outputs``
+    tokens out, arriving Poisson at ``rate`` a second, on one worker (``worker`` over ``make_scenario``'s)."""
+    return make_scenario(
+        traffic={"source": {"type": "synthetic",
+                            "input_tokens": {"distribution": "uniform", "min": inputs[0], "max": inputs[1]},
+                            "output_tokens": {"distribution": "uniform", "min": outputs[0], "max": outputs[1]},
+                            "shared_prefix": {"tokens": prefix, "groups": 6}},
+                 "load": {"type": "poisson", "requests_per_second": rate}, "stop": {"requests": requests}},
+        engine={"context_length": context, "workers": {"aggregated": worker}})
+
+
 def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_run(monkeypatch):
     """Short whole prompts arriving open loop, over a GPU cache small enough to evict and a queue that builds up:
     the pass that admits a prompt stores its blocks to the host, and a run of passes may start with it, queueing
@@ -189,16 +202,10 @@ def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_
         return carried[-1]
 
     monkeypatch.setattr(VllmCpuOffload, "carried_by_run", noted)
-    data = make_scenario(
-        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 100, "max": 600},
-                            "output_tokens": {"distribution": "uniform", "min": 5, "max": 80},
-                            "shared_prefix": {"tokens": 256, "groups": 6}},
-                 "load": {"type": "poisson", "requests_per_second": 40}, "stop": {"requests": 150}},
-        engine={"context_length": 4096, "workers": {"aggregated": {
-            "scheduler": {"max_sequences": 16},
-            "kv_cache": {"capacity": {"type": "fixed", "blocks": 400},
-                         "host_offload": {"capacity_gib": 2, "link_gb_per_s": 4}},
-            "timing": {"type": "default"}}}})
+    data = _open_loop((100, 600), (5, 80), 256, 40, 150, 4096, {
+        "scheduler": {"max_sequences": 16},
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 400}, "host_offload": {"capacity_gib": 2, "link_gb_per_s": 4}},
+        "timing": {"type": "default"}})
     runs, differ = run_both_ways(data)
     assert True in carried
     assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
@@ -213,16 +220,11 @@ def test_a_store_that_evicts_what_a_waiting_request_found_is_not_carried_by_a_ru
     finds nothing and admits it as a plain prefill; a run that started with that pass would admit nothing at its
     next decision (its decisions look nothing up), so a run starts with a storing pass only while nothing waits.
     Every table is the same as pass by pass (found by a review's fuzzer: two requests finished 28 s apart)."""
-    data = make_scenario(
-        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 1, "max": 601},
-                            "output_tokens": {"distribution": "uniform", "min": 1, "max": 4},
-                            "shared_prefix": {"tokens": 16, "groups": 6}},
-                 "load": {"type": "poisson", "requests_per_second": 100}, "stop": {"requests": 175}},
-        engine={"context_length": 768, "workers": {"aggregated": {
-            "scheduler": {"max_sequences": 32},
-            "kv_cache": {"capacity": {"type": "fixed", "blocks": 48},
-                         "host_offload": {"capacity_gib": 0.1, "link_gb_per_s": 0.002, "latency_us": 100}},
-            "timing": {"type": "fixed", "prefill_ms": 1, "decode_ms": 1}}}})
+    data = _open_loop((1, 601), (1, 4), 16, 100, 175, 768, {
+        "scheduler": {"max_sequences": 32},
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 48},
+                     "host_offload": {"capacity_gib": 0.1, "link_gb_per_s": 0.002, "latency_us": 100}},
+        "timing": {"type": "fixed", "prefill_ms": 1, "decode_ms": 1}})
     runs, differ = run_both_ways(data)
     assert runs.summary["kv_offload"]["aggregated"]["blocks_evicted"] > 0
     assert not differ
