@@ -166,8 +166,10 @@ class PrefixCachingBlockPool:
         self.num_queries = 0
         self.num_hits = 0
         self._prompt_keys: dict = {}
-        """Per request ``first_free_holder`` was last asked about: (blocks its cached prefix may span, their keys as a
-        set), so that a request none of whose keys a free block there holds is passed over without a walk."""
+        """Per request ``first_free_holder`` was asked about: (blocks its cached prefix may span, their keys as a set),
+        so that a request none of whose keys a free block there holds is passed over without a walk. (A request's
+        keys follow from its content, fixed when it is placed; only how many blocks they span changes.) Pruned to
+        the requests asked about once it holds more than twice as many, plus 64."""
         self.allocated: set[int] | None = None
         """When a set (a vLLM host tier watching for its flushes): the block ids taken for requests since it was
         last emptied, allocated from the free queue or hit in the cache (vLLM's blocks new to a request)."""
