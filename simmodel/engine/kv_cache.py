@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 from simmodel.perf.capacity import cdiv as cdiv  # re-exported: the schedulers count blocks with it
@@ -221,34 +220,30 @@ class PrefixCachingBlockPool:
                 for holders in self._cached_prefix(request)]
         return hits[:-1] if self.eagle else hits
 
+    def _free_front(self, limit: int) -> list[int]:
+        """The first ``limit`` blocks of the free queue (fewer if it is shorter), the next one an allocation takes
+        first."""
+        queue = self.free_queue
+        nxt, tail = queue.next, queue.tail
+        front = []
+        b = nxt[queue.head]
+        while b != tail and len(front) < limit:
+            front.append(b)
+            b = nxt[b]
+        return front
+
     def free_position(self, blocks: set[int], limit: int) -> int | None:
         """Where the first of ``blocks`` sits in the free queue (0: the next block an allocation takes), if among
         the first ``limit``; else None."""
-        queue = self.free_queue
-        nxt, tail = queue.next, queue.tail
-        b = nxt[queue.head]
-        for i in range(limit):
-            if b == tail:
-                return None
-            if b in blocks:
-                return i
-            b = nxt[b]
-        return None
+        return next((i for i, b in enumerate(self._free_front(limit)) if b in blocks), None)
 
     def first_free_holder(self, requests, limit: int) -> int | None:
         """Where the first free block that holds a block of one of the requests' cached prefixes (``find_hits``'
         blocks, or any other holder of theirs) sits in the free queue (0: the next block an allocation takes), if
         among the first ``limit``; else None. (A run that takes it changes what the request finds.)"""
-        position: dict[int, int] = {}  # the cached blocks among the first ``limit`` free ones: their positions
-        queue, key_of = self.free_queue, self.key_of
-        nxt, tail = queue.next, queue.tail
-        b = nxt[queue.head]
-        for i in range(limit):
-            if b == tail:
-                break
-            if key_of[b] is not None:
-                position[b] = i
-            b = nxt[b]
+        key_of = self.key_of
+        # The cached blocks among the first ``limit`` free ones, by their positions.
+        position = {b: i for i, b in enumerate(self._free_front(limit)) if key_of[b] is not None}
         if not position:
             return None
         earliest = next(iter(position.values()))
@@ -266,7 +261,7 @@ class PrefixCachingBlockPool:
             if entry[1].isdisjoint(keys_here):
                 continue  # (none of its blocks is one of those here)
             for holders in self._cached_prefix(request):
-                at = get(holders, limit) if holders.__class__ is int else min(map(get, holders, repeat(limit)))
+                at = get(holders, limit) if holders.__class__ is int else min(get(b, limit) for b in holders)
                 if at < found:
                     found = at
             if found == earliest:

@@ -344,12 +344,8 @@ class Run(Admissions, Recording):
         for r in range(self.num_ranks):
             total = int(self.total_allocations[r])
             if total:
-                self._end_before_taking(k, r, self.worker.ranks[r].offload.fenced_blocks(self.now), total)
-
-    def _end_before_taking(self, k: int, r: int, blocks: set[int], total: int) -> None:
-        """Lower ``cap`` to the first row from k on whose decodes on rank r would take one of ``blocks`` from the
-        free queue (the run's rows take ``total`` of its blocks at most)."""
-        self._end_before(k, r, self.pools[r].free_position(blocks, total) if blocks else None)
+                fenced = self.worker.ranks[r].offload.fenced_blocks(self.now)
+                self._end_before(k, r, self.pools[r].free_position(fenced, total) if fenced else None)
 
     def _end_before(self, k: int, r: int, at: int | None) -> None:
         """Lower ``cap`` to the first row from k on whose decodes on rank r would take the free block at position
