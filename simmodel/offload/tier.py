@@ -171,7 +171,7 @@ class HostTier:
         have landed; ``UNQUEUED`` if the only ones not landed are not queued yet); and whether a load reads one
         of them."""
         slots = self._find(_as_run(keys))
-        missing = np.flatnonzero(slots < 0)
+        missing = (slots < 0).nonzero()[0]
         n = int(missing[0]) if len(missing) else len(slots)
         late, read = None, False
         if n:
@@ -181,7 +181,7 @@ class HostTier:
             if len(later):
                 late = _instant(later.min())
             read = bool(self._num_reads) and bool(self._reads[run].any())
-        after = np.flatnonzero(slots[n + 1:] >= 0)
+        after = (slots[n + 1:] >= 0).nonzero()[0]
         gap = (int(after[0]) + 1 if len(after) else len(slots) - n) if n < len(slots) else 0
         return n, gap, late, read
 
@@ -199,11 +199,11 @@ class HostTier:
             if first not in self._slot:
                 return 0, None
         slots = self._find(run)
-        missing = np.flatnonzero(slots < 0)
+        missing = (slots < 0).nonzero()[0]
         if len(missing):
             slots = slots[:missing[0]]
         at = self._at[slots]
-        late = np.flatnonzero(at > now)
+        late = (at > now).nonzero()[0]
         if len(late):
             t = _instant(at[late[0]])  # (the first such block, in prompt order)
             return -1, None if t == UNQUEUED else t
@@ -242,7 +242,7 @@ class HostTier:
         run = _as_run(keys)
         slots = self._find(run)
         absent = slots < 0
-        num_new = int(absent.sum())
+        num_new = int(np.count_nonzero(absent))
         if not num_new:
             return [], Copy(), self._held(slots)
         num_here = len(slots) - num_new
@@ -258,7 +258,7 @@ class HostTier:
             self._evict(*chosen)  # (never a block of ``keys``: the slots found stay theirs)
         self.version += 1
         if num_here:
-            where = np.flatnonzero(absent)
+            where = absent.nonzero()[0]
             copy = self._add(run, where)
             copy.taken = where
             slots[where] = copy.slots
@@ -396,11 +396,13 @@ class HostTier:
             heads = keys[first:grouped:per]
             groups = np.fromiter(map(get, heads, repeat(0, len(heads))), np.int64, len(heads))
             div, mod = self._div_mod(grouped - first)
-            found = groups[div[start - first:grouped - first]] * per + mod[start - first:grouped - first]
+            groups *= per
+            found = groups[div[start - first:grouped - first]] + mod[start - first:grouped - first]
         if lone < stop:
             alone = np.fromiter(map(get, keys[lone:stop], repeat(0, stop - lone)), np.int64, stop - lone) * per
             found = np.concatenate([found, alone]) if len(found) else alone
-        return np.where(self._stamp[found] != _FREE, found, -1)
+        found[self._stamp[found] == _FREE] = -1  # (``found`` is a new array)
+        return found
 
     def _div_mod(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``_div`` and ``_mod``, at least ``n`` long."""
@@ -457,14 +459,22 @@ class HostTier:
                 of, offset = div[local], mod[local]
             counts = np.bincount(of)
             groups = []
+            get, free, slot_of, group_key, group_hash = self._slot.get, self._free, self._slot, self._group_key, self._group_hash
             for head, n in zip(range(first, first + len(counts) * per, per), counts.tolist()):
                 if not n:
                     groups.append(0)
                     continue
-                group = self._group(keys[head], hash_ids[head // per])
-                count[group] += n
+                key = keys[head]
+                group = get(key)
+                if group is None:  # (``_group``, inline: a store takes a group for most of its trace blocks)
+                    if not free:
+                        self._grow_groups(1)  # (grows the lists in place)
+                    group = slot_of[key] = free.pop()
+                    group_key[group], group_hash[group], count[group] = key, hash_ids[head // per], n
+                else:
+                    count[group] += n
                 groups.append(group)
-            slots[:inside] = np.array(groups, np.int64)[of] * per + offset
+            slots[:inside] = (np.array(groups, np.int64) * per)[of] + offset
         for i, j in enumerate(at[inside:].tolist(), inside):  # (blocks past the trace's: a group each)
             group = self._group(keys[j], None)
             count[group] = 1
@@ -492,7 +502,7 @@ class HostTier:
             self._free.extend(victims.tolist())
             return
         groups = victims // per  # (in runs: the log holds a store's blocks, or a touched prefix, in a row)
-        cuts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()
+        cuts = ((groups[1:] != groups[:-1]).nonzero()[0] + 1).tolist()
         count, empty = self._group_count, []
         for group, a, b in zip(groups[[0] + cuts].tolist(), [0] + cuts, cuts + [len(groups)]):
             left = count[group] = count[group] - (b - a)
@@ -556,13 +566,14 @@ class HostTier:
         return self._log_slot[lo:hi][self._fresh(lo, hi)]
 
     def _compact(self, more: int) -> None:
-        """Drop the log's stale entries, making room for ``more`` (the array grows if live entries fill half)."""
+        """Drop the log's stale entries, making room for ``more`` (the array grows while live entries would fill a
+        quarter of it: a busy tier's log turns over its blocks many times, and each compaction reads it whole)."""
         lo, hi = self._head, self._tail
         keep = self._fresh(lo, hi)
         slots, stamps = self._log_slot[lo:hi][keep], self._log_stamp[lo:hi][keep]
         n = len(slots)
         size = len(self._log_slot)
-        while 2 * (n + more) > size:
+        while 4 * (n + more) > size:
             size *= 2
         if size != len(self._log_slot):
             self._log_slot, self._log_stamp = np.zeros(size, np.int64), np.zeros(size, np.int64)
@@ -607,7 +618,7 @@ class HostTier:
                 if not can.all():
                     live, end = live[can], None
                 if end is not None:
-                    end = hi if len(live) <= need else lo + int(np.flatnonzero(fresh)[need - 1]) + 1
+                    end = hi if len(live) <= need else lo + int(fresh.nonzero()[0][need - 1]) + 1
                 live = live[:need]
                 found.append(live)
                 need -= len(live)
@@ -633,7 +644,7 @@ class HostTier:
             lo, step = end, 64
         while lo < tail:
             hi = min(tail, lo + step)
-            live = np.flatnonzero(self._fresh(lo, hi))
+            live = self._fresh(lo, hi).nonzero()[0]
             if len(live):
                 lo += int(live[0])
                 break

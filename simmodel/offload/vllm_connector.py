@@ -491,7 +491,7 @@ class VllmCpuOffload:
             if len(new) == end - first:
                 source = ids[first:end]
             else:  # (the blocks the copy takes, among those offered)
-                source = [ids[first + i] for i in copy.taken.tolist()]
+                source = list(map(ids.__getitem__, (copy.taken + first).tolist()))
             stores.append((request, new, copy, source))
             entry.lands_at = UNQUEUED  # (until its copy is queued: ``_copy``)
 

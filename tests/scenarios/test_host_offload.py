@@ -212,6 +212,35 @@ def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_
     assert not differ
 
 
+def test_runs_through_a_landed_load_that_waits_for_blocks_equal_the_pass_by_pass_run(monkeypatch):
+    """Long prompts (2,500–6,000 tokens) over six shared 2,048-token prefixes, arriving slowly, on 1,000 GPU blocks:
+    a prefix the GPU evicted is loaded from the host, and once it lands the rest of the prompt may not fit beside
+    the running decodes. The request then waits, its prefix on the GPU, for a finish to free blocks, with nothing
+    else waiting; a run of decode passes goes on meanwhile and ends at the decision after the first finish, whose
+    plan admits it, as the rank's own plans do pass by pass. Every table is the same as pass by pass; such runs
+    did happen (and counting the landed load as nothing waiting, which lets the run go past that finish, makes
+    the tables differ)."""
+    from simmodel.engine.planner.running import RunningRequests
+
+    through = []
+    gather = RunningRequests.gather
+
+    def noted(self):
+        landed = any(rank.scheduler.handoffs and not rank.scheduler.waiting for rank in self.ranks)
+        taken = gather(self)
+        through.append(taken and landed)
+        return taken
+
+    monkeypatch.setattr(RunningRequests, "gather", noted)
+    data = _open_loop((2500, 6000), (100, 400), 2048, 5, 100, 8192, {
+        "scheduler": {"max_sequences": 64},
+        "kv_cache": {"capacity": {"type": "fixed", "blocks": 1000}, "host_offload": {"capacity_gib": 8, "link_gb_per_s": 8}},
+        "timing": {"type": "default"}})
+    runs, differ = run_both_ways(data)
+    assert True in through
+    assert not differ
+
+
 def test_a_store_that_evicts_what_a_waiting_request_found_is_not_carried_by_a_run():
     """A tiny host tier (0.1 GiB: 51 blocks of 2 MiB) on a very slow link (2 MB/s), 48 GPU blocks: offers to the
     tier are refused while its blocks are still landing and made again at later passes. A decode pass's plan that

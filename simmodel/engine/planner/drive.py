@@ -108,7 +108,8 @@ def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> R
     if worker.offloads:
         if any(rank.offload.retrying for rank in worker.ranks):
             return None
-        carries = not lag and len(worker.ranks) == 1 and not worker.ranks[0].scheduler.waiting
+        sched = worker.ranks[0].scheduler
+        carries = not lag and len(worker.ranks) == 1 and not (sched.waiting or sched.handoffs)
         if plans is not None and any((p.host_stores or p.host_loads or p.host_flush)
                                      and not (carries and rank.offload.carried_by_run(p))
                                      for rank, p in zip(worker.ranks, plans)):
@@ -132,15 +133,15 @@ def _rows(worker: Worker, now: int, horizon: float, started_before: int) -> int:
 def _rows_to_admission(worker: Worker, run: RunningRequests, now: int, lag: int) -> int:
     """Rows a run that admits nothing itself (``admits_arrivals``: a worker with a host KV tier, or off a prefill
     cadence) can take: it ends at the first decision that could admit, the one after the next arrival (within
-    twice the rows the time to it allows at the last pass's pace) or, on a rank where requests wait, the one after
-    its first finish (``_admit_arrivals``). Its arrays are as long as its rows, and with a tier most such runs take a
+    twice the rows the time to it allows at the last pass's pace) or, on a rank where requests wait (or a prefix
+    landed from the tier waits), the one after its first finish (``_admit_arrivals``). Its arrays are as long as its rows, and with a tier most such runs take a
     row or two; one sized short ends early, and the next run goes on from there."""
     rows = MAX_RUN
     arrival = worker.arrivals.next_arrival_ns()
     if arrival is not None:
         rows = 2 * _rows(worker, now, arrival, started_before=lag)
     for r, rank in enumerate(worker.ranks):
-        if rank.scheduler.waiting:
+        if rank.scheduler.waiting or rank.scheduler.handoffs:
             left = run.left if len(worker.ranks) == 1 else run.left[run.rank_of == r]
             if len(left):
                 rows = min(rows, int(left.min()) + 1 + lag)

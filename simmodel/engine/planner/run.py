@@ -229,13 +229,14 @@ class Run(Admissions, Recording):
         """Row: per rank, the scheduler's output of the admissions planned in it (their part of the row's plan)."""
         self.capacity_bound = [False] * R
         """Per rank, ``prefill_capacity_bound`` as the last admission left it."""
-        self.waits = [bool(s.waiting) for s in self.scheds]
-        """Per rank: requests wait, the first of them not admitted for want of a sequence slot, of KV blocks or
-        of token budget. Slots and free blocks do not grow before a request of that rank finishes (decodes only
-        take blocks; the prefix-cache hits of a waiting prompt only shrink as free blocks are reused), nor does
-        the budget after a row that spent none on prefill (a run never holds a request back after one that did:
-        ``Admissions.take``, ``RunningRequests.gather``), so the plan after each finish tries again (and the plan
-        after each arrival, which also counts toward ``long_prefill_token_threshold``)."""
+        self.waits = [bool(s.waiting or s.handoffs) for s in self.scheds]
+        """Per rank: requests wait (a prefix landed from a host KV tier too: ``RunningRequests._waiting_stays``),
+        the first of them not admitted for want of a sequence slot, of KV blocks or of token budget. Slots and
+        free blocks do not grow before a request of that rank finishes (decodes only take blocks; the prefix-cache
+        hits of a waiting prompt only shrink as free blocks are reused), nor does the budget after a row that spent
+        none on prefill (a run never holds a request back after one that did: ``Admissions.take``,
+        ``RunningRequests.gather``), so the plan after each finish tries again (and the plan after each arrival,
+        which also counts toward ``long_prefill_token_threshold``)."""
         self.skipped = [0] * R
         """Per rank, the requests the last admission stepped over (async: a preempted one's output in flight)."""
         self.last_admission = 0
@@ -545,7 +546,8 @@ class Run(Admissions, Recording):
             # requests waiting if it saw them (``saw_waiting``: a run applied as its passes end ends before any
             # plan sees a request placed meanwhile, unless it takes placements, and then no pass of it defers
             # prefills, the only thing the flag decides).
-            sched.after_run(running, not handing_over and r in last_finished, saw_waiting and bool(sched.waiting))
+            sched.after_run(running, not handing_over and r in last_finished,
+                            saw_waiting and bool(sched.waiting or sched.handoffs))
 
     def _deliver_requests(self, columns: np.ndarray, delivered: np.ndarray, planned: np.ndarray) -> None:
         """Columns ``columns``' requests once ``delivered`` of their rows delivered their tokens and ``planned``

@@ -61,8 +61,15 @@ class RunningRequests:
         """Whether the requests waiting on a rank stay waiting through the run's first plan: only if the run
         may start with requests waiting (``may_wait``), none is a preempted one whose stale output is still in
         flight (a plan steps over it), and every slot is taken or (synchronous) that plan, ``plan``, is made
-        already and spent no token budget on prefill (else the budget is back in the pass after it)."""
+        already and spent no token budget on prefill (else the budget is back in the pass after it).
+
+        So do the requests whose prefix landed from a host KV tier (``handoffs``, every one of them ``loading``):
+        the plan tries them first, with no lookup (their blocks are theirs already), so they wait for the same
+        slot, blocks or budget. A P/D handoff never does (its first pass is a decode the run would have to
+        admit)."""
         if not self.may_wait or any(q.num_stale_output_tokens for q in s.waiting):
+            return False
+        if s.handoffs and not s.loading.issuperset(s.handoffs):
             return False
         if len(s.running) >= s.config.max_num_seqs:
             return True
@@ -78,11 +85,11 @@ class RunningRequests:
         requests, plans = self.requests, self.plans
         for r, rank in enumerate(self.ranks):
             s = rank.scheduler
-            if (s.planner != "vllm" or s.handoffs or s.async_scheduling != self.asynchronous
+            if (s.planner != "vllm" or s.async_scheduling != self.asynchronous
                     or s.config.num_speculative_tokens or rank.has_pending_releases or s.pool.sliding
                     or s.pool.states):
                 return False  # (KV cache groups that free blocks behind a window or a state: pass by pass)
-            if s.waiting and not self._waiting_stays(s, None if self.plans is None else self.plans[r]):
+            if (s.waiting or s.handoffs) and not self._waiting_stays(s, None if plans is None else plans[r]):
                 return False
             running = s.running
             if len(running) > s.config.max_num_batched_tokens:
