@@ -187,6 +187,15 @@ def _open_loop(inputs: tuple[int, int], outputs: tuple[int, int], prefix: int, r
         engine={"context_length": context, "workers": {"aggregated": worker}})
 
 
+def _tier_worker(sequences: int, blocks: int, gib: float, link_gb_per_s: float) -> dict:
+    """A worker of ``sequences`` slots and ``blocks`` GPU KV blocks with a host tier of ``gib`` GiB on a
+    ``link_gb_per_s`` GB/s link, priced by the default timing model."""
+    return {"scheduler": {"max_sequences": sequences},
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": blocks},
+                         "host_offload": {"capacity_gib": gib, "link_gb_per_s": link_gb_per_s}},
+            "timing": {"type": "default"}}
+
+
 def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_run(monkeypatch):
     """Short whole prompts arriving open loop, over a GPU cache small enough to evict and a queue that builds up:
     the pass that admits a prompt stores its blocks to the host, and a run of passes may start with it, queueing
@@ -202,10 +211,7 @@ def test_runs_that_start_with_a_pass_storing_to_the_host_equal_the_pass_by_pass_
         return carried[-1]
 
     monkeypatch.setattr(VllmCpuOffload, "carried_by_run", noted)
-    data = _open_loop((100, 600), (5, 80), 256, 40, 150, 4096, {
-        "scheduler": {"max_sequences": 16},
-        "kv_cache": {"capacity": {"type": "fixed", "blocks": 400}, "host_offload": {"capacity_gib": 2, "link_gb_per_s": 4}},
-        "timing": {"type": "default"}})
+    data = _open_loop((100, 600), (5, 80), 256, 40, 150, 4096, _tier_worker(16, 400, 2, 4))
     runs, differ = run_both_ways(data)
     assert True in carried
     assert runs.summary["kv_offload"]["aggregated"]["loads"] > 0
@@ -232,10 +238,7 @@ def test_runs_through_a_landed_load_that_waits_for_blocks_equal_the_pass_by_pass
         return taken
 
     monkeypatch.setattr(RunningRequests, "gather", noted)
-    data = _open_loop((2500, 6000), (100, 400), 2048, 5, 100, 8192, {
-        "scheduler": {"max_sequences": 64},
-        "kv_cache": {"capacity": {"type": "fixed", "blocks": 1000}, "host_offload": {"capacity_gib": 8, "link_gb_per_s": 8}},
-        "timing": {"type": "default"}})
+    data = _open_loop((2500, 6000), (100, 400), 2048, 5, 100, 8192, _tier_worker(64, 1000, 8, 8))
     runs, differ = run_both_ways(data)
     assert True in through
     assert not differ
