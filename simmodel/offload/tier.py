@@ -401,7 +401,9 @@ class HostTier:
         if lone < stop:
             alone = np.fromiter(map(get, keys[lone:stop], repeat(0, stop - lone)), np.int64, stop - lone) * per
             found = np.concatenate([found, alone]) if len(found) else alone
-        found[self._stamp[found] == _FREE] = -1  # (``found`` is a new array)
+        if not len(found):
+            return np.zeros(0, np.int64)
+        found[self._stamp[found] == _FREE] = -1  # (a new array: the lookups above made it)
         return found
 
     def _div_mod(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -459,7 +461,8 @@ class HostTier:
                 of, offset = div[local], mod[local]
             counts = np.bincount(of)
             groups = []
-            get, free, slot_of, group_key, group_hash = self._slot.get, self._free, self._slot, self._group_key, self._group_hash
+            slot_of, free, group_key, group_hash = self._slot, self._free, self._group_key, self._group_hash
+            get = slot_of.get
             for head, n in zip(range(first, first + len(counts) * per, per), counts.tolist()):
                 if not n:
                     groups.append(0)

@@ -134,8 +134,9 @@ def _rows_to_admission(worker: Worker, run: RunningRequests, now: int, lag: int)
     """Rows a run that admits nothing itself (``admits_arrivals``: a worker with a host KV tier, or off a prefill
     cadence) can take: it ends at the first decision that could admit, the one after the next arrival (within
     twice the rows the time to it allows at the last pass's pace) or, on a rank where requests wait (or a prefix
-    landed from the tier waits), the one after its first finish (``_admit_arrivals``). Its arrays are as long as its rows, and with a tier most such runs take a
-    row or two; one sized short ends early, and the next run goes on from there."""
+    landed from the tier waits), the one after its first finish (``_admit_arrivals``). Its arrays are as long as its
+    rows, and with a tier most such runs take a row or two; one sized short ends early, and the next run goes on from
+    there."""
     rows = MAX_RUN
     arrival = worker.arrivals.next_arrival_ns()
     if arrival is not None:
