@@ -141,6 +141,31 @@ def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run(traffic, 
     assert not differ
 
 
+@pytest.mark.xfail(strict=True, reason="known, not fixed yet: with storage behind the host under a closed loop, the "
+                                        "storage read of a request placed during a pass finds 4 host slots with runs "
+                                        "of passes and 32 pass by pass (found by the eighteenth session's review)")
+def test_runs_of_passes_with_storage_under_a_closed_loop_equal_the_pass_by_pass_run():
+    """Four clients in a closed loop (612–2,612 tokens in over twelve shared 512-token prefixes, 20–100 out), 300 GPU
+    blocks, a 2 GiB host tier with storage behind it written at 0.5 GB/s: the request placed at 14.114 s is looked
+    up at the pass end at 14.119 s and read from storage; runs of passes give it 4 host slots (64 tokens), pass by
+    pass 32 (512 tokens), and the tier's figures and events differ from there (the same on the code before the
+    session that found it)."""
+    data = make_scenario(
+        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 612, "max": 2612},
+                            "output_tokens": {"distribution": "uniform", "min": 20, "max": 100},
+                            "shared_prefix": {"tokens": 512, "groups": 12}},
+                 "load": {"type": "concurrency", "concurrency": 4}, "stop": {"requests": 100}},
+        engine={"context_length": 4800, "workers": {"aggregated": {
+            "timing": {"type": "default"},
+            "scheduler": {"max_sequences": 64, "max_batched_tokens": 512, "long_prefill_token_threshold": 0},
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": 300}, "host_offload": {
+                "capacity_gib": 2, "link_gb_per_s": 8, "latency_us": 0,
+                "storage": {"capacity_gib": 20, "read_gb_per_s": 2, "write_gb_per_s": 0.5, "latency_us": 100}}}}}})
+    runs, differ = run_both_ways(data)
+    assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
+    assert not differ
+
+
 @pytest.mark.parametrize("storage, backend, message", [
     ({"read_gb_per_s": 0}, "vllm", "host_offload.storage.read_gb_per_s"),
     ({"capacity": 3}, "vllm", "host_offload.storage.capacity"),

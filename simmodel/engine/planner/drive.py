@@ -100,11 +100,12 @@ def _gathered(worker: Worker, plans: list | None, lag: int, may_wait: bool) -> R
     (``Rank.finish_pass`` starts those copies), as does one that waits for copies still reading blocks it takes
     (``host_flush``: ``Worker._start`` prices the wait), and every pass while a request's offer to the tier waits
     to be made again, or after a plan whose lookups read from storage (``VllmCpuOffload.retrying``). A synchronous
-    run of one rank with no request waiting may start with a pass whose plan stores to the tier, if the tier says
-    so (``carried_by_run``): the run queues those copies as that pass ends (``Run.first_copies``). On several ranks
-    the pass-by-pass loop queues each rank's copies between the ends of the ranks' passes, which a run applied
-    ahead records all at once; and a store takes slots and may evict, so a waiting request's lookup at the next
-    plan, which the rank's own plan makes again, may find less or wait (a run's decisions look nothing up)."""
+    run of one rank with no request waiting (nor a prefix landed from the tier: kept as strict as before) may start
+    with a pass whose plan stores to the tier, if the tier says so (``carried_by_run``): the run queues those copies
+    as that pass ends (``Run.first_copies``). On several ranks the pass-by-pass loop queues each rank's copies
+    between the ends of the ranks' passes, which a run applied ahead records all at once; and a store takes slots
+    and may evict, so a waiting request's lookup at the next plan, which the rank's own plan makes again, may find
+    less or wait (a run's decisions look nothing up)."""
     if worker.offloads:
         if any(rank.offload.retrying for rank in worker.ranks):
             return None
