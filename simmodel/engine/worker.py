@@ -484,7 +484,7 @@ class Worker:
             plans = self._plan_ranks(at=end)  # planning schedules nothing (but a host tier's load or wake)
             if all(plan.is_empty for plan in plans):
                 return end, plans
-            horizon = self._before_offload_events(horizon)
+            horizon = self._before_offload_events(horizon, end)
             run = PLANNERS[self.ranks[0].scheduler.planner][0](self, horizon, plans, start=end)
             if run is None:
                 return end, plans
@@ -502,12 +502,14 @@ class Worker:
             horizon = min(horizon, self.limits.max_time_ns + 1)  # that does fails the run: go pass by pass
         return self.arrivals.horizon_ns(self._before_offload_events(horizon))
 
-    def _before_offload_events(self, horizon: float) -> float:
+    def _before_offload_events(self, horizon: float, at: int | None = None) -> float:
         """``horizon``, or earlier if a rank's host KV tier acts on it before (a load landing, a waiting request
-        woken: ``VllmCpuOffload.next_event_ns``)."""
+        woken, storage gaining a write that a request waiting at ``at`` (default now) may find:
+        ``VllmCpuOffload.next_event_ns``)."""
         if not self.offloads:
             return horizon
-        return min(horizon, *(rank.offload.next_event_ns() for rank in self.ranks))
+        at = self.env.now if at is None else at
+        return min(horizon, *(rank.offload.next_event_ns(bool(rank.scheduler.waiting), at) for rank in self.ranks))
 
     def _limited_run(self) -> float:
         """How far a run applied as its passes end may reach: the end of the run being driven, and the time

@@ -64,8 +64,10 @@ class Offload(Protocol):
     def waking(self) -> bool:
         """Whether the tier will wake the rank to plan (``Rank.expects_work``)."""
 
-    def next_event_ns(self) -> float:
-        """The next instant the tier acts on its rank by itself; no run of passes reaches past it."""
+    def next_event_ns(self, waiting: bool = False, at: int = 0) -> float:
+        """The next instant the tier acts on its rank by itself; no run of passes reaches past it. ``waiting``:
+        requests wait on the rank at ``at``, so that what the tier gains from then on may change their next
+        lookup."""
 
     def planned(self, plan: SchedulerOutput, at: int) -> None:
         """A pass was planned at ``at`` (``Rank.plan``)."""

@@ -86,7 +86,7 @@ class SglangHiCache:
     def _now(self) -> int:
         return self.env.now if self.plan_at is None else self.plan_at
 
-    def next_event_ns(self) -> float:
+    def next_event_ns(self, waiting: bool = False, at: int = 0) -> float:
         """(Nothing here acts on its own between passes: a run of passes needs no bound from it.)"""
         return float("inf")
 

@@ -177,10 +177,18 @@ class VllmCpuOffload:
         """Whether the rank will plan again for a request waiting on a block landing on the host."""
         return bool(self._wakes)
 
-    def next_event_ns(self) -> float:
+    def next_event_ns(self, waiting: bool = False, at: int = 0) -> float:
         """The next instant at which the tier acts on its rank (a load landing, a waiting request woken), or
-        infinity: no run of the rank's passes may be applied past it."""
-        return min(self._landing[0] if self._landing else float("inf"), min(self._wakes, default=float("inf")))
+        infinity: no run of the rank's passes may be applied past it. With requests ``waiting`` at ``at`` and
+        storage behind the host, also the end of the rank's next write to storage after ``at``: the first plan
+        from then on looks them up again and may read what it wrote, or take the host slots its poll frees (a
+        run's decisions look nothing up)."""
+        next_at = min(self._landing[0] if self._landing else float("inf"), min(self._wakes, default=float("inf")))
+        if waiting and self.storage is not None:
+            for end, _, _ in self._writes:  # (in the order they end)
+                if end > at:
+                    return min(next_at, end)
+        return next_at
 
     # -- at admission (inside the scheduler's plan) ---------------------------------------------
 

@@ -104,6 +104,7 @@ class AsyncRun(Run):
     def plan_row(self, d: int) -> None:
         """Decision d plans row d + 2 (its blocks taken, the delivered tokens cached)."""
         self.decide(d, True)
+        self.planned_itself()
 
     def close(self, m: int, ahead: int = 1, started: int | None = None) -> tuple:
         """The run stops with rows 0..m − 1 delivered and row m in flight, and ``ahead`` − 1 rows after it
@@ -138,6 +139,7 @@ class AsyncRun(Run):
     def plan_first(self) -> None:
         """Decision −1: plan row 1 now (its blocks taken), after the outputs before it."""
         self.decide(-1, plan=True)
+        self.planned_itself()
 
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 delivered and row m planned; returns the pass left in flight, and

@@ -146,6 +146,15 @@ class Recording:
             for rank in ranks:
                 rank.offload.planned_in_run()
 
+    def planned_itself(self) -> None:
+        """A run applied as its passes end planned a row itself, now: each rank's host KV tier learns of it as the
+        rank's own plan would have told it (``VllmCpuOffload.planned_in_run``: a plan that looked nothing up and
+        stored nothing leaves the tiering manager's poll open, so the next lookup polls). A run applied ahead tells
+        it as it records its rows (``_tell_offloads``)."""
+        if self.ranks[0].offload is not None:
+            for rank in self.ranks:
+                rank.offload.planned_in_run()
+
     def _record_row(self, k: int, used: list[int]) -> bool:
         """Record row k of a run applied as its passes end (``used``: its blocks in use per rank), rank by rank
         as the pass barrier finishes each rank's pass (``Rank.record_pass_end``, which the pass-by-pass loop

@@ -459,6 +459,7 @@ class Run(Admissions, Recording):
         """Plan row 0 now (its blocks taken), unless the ranks planned it already."""
         if not self.planned_first:
             self.apply(0, plan=True)
+            self.planned_itself()
 
     def finish(self, m: int) -> tuple[tuple, list[SchedulerOutput] | None]:
         """Apply and record rows 0..m − 1 of a run applied ahead; returns the passes it leaves in flight (none)
@@ -640,6 +641,7 @@ class Run(Admissions, Recording):
     def plan_row(self, k: int) -> None:
         """Row k + 1 is planned now, at the end of row k (its blocks taken, its cache insertions made)."""
         self.apply(k + 1, True)
+        self.planned_itself()
 
     def deliver_finished(self, columns: list[int]) -> None:
         """The requests of ``columns``, finished at the end of the row just recorded: as the run leaves them
