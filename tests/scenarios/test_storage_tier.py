@@ -141,6 +141,28 @@ def test_runs_of_passes_with_a_storage_tier_equal_the_pass_by_pass_run(traffic, 
     assert not differ
 
 
+def _assert_storage_runs_equal(inputs: tuple[int, int], outputs: tuple[int, int], prefix: int, load: dict,
+                               context: int, sequences: int, blocks: int, link: dict, storage: dict) -> None:
+    """100 synthetic requests (``inputs`` and ``outputs`` tokens, uniform, over twelve shared ``prefix``-token
+    prefixes) under ``load``, on one worker of ``sequences`` slots, ``blocks`` GPU KV blocks, a 512-token budget
+    a pass, and a 2 GiB host tier (``link``) with 20 GiB of storage behind it (``storage``): storage is read, and
+    every table is the same planned as runs of passes and pass by pass."""
+    data = make_scenario(
+        traffic={"source": {"type": "synthetic",
+                            "input_tokens": {"distribution": "uniform", "min": inputs[0], "max": inputs[1]},
+                            "output_tokens": {"distribution": "uniform", "min": outputs[0], "max": outputs[1]},
+                            "shared_prefix": {"tokens": prefix, "groups": 12}},
+                 "load": load, "stop": {"requests": 100}},
+        engine={"context_length": context, "workers": {"aggregated": {
+            "timing": {"type": "default"},
+            "scheduler": {"max_sequences": sequences, "max_batched_tokens": 512, "long_prefill_token_threshold": 0},
+            "kv_cache": {"capacity": {"type": "fixed", "blocks": blocks}, "host_offload": {
+                "capacity_gib": 2, **link, "storage": {"capacity_gib": 20, **storage}}}}}})
+    runs, differ = run_both_ways(data)
+    assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
+    assert not differ
+
+
 def test_runs_of_passes_end_where_a_write_to_storage_may_change_a_waiting_lookup():
     """Open loop at 10 requests/s (3,548–7,548 tokens in over twelve shared 2,048-token prefixes, 200–800 out), 1,500
     GPU blocks, 16 sequences, a 2 GiB host tier with storage behind it read at 0.5 GB/s: requests wait, and pass
@@ -149,20 +171,9 @@ def test_runs_of_passes_end_where_a_write_to_storage_may_change_a_waiting_lookup
     waiting requests ends before that plan (``VllmCpuOffload.next_event_ns``); it went past it, and the requests,
     passes, events and tier figures all differed (found by the eighteenth session's review, on the code before it
     too). Every table is the same as pass by pass."""
-    data = make_scenario(
-        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 3548, "max": 7548},
-                            "output_tokens": {"distribution": "uniform", "min": 200, "max": 800},
-                            "shared_prefix": {"tokens": 2048, "groups": 12}},
-                 "load": {"type": "poisson", "requests_per_second": 10}, "stop": {"requests": 100}},
-        engine={"context_length": 8192, "workers": {"aggregated": {
-            "timing": {"type": "default"},
-            "scheduler": {"max_sequences": 16, "max_batched_tokens": 512, "long_prefill_token_threshold": 0},
-            "kv_cache": {"capacity": {"type": "fixed", "blocks": 1500}, "host_offload": {
-                "capacity_gib": 2, "link_gb_per_s": 8, "latency_us": 5000,
-                "storage": {"capacity_gib": 20, "read_gb_per_s": 0.5, "write_gb_per_s": 2, "latency_us": 0}}}}}})
-    runs, differ = run_both_ways(data)
-    assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
-    assert not differ
+    _assert_storage_runs_equal((3548, 7548), (200, 800), 2048, {"type": "poisson", "requests_per_second": 10}, 8192,
+                               16, 1500, {"link_gb_per_s": 8, "latency_us": 5000},
+                               {"read_gb_per_s": 0.5, "write_gb_per_s": 2, "latency_us": 0})
 
 
 def test_runs_of_passes_with_storage_under_a_closed_loop_equal_the_pass_by_pass_run():
@@ -174,20 +185,9 @@ def test_runs_of_passes_with_storage_under_a_closed_loop_equal_the_pass_by_pass_
     (``Recording.planned_itself``) left the poll closed: 4 slots, and the tier's figures and events differed from
     there (found by the eighteenth session's review, on the code before it too). Every table is the same as pass
     by pass."""
-    data = make_scenario(
-        traffic={"source": {"type": "synthetic", "input_tokens": {"distribution": "uniform", "min": 612, "max": 2612},
-                            "output_tokens": {"distribution": "uniform", "min": 20, "max": 100},
-                            "shared_prefix": {"tokens": 512, "groups": 12}},
-                 "load": {"type": "concurrency", "concurrency": 4}, "stop": {"requests": 100}},
-        engine={"context_length": 4800, "workers": {"aggregated": {
-            "timing": {"type": "default"},
-            "scheduler": {"max_sequences": 64, "max_batched_tokens": 512, "long_prefill_token_threshold": 0},
-            "kv_cache": {"capacity": {"type": "fixed", "blocks": 300}, "host_offload": {
-                "capacity_gib": 2, "link_gb_per_s": 8, "latency_us": 0,
-                "storage": {"capacity_gib": 20, "read_gb_per_s": 2, "write_gb_per_s": 0.5, "latency_us": 100}}}}}})
-    runs, differ = run_both_ways(data)
-    assert runs.summary["kv_offload"]["aggregated"]["storage_hit_tokens"] > 0
-    assert not differ
+    _assert_storage_runs_equal((612, 2612), (20, 100), 512, {"type": "concurrency", "concurrency": 4}, 4800,
+                               64, 300, {"link_gb_per_s": 8, "latency_us": 0},
+                               {"read_gb_per_s": 2, "write_gb_per_s": 0.5, "latency_us": 100})
 
 
 @pytest.mark.parametrize("storage, backend, message", [
