@@ -182,7 +182,8 @@ class VllmCpuOffload:
         infinity: no run of the rank's passes may be applied past it. With requests ``waiting`` at ``at`` and
         storage behind the host, also the end of the rank's next write to storage after ``at``: the first plan
         from then on looks them up again and may read what it wrote, or take the host slots its poll frees (a
-        run's decisions look nothing up)."""
+        run's decisions look nothing up). A run applied as its passes end checks the same at each pass end instead,
+        where any rank's write to a shared store counts too (``Worker._storage_moved``)."""
         next_at = min(self._landing[0] if self._landing else float("inf"), min(self._wakes, default=float("inf")))
         if waiting and self.storage is not None:
             for end, _, _ in self._writes:  # (in the order they end)

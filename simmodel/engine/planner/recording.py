@@ -143,14 +143,13 @@ class Recording:
             for i in self.finished[k]:
                 ranks[int(rank_of[i])].offload.finished(requests[i], int(end[k]))
         if hi > (1 if self.planned_first else 0):
-            for rank in ranks:
-                rank.offload.planned_in_run()
+            self.planned_itself()
 
     def planned_itself(self) -> None:
-        """A run applied as its passes end planned a row itself, now: each rank's host KV tier learns of it as the
-        rank's own plan would have told it (``VllmCpuOffload.planned_in_run``: a plan that looked nothing up and
-        stored nothing leaves the tiering manager's poll open, so the next lookup polls). A run applied ahead tells
-        it as it records its rows (``_tell_offloads``)."""
+        """The run planned a row itself: each rank's host KV tier learns of it as the rank's own plan would have told
+        it (``VllmCpuOffload.planned_in_run``: a plan that looked nothing up and stored nothing leaves the tiering
+        manager's poll open, so the next lookup polls). A run applied as its passes end tells it as it plans each
+        row (``plan_first``, ``plan_row``); a run applied ahead, as it records its rows (``_tell_offloads``)."""
         if self.ranks[0].offload is not None:
             for rank in self.ranks:
                 rank.offload.planned_in_run()
